@@ -1,0 +1,29 @@
+"""The one exception type the core raises for problems a user can fix.
+
+The library never prints or exits; the CLI turns a MemagentError into one line on stderr
+and the exit code carried here.
+"""
+
+from __future__ import annotations
+
+# Exit codes, documented in the README: scripts rely on them.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class MemagentError(Exception):
+    """A problem with the user's input or environment, said in one line.
+
+    `message` says what is wrong, `hint` what to do about it.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return f"{self.message} {self.hint}" if self.hint else self.message
