@@ -26,4 +26,13 @@ class MemagentError(Exception):
         self.exit_code = exit_code
 
     def __str__(self) -> str:
-        return f"{self.message} {self.hint}" if self.hint else self.message
+        return " ".join(_sentence(part) for part in (self.message, self.hint) if part)
+
+
+def _sentence(text: str) -> str:
+    """Ends the text with a full stop when it has none, so message and hint read as one line.
+    (No capitalising: a message may start with a file name.)"""
+    text = text.strip()
+    if not text:
+        return text
+    return text if text[-1] in ".!?:)\"'" else text + "."
