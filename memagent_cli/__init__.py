@@ -1,3 +1,29 @@
-"""memagent: answer questions about documents of any length with MemAgent's bounded memory."""
+"""memagent: answer questions about documents of any length with MemAgent's bounded memory.
+
+The library API: `ask_events` yields a run's typed events (memagent_cli.events); `ask`
+returns the final RunResult. The command line (memagent_cli.cli) is one consumer of it.
+Importing this package loads no model code: llama_cpp is imported when a model loads.
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+__all__ = ["ask", "ask_events", "AgentConfig", "EngineOptions", "SourceOptions", "MemagentError", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy, so `import memagent_cli` stays cheap for the CLI's --help and for embedders.
+    if name in ("ask", "ask_events", "EngineOptions", "SourceOptions"):
+        from . import api
+
+        return getattr(api, name)
+    if name == "AgentConfig":
+        from .config import AgentConfig
+
+        return AgentConfig
+    if name == "MemagentError":
+        from .errors import MemagentError
+
+        return MemagentError
+    raise AttributeError(name)

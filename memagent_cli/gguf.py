@@ -138,7 +138,8 @@ def read_gguf(path: str | Path) -> GGUFInfo:
 def _parse(path: Path, buf: Any, size: int) -> GGUFInfo:
     if bytes(buf[:4]) != MAGIC:
         raise MemagentError(f"{path} is not a GGUF model file.",
-                            "memagent runs GGUF models (llama.cpp's format); convert others with llama.cpp's convert_hf_to_gguf.py.")
+                            "memagent runs GGUF models (llama.cpp's format); "
+                            "convert others with llama.cpp's convert_hf_to_gguf.py.")
     cur = _Cursor(buf)
     cur.pos = 4
     try:

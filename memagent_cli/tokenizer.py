@@ -130,7 +130,8 @@ class TiktokenTokenizer:
         self.byte_lengths = np.fromiter(map(len, self._bytes), dtype=np.int64, count=len(self._bytes))
 
         ranks = _ranks_from_merges(self._bytes, merges)
-        self._identity = all(ranks[b] == i for i, b in enumerate(self._bytes) if b in ranks and types[i] in (TOKEN_NORMAL, TOKEN_BYTE))
+        plain = (TOKEN_NORMAL, TOKEN_BYTE)
+        self._identity = all(ranks[b] == i for i, b in enumerate(self._bytes) if b in ranks and types[i] in plain)
         if not self._identity:
             by_bytes = {b: i for i, b in enumerate(self._bytes) if types[i] in (TOKEN_NORMAL, TOKEN_BYTE) and b}
             self._rank_to_id = {r: by_bytes.get(b, 0) for b, r in ranks.items()}
@@ -229,7 +230,8 @@ def encode_template(tokenizer: Tokenizer, pieces: Sequence[tuple[str, bool]]) ->
     tokens, so the ids equal those of tokenizing the whole prompt at once.
     """
     controls = tokenizer.controls
-    splitter = re.compile("(" + "|".join(re.escape(t) for t in sorted(controls, key=len, reverse=True)) + ")") if controls else None
+    alternatives = "|".join(re.escape(t) for t in sorted(controls, key=len, reverse=True))
+    splitter = re.compile(f"({alternatives})") if controls else None
     ids: list[int] = []
     run: list[str] = []
     for text, trusted in pieces:

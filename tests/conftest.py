@@ -21,3 +21,35 @@ def shared_path(*parts: str) -> Path:
 @pytest.fixture(scope="session")
 def qwen2_vocab() -> Path:
     return shared_path("fixtures", "ggml-vocab-qwen2.gguf")
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """Tiny qwen2 GGUFs: `random` writes varied text to its budget; `long` emits a 40-byte
+    token forever; `stop` ends its turn at once; `bare` has no chat template."""
+    from tinymodel import LONG_TOKEN, build_vocab, write_tiny_qwen2
+
+    vocab = build_vocab()
+    out = tmp_path_factory.mktemp("models")
+    return {
+        "random": write_tiny_qwen2(out / "random.gguf", seed=1),
+        "long": write_tiny_qwen2(out / "long.gguf", constant=True, bias={vocab.token_id(LONG_TOKEN.encode()): 30.0}),
+        "stop": write_tiny_qwen2(out / "stop.gguf", constant=True, bias={vocab.special["<|im_end|>"]: 30.0}),
+        "bare": write_tiny_qwen2(out / "bare.gguf", seed=2, chat_template=None),
+    }
+
+
+def words(n: int, seed: int = 0) -> str:
+    """n words of plain prose in lines: a document for tests."""
+    import random
+
+    rng = random.Random(seed)
+    vocab = "the river city banks flooded in spring while a quick brown fox ran over lazy dogs near old mills".split()
+    lines, line = [], []
+    for _ in range(n):
+        line.append(rng.choice(vocab))
+        if len(line) == 11:
+            lines.append(" ".join(line) + ".")
+            line = []
+    lines.append(" ".join(line))
+    return "\n".join(lines).strip()

@@ -3,10 +3,16 @@
 import re
 
 import pytest
-
 from conftest import shared_path
+
 from memagent_cli import protocol
-from memagent_cli.protocol import extract_answer, extract_boxed, final_prompt, memory_prompt, next_memory
+from memagent_cli.protocol import (
+    extract_answer,
+    extract_boxed,
+    final_prompt,
+    memory_prompt,
+    next_memory,
+)
 
 
 @pytest.fixture(scope="module")

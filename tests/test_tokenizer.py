@@ -5,7 +5,12 @@ import random
 import pytest
 
 from memagent_cli.gguf import read_gguf
-from memagent_cli.tokenizer import StreamDecoder, decode, encode_template, load_tokenizer
+from memagent_cli.tokenizer import (
+    StreamDecoder,
+    decode,
+    encode_template,
+    load_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,140 @@
+"""The MemAgent loop: read each chunk into a bounded memory, then answer from it alone.
+
+Pure orchestration over an Engine and an iterator of chunks; it yields events and knows
+nothing of terminals, files or databases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable, Iterator
+
+from .chat import ChatFormat
+from .chunking import Chunk, IngestStats
+from .config import AgentConfig
+from .engine import CompletionDone, Engine, Sampling, TextDelta
+from .errors import EXIT_USAGE, MemagentError
+from .events import (
+    AnswerFinished,
+    AnswerStarted,
+    DocumentRead,
+    Event,
+    StepFinished,
+    StepRecord,
+    StepStarted,
+    TokenText,
+)
+from .protocol import (
+    INITIAL_MEMORY,
+    extract_answer,
+    final_prompt,
+    memory_prompt,
+    next_memory,
+)
+from .tokenizer import Tokenizer
+
+# Room for the few tokens by which re-tokenizing a chunk or memory inside the prompt can
+# differ from its count on its own (merges across the tag boundaries, split characters).
+CONTEXT_MARGIN = 64
+
+
+def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
+    question = question.strip()
+    if not question:
+        raise MemagentError("The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"',
+                            exit_code=EXIT_USAGE)
+    n = len(tokenizer.encode(question))
+    if n > config.question_tokens:
+        raise MemagentError(f"The question is {n} tokens long; the limit is {config.question_tokens}.",
+                            "Shorten it: the models were trained with questions of at most 1024 tokens.",
+                            exit_code=EXIT_USAGE)
+    return question
+
+
+def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig) -> tuple[int, str]:
+    """The context a run needs, and how that number is made up (for error messages)."""
+    step_fixed = len(chat.encode(tokenizer, memory_prompt(question, "", "")))
+    final_fixed = len(chat.encode(tokenizer, final_prompt(question, "", config.final)))
+    step = step_fixed + config.chunk_tokens + 2 * config.memory_tokens + CONTEXT_MARGIN
+    final = final_fixed + config.memory_tokens + config.answer_tokens + CONTEXT_MARGIN
+    why = (f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
+           f" + memory {config.memory_tokens} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)")
+    if final > step:
+        why = (f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
+               f" {config.memory_tokens} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)")
+    return max(step, final), why
+
+
+def plan_context(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig,
+                 requested: int | None = None) -> int:
+    """--ctx, checked against the budgets; or just enough for them, rounded up to 256."""
+    need, why = context_needed(chat, tokenizer, question, config)
+    if requested is None:
+        return int(math.ceil(need / 256) * 256)
+    if requested < need:
+        raise MemagentError(f"--ctx {requested} is too small: {why}.",
+                            "Raise --ctx, or lower --chunk-tokens or --memory-tokens.", exit_code=EXIT_USAGE)
+    return requested
+
+
+def sampling_for(config: AgentConfig, call: int) -> Sampling:
+    # One seed per call, derived from the run's seed: step k samples the same way whether or
+    # not the run was interrupted before it.
+    seed = None if config.seed is None else config.seed + call
+    return Sampling(temperature=config.temperature, top_p=config.top_p, seed=seed)
+
+
+def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine: Engine, tokenizer: Tokenizer,
+             config: AgentConfig, memory: str = INITIAL_MEMORY) -> Iterator[Event]:
+    """Memory updates over every chunk, then the final answer. `question` is already checked."""
+    told_total = False
+    steps = 0
+
+    def read_event() -> Iterator[Event]:
+        nonlocal told_total
+        if stats.done and not told_total:
+            told_total = True
+            yield DocumentRead(stats.document_tokens, math.ceil(stats.document_tokens / config.chunk_tokens))
+
+    for chunk in chunks:
+        steps += 1
+        yield from read_event()
+        total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
+        yield StepStarted(chunk.index, chunk, total, chunk.end_token)
+        done = None
+        for item in engine.complete(memory_prompt(question, memory, chunk.text), config.memory_tokens,
+                                    sampling_for(config, chunk.index)):
+            if isinstance(item, TextDelta):
+                yield TokenText(chunk.index, item.text)
+            else:
+                done = item
+        assert isinstance(done, CompletionDone)
+        new_memory = next_memory(done.text)
+        yield StepFinished(StepRecord(
+            index=chunk.index, chunk=chunk, memory=new_memory, previous_memory=memory,
+            memory_tokens=len(tokenizer.encode(new_memory)), prompt_tokens=done.prompt_tokens,
+            cached_tokens=done.cached_tokens, generated_tokens=done.completion_tokens,
+            finish_reason=done.finish_reason, prompt_seconds=done.prompt_seconds,
+            generate_seconds=done.generate_seconds))
+        memory = new_memory
+    if steps == 0:
+        raise MemagentError("There is no text to read in the input.",
+                            "Check the file; scanned PDFs need OCR first, which memagent does not do.")
+    yield from read_event()
+
+    yield AnswerStarted(len(tokenizer.encode(memory)))
+    started = time.perf_counter()
+    done = None
+    for item in engine.complete(final_prompt(question, memory, config.final), config.answer_tokens,
+                                sampling_for(config, 0)):
+        if isinstance(item, TextDelta):
+            yield TokenText(0, item.text)
+        else:
+            done = item
+    assert isinstance(done, CompletionDone)
+    raw = done.text
+    answer, found = extract_answer(next_memory(raw), config.final)
+    yield AnswerFinished(raw=raw, answer=answer, found=found, finish_reason=done.finish_reason,
+                         prompt_tokens=done.prompt_tokens, generated_tokens=done.completion_tokens,
+                         seconds=time.perf_counter() - started)

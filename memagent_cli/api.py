@@ -1,0 +1,167 @@
+"""The library entry points: `ask_events` streams a run's events, `ask` returns its result.
+
+This is where the pieces meet: sources -> laid-out text -> token chunks (read ahead in a
+thread, so reading overlaps model loading and generation) -> the agent loop -> events.
+
+    from memagent_cli import ask_events
+    for event in ask_events("Who signed it?", ["report.pdf"], model="memagent-7b.gguf"):
+        ...
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator, Sequence
+
+from .agent import check_question, plan_context, run_loop
+from .chat import ChatFormat
+from .chunking import IngestStats, ReadAhead, iter_chunks, layout
+from .config import AgentConfig
+from .engine import LlamaEngine
+from .events import (
+    AnswerFinished,
+    Event,
+    ModelLoaded,
+    Notice,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepFinished,
+)
+from .gguf import GGUFInfo, read_gguf
+from .models import resolve_model
+from .sources import Source, collect_sources, read_source
+from .tokenizer import Tokenizer, load_tokenizer
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    n_ctx: int | None = None  # None: just large enough for the budgets
+    gpu_layers: int | None = None  # None: every layer when the build can offload, else 0
+    threads: int | None = None  # None: every core this process may use
+    verbose: bool = False  # show llama.cpp's own log
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    include: Sequence[str] = ()  # glob patterns for files inside directories
+    exclude: Sequence[str] = ()
+    password: str | None = None  # for encrypted PDFs
+    stdin: BinaryIO | None = None  # read for "-", or when no source is named and stdin is piped
+    stdin_is_piped: bool = False
+
+
+@dataclass
+class Prepared:
+    """Everything known before weights are loaded: what `inspect` shows and `ask` runs."""
+
+    info: GGUFInfo
+    tokenizer: Tokenizer
+    chat: ChatFormat
+    sources: list[Source]
+    notices: list[str]
+
+
+def prepare(model: str | Path | None, paths: Sequence[str], sources: SourceOptions) -> Prepared:
+    info = read_gguf(resolve_model(model))
+    tokenizer = load_tokenizer(info)
+    chat = ChatFormat.from_gguf(info)
+    notices: list[str] = []
+    found = collect_sources(paths, include=sources.include, exclude=sources.exclude,
+                            stdin_is_piped=sources.stdin_is_piped, warn=notices.append)
+    return Prepared(info, tokenizer, chat, found, notices)
+
+
+def start_reading(prep: Prepared, config: AgentConfig, sources: SourceOptions, warn) -> tuple[ReadAhead, IngestStats]:
+    stats = IngestStats()
+
+    def read(source: Source):
+        return read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
+
+    chunks = iter_chunks(layout(prep.sources, read), prep.tokenizer, config.chunk_tokens, prep.sources, stats)
+    return ReadAhead(chunks), stats
+
+
+def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,
+               config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
+               sources: SourceOptions = SourceOptions()) -> Iterator[Event]:
+    """Run one question over the sources, yielding events; the last is RunFinished."""
+    t0 = time.perf_counter()
+    prep = prepare(model, paths, sources)
+    question = check_question(question, prep.tokenizer, config)
+    n_ctx = plan_context(prep.chat, prep.tokenizer, question, config, engine.n_ctx)
+    yield RunStarted(question, prep.info.name, str(prep.info.path), tuple(prep.sources), config, prep.tokenizer.name)
+    for note in prep.notices:
+        yield Notice(note)
+    if prep.chat.is_default:
+        yield Notice("The model has no chat template; using Qwen2.5's, which the MemAgent models were trained with.", "info")
+    trained = prep.info.arch_get("context_length")
+    if trained and n_ctx > trained:
+        yield Notice(f"The context ({n_ctx}) exceeds what the model was trained for ({trained}); answers may degrade.")
+
+    # Reading starts before the model loads, so both overlap.
+    pending: collections.deque[str] = collections.deque()
+    chunks, stats = start_reading(prep, config, sources, pending.append)
+    llm = None
+    try:
+        t_load = time.perf_counter()
+        llm = LlamaEngine(prep.info, prep.tokenizer, prep.chat, n_ctx=n_ctx, gpu_layers=engine.gpu_layers,
+                          threads=engine.threads, verbose=engine.verbose)
+        load_seconds = time.perf_counter() - t_load
+        yield ModelLoaded(llm.description, n_ctx, load_seconds)
+        steps = []
+        answer = None
+        for event in run_loop(question, chunks, stats, llm, prep.tokenizer, config):
+            while pending:
+                yield Notice(pending.popleft())
+            if isinstance(event, StepFinished):
+                steps.append(event.step)
+            elif isinstance(event, AnswerFinished):
+                answer = event
+            yield event
+    finally:
+        chunks.close()
+        if llm is not None:
+            llm.close()
+    while pending:
+        yield Notice(pending.popleft())
+    assert answer is not None
+    yield RunFinished(_result(prep, question, config, llm.description, n_ctx, stats, steps, answer,
+                              load_seconds, time.perf_counter() - t0))
+
+
+def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_ctx: int, stats: IngestStats,
+            steps: list, answer: AnswerFinished, load_seconds: float, total_seconds: float) -> RunResult:
+    prompt_tokens = sum(s.prompt_tokens - s.cached_tokens for s in steps)
+    prompt_seconds = sum(s.prompt_seconds for s in steps)
+    generated = sum(s.generated_tokens for s in steps) + answer.generated_tokens
+    generate_seconds = sum(s.generate_seconds for s in steps)
+    sources = [{"path": s.path, "kind": s.kind, "pages": stats.source_pages[i] or None, "tokens": stats.source_tokens[i]}
+               for i, s in enumerate(prep.sources)]
+    return RunResult(
+        question=question, answer=answer.answer, raw_answer=answer.raw, memory=steps[-1].memory if steps else "",
+        model=prep.info.name, model_path=str(prep.info.path), device=device, sources=sources,
+        document_tokens=stats.document_tokens, config=config, n_ctx=n_ctx, steps=steps,
+        timings={
+            "total_seconds": round(total_seconds, 4),
+            "load_seconds": round(load_seconds, 4),
+            "steps_seconds": round(sum(s.seconds for s in steps), 4),
+            "answer_seconds": round(answer.seconds, 4),
+            "prompt_tokens_per_second": round(prompt_tokens / prompt_seconds, 1) if prompt_seconds else None,
+            "generation_tokens_per_second": round(generated / (generate_seconds + answer.seconds), 1)
+            if generate_seconds + answer.seconds else None,
+        },
+    )
+
+
+def ask(question: str, paths: Sequence[str], **kwargs) -> RunResult:
+    """Run one question to the end and return its result (the events are dropped)."""
+    result = None
+    for event in ask_events(question, paths, **kwargs):
+        if isinstance(event, RunFinished):
+            result = event.result
+    assert result is not None
+    return result

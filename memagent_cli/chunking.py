@@ -1,0 +1,311 @@
+"""From source segments to token chunks with provenance, streamed.
+
+The reference tokenizes the whole document (stripped) at once and cuts consecutive slices
+of `chunk_tokens` ids. We get the same ids without holding the document: text is
+tokenized in blocks cut only right before a newline that follows a letter or digit, where
+no pre-token of the byte-level BPE pattern can span the cut (measured identical in
+engine-notes.md), so block-wise ids equal whole-text ids. A block with no such place just
+grows until one comes or the input ends.
+
+Several sources are laid out as the training data was: `Document {i}:\\n{title}\\n{text}`
+blocks joined by a blank line; one source is its text alone.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
+from .sources import Segment, Source
+from .tokenizer import Tokenizer
+
+# Characters gathered before looking for a cut; big enough that tokenizer calls are few.
+BLOCK_CHARS = 1 << 18
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Laid-out document text. `source` is None for layout text (headers, separators)."""
+
+    text: str
+    source: int | None = None
+    page: int | None = None
+    offset: int = 0  # character offset of `text` in its source's text
+
+
+@dataclass(frozen=True)
+class Span:
+    """The part of one source a chunk covers."""
+
+    source: int
+    title: str
+    first_page: int | None
+    last_page: int | None
+    start: int  # character offsets within the source's extracted text
+    end: int
+
+    def describe(self) -> str:
+        if self.first_page is None:
+            return self.title
+        pages = f"p. {self.first_page}" if self.first_page == self.last_page else f"pp. {self.first_page}-{self.last_page}"
+        return f"{self.title} {pages}"
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "path": self.title, "pages": _pages(self.first_page, self.last_page),
+                "start": self.start, "end": self.end}
+
+
+def _pages(first: int | None, last: int | None) -> list[int] | None:
+    return None if first is None else [first, last]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int  # 1-based, the memory step that reads it
+    text: str
+    tokens: int
+    spans: tuple[Span, ...]
+    end_token: int  # document tokens read up to and including this chunk
+
+
+@dataclass
+class IngestStats:
+    """Counts filled in while the document is read; final once `done` is set."""
+
+    document_tokens: int = 0
+    source_tokens: list[int] = field(default_factory=list)
+    source_pages: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:
+    """The document as the model reads it: stripped text, with headers for several sources."""
+    several = len(sources) > 1
+    stripper = _Stripper()
+    for i, source in enumerate(sources):
+        if several:
+            if i:
+                yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
+            header = DOCUMENT_HEADER.format(index=i + 1, title=source.title)
+            yield from stripper.feed(Piece(header), layout=True)
+            body = _Stripper()
+            for seg in read(source):
+                yield from body.feed(Piece(seg.text, i, seg.page, seg.offset))
+        else:
+            for seg in read(source):
+                yield from stripper.feed(Piece(seg.text, i, seg.page, seg.offset))
+
+
+class _Stripper:
+    """Streaming str.strip(): drops leading white space, holds trailing white space back
+    until more text proves it is not trailing."""
+
+    def __init__(self):
+        self.started = False
+        self.held: list[Piece] = []
+
+    def feed(self, piece: Piece, layout: bool = False) -> Iterator[Piece]:
+        text = piece.text
+        if layout:  # layout text is emitted as is, and ends any held white space's doubt
+            yield from self.held
+            self.held = []
+            self.started = True
+            yield piece
+            return
+        if not self.started:
+            stripped = text.lstrip()
+            piece = Piece(stripped, piece.source, piece.page, piece.offset + len(text) - len(stripped))
+            text = stripped
+            if not text:
+                return
+            self.started = True
+        body = text.rstrip()
+        if not body:
+            self.held.append(piece)
+            return
+        yield from self.held
+        self.held = []
+        yield Piece(body, piece.source, piece.page, piece.offset)
+        if len(body) < len(text):
+            self.held.append(Piece(text[len(body):], piece.source, piece.page, piece.offset + len(body)))
+
+
+_SAFE_CUT = re.compile(r"(?<=[^\W_])\n")  # a newline right after a letter or digit
+
+
+def _safe_cut(text: str) -> int:
+    """Index of the last place where tokenizing the two halves apart changes nothing, or 0."""
+    for m in reversed(list(_SAFE_CUT.finditer(text, max(0, len(text) - BLOCK_CHARS)))):
+        return m.start()
+    return 0
+
+
+def blocks(pieces: Iterable[Piece]) -> Iterator[list[Piece]]:
+    """Groups pieces into blocks that can be tokenized independently."""
+    buf: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if not piece.text:
+            continue
+        buf.append(piece)
+        size += len(piece.text)
+        if size < BLOCK_CHARS:
+            continue
+        text = "".join(p.text for p in buf)
+        cut = _safe_cut(text)
+        if cut == 0:
+            continue  # no safe place yet: keep reading
+        head, tail = _split_at(buf, cut)
+        yield head
+        buf = tail
+        size = sum(len(p.text) for p in buf)
+    if buf:
+        yield buf
+
+
+def _split_at(pieces: list[Piece], cut: int) -> tuple[list[Piece], list[Piece]]:
+    pos = 0
+    for k, p in enumerate(pieces):
+        if pos + len(p.text) > cut:
+            local = cut - pos
+            head = pieces[:k] + ([Piece(p.text[:local], p.source, p.page, p.offset)] if local else [])
+            tail = [Piece(p.text[local:], p.source, p.page, p.offset + local)] + pieces[k + 1:]
+            return head, tail
+        pos += len(p.text)
+    return pieces, []
+
+
+@dataclass
+class _Placed:
+    """A piece with its byte range in the whole document."""
+
+    piece: Piece
+    start: int
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+    def char_at(self, byte_pos: int) -> int:
+        """Character offset in the source of a document byte position inside this piece."""
+        local = min(max(byte_pos - self.start, 0), len(self.data))
+        return self.piece.offset + len(self.data[:local].decode("utf-8", errors="ignore"))
+
+
+def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int, sources: Sequence[Source],
+                stats: IngestStats | None = None) -> Iterator[Chunk]:
+    """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded."""
+    stats = stats if stats is not None else IngestStats()
+    stats.source_tokens = [0] * len(sources)
+    stats.source_pages = [0] * len(sources)
+    pending: list[int] = []
+    placed: list[_Placed] = []  # pieces not yet wholly behind the chunk start
+    doc_bytes = 0  # bytes placed so far
+    chunk_start = 0  # byte where the pending ids begin
+    index = 0
+    tokens_done = 0
+
+    def emit(ids: list[int]) -> Chunk:
+        nonlocal chunk_start, index, tokens_done, placed
+        data = tokenizer.decode_bytes(ids)
+        start, end = chunk_start, chunk_start + len(data)
+        index += 1
+        tokens_done += len(ids)
+        chunk = Chunk(index, data.decode("utf-8", errors="replace"), len(ids),
+                      _spans(placed, start, end, sources), tokens_done)
+        chunk_start = end
+        placed = [p for p in placed if p.end > end]
+        return chunk
+
+    for block in blocks(pieces):
+        text = "".join(p.text for p in block)
+        ids = tokenizer.encode(text)
+        block_start = doc_bytes
+        for p in block:
+            data = p.text.encode("utf-8")
+            placed.append(_Placed(p, doc_bytes, data))
+            doc_bytes += len(data)
+            if p.source is not None and p.page is not None:
+                stats.source_pages[p.source] = max(stats.source_pages[p.source], p.page)
+        _count_source_tokens(stats, block, block_start, ids, tokenizer)
+        stats.document_tokens += len(ids)
+        pending += ids
+        while len(pending) >= chunk_tokens:
+            head, pending = pending[:chunk_tokens], pending[chunk_tokens:]
+            yield emit(head)
+    if pending:
+        yield emit(pending)
+    stats.done = True
+
+
+def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int],
+                         tokenizer: Tokenizer) -> None:
+    """Attributes each token to the source its first byte belongs to."""
+    lengths = tokenizer.byte_lengths[np.asarray(ids, dtype=np.int64)]
+    starts = block_start + np.cumsum(lengths) - lengths
+    pos = block_start
+    for p in block:
+        n = len(p.text.encode("utf-8"))
+        if p.source is not None:
+            lo, hi = np.searchsorted(starts, [pos, pos + n])
+            stats.source_tokens[p.source] += int(hi - lo)
+        pos += n
+
+
+def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source]) -> tuple[Span, ...]:
+    spans: list[Span] = []
+    for p in placed:
+        if p.piece.source is None or p.end <= start or p.start >= end:
+            continue
+        src, page = p.piece.source, p.piece.page
+        lo, hi = p.char_at(start), p.char_at(end)
+        if spans and spans[-1].source == src:
+            last = spans[-1]
+            first_page = last.first_page if last.first_page is not None else page
+            spans[-1] = Span(src, last.title, first_page, page if page is not None else last.last_page, last.start, hi)
+        else:
+            spans.append(Span(src, sources[src].title, page, page, lo, hi))
+    return tuple(spans)
+
+
+class ReadAhead:
+    """Runs the chunk iterator in a thread so reading and tokenizing the next part of the
+    input overlaps the model's work on the current chunk. Errors surface in the consumer."""
+
+    _END = object()
+
+    def __init__(self, chunks: Iterator[Chunk]):
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True, name="memagent-ingest")
+        self._thread.start()
+
+    def _run(self, chunks: Iterator[Chunk]) -> None:
+        try:
+            for chunk in chunks:
+                if self._stop.is_set():
+                    return
+                self._queue.put(chunk)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self._queue.put(exc)
+        self._queue.put(self._END)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stops reading at the next chunk (the run ended or was abandoned)."""
+        self._stop.set()

@@ -1,0 +1,118 @@
+"""Streaming chunking against the reference's whole-text tokenization."""
+
+import math
+import random
+
+import pytest
+
+from memagent_cli import chunking
+from memagent_cli.chunking import IngestStats, ReadAhead, iter_chunks, layout
+from memagent_cli.gguf import read_gguf
+from memagent_cli.sources import Segment, Source
+from memagent_cli.tokenizer import decode, load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(qwen2_vocab):
+    return load_tokenizer(read_gguf(qwen2_vocab))
+
+
+def prose(seed: int, lines: int) -> str:
+    rng = random.Random(seed)
+    words = "alpha beta, gamma. delta: 42 épée 中文 (x) 'quoted' tab\there end! 7".split(" ")
+    out = []
+    for _ in range(lines):
+        line = " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+        out.append(line + rng.choice(["", " ", ".", "  ", "!\n"]))
+    return "\n".join(out)
+
+
+def source(title: str, kind: str = "text") -> Source:
+    return Source(path=title, title=title, kind=kind, size=None)
+
+
+def reader(texts: dict[str, list[tuple[str, int | None]]]):
+    """Reads sources from memory: each is a list of (text, page) segments."""
+    def read(src: Source):
+        offset = 0
+        for text, page in texts[src.title]:
+            yield Segment(source=0, text=text, page=page, offset=offset)
+            offset += len(text)
+    return read
+
+
+def run(tok, texts, chunk_tokens, block_chars=None, monkeypatch=None):
+    if block_chars and monkeypatch:
+        monkeypatch.setattr(chunking, "BLOCK_CHARS", block_chars)
+    sources = [source(t) for t in texts]
+    stats = IngestStats()
+    chunks = list(iter_chunks(layout(sources, reader(texts)), tok, chunk_tokens, sources, stats))
+    return chunks, stats, sources
+
+
+@pytest.mark.parametrize("block_chars", [97, 1000, 1 << 18])
+def test_streamed_ids_equal_whole_text_ids(tok, monkeypatch, block_chars):
+    text = prose(1, 600)
+    segments = [(text[i:i + 333], None) for i in range(0, len(text), 333)]
+    chunks, stats, _ = run(tok, {"a.txt": segments}, 100, block_chars, monkeypatch)
+    whole = tok.encode(text.strip())
+    assert stats.done and stats.document_tokens == len(whole)
+    assert len(chunks) == math.ceil(len(whole) / 100)
+    for k, chunk in enumerate(chunks):
+        ids = whole[k * 100:(k + 1) * 100]
+        assert chunk.tokens == len(ids)
+        assert chunk.text == decode(tok, ids)  # the reference's slice, decoded
+    assert chunks[-1].end_token == len(whole)
+
+
+def test_chunks_concatenate_back_to_the_document(tok):
+    text = "\n\n  " + "plain words and 12 numbers\n" * 300 + " \n\t"
+    chunks, _, _ = run(tok, {"a.txt": [(text[:1000], None), (text[1000:], None)]}, 37)
+    assert "".join(c.text for c in chunks) == text.strip()  # stripped, like the reference
+    assert all(c.tokens == 37 for c in chunks[:-1]) and 0 < chunks[-1].tokens <= 37
+
+
+def test_several_sources_use_the_training_layout(tok):
+    texts = {"notes/a.md": [("  first text \n", None)], "b.txt": [("second", None), (" text\n\n", None)]}
+    chunks, stats, _ = run(tok, texts, 5000)
+    assert len(chunks) == 1
+    assert chunks[0].text == "Document 1:\nnotes/a.md\nfirst text\n\nDocument 2:\nb.txt\nsecond text"
+    assert 0 < sum(stats.source_tokens) < stats.document_tokens  # headers count only in the document
+
+
+def test_provenance_spans_map_back_to_pages_and_offsets(tok):
+    pages = [(f"Page {p} says {'word ' * 50}".strip() + ("\n\n" if p < 6 else ""), p) for p in range(1, 7)]
+    full = "".join(t for t, _ in pages)
+    chunks, stats, sources = run(tok, {"r.pdf": pages}, 40)
+    assert stats.source_pages == [6]
+    first, last = chunks[0].spans[0], chunks[-1].spans[0]
+    assert (first.first_page, last.last_page) == (1, 6)
+    assert first.describe().startswith("r.pdf p")
+    for chunk in chunks:
+        (span,) = chunk.spans
+        assert full[span.start:span.end] == chunk.text
+    assert chunks[0].spans[0].start == 0 and chunks[-1].spans[0].end == len(full.strip())
+
+
+def test_split_character_is_replaced_like_the_reference(tok):
+    text = "🦙" * 40
+    chunks, _, _ = run(tok, {"a": [(text, None)]}, 3)
+    whole = tok.encode(text)
+    assert [c.text for c in chunks] == [decode(tok, whole[i:i + 3]) for i in range(0, len(whole), 3)]
+    assert b"".join(tok.decode_bytes(whole[i:i + 3]) for i in range(0, len(whole), 3)) == text.encode()
+
+
+def test_empty_input_gives_no_chunks(tok):
+    chunks, stats, _ = run(tok, {"a": [("  \n\n ", None)]}, 10)
+    assert chunks == [] and stats.document_tokens == 0 and stats.done
+
+
+def test_read_ahead_hands_errors_to_the_consumer():
+    def broken():
+        yield 1
+        raise ValueError("boom")
+    got = []
+    with pytest.raises(ValueError, match="boom"):
+        for item in ReadAhead(broken()):
+            got.append(item)
+    assert got == [1]
