@@ -1,0 +1,5 @@
+"""`python -m memagent_cli` runs the command line."""
+
+from .cli import main
+
+main()

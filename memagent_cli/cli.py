@@ -1,0 +1,250 @@
+"""The `memagent` command line: parses options, picks a view, maps errors to exit codes.
+
+Answers go to stdout, everything else (live view, warnings, errors) to stderr, so
+`memagent ask doc.pdf "q" > answer.txt` and `--json | jq` work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from . import __version__
+from .errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+
+app = typer.Typer(
+    name="memagent",
+    help="Ask questions about documents of any length, on your own machine.\n\n"
+         "MemAgent reads the text in chunks; after each chunk the model rewrites a bounded memory, and the "
+         "answer is written from the final memory alone. Context stays ~8K tokens whatever the length.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.",
+                                                 show_default=False, rich_help_panel="Model")]
+ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
+MemoryOpt = Annotated[int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1,
+                                        rich_help_panel="Budgets")]
+IncludeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--include", help="Only files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
+    show_default=False)]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--exclude", help="Skip files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
+    show_default=False)]
+PasswordOpt = Annotated[Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources",
+                                                    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
+
+
+def _stderr_console() -> Console:
+    # Bound to the real stderr now: later redirections (llama.cpp's loader) must not catch it.
+    return Console(file=sys.stderr, stderr=True, highlight=False)
+
+
+def _fail(err: Console, exc: MemagentError) -> None:
+    err.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _quiet_library_logs(verbose: bool) -> None:
+    # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
+    # Python prints raw to stderr; what matters reaches the user as our own notes.
+    logging.getLogger("pypdf").setLevel(logging.WARNING if verbose else logging.ERROR)
+
+
+def _stdin_piped() -> bool:
+    try:
+        return not sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _split_question(args: list[str]) -> tuple[list[str], str]:
+    if not args:
+        raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
+    return args[:-1], args[-1]
+
+
+@app.command(no_args_is_help=True)
+def ask(
+    args: Annotated[list[str], typer.Argument(metavar="[SOURCE]... QUESTION", show_default=False,
+                                              help="PDFs, text files, folders or - for stdin, then the question. "
+                                                   "With no source, piped stdin is read.")],
+    model: ModelOpt = None,
+    chunk_tokens: ChunkOpt = 5000,
+    memory_tokens: MemoryOpt = 1024,
+    answer_tokens: Annotated[int, typer.Option(help="Most tokens the final answer may use.", min=1,
+                                               rich_help_panel="Budgets")] = 1024,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0,
+                                               rich_help_panel="Sampling")] = 0.7,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0,
+                                         rich_help_panel="Sampling")] = 0.95,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling",
+                                                show_default=False)] = None,
+    final: Annotated[str, typer.Option(help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).",
+                                       rich_help_panel="Sampling")] = "boxed",
+    gpu_layers: Annotated[Optional[int], typer.Option(help="Layers to offload to the GPU (-1 all, 0 none). "
+                                                           "Default: all when this build can.",
+                                                      rich_help_panel="Model", show_default=False)] = None,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for generation. Default: half the available cores.", min=1,
+                                                   rich_help_panel="Model", show_default=False)] = None,
+    ctx: Annotated[Optional[int], typer.Option(help="Context size. Default: just enough for the budgets.", min=64,
+                                               rich_help_panel="Model", show_default=False)] = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    password: PasswordOpt = None,
+    json_out: JsonOpt = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the answer: no live view, no progress.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log.")] = False,
+    svg: Annotated[Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.",
+                                                show_default=False)] = None,
+) -> None:
+    """Answer a question about documents.
+
+    [dim]Examples:[/]
+      memagent ask report.pdf "Who signed the 2019 amendment?"
+      memagent ask notes/ --include "*.md" "What did we decide about pricing?"
+      cat build.log | memagent ask "Why did the build fail?"
+    """
+    from .api import EngineOptions, SourceOptions, ask_events
+    from .config import AgentConfig
+    from .events import RunFinished
+    from .live import LiveView, PlainProgress
+
+    err = _stderr_console()
+    _quiet_library_logs(verbose)
+    try:
+        paths, question = _split_question(args)
+        try:
+            config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
+                                 temperature=temperature, top_p=top_p, seed=seed, final=final)
+        except ValueError as exc:
+            raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        events = ask_events(
+            question, paths, model=model, config=config,
+            engine=EngineOptions(n_ctx=ctx, gpu_layers=gpu_layers, threads=threads, verbose=verbose),
+            sources=SourceOptions(include=include or (), exclude=exclude or (), password=password,
+                                  stdin=sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None,
+                                  stdin_is_piped=_stdin_piped()),
+        )
+        live = not quiet and err.is_terminal
+        views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
+        if svg is not None and not live:  # draw off screen, for the picture alone
+            views.append(LiveView(Console(file=io.StringIO(), width=110, force_terminal=True), fps=1))
+        result = None
+        with contextlib.ExitStack() as stack:
+            for view in views:
+                if isinstance(view, LiveView):
+                    stack.enter_context(view)
+            for event in events:
+                for view in views:
+                    view.handle(event)
+                if isinstance(event, RunFinished):
+                    result = event.result
+        if svg is not None:
+            _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
+    except MemagentError as exc:
+        _fail(err, exc)
+    except KeyboardInterrupt:
+        err.print("interrupted", style="yellow")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    assert result is not None
+    if json_out:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        print(result.raw_answer if raw else result.answer)
+
+
+def _save_svg(view, path: Path, err: Console) -> None:
+    recorder = Console(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
+    recorder.print(view.snapshot())
+    try:
+        recorder.save_svg(str(path), title="memagent ask")
+    except OSError as exc:  # the answer is worth more than the picture: warn, go on
+        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False)
+
+
+@app.command(no_args_is_help=False)
+def inspect(
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]...", show_default=False,
+                                                           help="PDFs, text files, folders or - for stdin.")] = None,
+    model: ModelOpt = None,
+    question: Annotated[Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.",
+                                                    show_default=False)] = None,
+    show_prompt: Annotated[Optional[int], typer.Option("--show-prompt", metavar="K", min=1, show_default=False,
+                                                       help="Print exactly the text sent for memory step K "
+                                                            "(needs --question).")] = None,
+    chunk_tokens: ChunkOpt = 5000,
+    memory_tokens: MemoryOpt = 1024,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    password: PasswordOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Count what a question would cost, without loading any weights.
+
+    Shows files and pages, the exact token count in the model's own tokenizer, the number of
+    steps and an estimate of the run time; --show-prompt prints what the model would see.
+    A vocabulary-only GGUF is enough.
+    """
+    from .inspection import inspect_sources, render_report, step_prompt
+
+    err = _stderr_console()
+    _quiet_library_logs(False)
+    try:
+        if show_prompt is not None and not question:
+            raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
+        report = inspect_sources(sources or [], model=model, question=question, chunk_tokens=chunk_tokens,
+                                 memory_tokens=memory_tokens, include=include or (), exclude=exclude or (),
+                                 password=password, stdin_is_piped=_stdin_piped(), keep_chunk=show_prompt,
+                                 warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False))
+        if show_prompt is not None:
+            text, note = step_prompt(report, show_prompt)
+            if note:
+                err.print(note, style="dim", markup=False)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+    except MemagentError as exc:
+        _fail(err, exc)
+    if json_out:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        Console(highlight=False).print(render_report(report))
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"memagent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Show the version and exit.")] = False) -> None:
+    pass
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""The command line as a user runs it: a real process, stdout and stderr checked apart."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, words
+from typer.testing import CliRunner
+
+from memagent_cli.cli import app
+from memagent_cli.protocol import INITIAL_MEMORY, memory_prompt
+
+FAST = ["--chunk-tokens", "300", "--memory-tokens", "8", "--answer-tokens", "6", "--temperature", "0"]
+
+
+def memagent(*args, input=None, env=None, cwd=None):
+    full_env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    full_env.update({"NO_COLOR": "1", **(env or {})})
+    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
+                          text=True, env=full_env, cwd=cwd or REPO, timeout=300)
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(words(500), encoding="utf-8")
+    return path
+
+
+def test_json_output_as_documented(doc, models):
+    proc = memagent("ask", doc, "Where did the fox run?", "-m", models["random"], "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("question", "answer", "raw_answer", "memory", "model", "sources", "document_tokens", "chunk_tokens",
+                "steps", "timings"):
+        assert key in out
+    assert out["question"] == "Where did the fox run?" and out["chunk_tokens"] == 300
+    assert out["sources"] == [{"path": str(doc), "kind": "text", "pages": None, "tokens": out["document_tokens"]}]
+    assert len(out["steps"]) == -(-out["document_tokens"] // 300)
+    step = out["steps"][0]
+    for key in ("index", "tokens", "source", "memory", "memory_tokens", "prompt_tokens", "seconds"):
+        assert key in step
+    assert out["timings"]["total_seconds"] > 0
+    assert "Traceback" not in proc.stderr
+    # not a terminal: plain progress lines, no live view escape codes
+    assert "step 1/" in proc.stderr and "\x1b[" not in proc.stderr
+
+
+def test_answer_alone_on_stdout_and_quiet_stderr(doc, models):
+    proc = memagent("ask", doc, "q", "-m", models["long"], "--quiet", *FAST)
+    assert proc.returncode == 0
+    assert proc.stdout == "=" * 40 * 6 + "\n"  # the final reply has no box: the whole reply is the answer
+    assert proc.stderr == ""
+
+
+def test_piped_stdin_and_dash(models):
+    text = words(200)
+    piped = memagent("ask", "Why?", "-m", models["random"], "--json", *FAST, input=text)
+    assert piped.returncode == 0, piped.stderr
+    out = json.loads(piped.stdout)
+    assert out["sources"][0]["kind"] == "stdin" and out["document_tokens"] > 0
+    dash = memagent("ask", "-", "Why?", "-m", models["random"], "--json", *FAST, input=text)
+    assert json.loads(dash.stdout)["document_tokens"] == out["document_tokens"]
+
+
+def test_directory_and_pdf_sources(tmp_path, models):
+    from fpdf import FPDF
+
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("alpha notes " * 50, encoding="utf-8")
+    (folder / "sub" / "b.txt").write_text("beta notes " * 50, encoding="utf-8")
+    (folder / ".hidden").write_text("secret", encoding="utf-8")
+    pdf = FPDF()
+    for page in range(3):
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=12)
+        pdf.multi_cell(0, 8, f"Page {page + 1} of the report. " + "words " * 80)
+    pdf.output(str(tmp_path / "report.pdf"))
+    proc = memagent("ask", "notes", "report.pdf", "What?", "-m", models["random"], "--json", *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(s["path"], s["kind"], s["pages"]) for s in out["sources"]] == [
+        (os.path.join("notes", "a.md"), "text", None), (os.path.join("notes", "sub", "b.txt"), "text", None),
+        ("report.pdf", "pdf", 3)]
+    assert ".hidden" in proc.stderr  # skipped, with a note
+    pages = [span["pages"] for step in out["steps"] for span in step["source"] if span["path"] == "report.pdf"]
+    assert pages[0][0] == 1 and pages[-1][1] == 3
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["ask", "doc.txt", "q"], 2, "No model given"),
+    (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
+    (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
+    (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
+    (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
+])
+def test_errors_are_one_line_with_exit_codes(doc, models, args, code, message):
+    args = [str(models["random"]) if a == "MODEL" else a for a in args]
+    proc = memagent(*args, cwd=doc.parent)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr and proc.stderr.startswith("error: ")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_model_from_environment(doc, models):
+    proc = memagent("ask", doc, "q", "--quiet", *FAST, env={"MEMAGENT_MODEL": str(models["stop"])})
+    assert proc.returncode == 0 and proc.stdout == "\n"
+
+
+def test_help_teaches():
+    runner = CliRunner()
+    result = runner.invoke(app, ["ask", "--help"], env={"NO_COLOR": "1", "COLUMNS": "120"})
+    assert result.exit_code == 0
+    for text in ("QUESTION", "--chunk-tokens", "--json", "cat build.log | memagent ask", "--memory-tokens"):
+        assert text in result.output
+    assert CliRunner().invoke(app, ["--version"]).output.startswith("memagent ")
+
+
+def test_inspect_counts_with_a_vocabulary_only_gguf(doc, qwen2_vocab):
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", str(doc), "-m", str(qwen2_vocab), "--json", "--chunk-tokens", "100"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    from memagent_cli.gguf import read_gguf
+    from memagent_cli.tokenizer import load_tokenizer
+
+    n = len(load_tokenizer(read_gguf(qwen2_vocab)).encode(doc.read_text().strip()))
+    assert out["document_tokens"] == n and out["steps"] == -(-n // 100)
+    assert out["estimate"]["seconds"] > 0 and out["has_weights"] is False
+    text = runner.invoke(app, ["inspect", str(doc), "-m", str(qwen2_vocab)], env={"NO_COLOR": "1", "COLUMNS": "120"})
+    assert f"{n:,} tokens" in text.stdout and "steps" in text.stdout
+
+
+def test_inspect_show_prompt_is_exactly_what_the_model_sees(doc, models):
+    proc = memagent("inspect", doc, "-m", models["random"], "--question", " Where? ", "--show-prompt", "1",
+                    "--chunk-tokens", "50")
+    assert proc.returncode == 0, proc.stderr
+    from memagent_cli.gguf import read_gguf
+    from memagent_cli.tokenizer import decode, load_tokenizer
+
+    tok = load_tokenizer(read_gguf(models["random"]))
+    first = decode(tok, tok.encode(doc.read_text().strip())[:50])
+    expected = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                "<|im_start|>user\n" + memory_prompt("Where?", INITIAL_MEMORY, first) + "<|im_end|>\n<|im_start|>assistant\n")
+    assert proc.stdout == expected
+    later = memagent("inspect", doc, "-m", models["random"], "--question", "Where?", "--show-prompt", "2",
+                     "--chunk-tokens", "50")
+    assert "<memory>\n{memory}\n</memory>" in later.stdout and "step 2" in later.stderr
+    beyond = memagent("inspect", doc, "-m", models["random"], "--question", "Where?", "--show-prompt", "999")
+    assert beyond.returncode == 2 and "There is no step 999" in beyond.stderr
+
+
+def test_a_300_page_pdf_end_to_end(tmp_path, models):
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=10)
+    for page in range(1, 301):
+        pdf.add_page()
+        pdf.multi_cell(0, 5, f"Page {page}. " + words(120, seed=page))
+    pdf.output(str(tmp_path / "big.pdf"))
+    proc = memagent("ask", tmp_path / "big.pdf", "What happened?", "-m", models["random"], "--json",
+                    "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sources"][0]["pages"] == 300
+    assert len(out["steps"]) == -(-out["document_tokens"] // 5000) >= 5
+    spans = [span for step in out["steps"] for span in step["source"]]
+    assert spans[0]["pages"][0] == 1 and spans[-1]["pages"][1] == 300
+    # consecutive steps pick up where the previous one stopped
+    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))
+
+
+def test_svg_picture_without_a_terminal(doc, models, tmp_path):
+    picture = tmp_path / "run.svg"
+    proc = memagent("ask", doc, "q", "-m", models["random"], "--quiet", "--svg", picture, *FAST)
+    assert proc.returncode == 0 and proc.stderr == ""
+    svg = picture.read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and "step&#160;1" in svg
+    bad = memagent("ask", doc, "q", "-m", models["random"], "--quiet", "--svg", tmp_path / "no" / "x.svg", *FAST)
+    assert bad.returncode == 0 and bad.stdout.strip() and "could not save" in bad.stderr

@@ -1,0 +1,95 @@
+"""The live view: rendered to a recording console, and the real process on a terminal."""
+
+import io
+import os
+import pty
+import subprocess
+import sys
+
+from conftest import REPO, words
+from rich.console import Console
+
+from memagent_cli import AgentConfig, ask_events
+from memagent_cli.events import RunFinished
+from memagent_cli.live import LiveView, PlainProgress, memory_changes
+
+
+def recording_console() -> Console:
+    return Console(file=io.StringIO(), record=True, force_terminal=True, width=100, color_system="truecolor")
+
+
+def test_memory_changes_reports_added_and_dropped_words():
+    added, dropped = memory_changes("the cat sat on the mat", "the cat slept on the red mat")
+    assert added == ["slept", "red"] and dropped == ["sat"]
+    assert memory_changes("same", "same") == ([], [])
+
+
+def test_live_view_renders_steps_memory_and_answer(tmp_path, models):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(400), encoding="utf-8")
+    console = recording_console()
+    view = LiveView(console, fps=1000)
+    with view:
+        for event in ask_events("Where?", [str(doc)], model=models["long"],
+                                config=AgentConfig(chunk_tokens=200, memory_tokens=3, answer_tokens=2, temperature=0)):
+            view.handle(event)
+            if isinstance(event, RunFinished):
+                steps = len(event.result.steps)
+    text = console.export_text()
+    assert steps >= 2
+    assert "tiny-qwen2-test" in text and "Q: Where?" in text and "CPU (" in text
+    assert f"✓ step 1/{steps}" in text and f"✓ step {steps}/{steps}" in text
+    assert f"Step {steps}/{steps}" in text and "tokens" in text and "ETA" in text
+    # step 1 replaced "No previous memory" (3 words) with one run of long tokens (1 word)
+    assert "doc.txt" in text and "+1 −3 words" in text and "− No previous memory" in text
+    assert "=" * 40 in text  # the memory itself was drawn
+    assert "Answer" in text and "done in" in text
+    svg = Console(record=True, file=io.StringIO(), width=100, force_terminal=True)
+    svg.print(view.snapshot())
+    assert svg.export_svg(title="memagent ask").startswith("<svg")
+
+
+def test_plain_progress_for_logs(tmp_path, models):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(300), encoding="utf-8")
+    out = io.StringIO()
+    view = PlainProgress(Console(file=out, force_terminal=False, width=200))
+    for event in ask_events("q", [str(doc)], model=models["stop"], config=AgentConfig(chunk_tokens=200, temperature=0)):
+        view.handle(event)
+    lines = out.getvalue().splitlines()
+    n = len(lines)
+    assert n >= 2 and lines[0].startswith(f"step 1/{n} ") and lines[-1].startswith(f"step {n}/{n} ")
+    assert "\x1b[" not in out.getvalue()
+
+
+def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, models):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(400), encoding="utf-8")
+    picture = tmp_path / "live.svg"
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]),
+         "--chunk-tokens", "200", "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0",
+         "--svg", str(picture)],
+        stdout=subprocess.PIPE, stderr=follower, cwd=REPO, env=env)
+    os.close(follower)
+    drawn = b""
+    while True:  # drain the terminal while the program draws, or it blocks on a full buffer
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the program closed the terminal: it has exited
+            break
+        if not data:
+            break
+        drawn += data
+    os.close(leader)
+    answer = proc.stdout.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 0
+    screen = drawn.decode("utf-8", errors="replace")
+    assert "\x1b[" in screen and "Memory" in screen and "step 1/" in screen
+    assert answer.decode().strip() != ""  # the answer, on stdout, apart from the view
+    svg = picture.read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and "memagent" in svg
