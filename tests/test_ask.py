@@ -170,3 +170,37 @@ def test_step_started_reports_progress(doc, models):
     assert [e.index for e in started] == list(range(1, len(started) + 1))
     assert started[-1].tokens_read == events[-1].result.document_tokens
     assert started[-1].total_steps == len(started)
+
+
+def test_first_step_starts_before_the_input_is_read_whole(models):
+    """A pipe that holds back the rest of the text until the first step has begun."""
+    import os
+    import threading
+
+    from memagent_cli import SourceOptions
+
+    read_fd, write_fd = os.pipe()
+    first_step = threading.Event()
+    text = words(8000)  # its first half is more than one tokenizer block (MIN_BLOCK_CHARS)
+    waited = []
+
+    def writer():
+        with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
+            pipe.write(text[:len(text) // 2] + "\n")
+            pipe.flush()
+            waited.append(first_step.wait(timeout=60))  # True only if the run did not wait for the rest
+            pipe.write(text[len(text) // 2:])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with os.fdopen(read_fd, "rb", buffering=0) as stdin:
+        steps = 0
+        for event in ask_events("q", [], model=models["stop"], config=AgentConfig(chunk_tokens=500, temperature=0),
+                                sources=SourceOptions(stdin=stdin, stdin_is_piped=True)):
+            if isinstance(event, StepStarted):
+                first_step.set()
+            if isinstance(event, StepFinished):
+                steps += 1
+    thread.join()
+    assert waited == [True]
+    assert steps >= 10 and event.result.document_tokens > 5000

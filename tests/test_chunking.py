@@ -43,14 +43,14 @@ def reader(texts: dict[str, list[tuple[str, int | None]]]):
 
 def run(tok, texts, chunk_tokens, block_chars=None, monkeypatch=None):
     if block_chars and monkeypatch:
-        monkeypatch.setattr(chunking, "BLOCK_CHARS", block_chars)
+        monkeypatch.setattr(chunking, "MIN_BLOCK_CHARS", block_chars)
     sources = [source(t) for t in texts]
     stats = IngestStats()
     chunks = list(iter_chunks(layout(sources, reader(texts)), tok, chunk_tokens, sources, stats))
     return chunks, stats, sources
 
 
-@pytest.mark.parametrize("block_chars", [97, 1000, 1 << 18])
+@pytest.mark.parametrize("block_chars", [1, 97, 1000, 1 << 18])
 def test_streamed_ids_equal_whole_text_ids(tok, monkeypatch, block_chars):
     text = prose(1, 600)
     segments = [(text[i:i + 333], None) for i in range(0, len(text), 333)]
@@ -116,3 +116,16 @@ def test_read_ahead_hands_errors_to_the_consumer():
         for item in ReadAhead(broken()):
             got.append(item)
     assert got == [1]
+
+
+def test_blocks_cut_only_between_a_letter_and_a_non_letter(monkeypatch):
+    monkeypatch.setattr(chunking, "MIN_BLOCK_CHARS", 50)
+    text = prose(2, 300)
+    pieces = [chunking.Piece(text[i:i + 40], 0, None, i) for i in range(0, len(text), 40)]
+    found = list(chunking.blocks(pieces))
+    assert len(found) > 20
+    assert "".join(p.text for block in found for p in block) == text
+    for block in found[:-1]:
+        joined = "".join(p.text for p in block)
+        following = "".join(p.text for p in found[found.index(block) + 1])
+        assert joined[-1].isalpha() and not following[0].isalpha()
