@@ -93,8 +93,14 @@ def quiet_llama_logs(verbose: bool = False) -> None:
 
 
 def _log_reason() -> str:
-    errors = [line.strip() for line in _LOG_TAIL if "error" in line.lower() or "failed" in line.lower()]
-    return errors[-1] if errors else ""
+    """The most specific failure llama.cpp logged: its 'error ...' lines name the cause,
+    the 'failed to load' line that follows them does not."""
+    lines = [line.strip() for line in _LOG_TAIL]
+    for words in ("error loading model:", "error", "failed"):
+        found = [line for line in lines if words in line.lower()]
+        if found:
+            return found[-1].split(words, 1)[-1].strip() if words.endswith(":") else found[-1]
+    return ""
 
 
 def gpu_offload_supported() -> bool:

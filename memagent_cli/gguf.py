@@ -23,6 +23,7 @@ MAGIC = b"GGUF"
 # value type -> struct format for the fixed-size scalar types
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 
 # llama.cpp token types (llama_token_type)
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
@@ -101,6 +102,8 @@ class _Cursor:
         if vtype == _ARRAY:
             etype = self.scalar("<I")
             count = self.scalar("<Q")
+            if etype == _STRING:
+                return self._string_array(count, raw_strings)
             if etype in _SCALARS:
                 # one unpack for the whole array: vocabularies have ~150K token types
                 fmt = _SCALARS[etype]
@@ -110,6 +113,21 @@ class _Cursor:
                 return values
             return [self.value(etype, raw_strings) for _ in range(count)]
         raise struct.error(f"unknown GGUF value type {vtype}")
+
+    def _string_array(self, count: int, raw: bool) -> list:
+        # The hot path: a vocabulary is ~300K strings, so one tight loop with locals.
+        buf, pos, unpack = self.buf, self.pos, _U64.unpack_from
+        out = []
+        append = out.append
+        for _ in range(count):
+            (n,) = unpack(buf, pos)
+            pos += 8
+            append(buf[pos:pos + n])
+            pos += n
+        if pos > len(buf):
+            raise struct.error("string array runs past the end of the file")
+        self.pos = pos
+        return out if raw else [b.decode("utf-8", errors="replace") for b in out]
 
 
 # Keys whose strings stay bytes: token text is not guaranteed to be valid UTF-8.

@@ -53,3 +53,11 @@ def words(n: int, seed: int = 0) -> str:
             line = []
     lines.append(" ".join(line))
     return "\n".join(lines).strip()
+
+
+@pytest.fixture(scope="session")
+def gpt2_pre_model(tmp_path_factory):
+    """A model whose pre-tokenizer (GPT-2's) has no tiktoken pattern here: the fallback path."""
+    from tinymodel import write_tiny_qwen2
+
+    return write_tiny_qwen2(tmp_path_factory.mktemp("fallback") / "gpt2pre.gguf", seed=4, pre="gpt-2")

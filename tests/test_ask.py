@@ -204,3 +204,12 @@ def test_first_step_starts_before_the_input_is_read_whole(models):
     thread.join()
     assert waited == [True]
     assert steps >= 10 and event.result.document_tokens > 5000
+
+
+def test_ask_runs_through_the_llama_cpp_tokenizer_fallback(doc, gpt2_pre_model):
+    result = ask("q", [str(doc)], model=gpt2_pre_model, config=AgentConfig(chunk_tokens=800, memory_tokens=6,
+                                                                          answer_tokens=4, **GREEDY))
+    tok = load_tokenizer(read_gguf(gpt2_pre_model))
+    assert result.document_tokens == len(tok.encode(doc.read_text().strip()))
+    assert len(result.steps) == math.ceil(result.document_tokens / 800)
+    assert all(s.generated_tokens == 6 for s in result.steps)

@@ -183,3 +183,13 @@ def test_svg_picture_without_a_terminal(doc, models, tmp_path):
     assert svg.startswith("<svg") and "step&#160;1" in svg
     bad = memagent("ask", doc, "q", "-m", models["random"], "--quiet", "--svg", tmp_path / "no" / "x.svg", *FAST)
     assert bad.returncode == 0 and bad.stdout.strip() and "could not save" in bad.stderr
+
+
+def test_a_model_cut_inside_its_weights_is_reported_with_the_cause(doc, models, tmp_path):
+    data = models["random"].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) * 9 // 10])
+    proc = memagent("ask", doc, "q", "-m", cut, *FAST)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: llama.cpp could not load cut.gguf: tensor")
+    assert "not within the file bounds" in proc.stderr and proc.stderr.count("\n") == 1

@@ -89,3 +89,19 @@ def test_stream_decoder_holds_split_characters(tok):
     pieces.append(dec.flush())
     assert "".join(pieces) == text
     assert "\ufffd" not in "".join(pieces)
+
+
+def test_vocabularies_tiktoken_cannot_run_fall_back_to_llama_cpp(gpt2_pre_model):
+    import llama_cpp
+
+    from memagent_cli.tokenizer import LlamaTokenizer
+    from tinymodel import LONG_TOKEN
+
+    tok = load_tokenizer(read_gguf(gpt2_pre_model))
+    assert isinstance(tok, LlamaTokenizer) and tok.name.startswith("llama.cpp")
+    llm = llama_cpp.Llama(model_path=str(gpt2_pre_model), vocab_only=True, verbose=False)
+    text = "Hello world, the river 42 times.\n  Indented = " + LONG_TOKEN
+    assert tok.encode(text) == llm.tokenize(text.encode(), add_bos=False, special=False)
+    assert decode(tok, tok.encode(text)) == text  # the 40-byte token survives here too
+    assert tok.encode("<|im_end|>") != [tok.controls["<|im_end|>"]]
+    assert tok.decode_bytes([tok.controls["<|im_end|>"]]) == b""

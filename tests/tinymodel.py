@@ -498,6 +498,7 @@ def write_tiny_qwen2(
     chat_template: str | None = QWEN25_CHAT_TEMPLATE,
     bias: dict[int, float] | None = None,
     constant: bool = False,
+    pre: str = "qwen2",
 ) -> Path:
     """Write a tiny random qwen2 GGUF (F32) to ``path`` and return the path.
 
@@ -549,7 +550,7 @@ def write_tiny_qwen2(
     w.add_rope_freq_base(1e6)
 
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
+    w.add_tokenizer_pre(pre)  # another llama.cpp pre-tokenizer name tests the tokenizer fallback
     w.add_token_list(vocab.gguf_tokens())
     w.add_token_types(vocab.token_types)
     w.add_token_merges(vocab.gguf_merges())
