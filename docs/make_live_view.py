@@ -17,7 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from fpdf import FPDF  # noqa: E402
-
 from tinymodel import write_tiny_qwen2  # noqa: E402
 
 

@@ -54,7 +54,9 @@ def _stderr_console() -> Console:
 
 
 def _fail(err: Console, exc: MemagentError) -> None:
-    err.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+    from .live import visible  # messages quote file names, which may hold control characters
+
+    err.print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -122,7 +124,7 @@ def ask(
     from .api import EngineOptions, SourceOptions, ask_events
     from .config import AgentConfig
     from .events import RunFinished
-    from .live import LiveView, PlainProgress
+    from .live import LiveView, PlainProgress, visible
 
     err = _stderr_console()
     _quiet_library_logs(verbose)
@@ -165,7 +167,9 @@ def ask(
     if json_out:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
     else:
-        print(result.raw_answer if raw else result.answer)
+        answer = result.raw_answer if raw else result.answer
+        # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
+        print(visible(answer) if sys.stdout.isatty() else answer)
 
 
 def _save_svg(view, path: Path, err: Console) -> None:

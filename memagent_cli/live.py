@@ -37,6 +37,17 @@ MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to m
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 
+# Model and document text is shown, never obeyed: control characters (escape sequences could
+# move the cursor, retitle the window or write the clipboard; they also make SVG invalid)
+# become their visible Unicode "control pictures", ␛ for ESC. Tab and newline stay.
+_VISIBLE = {c: 0x2400 + c for c in range(32) if c not in (9, 10)}
+_VISIBLE.update({0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}})
+
+
+def visible(text: str) -> str:
+    return text.translate(_VISIBLE)
+
+
 def memory_changes(before: str, after: str) -> tuple[list[str], list[str]]:
     """The runs of words an update added and dropped."""
     a, b = before.split(), after.split()
@@ -82,6 +93,8 @@ class LiveView:
         self.tokens_read = 0
         self.document_tokens: int | None = None
         self.writing: list[str] = []  # the reply being streamed
+        self.streamed = 0  # pieces streamed in the current reply, for the live generation rate
+        self.streaming = False
         self.phase = "loading model"
         self.step_started = 0.0
         self.step_seconds: list[float] = []
@@ -107,14 +120,14 @@ class LiveView:
             method(event)
 
     def _on_RunStarted(self, e: RunStarted) -> None:
-        sources = ", ".join(s.title for s in e.sources[:3]) + (f" and {len(e.sources) - 3} more" if len(e.sources) > 3 else "")
+        sources = ", ".join(visible(s.title) for s in e.sources[:3]) + (f" and {len(e.sources) - 3} more" if len(e.sources) > 3 else "")
         self.header = Text.assemble(("memagent ", "bold"), (e.model, "cyan"), "  ", (sources, "green"), "\n",
-                                    ("Q: ", "bold"), _clip(e.question, 200))
+                                    ("Q: ", "bold"), visible(_clip(e.question, 200)))
         self._draw(force=True)
 
     def _on_Notice(self, e: Notice) -> None:
         style = "yellow" if e.level == "warning" else "dim"
-        self._print(Text(("warning: " if e.level == "warning" else "") + e.message, style=style))
+        self._print(Text(("warning: " if e.level == "warning" else "") + visible(e.message), style=style))
 
     def _on_ModelLoaded(self, e: ModelLoaded) -> None:
         self.header.append_text(Text.assemble("\n", (e.device, "magenta"),
@@ -131,17 +144,20 @@ class LiveView:
         self.total_steps = e.total_steps or self.total_steps
         self.tokens_read = e.tokens_read
         self.writing = []
-        where = ", ".join(span.describe() for span in e.chunk.spans) or "layout"
+        self.streamed, self.streaming = 0, True
+        where = visible(", ".join(span.describe() for span in e.chunk.spans)) or "layout"
         self.phase = f"step {e.index}: reading {where}"
         self.step_started = time.perf_counter()
         self._draw(force=True)
 
     def _on_TokenText(self, e: TokenText) -> None:
         self.writing.append(e.text)
+        self.streamed += 1
         self._draw()
 
     def _on_StepFinished(self, e: StepFinished) -> None:
         s = e.step
+        self.streaming = False
         self.memory = s.memory
         self.step_seconds.append(s.seconds)
         if s.prompt_seconds > 0:
@@ -149,27 +165,29 @@ class LiveView:
         if s.generate_seconds > 0:
             self.gen_rate = s.generated_tokens / s.generate_seconds
         added, dropped = memory_changes(s.previous_memory, s.memory)
-        where = ", ".join(span.describe() for span in s.chunk.spans)
+        where = visible(", ".join(span.describe() for span in s.chunk.spans))
         total = f"/{self.total_steps}" if self.total_steps else ""
         line = Text.assemble(("✓ ", "green"), (f"step {s.index}{total}", "bold"), f"  {where}  ",
                              (f"+{_words(added)}", "green"), " ", (f"−{_words(dropped)}", "red"),
                              f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
                              (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"))
         if added:
-            line.append_text(Text("\n  + " + _clip(" … ".join(added), CHANGE_CHARS), style="green"))
+            line.append_text(Text("\n  + " + visible(_clip(" … ".join(added), CHANGE_CHARS)), style="green"))
         if dropped:
-            line.append_text(Text("\n  − " + _clip(" … ".join(dropped), CHANGE_CHARS), style="red"))
+            line.append_text(Text("\n  − " + visible(_clip(" … ".join(dropped), CHANGE_CHARS)), style="red"))
         self.history.append(line)
         self._print(line)
 
     def _on_AnswerStarted(self, e: AnswerStarted) -> None:
         self.writing = []
+        self.streamed, self.streaming = 0, True
         self.phase = "answering from the memory"
         self.step_started = time.perf_counter()
         self._draw(force=True)
 
     def _on_AnswerFinished(self, e: AnswerFinished) -> None:
         self.phase = "done"
+        self.streaming = False
         self.writing = [e.raw]
         self._draw(force=True)
 
@@ -201,24 +219,25 @@ class LiveView:
         tokens = f"{self.tokens_read:,}/{self.document_tokens:,}" if self.document_tokens else f"{self.tokens_read:,}/…"
         rates = []
         if self.prompt_rate:
-            rates.append(f"prompt {self.prompt_rate:,.0f} tok/s")
-        live_gen = self._live_rate()
-        if live_gen or self.gen_rate:
-            rates.append(f"gen {(live_gen or self.gen_rate):,.1f} tok/s")
+            rates.append(f"prompt {self.prompt_rate:,.0f}")
+        gen = self._live_rate() or self.gen_rate
+        if gen:
+            rates.append(f"gen {gen:,.0f}" if gen >= 100 else f"gen {gen:.1f}")
         grid.add_row(
             Text(f"Step {self.step}/{total if total else '?'}", style="bold"),
-            ProgressBar(total=total or 100, completed=done if total else 0, width=30, pulse=not total),
+            ProgressBar(total=total or 100, completed=done if total else 0, width=24, pulse=not total),
             Text(f"{tokens} tokens", style="cyan"),
-            Text(f"{_duration(time.perf_counter() - self.started)} elapsed · ETA {_duration(self._eta())}", style="dim"),
-            Text(" · ".join(rates), style="magenta"),
+            Text(f"{_duration(time.perf_counter() - self.started)} · ETA {_duration(self._eta())}", style="dim"),
+            Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
         )
         return grid
 
     def _live_rate(self) -> float | None:
+        """Pieces per second of the reply being streamed (about tokens: most pieces are one)."""
         elapsed = time.perf_counter() - self.step_started
-        if not self.writing or elapsed <= 0 or self.phase == "done":
+        if not self.streaming or not self.streamed or elapsed <= 0:
             return None
-        return len(self.writing) / elapsed
+        return self.streamed / elapsed
 
     def memory_panel(self) -> Panel:
         text = "".join(self.writing) if self.writing else self.memory
@@ -228,7 +247,7 @@ class LiveView:
             shown = "…" + shown[-MEMORY_CHARS:]
         answering = self.phase.startswith("answer") or self.phase.startswith("done")
         title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
-        return Panel(Text(shown), title=title, title_align="left", subtitle=self.phase, subtitle_align="right",
+        return Panel(Text(visible(shown)), title=title, title_align="left", subtitle=self.phase, subtitle_align="right",
                      border_style="blue")
 
     def render(self) -> Group:
@@ -248,12 +267,12 @@ class PlainProgress:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, Notice):
-            self.console.print(("warning: " if event.level == "warning" else "") + event.message,
+            self.console.print(("warning: " if event.level == "warning" else "") + visible(event.message),
                                markup=False, highlight=False)
         elif isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepFinished):
             s = event.step
-            where = ", ".join(span.describe() for span in s.chunk.spans)
+            where = visible(", ".join(span.describe() for span in s.chunk.spans))
             self.console.print(f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, "
                                f"{s.seconds:.1f}s", markup=False, highlight=False)

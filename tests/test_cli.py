@@ -193,3 +193,22 @@ def test_a_model_cut_inside_its_weights_is_reported_with_the_cause(doc, models, 
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("error: llama.cpp could not load cut.gguf: tensor")
     assert "not within the file bounds" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models):
+    import signal
+    import time
+
+    doc = tmp_path / "long.txt"
+    doc.write_text(words(60000), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
+                             "--chunk-tokens", "200", "--memory-tokens", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    first = proc.stderr.readline()  # the first step is done: we are mid-run
+    assert first.startswith("step 1/")
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err and out == ""

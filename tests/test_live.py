@@ -93,3 +93,46 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
     assert answer.decode().strip() != ""  # the answer, on stdout, apart from the view
     svg = picture.read_text(encoding="utf-8")
     assert svg.startswith("<svg") and "memagent" in svg
+
+
+def test_control_characters_are_shown_not_obeyed():
+    import xml.etree.ElementTree as ET
+
+    from memagent_cli.live import visible
+
+    hostile = "ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x17 tab\tnew\nline\x7f\x9b"
+    assert visible(hostile) == "ok␛]52;c;ZXZpbA==␇ ␛[2J␗ tab\tnew\nline␡\ufffd"
+    console = recording_console()
+    view = LiveView(console)
+    view.memory = hostile
+    console.print(view.snapshot())
+    text = console.export_text(styles=False)
+    assert "\x1b]52" not in text and "\x07" not in text and "␛]52" in text
+    ET.fromstring(console.export_svg())  # well-formed XML: browsers render it
+
+
+def test_answer_is_made_visible_on_a_terminal_and_kept_as_data_in_a_pipe(tmp_path):
+    from tinymodel import build_vocab, write_tiny_qwen2
+
+    esc = write_tiny_qwen2(tmp_path / "esc.gguf", constant=True, bias={build_vocab().token_id(b"\x1b"): 30.0})
+    doc = tmp_path / "d.txt"
+    doc.write_text(words(50), encoding="utf-8")
+    args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(esc), "--quiet",
+            "--memory-tokens", "2", "--answer-tokens", "3", "--temperature", "0"]
+    piped = subprocess.run(args, capture_output=True, cwd=REPO, timeout=120)
+    assert piped.stdout == b"\x1b\x1b\x1b\n"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdout=follower, stderr=subprocess.DEVNULL, cwd=REPO)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    assert shown.decode().strip() == "␛␛␛" and b"\x1b" not in shown
