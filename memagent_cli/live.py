@@ -120,7 +120,9 @@ class LiveView:
             method(event)
 
     def _on_RunStarted(self, e: RunStarted) -> None:
-        sources = ", ".join(visible(s.title) for s in e.sources[:3]) + (f" and {len(e.sources) - 3} more" if len(e.sources) > 3 else "")
+        sources = ", ".join(visible(s.title) for s in e.sources[:3])
+        if len(e.sources) > 3:
+            sources += f" and {len(e.sources) - 3} more"
         self.header = Text.assemble(("memagent ", "bold"), (e.model, "cyan"), "  ", (sources, "green"), "\n",
                                     ("Q: ", "bold"), visible(_clip(e.question, 200)))
         self._draw(force=True)
