@@ -20,6 +20,7 @@ from .events import (
     AnswerStarted,
     DocumentRead,
     Event,
+    Notice,
     StepFinished,
     StepRecord,
     StepStarted,
@@ -34,9 +35,14 @@ from .protocol import (
 )
 from .tokenizer import Tokenizer
 
-# Room for the few tokens by which re-tokenizing a chunk or memory inside the prompt can
-# differ from its count on its own (merges across the tag boundaries, split characters).
+# Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from
+# its count on its own (merges across the tag boundaries, split characters).
 CONTEXT_MARGIN = 64
+# A memory written as N tokens comes back into the next prompt as text, re-tokenized: about
+# N for a real model, but up to ~1.7N measured for text that is not canonical BPE (split
+# characters decode to U+FFFD). The KV cache this reserves is small (~58 MB per 1K tokens
+# on a 7B model); the engine still shortens a step's budget rather than fail on the rest.
+MEMORY_REPROMPT_FACTOR = 2
 
 
 def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
@@ -56,13 +62,14 @@ def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config
     """The context a run needs, and how that number is made up (for error messages)."""
     step_fixed = len(chat.encode(tokenizer, memory_prompt(question, "", "")))
     final_fixed = len(chat.encode(tokenizer, final_prompt(question, "", config.final)))
-    step = step_fixed + config.chunk_tokens + 2 * config.memory_tokens + CONTEXT_MARGIN
-    final = final_fixed + config.memory_tokens + config.answer_tokens + CONTEXT_MARGIN
+    memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
+    step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
+    final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
     why = (f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
-           f" + memory {config.memory_tokens} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)")
+           f" + memory {memory_in} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)")
     if final > step:
         why = (f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
-               f" {config.memory_tokens} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)")
+               f" {memory_in} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)")
     return max(step, final), why
 
 
@@ -110,6 +117,9 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
             else:
                 done = item
         assert isinstance(done, CompletionDone)
+        if done.max_tokens < config.memory_tokens:
+            yield Notice(f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
+                         f"{done.max_tokens} memory tokens; raise --ctx to avoid this.")
         new_memory = next_memory(done.text)
         yield StepFinished(StepRecord(
             index=chunk.index, chunk=chunk, memory=new_memory, previous_memory=memory,

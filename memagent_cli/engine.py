@@ -46,6 +46,7 @@ class CompletionDone:
     finish_reason: str  # "stop": the model ended its turn; "length": the token budget ran out
     prompt_tokens: int
     completion_tokens: int
+    max_tokens: int  # the generation budget used: less than asked when the prompt left less room
     cached_tokens: int  # prompt tokens reused from the previous call's cache
     prompt_seconds: float
     generate_seconds: float
@@ -194,9 +195,11 @@ class LlamaEngine:
 
         llm = self._llm
         prompt = self.chat.encode(self.tokenizer, user_message)
-        if len(prompt) + max_tokens > self.n_ctx:
+        # An unusually long prompt shortens this reply rather than losing the run so far.
+        max_tokens = min(max_tokens, self.n_ctx - len(prompt))
+        if max_tokens < 1:
             raise MemagentError(
-                f"A prompt of {len(prompt)} tokens plus {max_tokens} to generate does not fit the context of {self.n_ctx}.",
+                f"A prompt of {len(prompt)} tokens leaves no room to generate in a context of {self.n_ctx}.",
                 "Raise --ctx, or lower --chunk-tokens or --memory-tokens.")
         start = time.perf_counter()
         cached = self._reuse_prefix(prompt)
@@ -226,7 +229,8 @@ class LlamaEngine:
         end = time.perf_counter()
         yield CompletionDone(
             text=self.tokenizer.decode_bytes(ids).decode("utf-8", errors="replace"),
-            finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(ids), cached_tokens=cached,
+            finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(ids), max_tokens=max_tokens,
+            cached_tokens=cached,
             prompt_seconds=prompt_done - start, generate_seconds=end - prompt_done,
         )
 

@@ -141,7 +141,7 @@ def test_auto_context_fits_the_budgets(doc, models):
     loaded = [e for e in events if isinstance(e, ModelLoaded)][0]
     info = read_gguf(models["random"])
     fixed = len(ChatFormat.from_gguf(info).encode(load_tokenizer(info), memory_prompt("q", "", "")))
-    assert fixed + 700 + 200 <= loaded.n_ctx <= fixed + 700 + 200 + 64 + 256
+    assert fixed + 700 + 2 * 100 + 100 <= loaded.n_ctx <= fixed + 700 + 2 * 100 + 100 + 64 + 256
     assert max(s.prompt_tokens + s.generated_tokens for s in events[-1].result.steps) <= loaded.n_ctx
 
 
@@ -213,3 +213,39 @@ def test_ask_runs_through_the_llama_cpp_tokenizer_fallback(doc, gpt2_pre_model):
     assert result.document_tokens == len(tok.encode(doc.read_text().strip()))
     assert len(result.steps) == math.ceil(result.document_tokens / 800)
     assert all(s.generated_tokens == 6 for s in result.steps)
+
+
+def test_a_memory_that_re_tokenizes_longer_still_fits_the_next_prompt(models, tmp_path):
+    """A random model writes token runs that are not canonical BPE: the memory's text comes
+    back into the next prompt as more tokens than were generated. The planned context must
+    hold it at default-like proportions, and a tighter --ctx shortens a step, not the run."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(3000), encoding="utf-8")
+    config = AgentConfig(chunk_tokens=1000, memory_tokens=200, answer_tokens=50, **GREEDY)
+    events = list(ask_events("q", [str(doc)], model=models["random"], config=config))
+    steps = events[-1].result.steps
+    assert len(steps) >= 3
+    assert max(s.memory_tokens for s in steps) > 200  # inflation really happens
+    assert all(s.generated_tokens == 200 for s in steps)  # and no step was shortened
+
+
+def test_a_prompt_that_leaves_little_room_shortens_the_step_not_the_run(models):
+    from memagent_cli.agent import run_loop
+    from memagent_cli.chunking import Chunk, IngestStats
+
+    info = read_gguf(models["random"])
+    chat, tok = ChatFormat.from_gguf(info), load_tokenizer(info)
+    text = words(400)
+    chunk = Chunk(index=1, text=text, tokens=len(tok.encode(text)), spans=(), end_token=len(tok.encode(text)))
+    prompt = len(chat.encode(tok, memory_prompt("q", INITIAL_MEMORY, text)))
+    engine = LlamaEngine(info, tok, chat, n_ctx=prompt + 30)  # room for 30 tokens, not 200
+    try:
+        events = list(run_loop("q", [chunk], IngestStats(document_tokens=chunk.tokens, done=True), engine, tok,
+                               AgentConfig(memory_tokens=200, answer_tokens=5, **GREEDY)))
+    finally:
+        engine.close()
+    notes = [e.message for e in events if type(e).__name__ == "Notice"]
+    assert notes == [f"Step 1: the prompt ({prompt} tokens) left room for only 30 memory tokens; raise --ctx to avoid this."]
+    (step,) = [e.step for e in events if isinstance(e, StepFinished)]
+    assert step.generated_tokens == 30 and step.finish_reason == "length"
+    assert isinstance(events[-1], AnswerFinished)
