@@ -18,9 +18,10 @@ from typing import BinaryIO, Iterator, Sequence
 
 from .agent import check_question, plan_context, run_loop
 from .chat import ChatFormat
-from .chunking import IngestStats, ReadAhead, iter_chunks, layout
+from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
 from .config import AgentConfig
 from .engine import LlamaEngine
+from .errors import MemagentError
 from .events import (
     AnswerFinished,
     Event,
@@ -75,14 +76,14 @@ def prepare(model: str | Path | None, paths: Sequence[str], sources: SourceOptio
     return Prepared(info, tokenizer, chat, found, notices)
 
 
-def start_reading(prep: Prepared, config: AgentConfig, sources: SourceOptions, warn) -> tuple[ReadAhead, IngestStats]:
+def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn) -> tuple[Iterator[Chunk], IngestStats]:
+    """The document's chunks, lazily, and the counts that fill in as they are read."""
     stats = IngestStats()
 
     def read(source: Source):
         return read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
 
-    chunks = iter_chunks(layout(prep.sources, read), prep.tokenizer, config.chunk_tokens, prep.sources, stats)
-    return ReadAhead(chunks), stats
+    return iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats), stats
 
 
 def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,
@@ -102,11 +103,18 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
     if trained and n_ctx > trained:
         yield Notice(f"The context ({n_ctx}) exceeds what the model was trained for ({trained}); answers may degrade.")
 
-    # Reading starts before the model loads, so both overlap.
+    # Reading starts before the model loads, so both overlap; but a source that cannot be
+    # read, or holds no text, is reported before minutes go into loading weights.
     pending: collections.deque[str] = collections.deque()
-    chunks, stats = start_reading(prep, config, sources, pending.append)
+    stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
+    chunks = ReadAhead(stream)
     llm = None
     try:
+        if chunks.peek() is None:
+            while pending:
+                yield Notice(pending.popleft())
+            raise MemagentError("There is no text to read in the input.",
+                                "Check the file; scanned PDFs need OCR first, which memagent does not do.")
         t_load = time.perf_counter()
         llm = LlamaEngine(prep.info, prep.tokenizer, prep.chat, n_ctx=n_ctx, gpu_layers=engine.gpu_layers,
                           threads=engine.threads, verbose=engine.verbose)

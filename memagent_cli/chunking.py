@@ -285,10 +285,12 @@ class ReadAhead:
     input overlaps the model's work on the current chunk. Errors surface in the consumer."""
 
     _END = object()
+    _UNSET = object()
 
     def __init__(self, chunks: Iterator[Chunk]):
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
+        self._first: object = self._UNSET  # a peeked item, handed out first
         self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True, name="memagent-ingest")
         self._thread.start()
 
@@ -302,9 +304,24 @@ class ReadAhead:
             self._queue.put(exc)
         self._queue.put(self._END)
 
+    def peek(self) -> Chunk | None:
+        """Waits for the first chunk and keeps it for iteration; None if there is none.
+        Raises what the reader raised before producing anything."""
+        if self._first is self._UNSET:
+            self._first = self._queue.get()
+        if isinstance(self._first, BaseException):
+            raise self._first
+        return None if self._first is self._END else self._first
+
+    def _take(self) -> object:
+        if self._first is not self._UNSET:
+            item, self._first = self._first, self._UNSET
+            return item
+        return self._queue.get()
+
     def __iter__(self) -> Iterator[Chunk]:
         while True:
-            item = self._queue.get()
+            item = self._take()
             if item is self._END:
                 return
             if isinstance(item, BaseException):

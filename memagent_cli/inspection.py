@@ -14,11 +14,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .api import Prepared, SourceOptions, prepare
-from .chunking import IngestStats, iter_chunks, layout
+from .api import Prepared, SourceOptions, chunk_stream, prepare
+from .chunking import IngestStats
 from .errors import EXIT_USAGE, MemagentError
 from .protocol import INITIAL_MEMORY, memory_prompt
-from .sources import read_source
 
 # Reference speeds of llama.cpp (shared/reference/engine-notes.md) that estimates scale from:
 # (model bytes, prompt tok/s, generation tok/s). Generation is memory-bound, so it scales
@@ -68,13 +67,9 @@ def inspect_sources(paths: Sequence[str], *, model: str | None, question: str | 
     prep = prepare(model, paths, options)
     for note in prep.notices:
         warn(note)
-    stats = IngestStats()
-
-    def read(source):
-        return read_source(source, password=password, warn=warn)
-
+    chunks, stats = chunk_stream(prep, chunk_tokens, options, warn)
     report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None)
-    for chunk in iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats):
+    for chunk in chunks:
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index
     report.estimate = estimate(report)

@@ -212,3 +212,22 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err and out == ""
+
+
+def test_unreadable_or_empty_input_is_reported_before_the_model_loads(tmp_path, models):
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.cell(0, 10, "secret")
+    pdf.set_encryption(owner_password="o", user_password="u")
+    pdf.output(str(tmp_path / "locked.pdf"))
+    (tmp_path / "blank.txt").write_text("  \n\n ", encoding="utf-8")
+    # a model file that would fail to load: if loading came first, its error would show
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(models["random"].read_bytes()[:500_000])
+    locked = memagent("ask", tmp_path / "locked.pdf", "q", "-m", broken)
+    assert locked.returncode == 1 and "locked.pdf is encrypted. Pass --password PASSWORD." in locked.stderr
+    blank = memagent("ask", tmp_path / "blank.txt", "q", "-m", broken)
+    assert blank.returncode == 1 and "There is no text to read" in blank.stderr
