@@ -168,7 +168,6 @@ class LlamaEngine:
             raise MemagentError(f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})."),
                                 "Check that the file is complete and that this llama-cpp-python supports its architecture "
                                 f"({info.architecture}); --verbose shows llama.cpp's log.") from None
-        quiet_llama_logs(verbose)  # Llama() re-installs its own callback on first import paths
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
 
     def close(self) -> None:

@@ -231,3 +231,10 @@ def test_unreadable_or_empty_input_is_reported_before_the_model_loads(tmp_path, 
     assert locked.returncode == 1 and "locked.pdf is encrypted. Pass --password PASSWORD." in locked.stderr
     blank = memagent("ask", tmp_path / "blank.txt", "q", "-m", broken)
     assert blank.returncode == 1 and "There is no text to read" in blank.stderr
+
+
+def test_llama_cpp_log_only_with_verbose(doc, models):
+    plain = memagent("ask", doc, "q", "-m", models["random"], *FAST)
+    assert plain.returncode == 0 and "llama" not in plain.stderr and "ggml" not in plain.stderr
+    verbose = memagent("ask", doc, "q", "-m", models["random"], "--verbose", *FAST)
+    assert verbose.returncode == 0 and "llama_model_loader" in verbose.stderr
