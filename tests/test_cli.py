@@ -235,6 +235,7 @@ def test_unreadable_or_empty_input_is_reported_before_the_model_loads(tmp_path, 
 
 def test_llama_cpp_log_only_with_verbose(doc, models):
     plain = memagent("ask", doc, "q", "-m", models["random"], *FAST)
-    assert plain.returncode == 0 and "llama" not in plain.stderr and "ggml" not in plain.stderr
+    assert plain.returncode == 0
+    assert not any(marker in plain.stderr for marker in ("llama_model_loader", "llama_context", "ggml_", "load_tensors"))
     verbose = memagent("ask", doc, "q", "-m", models["random"], "--verbose", *FAST)
     assert verbose.returncode == 0 and "llama_model_loader" in verbose.stderr
