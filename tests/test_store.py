@@ -1,0 +1,478 @@
+"""The trace store on real SQLite files: schema and migrations, runs and steps, lookup,
+search, deletion, damaged and locked databases, and two writers at once."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from memagent_cli.errors import EXIT_USAGE, MemagentError
+from memagent_cli.store import MIGRATIONS, TraceStore, default_home, parse_age
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12,
+            "tokens": 9000}]
+MODEL = {"path": "/models/memagent-7b.gguf", "name": "memagent-7b", "size": 4_680_000_000}
+SETTINGS = {"chunk_tokens": 5000, "memory_tokens": 1024, "temperature": 0.7, "seed": None}
+
+
+def step(index: int, memory: str = "nothing yet", **extra) -> dict:
+    return {"index": index, "spans": [{"source": 0, "path": "/docs/a.txt", "pages": None, "start": 0, "end": 10}],
+            "tokens": 5000, "memory": memory, "memory_tokens": 40, "prompt_tokens": 5400, "generated_tokens": 41,
+            "seconds": 1.25, "finish_reason": "stop", **extra}
+
+
+def new_run(store: TraceStore, question: str = "Who flooded the mills?", **kw) -> str:
+    kw.setdefault("sources", SOURCES)
+    return store.create_run(question=question, model=MODEL, settings=SETTINGS, **kw)
+
+
+def ago(**delta) -> str:
+    return (datetime.now(timezone.utc) - timedelta(**delta)).isoformat()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with TraceStore(tmp_path / "traces.db") as s:
+        yield s
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A second, plain connection: what another process would see."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+# Location, pragmas, migrations -----------------------------------------------------------
+
+
+def test_default_location_follows_memagent_home(tmp_path, monkeypatch):
+    home = tmp_path / "nested" / "home"
+    monkeypatch.setenv("MEMAGENT_HOME", str(home))
+    assert default_home() == home
+    with TraceStore() as s:
+        assert s.path == home / "traces.db"
+        new_run(s)
+    assert (home / "traces.db").is_file()
+
+
+def test_default_location_without_memagent_home(monkeypatch):
+    monkeypatch.delenv("MEMAGENT_HOME", raising=False)
+    assert default_home() == Path(platformdirs.user_data_dir("memagent"))
+
+
+def test_wal_mode_and_foreign_keys(store):
+    assert raw(store.path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent in the file
+    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_empty_database_gets_every_migration_once(tmp_path):
+    path = tmp_path / "traces.db"
+    TraceStore(path).close()
+    rows = raw(path).execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall()
+    assert len(MIGRATIONS) >= 2
+    assert [v for v, _ in rows] == list(range(1, len(MIGRATIONS) + 1))
+    assert all(datetime.fromisoformat(at).tzinfo is not None for _, at in rows)
+    TraceStore(path).close()  # reopening applies nothing again
+    assert raw(path).execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall() == rows
+
+
+def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
+    path = tmp_path / "traces.db"
+    conn = raw(path)
+    conn.executescript(MIGRATIONS[0])
+    conn.executescript(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT);"
+        "INSERT INTO schema_migrations VALUES (1, '2024-01-01T00:00:00+00:00');"
+        "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer)"
+        " VALUES ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
+        " '[]', '{}', '{}', 'Downstream past the weir');"
+        "INSERT INTO steps (run_id, \"index\", spans, tokens, memory) VALUES"
+        " ('0123456789ab', 1, '[]', 10, 'The otter swam by the granary'),"
+        " ('0123456789ab', 2, '[]', 10, 'The otter reached the weir');")
+    conn.close()
+
+    with TraceStore(path) as s:
+        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        hits = {(h["field"], h["step"]) for h in s.search("otter")}
+        assert hits == {("question", None), ("memory", 1), ("memory", 2)}
+        assert [(h["field"], h["run_id"]) for h in s.search("weir downstream")] == [("answer", "0123456789ab")]
+        assert s.get_run("0123")["step_count"] == 2
+        # ...and the triggers took over from the backfill.
+        s.add_step("0123456789ab", step(3, "The otter slept under the granary"))
+        assert {h["step"] for h in s.search("granary")} == {1, 3}
+
+
+def test_database_from_a_newer_memagent_is_refused(tmp_path):
+    path = tmp_path / "traces.db"
+    TraceStore(path).close()
+    raw(path).execute("INSERT INTO schema_migrations VALUES (?, 'later')", (len(MIGRATIONS) + 1,))
+    with pytest.raises(MemagentError) as info:
+        TraceStore(path)
+    assert "newer memagent" in info.value.message
+    assert "upgrade memagent" in info.value.hint
+
+
+# Runs and steps ----------------------------------------------------------------------------
+
+
+def test_run_round_trip(store):
+    run_id = new_run(store)
+    assert len(run_id) == 12 and all(c in "0123456789abcdef" for c in run_id)
+    running = store.get_run(run_id)
+    assert running["status"] == "running" and running["ended_at"] is None and running["answer"] is None
+    assert running["steps"] == [] and running["step_count"] == 0
+
+    store.update_run(run_id, document_tokens=12000, steps_total=3, settings={**SETTINGS, "seed": 7})
+    for index in (2, 1, 3):  # stored by index whatever the order they arrive in
+        store.add_step(run_id, step(index, f"memory after step {index}"))
+    store.finish_run(run_id, "complete", answer="the miller", raw_answer="\\boxed{the miller}")
+
+    run = store.get_run(run_id)
+    assert run["status"] == "complete" and run["answer"] == "the miller"
+    assert run["raw_answer"] == "\\boxed{the miller}" and run["error"] is None
+    assert datetime.fromisoformat(run["ended_at"]) >= datetime.fromisoformat(run["started_at"])
+    assert run["sources"] == SOURCES and run["model"] == MODEL
+    assert run["settings"] == {**SETTINGS, "seed": 7}
+    assert (run["document_tokens"], run["steps_total"], run["step_count"]) == (12000, 3, 3)
+    assert run["steps"] == [step(i, f"memory after step {i}") for i in (1, 2, 3)]
+    assert set(run) == {"id", "started_at", "ended_at", "status", "error", "question", "sources", "model",
+                        "settings", "document_tokens", "steps_total", "raw_answer", "answer", "step_count", "steps"}
+    assert "steps" not in store.get_run(run_id, with_steps=False)
+
+
+def test_failed_run_keeps_its_error(store):
+    run_id = new_run(store)
+    store.finish_run(run_id, "failed", error="model file vanished")
+    run = store.get_run(run_id)
+    assert (run["status"], run["error"], run["answer"]) == ("failed", "model file vanished", None)
+
+
+def test_adding_a_step_again_replaces_it(store):
+    run_id = new_run(store)
+    store.add_step(run_id, step(1, "first draft about herons"))
+    store.add_step(run_id, step(1, "second draft about egrets"))
+    assert [s["memory"] for s in store.get_run(run_id)["steps"]] == ["second draft about egrets"]
+    assert store.search("herons") == []
+    assert [h["step"] for h in store.search("egrets")] == [1]
+
+
+def test_bad_fields_are_refused(store):
+    run_id = new_run(store)
+    with pytest.raises(ValueError):
+        store.update_run(run_id, question="rewritten")
+    with pytest.raises(ValueError):
+        store.update_run(run_id, status="done")
+    with pytest.raises(ValueError):
+        store.add_step(run_id, {**step(1), "source": []})
+    with pytest.raises(ValueError):
+        store.finish_run(run_id, "running")
+    assert store.get_run(run_id)["step_count"] == 0
+
+
+def test_writing_to_a_deleted_run_says_so(store):
+    run_id = new_run(store)
+    store.delete(run_id)
+    with pytest.raises(MemagentError, match="no longer exists"):
+        store.add_step(run_id, step(1))
+    with pytest.raises(MemagentError, match="no longer exists"):
+        store.finish_run(run_id, "interrupted")
+
+
+def test_a_step_is_committed_when_added(store):
+    run_id = new_run(store)
+    store.add_step(run_id, step(1, "kept even if we crash now"))
+    other = raw(store.path)
+    assert other.execute("SELECT memory FROM steps WHERE run_id = ?", (run_id,)).fetchall() == [
+        ("kept even if we crash now",)]
+    assert other.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone() == ("running",)
+
+
+# Finding runs ------------------------------------------------------------------------------
+
+
+def test_resolve_last_and_unique_prefix(store):
+    with pytest.raises(MemagentError, match="No traces recorded yet"):
+        store.resolve("last")
+    first = new_run(store, started_at=ago(hours=2))
+    second = new_run(store, started_at=ago(hours=1))
+    assert store.resolve("last") == second
+    third = new_run(store, started_at=ago(hours=3))  # newer rowid, older start: not last
+    assert store.resolve("last") == second
+    for run_id in (first, second, third):
+        assert store.resolve(run_id) == run_id
+        assert store.resolve(run_id.upper()) == run_id
+
+
+def test_resolve_unknown(store):
+    new_run(store)
+    for ref in ("zz", "not-an-id", "%", "*", "0123456789abc0"):
+        with pytest.raises(MemagentError) as info:
+            store.resolve(ref)
+        assert info.value.message == f"No trace matches '{ref}'"
+        assert "memagent traces list" in info.value.hint
+
+
+def test_resolve_ambiguous_prefix(store):
+    seen: dict[str, str] = {}
+    while True:  # at most 17 runs before two share a first character
+        run_id = new_run(store)
+        if run_id[0] in seen:
+            break
+        seen[run_id[0]] = run_id
+    with pytest.raises(MemagentError) as info:
+        store.resolve(run_id[0])
+    assert "matches 2 traces" in info.value.message
+    assert run_id in info.value.message and seen[run_id[0]] in info.value.message
+    assert store.resolve(run_id[:12]) == run_id
+
+
+def test_ambiguous_prefix_lists_at_most_five(store):
+    for n in range(7):
+        old = new_run(store)
+        raw(store.path).execute("UPDATE runs SET id = ? WHERE id = ?", (f"abc00000000{n}", old))
+    with pytest.raises(MemagentError) as info:
+        store.resolve("abc")
+    assert "matches 7 traces" in info.value.message and "and 2 more" in info.value.message
+    assert sum(f"abc00000000{n}" in info.value.message for n in range(7)) == 5
+    assert store.resolve("abc000000003") == "abc000000003"
+
+
+def test_list_runs_order_and_filters(store):
+    old = new_run(store, "Old question", started_at=ago(days=3), sources=[{"path": "/x/Minutes-2019.txt"}])
+    mid = new_run(store, "Mid question", started_at=ago(days=2), sources=[{"path": "/x/ledger.pdf"},
+                                                                          {"path": "/y/ÄRGER.md"}])
+    new = new_run(store, "New question", started_at=ago(days=1), sources=[{"path": "/x/minutes-2020.txt"}])
+    store.add_step(mid, step(1))
+    store.add_step(mid, step(2))
+    store.finish_run(old, "complete", answer="yes")
+    store.finish_run(mid, "interrupted")
+
+    runs = store.list_runs()
+    assert [r["id"] for r in runs] == [new, mid, old]
+    assert [r["step_count"] for r in runs] == [0, 2, 0]
+    assert all("steps" not in r for r in runs)
+    assert runs[1]["sources"][1] == {"path": "/y/ÄRGER.md"}  # JSON decoded
+    assert [r["id"] for r in store.list_runs(limit=2)] == [new, mid]
+    assert len(store.list_runs(limit=None)) == 3
+    assert [r["id"] for r in store.list_runs(status="running")] == [new]
+    assert [r["id"] for r in store.list_runs(status="complete")] == [old]
+    assert [r["id"] for r in store.list_runs(source="MINUTES")] == [new, old]
+    assert [r["id"] for r in store.list_runs(source="ärger")] == [mid]  # not only ASCII case
+    assert [r["id"] for r in store.list_runs(source="minutes", status="running")] == [new]
+    assert store.list_runs(source="nowhere") == []
+    with pytest.raises(MemagentError) as info:
+        store.list_runs(status="done")
+    assert info.value.exit_code == EXIT_USAGE
+
+
+# Search ------------------------------------------------------------------------------------
+
+
+def test_search_finds_memories_questions_and_answers(store):
+    run_id = new_run(store, "Why did the heron leave?")
+    store.add_step(run_id, step(1, "The mill pond froze in January."))
+    store.add_step(run_id, step(2, "A heron nested on the mill roof until the pond froze."))
+    store.finish_run(run_id, "complete", answer="Its pond froze over")
+    other = new_run(store, "Unrelated question about ledgers")
+
+    hits = store.search("heron")
+    assert {(h["field"], h["step"]) for h in hits} == {("question", None), ("memory", 2)}
+    assert all(h["run_id"] == run_id and h["question"] == "Why did the heron leave?" for h in hits)
+    assert all("[heron]" in h["snippet"] for h in hits)
+    assert set(hits[0]) == {"run_id", "step", "field", "snippet", "question", "started_at"}
+    assert {(h["field"], h["step"]) for h in store.search("froze")} == {("memory", 1), ("memory", 2),
+                                                                        ("answer", None)}
+    # Every word must be there, anywhere in the text.
+    assert [(h["field"], h["step"]) for h in store.search("froze heron")] == [("memory", 2)]
+    assert [h["run_id"] for h in store.search("LEDGERS")] == [other]
+    assert len(store.search("froze", limit=2)) == 2
+    assert store.search("kingfisher") == []
+
+
+@pytest.mark.parametrize("text", ['foo" OR bar', '"', '""', "a-b", "*", "heron*", "-heron", "(heron",
+                                  "heron)", "NEAR(heron mill)", "heron AND", "OR", "NOT mill", "^heron",
+                                  "body:heron", "{body}: x", "'", ";DROP TABLE runs;--", "a:b:c", "+"])
+def test_search_never_chokes_on_user_text(store, text):
+    run_id = new_run(store)
+    store.add_step(run_id, step(1, "A heron stood by the mill; a-b testing."))
+    hits = store.search(text)  # must not raise
+    assert isinstance(hits, list)
+    assert store.get_run(run_id)["step_count"] == 1
+
+
+def test_search_matches_quoted_punctuation_as_words(store):
+    run_id = new_run(store)
+    store.add_step(run_id, step(1, 'The sign said "a-b road" closed.'))
+    assert [h["step"] for h in store.search("a-b")] == [1]
+    assert [h["step"] for h in store.search('"road"')] == [1]
+    assert store.search('road" OR "heron') == []  # not an OR: the words road, or, heron
+
+
+def test_empty_search_is_a_usage_error(store):
+    for text in ("", "   \n"):
+        with pytest.raises(MemagentError) as info:
+            store.search(text)
+        assert info.value.exit_code == EXIT_USAGE
+
+
+# Deleting ----------------------------------------------------------------------------------
+
+
+def fts_consistent(store: TraceStore) -> bool:
+    try:
+        store._conn.execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
+        return True
+    except sqlite3.DatabaseError:
+        return False
+
+
+def test_delete_removes_run_steps_and_search_entries(store):
+    gone = new_run(store, "Where is the otter?")
+    kept = new_run(store, "Where is the badger?")
+    for run_id in (gone, kept):
+        store.add_step(run_id, step(1, "Seen near the weir."))
+        store.add_step(run_id, step(2, "Seen near the granary."))
+    assert store.delete(gone[:8]) == 1
+    with pytest.raises(MemagentError):
+        store.resolve(gone)
+    conn = raw(store.path)
+    assert conn.execute("SELECT count(*) FROM steps WHERE run_id = ?", (gone,)).fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM steps WHERE run_id = ?", (kept,)).fetchone() == (2,)
+    assert {h["run_id"] for h in store.search("weir")} == {kept}
+    assert store.search("otter") == []
+    assert fts_consistent(store)
+
+
+def test_delete_older_than(store):
+    old = [new_run(store, started_at=ago(days=40)), new_run(store, started_at=ago(days=31))]
+    recent = [new_run(store, started_at=ago(days=29)), new_run(store)]
+    store.add_step(old[0], step(1, "ancient memory"))
+    assert store.delete_older_than(parse_age("30d")) == 2
+    assert {r["id"] for r in store.list_runs()} == set(recent)
+    assert raw(store.path).execute("SELECT count(*) FROM steps").fetchone() == (0,)
+    assert store.search("ancient") == []
+    assert store.delete_older_than(parse_age("30d")) == 0
+    assert fts_consistent(store)
+
+
+def test_started_at_is_normalised_to_utc(store):
+    run_id = new_run(store, started_at="2024-03-01T12:00:00+02:00")
+    assert store.get_run(run_id)["started_at"] == "2024-03-01T10:00:00.000000+00:00"
+    other = new_run(store, started_at="2024-03-01T10:30:00Z")
+    assert store.resolve("last") == other
+
+
+@pytest.mark.parametrize("text,seconds", [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45),
+                                          ("2w", 14 * 86400), ("1.5h", 5400), (" 7 d ", 7 * 86400), ("0d", 0)])
+def test_parse_age(text, seconds):
+    assert parse_age(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "30x", "-3d", "3 days", "1h30m", "30D", "ten d"])
+def test_parse_age_refuses(text):
+    with pytest.raises(MemagentError) as info:
+        parse_age(text)
+    assert info.value.exit_code == EXIT_USAGE
+    assert "30d" in info.value.hint
+
+
+# Damage and contention ---------------------------------------------------------------------
+
+
+def test_damaged_database_is_moved_aside_and_replaced(tmp_path):
+    path = tmp_path / "traces.db"
+    garbage = b"this is not a database at all\x00\x01" * 200
+    path.write_bytes(garbage)
+    (tmp_path / "traces.db-wal").write_bytes(b"stale wal")
+    with TraceStore(path) as s:
+        moved = [p for p in tmp_path.iterdir() if p.name.startswith("traces.db.corrupt-")
+                 and not p.name.endswith(("-wal", "-shm"))]
+        assert len(moved) == 1 and moved[0].read_bytes() == garbage  # kept, byte for byte
+        assert (tmp_path / f"{moved[0].name}-wal").read_bytes() == b"stale wal"
+        assert s.notice is not None and str(moved[0]) in s.notice and "damaged" in s.notice
+        run_id = new_run(s)
+        assert s.resolve("last") == run_id
+    with TraceStore(path) as s:  # the fresh one is healthy: no second notice
+        assert s.notice is None
+
+
+def test_healthy_database_has_no_notice(store):
+    assert store.notice is None
+
+
+def test_locked_database_names_the_other_process(tmp_path):
+    path = tmp_path / "traces.db"
+    TraceStore(path).close()
+    holder = raw(path)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
+                   " VALUES ('aaaaaaaaaaaa', '2024-01-01', 'running', 'q', '[]', '{}', '{}')")
+    try:
+        with TraceStore(path, timeout=0.2) as s:
+            assert s.list_runs() == []  # readers still read under WAL
+            started = time.monotonic()
+            with pytest.raises(MemagentError) as info:
+                new_run(s)
+            assert time.monotonic() - started >= 0.15  # it waited for the lock first
+            assert "Another memagent process holds the trace database" in info.value.message
+            assert "--no-trace" in info.value.hint
+    finally:
+        holder.execute("ROLLBACK")
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from memagent_cli.store import TraceStore
+path, go, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+while not go.exists():
+    time.sleep(0.005)
+with TraceStore(path) as store:
+    run_id = store.create_run(question=name, sources=[], model={}, settings={})
+    deadline = time.monotonic() + 15
+    while len(store.list_runs()) < 2 and time.monotonic() < deadline:  # both past setup: overlap
+        time.sleep(0.005)
+    for i in range(1, 51):
+        time.sleep(0.002)  # a model step takes a while; this keeps the two writers interleaved
+        store.add_step(run_id, {"index": i, "spans": [], "tokens": i, "memory": f"{name} memory {i}",
+                                "memory_tokens": 3, "prompt_tokens": 9, "generated_tokens": 3, "seconds": 0.01,
+                                "finish_reason": "stop"})
+    store.finish_run(run_id, "complete", answer=name)
+"""
+
+
+def test_two_processes_writing_at_once(tmp_path):
+    # Both start on a database that does not exist yet, so they also race to create it.
+    path, go = tmp_path / "traces.db", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(go), name], env=env,
+                                stderr=subprocess.PIPE, text=True) for name in ("alpha", "beta")]
+    time.sleep(0.3)  # let both import, then release them together
+    go.touch()
+    for writer in writers:
+        _, err = writer.communicate(timeout=60)
+        assert writer.returncode == 0, err
+    with TraceStore(path) as s:
+        runs = s.list_runs()
+        assert sorted(r["question"] for r in runs) == ["alpha", "beta"]
+        for r in runs:
+            run = s.get_run(r["id"])
+            assert run["status"] == "complete" and run["step_count"] == 50
+            assert [st["memory"] for st in run["steps"]] == [f"{r['question']} memory {i}" for i in range(1, 51)]
+        assert [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations")] == list(
+            range(1, len(MIGRATIONS) + 1))
+        assert len(s.search("memory")) == 20 and fts_consistent(s)
+        # They really did write at the same time: their steps went in interleaved.
+        order = [r[0] for r in s._conn.execute(
+            "SELECT r.question FROM search_docs AS d JOIN runs AS r ON r.id = d.run_id"
+            " WHERE d.field = 'memory' ORDER BY d.id")]
+        assert sum(a != b for a, b in zip(order, order[1:])) >= 2
