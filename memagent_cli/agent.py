@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from .chat import ChatFormat
 from .chunking import Chunk, IngestStats
@@ -92,9 +92,24 @@ def sampling_for(config: AgentConfig, call: int) -> Sampling:
     return Sampling(temperature=config.temperature, top_p=config.top_p, seed=seed)
 
 
+def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecord:
+    """A step done before an interruption, rebuilt from its trace record and its re-read chunk."""
+    if stored["index"] != chunk.index or stored["tokens"] != chunk.tokens:
+        raise MemagentError(f"The input differs from the interrupted run at step {chunk.index} "
+                            f"({chunk.tokens} tokens now, {stored['tokens']} then).",
+                            "Resume only with the same sources; start a new run otherwise.")
+    return StepRecord(index=chunk.index, chunk=chunk, memory=stored["memory"], previous_memory=previous_memory,
+                      memory_tokens=stored["memory_tokens"], prompt_tokens=stored["prompt_tokens"], cached_tokens=0,
+                      generated_tokens=stored["generated_tokens"], finish_reason=stored["finish_reason"],
+                      prompt_seconds=0.0, generate_seconds=stored["seconds"])
+
+
 def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine: Engine, tokenizer: Tokenizer,
-             config: AgentConfig, memory: str = INITIAL_MEMORY) -> Iterator[Event]:
-    """Memory updates over every chunk, then the final answer. `question` is already checked."""
+             config: AgentConfig, done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+    """Memory updates over every chunk, then the final answer. `question` is already checked.
+    `done_steps` are the stored steps of an interrupted run: their chunks are re-read and
+    checked, not sent to the model again, and the loop goes on from the last memory."""
+    memory = INITIAL_MEMORY
     told_total = False
     steps = 0
 
@@ -102,11 +117,17 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
         nonlocal told_total
         if stats.done and not told_total:
             told_total = True
-            yield DocumentRead(stats.document_tokens, math.ceil(stats.document_tokens / config.chunk_tokens))
+            yield DocumentRead(stats.document_tokens, math.ceil(stats.document_tokens / config.chunk_tokens),
+                               tuple(stats.source_tokens), tuple(stats.source_pages))
 
     for chunk in chunks:
         steps += 1
         yield from read_event()
+        if chunk.index <= len(done_steps):
+            record = replayed_step(chunk, done_steps[chunk.index - 1], memory)
+            yield StepFinished(record, replayed=True)
+            memory = record.memory
+            continue
         total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
         done = None

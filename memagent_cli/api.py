@@ -33,7 +33,9 @@ from .events import (
     StepFinished,
 )
 from .gguf import GGUFInfo, read_gguf
+from .memdiff import surviving_additions
 from .models import resolve_model
+from .protocol import INITIAL_MEMORY
 from .sources import Source, collect_sources, read_source
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -88,8 +90,11 @@ def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn
 
 def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,
                config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
-               sources: SourceOptions = SourceOptions()) -> Iterator[Event]:
-    """Run one question over the sources, yielding events; the last is RunFinished."""
+               sources: SourceOptions = SourceOptions(), done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+    """Run one question over the sources, yielding events; the last is RunFinished.
+
+    `done_steps`, the stored steps of an interrupted run (see memagent_cli.store), make this a
+    resumed run: those chunks are re-read and checked but not sent to the model again."""
     t0 = time.perf_counter()
     prep = prepare(model, paths, sources)
     question = check_question(question, prep.tokenizer, config)
@@ -122,7 +127,7 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
         yield ModelLoaded(llm.description, n_ctx, load_seconds)
         steps = []
         answer = None
-        for event in run_loop(question, chunks, stats, llm, prep.tokenizer, config):
+        for event in run_loop(question, chunks, stats, llm, prep.tokenizer, config, done_steps):
             while pending:
                 yield Notice(pending.popleft())
             if isinstance(event, StepFinished):
@@ -149,10 +154,12 @@ def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_c
     generate_seconds = sum(s.generate_seconds for s in steps)
     sources = [{"path": s.path, "kind": s.kind, "pages": stats.source_pages[i] or None, "tokens": stats.source_tokens[i]}
                for i, s in enumerate(prep.sources)]
+    memories = [INITIAL_MEMORY] + [s.memory for s in steps]
+    evidence = [steps[k - 1] for k in surviving_additions(memories)]
     return RunResult(
         question=question, answer=answer.answer, raw_answer=answer.raw, memory=steps[-1].memory if steps else "",
         model=prep.info.name, model_path=str(prep.info.path), device=device, sources=sources,
-        document_tokens=stats.document_tokens, config=config, n_ctx=n_ctx, steps=steps,
+        document_tokens=stats.document_tokens, config=config, n_ctx=n_ctx, steps=steps, evidence=evidence,
         timings={
             "total_seconds": round(total_seconds, 4),
             "load_seconds": round(load_seconds, 4),

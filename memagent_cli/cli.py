@@ -10,6 +10,8 @@ import contextlib
 import io
 import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -53,10 +55,11 @@ def _stderr_console() -> Console:
     return Console(file=sys.stderr, stderr=True, highlight=False)
 
 
-def _fail(err: Console, exc: MemagentError) -> None:
+def _fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
     from .live import visible  # messages quote file names, which may hold control characters
 
-    err.print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
+    err.print(Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""),
+              soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -81,9 +84,9 @@ def _split_question(args: list[str]) -> tuple[list[str], str]:
 
 @app.command(no_args_is_help=True)
 def ask(
-    args: Annotated[list[str], typer.Argument(metavar="[SOURCE]... QUESTION", show_default=False,
-                                              help="PDFs, text files, folders or - for stdin, then the question. "
-                                                   "With no source, piped stdin is read.")],
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]... QUESTION", show_default=False,
+                                                        help="PDFs, text files, folders or - for stdin, then the question. "
+                                                             "With no source, piped stdin is read.")] = None,
     model: ModelOpt = None,
     chunk_tokens: ChunkOpt = 5000,
     memory_tokens: MemoryOpt = 1024,
@@ -107,6 +110,11 @@ def ask(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
+    resume: Annotated[Optional[str], typer.Option(metavar="ID|last", show_default=False, rich_help_panel="Traces",
+                                                  help="Continue an interrupted run from its last completed step, "
+                                                       "with its sources, question and settings.")] = None,
+    no_trace: Annotated[bool, typer.Option("--no-trace", rich_help_panel="Traces",
+                                           help="Do not record this run in the trace store.")] = False,
     json_out: JsonOpt = False,
     raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the answer: no live view, no progress.")] = False,
@@ -116,60 +124,147 @@ def ask(
 ) -> None:
     """Answer a question about documents.
 
+    Every run is recorded (see [b]memagent traces[/]); Ctrl-C stops it and prints how to resume.
+
     [dim]Examples:[/]
       memagent ask report.pdf "Who signed the 2019 amendment?"
       memagent ask notes/ --include "*.md" "What did we decide about pricing?"
       cat build.log | memagent ask "Why did the build fail?"
+      memagent ask --resume last
     """
     from .api import EngineOptions, SourceOptions, ask_events
     from .config import AgentConfig
-    from .events import RunFinished
-    from .live import LiveView, PlainProgress, visible
+    from .recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
 
     err = _stderr_console()
     _quiet_library_logs(verbose)
+    svg = svg.resolve() if svg else None  # a resumed run works from its own directory
+    recorder = None
     try:
-        paths, question = _split_question(args)
-        try:
-            config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
-                                 temperature=temperature, top_p=top_p, seed=seed, final=final)
-        except ValueError as exc:
-            raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        store = None if no_trace else _open_store(err, required=bool(resume))
+        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        if store is not None and stdin is not None:
+            stdin = HashingReader(stdin)
+        run = None
+        if resume:
+            if args:
+                raise MemagentError("--resume takes no sources or question: they come from the trace.",
+                                    exit_code=EXIT_USAGE)
+            if store is None:
+                raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
+            run = resume_plan(store, resume)
+            _enter(run["settings"].get("cwd"))
+            paths, question, config = resumed_paths(run), run["question"], resumed_config(run["settings"])
+            model = run["model"]["path"]
+        else:
+            paths, question = _split_question(args or [])
+            try:
+                config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
+                                     temperature=temperature, top_p=top_p, seed=seed, final=final)
+            except ValueError as exc:
+                raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False)  # noqa: E731
+        recorder = Recorder(store, warn=warn, resume=run, stdin=stdin) if store is not None else None
         events = ask_events(
-            question, paths, model=model, config=config,
+            question, paths, model=model, config=config, done_steps=run["steps"] if run else (),
             engine=EngineOptions(n_ctx=ctx, gpu_layers=gpu_layers, threads=threads, verbose=verbose),
-            sources=SourceOptions(include=include or (), exclude=exclude or (), password=password,
-                                  stdin=sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None,
+            sources=SourceOptions(include=include or (), exclude=exclude or (), password=password, stdin=stdin,
                                   stdin_is_piped=_stdin_piped()),
         )
-        live = not quiet and err.is_terminal
-        views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
-        if svg is not None and not live:  # draw off screen, for the picture alone
-            views.append(LiveView(Console(file=io.StringIO(), width=110, force_terminal=True), fps=1))
-        result = None
-        with contextlib.ExitStack() as stack:
-            for view in views:
-                if isinstance(view, LiveView):
-                    stack.enter_context(view)
-            for event in events:
-                for view in views:
-                    view.handle(event)
-                if isinstance(event, RunFinished):
-                    result = event.result
-        if svg is not None:
-            _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
+        result = _consume(events, err, recorder, quiet=quiet, svg=svg)
     except MemagentError as exc:
-        _fail(err, exc)
+        if recorder is not None:
+            recorder.stopped("failed", str(exc))
+        _fail(err, exc, _resume_hint(recorder))
     except KeyboardInterrupt:
-        err.print("interrupted", style="yellow")
+        if recorder is not None:
+            recorder.stopped("interrupted")
+        err.print(Text.assemble(("interrupted", "yellow"), _resume_hint(recorder) or ""), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
-    assert result is not None
     if json_out:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        out = result.to_dict()
+        if recorder is not None and recorder.failed_write is None:
+            out["trace"] = recorder.run_id
+        print(json.dumps(out, ensure_ascii=False, indent=2))
     else:
+        from .live import visible
+
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
+
+
+def _open_store(err: Console, required: bool):
+    """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
+    from .store import TraceStore
+
+    try:
+        store = TraceStore()
+    except MemagentError as exc:
+        if required:
+            raise
+        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False)
+        return None
+    if store.notice:
+        err.print(f"warning: {store.notice}", style="yellow", markup=False)
+    return store
+
+
+def _enter(directory: str | None) -> None:
+    # Relative source paths, and the titles the model saw for them, are as of the run's start.
+    if directory and os.path.isdir(directory):
+        os.chdir(directory)
+
+
+def _resume_hint(recorder) -> str | None:
+    if recorder is None or recorder.run_id is None or recorder.failed_write is not None or recorder.steps == 0:
+        return None
+    return f" after step {recorder.steps}. Resume with: memagent ask --resume {recorder.run_id[:8]}"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (embedded): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
+    """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
+    and the views; returns the result."""
+    from .events import RunFinished
+    from .live import LiveView, PlainProgress
+
+    live = not quiet and err.is_terminal
+    views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
+    if svg is not None and not live:  # draw off screen, for the picture alone
+        views.append(LiveView(Console(file=io.StringIO(), width=110, force_terminal=True), fps=1))
+    consumers = ([recorder] if recorder is not None else []) + views
+    result = None
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_as_interrupt())
+        for view in views:
+            if isinstance(view, LiveView):
+                stack.enter_context(view)
+        for event in events:
+            for consumer in consumers:
+                consumer.handle(event)
+            if isinstance(event, RunFinished):
+                result = event.result
+    if svg is not None:
+        _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
+    assert result is not None
+    return result
 
 
 def _save_svg(view, path: Path, err: Console) -> None:
@@ -228,6 +323,15 @@ def inspect(
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
         Console(highlight=False).print(render_report(report))
+
+
+def _traces_app() -> typer.Typer:
+    from .traces_cli import app as traces
+
+    return traces
+
+
+app.add_typer(_traces_app(), name="traces")
 
 
 def _version(value: bool) -> None:

@@ -45,6 +45,8 @@ class DocumentRead:
 
     document_tokens: int
     steps: int
+    source_tokens: tuple[int, ...] = ()  # per source, in order: the tokens its text became
+    source_pages: tuple[int, ...] = ()  # per source: the last page read (0 for non-PDFs)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class StepRecord:
 @dataclass(frozen=True)
 class StepFinished:
     step: StepRecord
+    replayed: bool = False  # done before an interruption, taken from the trace, not run again
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class RunResult:
     config: AgentConfig
     n_ctx: int
     steps: list[StepRecord] = field(default_factory=list)
+    evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
     timings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -147,6 +151,7 @@ class RunResult:
             "n_ctx": self.n_ctx,
             "settings": self.config.to_dict(),
             "steps": [s.to_dict() for s in self.steps],
+            "evidence": [{"step": s.index, "source": [span.to_dict() for span in s.chunk.spans]} for s in self.evidence],
             "timings": self.timings,
         }
 

@@ -7,7 +7,6 @@ up by drawing (a redraw costs milliseconds; a token costs far less on a small mo
 
 from __future__ import annotations
 
-import difflib
 import time
 
 from rich.console import Console, Group
@@ -30,6 +29,7 @@ from .events import (
     StepStarted,
     TokenText,
 )
+from .memdiff import changes
 
 FPS = 8
 MEMORY_LINES = 12  # lines of the memory shown while it is written
@@ -48,16 +48,10 @@ def visible(text: str) -> str:
     return text.translate(_VISIBLE)
 
 
-def memory_changes(before: str, after: str) -> tuple[list[str], list[str]]:
-    """The runs of words an update added and dropped."""
-    a, b = before.split(), after.split()
-    added, dropped = [], []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op in ("replace", "delete"):
-            dropped.append(" ".join(a[i1:i2]))
-        if op in ("replace", "insert"):
-            added.append(" ".join(b[j1:j2]))
-    return added, dropped
+def evidence_line(result) -> str:
+    """Where the answer's evidence entered the memory: the steps whose additions survived."""
+    return visible(" · ".join(f"step {s.index} ({', '.join(span.describe() for span in s.chunk.spans) or 'layout'})"
+                              for s in result.evidence))
 
 
 def _words(runs: list[str]) -> int:
@@ -166,12 +160,13 @@ class LiveView:
             self.prompt_rate = (s.prompt_tokens - s.cached_tokens) / s.prompt_seconds
         if s.generate_seconds > 0:
             self.gen_rate = s.generated_tokens / s.generate_seconds
-        added, dropped = memory_changes(s.previous_memory, s.memory)
+        added, dropped = changes(s.previous_memory, s.memory)
         where = visible(", ".join(span.describe() for span in s.chunk.spans))
         total = f"/{self.total_steps}" if self.total_steps else ""
         line = Text.assemble(("✓ ", "green"), (f"step {s.index}{total}", "bold"), f"  {where}  ",
                              (f"+{_words(added)}", "green"), " ", (f"−{_words(dropped)}", "red"),
                              f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
+                             (" (from the trace)" if e.replayed else "", "dim"),
                              (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"))
         if added:
             line.append_text(Text("\n  + " + visible(_clip(" … ".join(added), CHANGE_CHARS)), style="green"))
@@ -195,6 +190,8 @@ class LiveView:
 
     def _on_RunFinished(self, e: RunFinished) -> None:
         self.phase = f"done in {_duration(e.result.timings.get('total_seconds'))}"
+        if e.result.evidence:
+            self._print(Text.assemble(("evidence: ", "bold"), evidence_line(e.result)))
         self._draw(force=True)
 
     # -- drawing -------------------------------------------------------------------------------
@@ -270,11 +267,14 @@ class PlainProgress:
     def handle(self, event: Event) -> None:
         if isinstance(event, Notice):
             self.console.print(("warning: " if event.level == "warning" else "") + visible(event.message),
-                               markup=False, highlight=False)
+                               markup=False, highlight=False, soft_wrap=True)
         elif isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepFinished):
             s = event.step
             where = visible(", ".join(span.describe() for span in s.chunk.spans))
+            again = " (from the trace)" if event.replayed else ""
             self.console.print(f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, "
-                               f"{s.seconds:.1f}s", markup=False, highlight=False)
+                               f"{s.seconds:.1f}s{again}", markup=False, highlight=False, soft_wrap=True)
+        elif isinstance(event, RunFinished) and event.result.evidence:
+            self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)

@@ -18,6 +18,14 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def memagent_home(tmp_path, monkeypatch) -> Path:
+    """Every test records traces in its own store, never in the user's (subprocesses inherit it)."""
+    home = tmp_path / "memagent-home"
+    monkeypatch.setenv("MEMAGENT_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def qwen2_vocab() -> Path:
     return shared_path("fixtures", "ggml-vocab-qwen2.gguf")

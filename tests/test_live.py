@@ -11,17 +11,11 @@ from rich.console import Console
 
 from memagent_cli import AgentConfig, ask_events
 from memagent_cli.events import RunFinished
-from memagent_cli.live import LiveView, PlainProgress, memory_changes
+from memagent_cli.live import LiveView, PlainProgress
 
 
 def recording_console() -> Console:
     return Console(file=io.StringIO(), record=True, force_terminal=True, width=100, color_system="truecolor")
-
-
-def test_memory_changes_reports_added_and_dropped_words():
-    added, dropped = memory_changes("the cat sat on the mat", "the cat slept on the red mat")
-    assert added == ["slept", "red"] and dropped == ["sat"]
-    assert memory_changes("same", "same") == ([], [])
 
 
 def test_live_view_renders_steps_memory_and_answer(tmp_path, models):

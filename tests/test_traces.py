@@ -1,0 +1,179 @@
+"""Traces end to end: real `memagent` processes, a real SQLite store in MEMAGENT_HOME."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, words
+
+GREEDY = ["--temperature", "0"]
+SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
+
+
+def memagent(*args, input=None, cwd=None, check=True):
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    env["NO_COLOR"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
+                          text=True, env=env, cwd=cwd or REPO, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def as_json(*args, **kwargs):
+    return json.loads(memagent(*args, "--json", **kwargs).stdout)
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(words(4000), encoding="utf-8")
+    return path
+
+
+def start_and_stop(args, sig, after_steps=2, cwd=None):
+    """Starts `memagent ask`, waits for `after_steps` step lines, sends `sig`."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=env)
+    for _ in range(after_steps):
+        assert proc.stderr.readline().startswith("step ")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def test_every_run_is_recorded_with_its_steps(doc, models):
+    out = as_json("ask", doc, "Where?", "-m", models["random"], *SMALL)
+    runs = as_json("traces", "list")
+    assert [r["id"] for r in runs] == [out["trace"]]
+    assert runs[0]["status"] == "complete" and runs[0]["steps"] == len(out["steps"])
+    shown = as_json("traces", "show", out["trace"][:4])
+    assert [s["memory"] for s in shown["steps"]] == [s["memory"] for s in out["steps"]]
+    assert shown["question"] == "Where?" and shown["answer"] == out["answer"]
+    source = shown["sources"][0]
+    assert source["sha256"] and source["size"] == doc.stat().st_size and source["tokens"] == out["document_tokens"]
+    assert shown["steps"][0]["spans"][0]["path"] == str(doc)
+    assert shown["settings"]["chunk_tokens"] == 200 and shown["settings"]["n_ctx"] > 0
+    assert "evidence" in out and all(isinstance(e["step"], int) for e in out["evidence"])
+
+
+def test_no_trace_records_nothing(doc, models, memagent_home):
+    out = as_json("ask", doc, "q", "-m", models["random"], "--no-trace", *SMALL)
+    assert "trace" not in out
+    assert as_json("traces", "list") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_resumes_to_the_same_result(doc, models, sig):
+    whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
+    code, out, err = start_and_stop([doc, "Where?", "-m", models["random"], *SMALL], sig)
+    assert code == 130 and out == ""
+    assert "Traceback" not in err and "Resume with: memagent ask --resume " in err
+    (run,) = as_json("traces", "list")
+    assert run["status"] == "interrupted" and 2 <= run["steps"] < len(whole["steps"])
+
+    resumed = as_json("ask", "--resume", "last")
+    assert len(resumed["steps"]) == len(whole["steps"])
+    assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]
+    assert resumed["memory"] == whole["memory"] and resumed["answer"] == whole["answer"]
+    assert resumed["document_tokens"] == whole["document_tokens"]
+    assert set(resumed) == set(whole) | {"trace"}
+    (run,) = as_json("traces", "list")
+    assert run["status"] == "complete" and run["steps"] == len(whole["steps"])
+
+
+def test_resume_refuses_changed_sources_and_finished_runs(doc, models, tmp_path):
+    code, _, _ = start_and_stop([doc, "q", "-m", models["random"], *SMALL], signal.SIGINT)
+    assert code == 130
+    doc.write_text(doc.read_text() + " changed", encoding="utf-8")
+    changed = memagent("ask", "--resume", "last", check=False)
+    assert changed.returncode == 1 and "has changed since run" in changed.stderr
+    done = as_json("ask", doc, "q", "-m", models["random"], *SMALL)
+    again = memagent("ask", "--resume", done["trace"], check=False)
+    assert again.returncode == 2 and "already complete" in again.stderr
+    unknown = memagent("ask", "--resume", "zzzz", check=False)
+    assert unknown.returncode != 0 and "zzzz" in unknown.stderr
+
+
+def test_resume_works_from_another_directory(doc, models, tmp_path):
+    code, _, _ = start_and_stop(["doc.txt", "q", "-m", models["random"], *SMALL], signal.SIGINT, cwd=doc.parent)
+    assert code == 130
+    resumed = as_json("ask", "--resume", "last", cwd=tmp_path.parent)
+    assert resumed["sources"][0]["path"] == "doc.txt" and len(resumed["steps"]) > 2
+
+
+def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path):
+    text = words(4000)
+    piped = tmp_path / "in.txt"
+    piped.write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    with open(piped, "rb") as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"]), *SMALL],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        for _ in range(2):
+            assert proc.stderr.readline().startswith("step ")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    other = memagent("ask", "--resume", "last", "--json", input=words(4000, seed=9), check=False)
+    assert other.returncode == 1 and ("differs" in other.stderr)
+    resumed = as_json("ask", "--resume", "last", input=text)
+    whole = as_json("ask", "q", "-m", models["random"], "--no-trace", *SMALL, input=text)
+    assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]
+
+
+def test_two_runs_at_once_are_both_recorded(doc, models):
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), "--json", *SMALL]
+    procs = [subprocess.Popen(args + ["--seed", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=REPO, env=env) for n in (1, 2)]
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    runs = {r["id"]: r for r in as_json("traces", "list")}
+    assert set(runs) == {o["trace"] for o in outs}
+    for out in outs:
+        assert runs[out["trace"]]["status"] == "complete" and runs[out["trace"]]["steps"] == len(out["steps"])
+        shown = as_json("traces", "show", out["trace"])
+        assert [s["memory"] for s in shown["steps"]] == [s["memory"] for s in out["steps"]]
+
+
+def test_traces_commands(doc, models, tmp_path):
+    first = as_json("ask", doc, "Where did the fox run?", "-m", models["long"], *SMALL)
+    second = as_json("ask", doc, "<script>alert(1)</script>", "-m", models["random"], *SMALL)
+    listed = memagent("traces", "list").stdout
+    assert first["trace"][:8] in listed and second["trace"][:8] in listed and "complete" in listed
+    assert [r["id"] for r in as_json("traces", "list", "--limit", "1")] == [second["trace"]]
+    assert as_json("traces", "list", "--status", "interrupted") == []
+    assert len(as_json("traces", "list", "--source", "doc.txt")) == 2
+
+    one = as_json("traces", "show", first["trace"], "--step", "2")
+    assert [s["index"] for s in one["steps"]] == [2]
+    text = memagent("traces", "show", first["trace"]).stdout
+    assert "step 1" in text and "Where did the fox run?" in text and "=" * 40 in text
+
+    diff = as_json("traces", "diff", first["trace"], "0", "1")
+    assert {"op": "delete", "text": "No previous memory"} in diff["ops"]
+    assert any(o["op"] == "insert" and "=" * 40 in o["text"] for o in diff["ops"])
+    assert memagent("traces", "diff", first["trace"], "1", "999", check=False).returncode == 2
+
+    hits = as_json("traces", "search", "fox")
+    assert [h["run_id"] for h in hits] == [first["trace"]] and hits[0]["field"] == "question"
+    assert memagent("traces", "search", 'fox" OR *', check=False).returncode == 0
+
+    page = tmp_path / "trace.html"
+    memagent("traces", "export", second["trace"], "--format", "html", "-o", page)
+    html = page.read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
+    lines = memagent("traces", "export", first["trace"], "--format", "jsonl").stdout.splitlines()
+    assert json.loads(lines[0])["type"] == "run" and len(lines) == 1 + len(first["steps"])
+    assert "## Step 1" in memagent("traces", "export", first["trace"], "--format", "markdown").stdout
+    assert memagent("traces", "export", first["trace"], "--format", "pdf", check=False).returncode == 2
+
+    memagent("traces", "rm", first["trace"][:6])
+    assert [r["id"] for r in as_json("traces", "list")] == [second["trace"]]
+    assert "removed 0 runs" in memagent("traces", "rm", "--older-than", "30d").stderr
+    assert memagent("traces", "rm", check=False).returncode == 2
+    assert memagent("traces", "show", first["trace"], check=False).returncode != 0
