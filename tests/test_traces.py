@@ -177,3 +177,13 @@ def test_traces_commands(doc, models, tmp_path):
     assert "removed 0 runs" in memagent("traces", "rm", "--older-than", "30d").stderr
     assert memagent("traces", "rm", check=False).returncode == 2
     assert memagent("traces", "show", first["trace"], check=False).returncode != 0
+
+
+def test_a_failed_run_is_recorded_with_its_error(doc, models, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(models["random"].read_bytes()[:500_000])
+    proc = memagent("ask", doc, "q", "-m", broken, *SMALL, check=False)
+    assert proc.returncode == 1
+    (run,) = as_json("traces", "list")
+    assert run["status"] == "failed" and "could not load" in run["error"] and run["ended_at"]
+    assert "failed" in memagent("traces", "list").stdout
