@@ -173,7 +173,7 @@ class TraceStore:
             conn.create_function("icontains", 2, _icontains, deterministic=True)
             conn.execute("PRAGMA foreign_keys = ON")
             # WAL: readers never block the writer, and each commit is one append.
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._enable_wal(conn)
             _migrate(conn)
         except sqlite3.DatabaseError as e:
             if _error_code(e) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
@@ -185,6 +185,20 @@ class TraceStore:
             conn.close()
             raise
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new database to WAL takes an exclusive lock, and SQLite answers "locked"
+        # at once, without its busy handler, when another process is doing the same: two runs
+        # started together on a fresh machine. Retry for as long as the busy timeout allows.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def _move_aside(self, conn: sqlite3.Connection) -> Path:
         """Moves the database to traces.db.corrupt-<UTC time>, with its -wal and -shm files."""
