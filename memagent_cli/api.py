@@ -34,8 +34,8 @@ from .events import (
 )
 from .gguf import GGUFInfo, read_gguf
 from .memdiff import surviving_additions
-from .models import resolve_model
 from .protocol import INITIAL_MEMORY
+from .registry import resolve_model
 from .sources import Source, collect_sources, read_source
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -124,7 +124,7 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
         llm = LlamaEngine(prep.info, prep.tokenizer, prep.chat, n_ctx=n_ctx, gpu_layers=engine.gpu_layers,
                           threads=engine.threads, verbose=engine.verbose)
         load_seconds = time.perf_counter() - t_load
-        yield ModelLoaded(llm.description, n_ctx, load_seconds)
+        yield ModelLoaded(llm.description, n_ctx, load_seconds, llm.gpu_layers, llm.gpu_reason)
         steps = []
         answer = None
         for event in run_loop(question, chunks, stats, llm, prep.tokenizer, config, done_steps):
@@ -142,8 +142,10 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
     while pending:
         yield Notice(pending.popleft())
     assert answer is not None
-    yield RunFinished(_result(prep, question, config, llm.description, n_ctx, stats, steps, answer,
-                              load_seconds, time.perf_counter() - t0))
+    result = _result(prep, question, config, llm.description, n_ctx, stats, steps, answer, load_seconds,
+                     time.perf_counter() - t0)
+    result.gpu = {"layers": llm.gpu_layers, "reason": llm.gpu_reason}
+    yield RunFinished(result)
 
 
 def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_ctx: int, stats: IngestStats,

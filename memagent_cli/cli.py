@@ -100,9 +100,13 @@ def ask(
                                                 show_default=False)] = None,
     final: Annotated[str, typer.Option(help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).",
                                        rich_help_panel="Sampling")] = "boxed",
-    gpu_layers: Annotated[Optional[int], typer.Option(help="Layers to offload to the GPU (-1 all, 0 none). "
-                                                           "Default: all when this build can.",
+    gpu_layers: Annotated[Optional[str], typer.Option(metavar="auto|N",
+                                                      help="Layers to offload to the GPU: auto (all that fit in free GPU "
+                                                           "memory), -1 (all), 0 (none) or a number.",
                                                       rich_help_panel="Model", show_default=False)] = None,
+    offline: Annotated[bool, typer.Option("--offline", rich_help_panel="Model",
+                                          help="Never touch the network: a model not installed is an error "
+                                               "(also HF_HUB_OFFLINE=1).")] = False,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads for generation. Default: half the available cores.", min=1,
                                                    rich_help_panel="Model", show_default=False)] = None,
     ctx: Annotated[Optional[int], typer.Option(help="Context size. Default: just enough for the budgets.", min=64,
@@ -135,6 +139,7 @@ def ask(
     from .api import EngineOptions, SourceOptions, ask_events
     from .config import AgentConfig
     from .recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
+    from .settings import get_setting
 
     err = _stderr_console()
     _quiet_library_logs(verbose)
@@ -163,11 +168,13 @@ def ask(
                                      temperature=temperature, top_p=top_p, seed=seed, final=final)
             except ValueError as exc:
                 raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        model = _model_for_run(model, err, offline)
         warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False)  # noqa: E731
         recorder = Recorder(store, warn=warn, resume=run, stdin=stdin) if store is not None else None
         events = ask_events(
             question, paths, model=model, config=config, done_steps=run["steps"] if run else (),
-            engine=EngineOptions(n_ctx=ctx, gpu_layers=gpu_layers, threads=threads, verbose=verbose),
+            engine=EngineOptions(n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"),
+                                 verbose=verbose),
             sources=SourceOptions(include=include or (), exclude=exclude or (), password=password, stdin=stdin,
                                   stdin_is_piped=_stdin_piped()),
         )
@@ -192,6 +199,40 @@ def ask(
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
+
+
+def _gpu_layers(flag: str | None) -> int | None:
+    """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
+    from .settings import KEYS, get_setting
+
+    value = flag if flag is not None else get_setting("gpu_layers")
+    if value is None or value == "auto":
+        return None
+    return KEYS["gpu_layers"][0](str(value))
+
+
+def _model_for_run(model: str | None, err: Console, offline: bool) -> str:
+    """The model file; a catalog model not yet installed is offered for download on a terminal,
+    and otherwise refused with the exact pull command."""
+    from .models_cli import download_with_progress, offline_requested
+    from .registry import NotInstalled, resolve_model
+
+    try:
+        return str(resolve_model(model))
+    except NotInstalled as missing:
+        from . import catalog
+
+        interactive = sys.stdin.isatty() and err.is_terminal
+        if offline_requested(offline) or not interactive:
+            raise
+        entry, quant = catalog.require(missing.name)
+        size = entry.size(quant)
+        answer = err.input(f"{missing.name} ({size / 1e9:.1f} GB) is not installed. Download it now? [Y/n] "
+                           if size else f"{missing.name} is not installed. Download it now? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            raise
+        name, record = download_with_progress(missing.name, offline=False, err=err)
+        return record["path"]
 
 
 def _open_store(err: Console, required: bool):
@@ -332,6 +373,17 @@ def _traces_app() -> typer.Typer:
 
 
 app.add_typer(_traces_app(), name="traces")
+
+
+def _register_model_commands() -> None:
+    from .models_cli import config_app, doctor, models_app
+
+    app.add_typer(models_app, name="models")
+    app.add_typer(config_app, name="config")
+    app.command()(doctor)
+
+
+_register_model_commands()
 
 
 def _version(value: bool) -> None:

@@ -142,9 +142,16 @@ class LlamaEngine:
         self.chat = chat
         self.n_ctx = n_ctx
         offload = llama_cpp.llama_supports_gpu_offload()
-        self.gpu_layers = (-1 if offload else 0) if gpu_layers is None else gpu_layers
-        self.threads = threads or default_threads()
         n_layer = info.arch_get("block_count", 0)
+        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory
+            from .gpu import plan_layers
+
+            plan = plan_layers(info, n_ctx, offload_supported=bool(offload))
+            self.gpu_layers, self.gpu_reason = plan.layers, plan.reason
+        else:
+            self.gpu_layers = gpu_layers if offload else 0
+            self.gpu_reason = f"--gpu-layers {gpu_layers}" if offload else "CPU only: this build cannot offload to a GPU"
+        self.threads = threads or default_threads()
         self.on_gpu = bool(offload) and self.gpu_layers != 0
         if self.on_gpu:
             layers = n_layer if self.gpu_layers < 0 else min(self.gpu_layers, n_layer)

@@ -26,7 +26,9 @@ class MemagentError(Exception):
         self.exit_code = exit_code
 
     def __str__(self) -> str:
-        return " ".join(_sentence(part) for part in (self.message, self.hint) if part)
+        # The message is closed as a sentence; the hint is kept as written, because it often
+        # ends in a command to copy, which a full stop would spoil.
+        return f"{_sentence(self.message)} {self.hint}" if self.hint else _sentence(self.message)
 
 
 def _sentence(text: str) -> str:

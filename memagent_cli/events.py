@@ -37,6 +37,8 @@ class ModelLoaded:
     device: str  # where it runs, e.g. "GPU (28/28 layers offloaded)"
     n_ctx: int
     seconds: float
+    gpu_layers: int = 0  # as passed to llama.cpp: -1 all, 0 none
+    gpu_reason: str = ""  # why: what fit in how much free memory, or that the build is CPU-only
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class RunResult:
     steps: list[StepRecord] = field(default_factory=list)
     evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
     timings: dict = field(default_factory=dict)
+    gpu: dict = field(default_factory=dict)  # the offload choice: layers and why
 
     def to_dict(self) -> dict:
         return {
@@ -145,6 +148,7 @@ class RunResult:
             "model": self.model,
             "model_path": self.model_path,
             "device": self.device,
+            "gpu": self.gpu,
             "sources": self.sources,
             "document_tokens": self.document_tokens,
             "chunk_tokens": self.config.chunk_tokens,

@@ -128,6 +128,8 @@ class LiveView:
     def _on_ModelLoaded(self, e: ModelLoaded) -> None:
         self.header.append_text(Text.assemble("\n", (e.device, "magenta"),
                                               f"  ·  context {e.n_ctx:,}  ·  loaded in {e.seconds:.1f}s", style="dim"))
+        if e.gpu_reason:
+            self.header.append_text(Text(f"\n{visible(e.gpu_reason)}", style="dim"))
         self.phase = "reading"
         self._draw(force=True)
 

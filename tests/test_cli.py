@@ -43,6 +43,7 @@ def test_json_output_as_documented(doc, models):
     for key in ("index", "tokens", "source", "memory", "memory_tokens", "prompt_tokens", "seconds"):
         assert key in step
     assert out["timings"]["total_seconds"] > 0
+    assert out["gpu"]["layers"] == 0 and "CPU only" in out["gpu"]["reason"]  # the auto choice, with its reason
     assert "Traceback" not in proc.stderr
     # not a terminal: plain progress lines, no live view escape codes
     assert "step 1/" in proc.stderr and "\x1b[" not in proc.stderr
@@ -91,7 +92,7 @@ def test_directory_and_pdf_sources(tmp_path, models):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["ask", "doc.txt", "q"], 2, "No model given"),
+    (["ask", "doc.txt", "q"], 2, "is not installed. Run: memagent models pull memagent-7b:q4_k_m"),
     (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
     (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
     (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
@@ -228,7 +229,7 @@ def test_unreadable_or_empty_input_is_reported_before_the_model_loads(tmp_path, 
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(models["random"].read_bytes()[:500_000])
     locked = memagent("ask", tmp_path / "locked.pdf", "q", "-m", broken)
-    assert locked.returncode == 1 and "locked.pdf is encrypted. Pass --password PASSWORD." in locked.stderr
+    assert locked.returncode == 1 and "locked.pdf is encrypted. Pass --password PASSWORD" in locked.stderr
     blank = memagent("ask", tmp_path / "blank.txt", "q", "-m", broken)
     assert blank.returncode == 1 and "There is no text to read" in blank.stderr
 

@@ -1,0 +1,214 @@
+"""`memagent models ...`, `memagent config ...` and `memagent doctor`: getting a model and
+checking the machine. Thin: the work is in registry, hub, settings, gpu and doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import catalog, registry, settings
+from .errors import EXIT_USAGE, MemagentError
+from .traces_cli import _run_guard
+
+models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
+                         no_args_is_help=True, rich_markup_mode="rich")
+config_app = typer.Typer(help="Read and change settings (config.toml).", no_args_is_help=True, rich_markup_mode="rich")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
+NameArg = Annotated[str, typer.Argument(help="An installed model's name (see memagent models list).")]
+
+
+def _gb(n: int | None) -> str:
+    from .gpu import format_bytes
+
+    return format_bytes(n) if n else "?"
+
+
+def offline_requested(flag: bool) -> bool:
+    return flag or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def download_with_progress(spec: str, *, offline: bool, err: Console) -> tuple[str, dict]:
+    """registry.pull with a progress bar (speed, ETA) on stderr."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(f"pulling {spec}", total=None)
+
+        def progress(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        name, record = registry.pull(spec, progress=progress, offline=offline_requested(offline))
+    err.print(f"installed {name} ({_gb(record['size'])}) at {record['path']}", markup=False, highlight=False)
+    return name, record
+
+
+@models_app.command("list")
+@_run_guard
+def list_models(json_out: JsonOpt = False) -> None:
+    """Installed models and the catalog; the default is marked."""
+    installed = registry.load()
+    default = settings.get_setting("default_model") or catalog.default_alias()
+    cat = catalog.entries()
+    if json_out:
+        print(json.dumps({
+            "default": default,
+            "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
+            "catalog": [{"alias": f"{a}:{q}", "size": e.size(q), "base_model": e.base_model, "license": e.license,
+                         "candidates": list(e.candidates), "installed": f"{a}:{q}" in installed}
+                        for a, e in sorted(cat.items()) for q in e.quantizations],
+        }, ensure_ascii=False, indent=2))
+        return
+    out = Console(highlight=False)
+    table = Table(title="installed", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for col in ("name", "size", "quantization", "path"):
+        table.add_column(col, overflow="fold")
+    for name, r in sorted(installed.items()):
+        mark = " (default)" if name in (default, catalog.canonical(default)) else ""
+        table.add_row(name + mark, _gb(r.get("size")), r.get("quantization") or "", r["path"])
+    out.print(table if installed else Text("No models installed yet.", style="dim"))
+    table = Table(title="catalog", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for col in ("alias", "size", "base", "installed"):
+        table.add_column(col)
+    for alias, e in sorted(cat.items()):
+        for q in e.quantizations:
+            name = f"{alias}:{q}"
+            mark = " (default)" if name == catalog.canonical(default) else ""
+            table.add_row(name + mark, _gb(e.size(q)), e.base_model, "yes" if name in installed else "")
+    out.print(table)
+
+
+@models_app.command()
+@_run_guard
+def pull(
+    spec: Annotated[str, typer.Argument(metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
+                                        help="A catalog alias (memagent-7b, memagent-14b:q8_0) or any GGUF on the Hub.")],
+    offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Download a model: checks free space, resumes after interruption, verifies sha256."""
+    name, record = download_with_progress(spec, offline=offline, err=Console(stderr=True, highlight=False))
+    if json_out:
+        print(json.dumps({"name": name, **record}, ensure_ascii=False, indent=2))
+
+
+@models_app.command()
+@_run_guard
+def add(
+    path: Annotated[str, typer.Argument(help="A GGUF file on this machine (it stays where it is).")],
+    name: Annotated[Optional[str], typer.Option(help="The name to use with --model. Default: the file name.",
+                                                show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Register a local GGUF after checking it is one (architecture, size, quantization, template)."""
+    name, record = registry.add(path, name)
+    if json_out:
+        print(json.dumps({"name": name, **record}, ensure_ascii=False, indent=2))
+        return
+    Console(stderr=True, highlight=False).print(
+        f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
+        f"{_gb(record['size'])}, context {record['context_length']}, "
+        f"{'with' if record['chat_template'] else 'without'} a chat template", markup=False)
+
+
+@models_app.command()
+@_run_guard
+def rm(name: NameArg) -> None:
+    """Forget a model (a file memagent downloaded is deleted; one you added is kept)."""
+    record = registry.remove(name)
+    kept = " (the file is kept)" if record and record["source"] == "local" else ""
+    Console(stderr=True).print(f"removed {name}{kept}", markup=False)
+
+
+@models_app.command()
+@_run_guard
+def path(name: NameArg) -> None:
+    """Print the model's file path (for scripts)."""
+    print(registry.get(name)["path"])
+
+
+@models_app.command()
+@_run_guard
+def info(name: NameArg, json_out: JsonOpt = False) -> None:
+    """What an installed model is: architecture, size, quantization, context, where it came from."""
+    record = registry.get(name)
+    if json_out:
+        print(json.dumps(record, ensure_ascii=False, indent=2))
+        return
+    out = Console(highlight=False)
+    for key, value in record.items():
+        out.print(Text.assemble((f"{key:15}", "bold"), str(value)))
+
+
+@config_app.command("get")
+@_run_guard
+def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")]) -> None:
+    """Print one setting (nothing if unset)."""
+    settings._check_key(key)
+    value = settings.get_setting(key)
+    if value is not None:
+        print(value)
+
+
+@config_app.command("set")
+@_run_guard
+def config_set(
+    key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")],
+    value: Annotated[Optional[str], typer.Argument(help="The value; leave out with --unset.", show_default=False)] = None,
+    unset: Annotated[bool, typer.Option("--unset", help="Remove the setting.")] = False,
+) -> None:
+    """Change a setting, e.g. memagent config set default_model memagent-14b."""
+    if (value is None) != unset:
+        raise MemagentError("Give a value, or --unset (one of the two).", exit_code=EXIT_USAGE)
+    settings.set_setting(key, None if unset else value)
+
+
+@config_app.command("list")
+@_run_guard
+def config_list(json_out: JsonOpt = False) -> None:
+    """Every setting with its value and meaning, and where the file is."""
+    data = settings.load()
+    if json_out:
+        print(json.dumps({"file": str(settings.config_file()), "settings": data}, ensure_ascii=False, indent=2))
+        return
+    out = Console(highlight=False)
+    out.print(Text(f"# {settings.config_file()}", style="dim"))
+    for key, (_, meaning) in settings.KEYS.items():
+        value = data.get(key)
+        shown = repr(value) if value is not None else "(unset)"
+        out.print(Text.assemble((f"{key} = ", "bold"), shown, (f"  # {meaning}", "dim")))
+
+
+def doctor(
+    ctx: Annotated[int, typer.Option("--ctx", help="Context size to check the fit for.", min=256)] = 8192,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check this machine: versions, compiled backends, GPU offload, paths, installed models and whether
+    they fit in GPU memory; with the exact reinstall command when offload is unsupported."""
+    from . import doctor as diagnosis
+    from .store import default_home
+
+    try:
+        installed = registry.load()
+    except MemagentError:
+        installed = {}
+    report = diagnosis.diagnose(models=[(n, Path(r["path"])) for n, r in sorted(installed.items())], n_ctx=ctx)
+    import platformdirs
+
+    report["paths"] = {
+        "data": str(default_home()), "models": str(registry.models_dir()), "traces": str(default_home() / "traces.db"),
+        "config": str(settings.config_file()), "cache": platformdirs.user_cache_dir("memagent"),
+    }
+    if json_out:
+        print(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    Console(highlight=False).print(diagnosis.render(report))
