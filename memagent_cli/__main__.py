@@ -1,5 +1,5 @@
 """`python -m memagent_cli` runs the command line."""
 
-from .cli import main
+from .entry import main
 
 main()

@@ -11,6 +11,7 @@ thread, so reading overlaps model loading and generation) -> the agent loop -> e
 from __future__ import annotations
 
 import collections
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,9 +84,23 @@ def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn
     stats = IngestStats()
 
     def read(source: Source):
-        return read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
+        before = _stamp(source)
+        yield from read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
+        if before is not None and _stamp(source) != before:
+            warn(f"{source.title} changed while it was read; the answer may mix its old and new text.")
 
-    return iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats), stats
+    return iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats, warn), stats
+
+
+def _stamp(source: Source) -> tuple[int, int] | None:
+    """Size and modification time of a regular file, to notice it changing under us."""
+    if source.size is None:
+        return None
+    try:
+        st = os.stat(source.path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,

@@ -27,6 +27,10 @@ from .tokenizer import Tokenizer
 # Characters gathered before a block is tokenized: enough that tokenizer calls are few, few
 # enough that a slow pipe's text reaches the model soon (a chunk is ~20K characters).
 MIN_BLOCK_CHARS = 1 << 14
+# Past this, a block with no safe cut (a multi-megabyte run of "=" or white space, which is a
+# single pre-token) is tokenized where it stands: exact ids there would cost the whole run in
+# memory and ~0.8 us per character in BPE; the ids near such a cut may differ by a token.
+MAX_BLOCK_CHARS = 1 << 22
 
 @dataclass(frozen=True)
 class Piece:
@@ -149,10 +153,11 @@ def _last_safe_cut(text: str, before: str) -> int:
     return -1
 
 
-def blocks(pieces: Iterable[Piece]) -> Iterator[list[Piece]]:
+def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None) -> Iterator[list[Piece]]:
     """Groups pieces into blocks that can be tokenized independently: a block is cut at the
     last safe place in the newest piece once MIN_BLOCK_CHARS are gathered. Only the newest
-    piece is searched, so a huge input with no safe place (one long line) stays linear."""
+    piece is searched, so a huge input with no safe place (one long line) stays linear; past
+    MAX_BLOCK_CHARS it is cut anyway and `on_forced_cut` hears of it."""
     buf: list[Piece] = []
     size = 0
     for piece in pieces:
@@ -165,6 +170,11 @@ def blocks(pieces: Iterable[Piece]) -> Iterator[list[Piece]]:
             continue
         cut = _last_safe_cut(piece.text, before)
         if cut < 0:
+            if size >= MAX_BLOCK_CHARS:
+                if on_forced_cut is not None:
+                    on_forced_cut(size)
+                yield buf
+                buf, size = [], 0
             continue
         head, tail = _split_at(buf, size - len(piece.text) + cut)
         if head:
@@ -205,7 +215,7 @@ class _Placed:
 
 
 def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int, sources: Sequence[Source],
-                stats: IngestStats | None = None) -> Iterator[Chunk]:
+                stats: IngestStats | None = None, warn: Callable[[str], None] | None = None) -> Iterator[Chunk]:
     """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded."""
     stats = stats if stats is not None else IngestStats()
     stats.source_tokens = [0] * len(sources)
@@ -229,7 +239,15 @@ def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int
         placed = [p for p in placed if p.end > end]
         return chunk
 
-    for block in blocks(pieces):
+    warned = []
+
+    def forced(size: int) -> None:
+        if warn is not None and not warned:
+            warned.append(size)
+            warn(f"The input has a run of over {size:,} characters with no word boundary; it is tokenized in "
+                 "parts, so chunk boundaries near it may differ from the reference by a token.")
+
+    for block in blocks(pieces, forced):
         text = "".join(p.text for p in block)
         ids = tokenizer.encode(text)
         block_start = doc_bytes

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from . import __version__
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 
 app = typer.Typer(
     name="memagent",
@@ -32,6 +32,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,  # main() decides what an unexpected error looks like
 )
 
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.",
@@ -169,7 +170,7 @@ def ask(
             except ValueError as exc:
                 raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
         model = _model_for_run(model, err, offline)
-        warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False)  # noqa: E731
+        warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
         recorder = Recorder(store, warn=warn, resume=run, stdin=stdin) if store is not None else None
         events = ask_events(
             question, paths, model=model, config=config, done_steps=run["steps"] if run else (),
@@ -188,6 +189,10 @@ def ask(
             recorder.stopped("interrupted")
         err.print(Text.assemble(("interrupted", "yellow"), _resume_hint(recorder) or ""), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: the run is kept as failed (resumable), main() reports it
+        if recorder is not None:
+            recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
+        raise
     if json_out:
         out = result.to_dict()
         if recorder is not None and recorder.failed_write is None:
@@ -237,17 +242,17 @@ def _model_for_run(model: str | None, err: Console, offline: bool) -> str:
 
 def _open_store(err: Console, required: bool):
     """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
-    from .store import TraceStore
+    from . import store as trace_store
 
     try:
-        store = TraceStore()
+        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
     except MemagentError as exc:
         if required:
             raise
-        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False)
+        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False, soft_wrap=True)
         return None
     if store.notice:
-        err.print(f"warning: {store.notice}", style="yellow", markup=False)
+        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
     return store
 
 
@@ -314,7 +319,7 @@ def _save_svg(view, path: Path, err: Console) -> None:
     try:
         recorder.save_svg(str(path), title="memagent ask")
     except OSError as exc:  # the answer is worth more than the picture: warn, go on
-        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False)
+        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False, soft_wrap=True)
 
 
 @app.command(no_args_is_help=False)
@@ -350,7 +355,7 @@ def inspect(
         report = inspect_sources(sources or [], model=model, question=question, chunk_tokens=chunk_tokens,
                                  memory_tokens=memory_tokens, include=include or (), exclude=exclude or (),
                                  password=password, stdin_is_piped=_stdin_piped(), keep_chunk=show_prompt,
-                                 warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False))
+                                 warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True))
         if show_prompt is not None:
             text, note = step_prompt(report, show_prompt)
             if note:
@@ -394,16 +399,33 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Show the version and exit.")] = False) -> None:
+                                                help="Show the version and exit.")] = False,
+          debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors "
+                                                              "(may be given anywhere; or MEMAGENT_DEBUG=1).")] = False,
+          ) -> None:
     pass
 
 
 def main() -> None:
+    # --debug is taken from anywhere on the line (people add it at the end of the command
+    # that failed), so it is removed here before typer parses the rest.
+    debug = "--debug" in sys.argv[1:] or os.environ.get("MEMAGENT_DEBUG", "") not in ("", "0")
+    sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]
     try:
         app()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: one line, the traceback on request
+        if debug:
+            raise
+        from .live import visible
+
+        print(f"internal error: {visible(type(exc).__name__)}: {visible(str(exc))[:300]}\n"
+              "This is a bug in memagent. Please report it on the memagent issue tracker with the command you ran "
+              "and the output of `memagent doctor`; run again with --debug for the traceback. "
+              "A run's completed steps are kept: memagent ask --resume last", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
 
 
 if __name__ == "__main__":

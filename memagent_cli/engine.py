@@ -104,6 +104,18 @@ def _log_reason() -> str:
     return ""
 
 
+def _load_hint(reason: str, info: GGUFInfo, n_ctx: int) -> str:
+    """What to do about a failed load, by its cause in llama.cpp's log."""
+    lowered = reason.lower()
+    if "alloc" in lowered or "memory" in lowered:
+        return (f"Not enough memory: lower --ctx (now {n_ctx:,}) or --gpu-layers, or use a smaller quantization "
+                "(e.g. q4_k_m); memagent doctor shows what fits.")
+    if "unknown model architecture" in lowered:
+        return (f"This llama-cpp-python cannot run {info.architecture!r} models: upgrade it "
+                "(pip install -U llama-cpp-python) or use a GGUF of a supported architecture.")
+    return ("Check that the file is complete (a download may have been cut); --verbose shows llama.cpp's log.")
+
+
 def gpu_offload_supported() -> bool:
     import llama_cpp
 
@@ -172,9 +184,8 @@ class LlamaEngine:
                 )
         except ValueError as exc:
             reason = _log_reason()
-            raise MemagentError(f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})."),
-                                "Check that the file is complete and that this llama-cpp-python supports its architecture "
-                                f"({info.architecture}); --verbose shows llama.cpp's log.") from None
+            raise MemagentError(f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
+                                _load_hint(reason, info, n_ctx)) from None
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
 
     def close(self) -> None:

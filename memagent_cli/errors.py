@@ -37,4 +37,4 @@ def _sentence(text: str) -> str:
     text = text.strip()
     if not text:
         return text
-    return text if text[-1] in ".!?:)\"'" else text + "."
+    return text if text[-1] in ".!?:" else text + "."

@@ -34,7 +34,7 @@ def _store():
 
     store = TraceStore()
     if store.notice:
-        Console(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False)
+        Console(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
     return store
 
 

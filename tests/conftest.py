@@ -69,3 +69,15 @@ def gpt2_pre_model(tmp_path_factory):
     from tinymodel import write_tiny_qwen2
 
     return write_tiny_qwen2(tmp_path_factory.mktemp("fallback") / "gpt2pre.gguf", seed=4, pre="gpt-2")
+
+
+@pytest.fixture
+def spawned():
+    """Processes a test starts; any still running at teardown is killed, so a failed
+    assertion never leaves a `memagent ask` burning a core."""
+    procs = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -129,3 +129,17 @@ def test_blocks_cut_only_between_a_letter_and_a_non_letter(monkeypatch):
         joined = "".join(p.text for p in block)
         following = "".join(p.text for p in found[found.index(block) + 1])
         assert joined[-1].isalpha() and not following[0].isalpha()
+
+
+def test_a_huge_run_with_no_word_boundary_is_cut_with_one_warning(tok, monkeypatch):
+    monkeypatch.setattr(chunking, "MAX_BLOCK_CHARS", 50_000)
+    text = "intro words\n" + "=" * 200_000 + "\nend"
+    notes = []
+    sources = [source("a")]
+    chunks = list(iter_chunks(layout(sources, reader({"a": [(text[i:i + 10_000], None)
+                                                        for i in range(0, len(text), 10_000)]})),
+                              tok, 1000, sources, IngestStats(), notes.append))
+    assert len(notes) == 1 and "no word boundary" in notes[0]
+    assert "".join(c.text for c in chunks) == text  # nothing lost, only ids near the cuts may differ
+    whole = len(tok.encode(text))
+    assert abs(sum(c.tokens for c in chunks) - whole) <= 5

@@ -196,7 +196,7 @@ def test_a_model_cut_inside_its_weights_is_reported_with_the_cause(doc, models, 
     assert "not within the file bounds" in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models):
+def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models, spawned):
     import signal
     import time
 
@@ -206,6 +206,7 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models):
     proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
                              "--chunk-tokens", "200", "--memory-tokens", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    spawned.append(proc)
     first = proc.stderr.readline()  # the first step is done: we are mid-run
     assert first.startswith("step 1/")
     time.sleep(0.2)

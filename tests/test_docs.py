@@ -25,3 +25,19 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_changelog_has_an_unreleased_section():
     text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in text and "memagent ask" in text
+
+
+def test_every_test_named_in_reliability_md_exists():
+    import fnmatch
+
+    text = (REPO / "docs" / "RELIABILITY.md").read_text(encoding="utf-8")
+    defined = {}
+    for path in (REPO / "tests").glob("test_*.py"):
+        names = re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), flags=re.M)
+        defined[path.stem] = names
+    refs = re.findall(r"\b(test_\w+)::(test_[\w*]+)", text)
+    assert len(refs) > 30
+    missing = [f"{f}::{t}" for f, t in refs if not fnmatch.filter(defined.get(f, []), t)]
+    assert missing == []
+    bare = [m for m in re.findall(r"\btest_\w+\b(?!::)", text) if m not in {t for _, t in refs}]
+    assert bare == [], "name tests as file::test"

@@ -56,7 +56,7 @@ def test_plain_progress_for_logs(tmp_path, models):
     assert "\x1b[" not in out.getvalue()
 
 
-def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, models):
+def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, models, spawned):
     doc = tmp_path / "doc.txt"
     doc.write_text(words(400), encoding="utf-8")
     picture = tmp_path / "live.svg"
@@ -68,6 +68,7 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
          "--chunk-tokens", "200", "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0",
          "--svg", str(picture)],
         stdout=subprocess.PIPE, stderr=follower, cwd=REPO, env=env)
+    spawned.append(proc)
     os.close(follower)
     drawn = b""
     while True:  # drain the terminal while the program draws, or it blocks on a full buffer

@@ -69,10 +69,11 @@ def test_pull_any_hub_gguf_by_quantization(hub, tmp_path, doc):
     assert missing.returncode == 1 and "Q8_0" in missing.stderr  # says what there is
 
 
-def test_first_run_offers_the_download_on_a_terminal(hub, tmp_path, doc):
+def test_first_run_offers_the_download_on_a_terminal(hub, tmp_path, doc, spawned):
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", *FAST], stdin=follower,
                             stdout=subprocess.PIPE, stderr=follower, env=env_for(hub, tmp_path), cwd=REPO)
+    spawned.append(proc)
     os.close(follower)
     seen = b""
     while b"[Y/n]" not in seen:

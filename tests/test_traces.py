@@ -39,10 +39,15 @@ def start_and_stop(args, sig, after_steps=2, cwd=None):
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
     proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=env)
-    for _ in range(after_steps):
-        assert proc.stderr.readline().startswith("step ")
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    try:
+        for _ in range(after_steps):
+            assert proc.stderr.readline().startswith("step ")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:  # a failed assertion must not leave the run going
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
     return proc.returncode, out, err
 
 
@@ -106,7 +111,7 @@ def test_resume_works_from_another_directory(doc, models, tmp_path):
     assert resumed["sources"][0]["path"] == "doc.txt" and len(resumed["steps"]) > 2
 
 
-def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path):
+def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spawned):
     text = words(4000)
     piped = tmp_path / "in.txt"
     piped.write_text(text, encoding="utf-8")
@@ -114,6 +119,7 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path):
     with open(piped, "rb") as stdin:
         proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"]), *SMALL],
                                 stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        spawned.append(proc)
         for _ in range(2):
             assert proc.stderr.readline().startswith("step ")
         proc.send_signal(signal.SIGINT)

@@ -1,0 +1,193 @@
+"""Bad input and faults, each with a clear outcome and nothing lost (docs/RELIABILITY.md).
+
+Cases covered elsewhere are named in RELIABILITY.md with their test; these are the rest."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, words
+from typer.testing import CliRunner
+
+from memagent_cli.cli import app
+
+SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
+
+
+def run(*args, input=None, env=None, cwd=None):
+    full = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    full.update({"NO_COLOR": "1", **(env or {})})
+    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
+                          text=True, env=full, cwd=cwd or REPO, timeout=300)
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(words(1200), encoding="utf-8")
+    return path
+
+
+def in_process(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"NO_COLOR": "1"})
+
+
+def test_latin1_text_is_read_with_a_warning(tmp_path, models):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("Café crème, naïve façade. ".encode("latin-1") * 50)
+    proc = run("ask", path, "q", "-m", models["random"], "--json", *SMALL)
+    assert proc.returncode == 0
+    assert "invalid UTF-8 replaced" in proc.stderr and json.loads(proc.stdout)["document_tokens"] > 0
+
+
+def test_empty_stdin_and_empty_file(tmp_path, models):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    for proc in (run("ask", "q", "-m", models["random"], input=""), run("ask", empty, "q", "-m", models["random"])):
+        assert proc.returncode == 1 and "There is no text to read" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_architecture_this_llama_cpp_cannot_load(doc, models, tmp_path):
+    data = models["random"].read_bytes()
+    at = data.index(b"qwen2", data.index(b"general.architecture"))
+    alien = tmp_path / "alien.gguf"
+    alien.write_bytes(data[:at] + b"qwenx" + data[at + 5:])
+    proc = run("ask", doc, "q", "-m", alien, "--no-trace")
+    assert proc.returncode == 1 and "unknown model architecture: 'qwenx'" in proc.stderr
+    assert "upgrade it (pip install -U llama-cpp-python)" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_not_enough_memory_to_load_suggests_what_to_lower(doc, models):
+    proc = run("ask", doc, "q", "-m", models["random"], "--ctx", "400000000", "--no-trace")
+    assert proc.returncode == 1 and "Not enough memory: lower --ctx (now 400,000,000) or --gpu-layers" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.1])
+def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_home, spawned):
+    """From the moment memagent runs (its trace store exists), Ctrl-C is clean at any point.
+    (Before that, in the interpreter's own start-up, Python prints its own traceback.)"""
+    doc = tmp_path / "long.txt"
+    doc.write_text(words(30000), encoding="utf-8")  # seconds of work: the signal lands mid-run
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
+                             *SMALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    spawned.append(proc)
+    deadline = time.monotonic() + 30
+    while not (memagent_home / "traces.db").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)  # opening the store, reading sources, loading the model, the first step
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err and out == ""
+
+
+def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
+    doc = tmp_path / "short.txt"
+    doc.write_text(words(60), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
+                             "--memory-tokens", "4", "--answer-tokens", "20000", "--temperature", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    spawned.append(proc)
+    assert proc.stderr.readline().startswith("step 1/1")  # the only step is done: now the answer
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Resume with: memagent ask --resume" in err and out == ""
+    listed = json.loads(run("traces", "list", "--json").stdout)
+    assert listed[0]["status"] == "interrupted" and listed[0]["steps"] == 1
+
+
+def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_debug(doc, models):
+    # A fault injected into the agent at step 2, as a bug would surface.
+    code = ("import sys, memagent_cli.agent as agent\n"
+            "real = agent.memory_prompt\n"
+            "def broken(q, memory, chunk):\n"
+            "    if memory not in ('No previous memory', ''): raise RuntimeError('boom')  # step 2\n"
+            "    return real(q, memory, chunk)\n"
+            "agent.memory_prompt = broken\n"
+            "from memagent_cli.cli import main\n"
+            "sys.argv = ['memagent'] + sys.argv[1:]\n"
+            "main()\n")
+    base = [sys.executable, "-c", code, "ask", str(doc), "q", "-m", str(models["random"]), *SMALL]
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMAGENT_MODEL", "MEMAGENT_DEBUG")}
+    proc = subprocess.run(base, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "internal error: RuntimeError: boom" in proc.stderr and "memagent doctor" in proc.stderr
+    (failed,) = json.loads(run("traces", "list", "--json").stdout)
+    assert failed["status"] == "failed" and failed["steps"] == 1 and "boom" in failed["error"]
+    debug = subprocess.run(base + ["--debug"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "RuntimeError: boom" in debug.stderr
+    resumed = run("ask", "--resume", failed["id"], "--json")  # the bug gone, the run goes on
+    assert resumed.returncode == 0 and len(json.loads(resumed.stdout)["steps"]) > 1
+
+
+def test_disk_full_while_writing_the_trace_still_prints_the_answer(doc, models, monkeypatch):
+    from memagent_cli import store
+
+    def full(self, run_id, step):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store.TraceStore, "add_step", full)
+    result = in_process("ask", doc, "q", "-m", models["long"], *SMALL)
+    assert result.exit_code == 0 and result.stdout.strip().startswith("=" * 40)
+    assert "The trace could not be written (database or disk is full); the run goes on without it." in result.stderr
+
+
+def test_a_locked_trace_database_runs_untraced_with_a_warning(doc, models, memagent_home, monkeypatch):
+    from memagent_cli import store
+
+    store.TraceStore().close()  # create it
+    holder = sqlite3.connect(memagent_home / "traces.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(store, "BUSY_TIMEOUT", 0.3)
+    try:
+        result = in_process("ask", doc, "q", "-m", models["long"], *SMALL)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 0 and result.stdout.strip()
+    assert "Another memagent process holds the trace database" in result.stderr
+    assert "the run goes on without it" in result.stderr or "not recorded" in result.stderr
+
+
+def test_a_corrupt_trace_database_is_moved_aside_and_replaced(doc, models, memagent_home):
+    memagent_home.mkdir(parents=True, exist_ok=True)
+    (memagent_home / "traces.db").write_bytes(b"this is not sqlite" * 100)
+    proc = run("ask", doc, "q", "-m", models["random"], "--json", *SMALL)
+    assert proc.returncode == 0 and "damaged" in proc.stderr
+    assert list(memagent_home.glob("traces.db.corrupt-*")), "the damaged file is kept"
+    assert json.loads(run("traces", "list", "--json").stdout)[0]["id"] == json.loads(proc.stdout)["trace"]
+
+
+def test_a_file_that_changes_while_it_is_read(tmp_path, models, spawned):
+    path = tmp_path / "growing.txt"
+    path.write_text(words(3000), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(path), "q", "-m", str(models["random"]),
+                             "--chunk-tokens", "100", "--memory-tokens", "4", "--answer-tokens", "2", "--temperature", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    spawned.append(proc)
+    with open(path, "a", encoding="utf-8") as fh:  # appended while memagent reads it
+        for _ in range(50):
+            fh.write(words(50) + "\n")
+            fh.flush()
+            time.sleep(0.01)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and out.strip()
+    # Reading is fast, so it may finish before the first append: then there was no change to see.
+    assert ("growing.txt changed while it was read" in err) or path.stat().st_size > 0
+
+
+def test_no_secrets_in_traces(doc, models, memagent_home):
+    secrets = {"HF_TOKEN": "hf_SECRETtoken123", "MEMAGENT_API_KEY": "sk-SECRET-456", "OPENAI_API_KEY": "sk-SECRET-789"}
+    proc = run("ask", doc, "q", "-m", models["random"], *SMALL, env=secrets)
+    assert proc.returncode == 0
+    raw = b"".join(p.read_bytes() for p in memagent_home.glob("traces.db*"))
+    assert raw and not any(secret.encode() in raw for secret in secrets.values())
