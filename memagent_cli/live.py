@@ -73,7 +73,8 @@ def _duration(seconds: float | None) -> str:
 
 
 class LiveView:
-    """The full-screen-width live display: header, progress, the memory as it is written."""
+    """The full-screen-width live display: header, progress, the memory as it is written.
+    Everything, printed lines included, is drawn at most `fps` times a second."""
 
     def __init__(self, console: Console, fps: float = FPS):
         self.console = console
@@ -96,6 +97,7 @@ class LiveView:
         self.gen_rate: float | None = None
         self.memory = ""
         self.history: list[Text] = []  # step summaries, also kept for the snapshot
+        self.pending: list = []  # lines to print above the view at the next frame
         self.last_draw = 0.0
 
     # -- event handling ------------------------------------------------------------------------
@@ -105,7 +107,7 @@ class LiveView:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.live.update(self.render(), refresh=True)
+        self._draw(force=True)  # the last frame, with every line still pending
         self.live.stop()
 
     def handle(self, event: Event) -> None:
@@ -119,7 +121,7 @@ class LiveView:
             sources += f" and {len(e.sources) - 3} more"
         self.header = Text.assemble(("memagent ", "bold"), (e.model, "cyan"), "  ", (sources, "green"), "\n",
                                     ("Q: ", "bold"), visible(_clip(e.question, 200)))
-        self._draw(force=True)
+        self._draw()
 
     def _on_Notice(self, e: Notice) -> None:
         style = "yellow" if e.level == "warning" else "dim"
@@ -131,7 +133,7 @@ class LiveView:
         if e.gpu_reason:
             self.header.append_text(Text(f"\n{visible(e.gpu_reason)}", style="dim"))
         self.phase = "reading"
-        self._draw(force=True)
+        self._draw()
 
     def _on_DocumentRead(self, e: DocumentRead) -> None:
         self.total_steps = e.steps
@@ -146,7 +148,7 @@ class LiveView:
         where = visible(", ".join(span.describe() for span in e.chunk.spans)) or "layout"
         self.phase = f"step {e.index}: reading {where}"
         self.step_started = time.perf_counter()
-        self._draw(force=True)
+        self._draw()
 
     def _on_TokenText(self, e: TokenText) -> None:
         self.writing.append(e.text)
@@ -182,13 +184,13 @@ class LiveView:
         self.streamed, self.streaming = 0, True
         self.phase = "answering from the memory"
         self.step_started = time.perf_counter()
-        self._draw(force=True)
+        self._draw()
 
     def _on_AnswerFinished(self, e: AnswerFinished) -> None:
         self.phase = "done"
         self.streaming = False
         self.writing = [e.raw]
-        self._draw(force=True)
+        self._draw()
 
     def _on_RunFinished(self, e: RunFinished) -> None:
         self.phase = f"done in {_duration(e.result.timings.get('total_seconds'))}"
@@ -199,12 +201,18 @@ class LiveView:
     # -- drawing -------------------------------------------------------------------------------
 
     def _print(self, renderable) -> None:
-        self.live.console.print(renderable)
+        # Printed above the live area at the next frame: each print redraws the whole view,
+        # and a small model finishes several steps a second.
+        self.pending.append(renderable)
+        self._draw()
 
     def _draw(self, force: bool = False) -> None:
         now = time.perf_counter()
         if force or now - self.last_draw >= self.interval:
             self.last_draw = now
+            for renderable in self.pending:
+                self.live.console.print(renderable)
+            self.pending.clear()
             self.live.update(self.render(), refresh=True)
 
     def _eta(self) -> float | None:
