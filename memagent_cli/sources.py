@@ -23,6 +23,7 @@ import codecs
 import fnmatch
 import os
 import posixpath
+import re
 import stat
 import sys
 import threading
@@ -164,7 +165,7 @@ class _Skipped:
             if len(names) == 1:
                 warn(f"skipped {_join_title(self.directory, names[0])} ({reason})")
             else:
-                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                shown = ", ".join(map(_printable, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
                 warn(f"skipped {len(names)} entries in {_title(self.directory)} ({reason}): {shown}")
 
 
@@ -214,7 +215,7 @@ class _Collector:
         kind = _kind(path, head)
         if kind is None:
             raise MemagentError(
-                f"{path} looks like a binary file; memagent reads text and PDF files",
+                f"{_printable(path)} looks like a binary file; memagent reads text and PDF files",
                 hint="Name a text or PDF file",
             )
         self.sources.append(Source(path, _title(path), kind, info.st_size))
@@ -223,7 +224,7 @@ class _Collector:
         visited = {(info.st_dev, info.st_ino)}
         if self._walk(root, "", visited) == 0:
             raise MemagentError(
-                f"No readable files in {root}",
+                f"No readable files in {_printable(root)}",
                 hint="It has no text or PDF files, or --include/--exclude left none out; "
                 "hidden and binary files are skipped",
             )
@@ -333,16 +334,22 @@ _ALREADY_TAKEN = _AlreadyTaken()
 def _stat_named(path: str) -> os.stat_result:
     try:
         return os.stat(path)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
+        # ValueError: a path no file can have, such as one with a NUL byte or (on POSIX) a lone
+        # surrogate that stands for no byte (UnicodeEncodeError is a ValueError). os.stat
+        # raises it instead of OSError; found by tests/test_fuzz.py.
         raise _open_error(path, exc) from exc
 
 
-def _open_error(path: str, exc: OSError) -> MemagentError:
+def _open_error(path: str, exc: OSError | ValueError) -> MemagentError:
+    shown = _printable(path)
     if isinstance(exc, FileNotFoundError):
-        return MemagentError(f"{path}: no such file or folder", hint="Check the path")
+        return MemagentError(f"{shown}: no such file or folder", hint="Check the path")
     if isinstance(exc, PermissionError):
-        return MemagentError(f"{path}: permission denied", hint="Check the file's permissions")
-    return MemagentError(f"Cannot open {path}: {_reason(exc)}")
+        return MemagentError(f"{shown}: permission denied", hint="Check the file's permissions")
+    if isinstance(exc, ValueError):
+        return MemagentError(f"{shown} is not a valid file name", hint="Check the path")
+    return MemagentError(f"Cannot open {shown}: {_reason(exc)}")
 
 
 def _reason(exc: OSError) -> str:
@@ -378,14 +385,33 @@ def _title(path: str) -> str:
     try:
         relative = os.path.relpath(absolute, os.getcwd())
     except ValueError:  # another drive on Windows
-        return absolute
+        return _printable(absolute)
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return absolute
-    return relative
+        return _printable(absolute)
+    return _printable(relative)
 
 
 def _join_title(directory: str, name: str) -> str:
-    return os.path.join(_title(directory), name)
+    return os.path.join(_title(directory), _printable(name))
+
+
+def _printable(text: str) -> str:
+    """`text` as valid Unicode, each lone surrogate replaced by U+FFFD.
+
+    A file name that is not UTF-8 comes from the OS with its bad bytes as lone surrogates
+    (Python's surrogateescape), and pypdf's text can hold them too (it decodes UTF-16 with
+    "surrogatepass"). Such a string cannot be encoded as UTF-8: a title or page text holding
+    one crashed chunking (UnicodeEncodeError), the tokenizer and printing. Found by
+    tests/test_fuzz.py. A surrogate pair split over two strings and joined (a PDF font mapping
+    one code to each half of an emoji) becomes the character it stands for. A Source's `path`
+    keeps the name as it is, to open the file with.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,11 +428,13 @@ def read_source(
 ) -> Iterator[Segment]:
     """Stream `source`'s text as Segments, each tagged with `index` (its place in the list).
 
-    Text and stdin segments hold at most BLOCK_SIZE + 1 characters each (one block's worth,
-    plus a character held back from the block before). A PDF yields one segment
-    per page that has text; every page after the first carries PAGE_SEPARATOR at the start of
-    its segment text, so the segments still concatenate to the full text. Pages with no text
-    (or only white space) are left out of the full text altogether.
+    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each: one block's worth,
+    plus what earlier reads left held back (a final "\\r" and a character cut by the block's
+    end, or the first bytes of a file when reads were too short to tell its byte-order mark).
+    A PDF yields one segment per page that has text; every page after the first carries
+    PAGE_SEPARATOR at the start of its segment text, so the segments still concatenate to the
+    full text. Pages with no text (or only white space) are left out of the full text
+    altogether. Page text is valid Unicode (see _printable).
 
     `stdin` is the binary stream read for the stdin source (default: sys.stdin.buffer).
     Errors surface on the first `next()`, like the reading itself.
@@ -420,7 +448,7 @@ def read_source(
             # Unbuffered, so each read is one system call and a pipe's data is passed on as
             # soon as it arrives.
             file = open(source.path, "rb", buffering=0)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: see _stat_named
             raise _open_error(source.path, exc) from exc
         with file:
             yield from _read_stream(file, source.title, index, warn)
@@ -538,7 +566,7 @@ def _read_pdf(source: Source, index: int, password: str | None, warn: Warn) -> I
         # An open file rather than the path: given a path, pypdf reads the whole file into
         # memory first; given a file, it seeks and reads what each page needs.
         file = open(source.path, "rb")
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: see _stat_named
         raise _open_error(source.path, exc) from exc
     with file:
         reader = _open_pdf(file, source.title, password)
@@ -605,7 +633,7 @@ def _page_texts(reader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
         except Exception as exc:  # one damaged page should not cost the rest of the document
             warn(f"{title}: skipped page {number} ({_short_reason(exc)})")
             continue
-        text = _normalise_newlines(text)
+        text = _printable(_normalise_newlines(text))
         if text.strip():
             yield number, text
 
@@ -626,5 +654,5 @@ def _dependency_error(title: str, exc: Exception) -> MemagentError:
 
 def _short_reason(exc: Exception, limit: int = 120) -> str:
     lines = str(exc).strip().splitlines()
-    reason = lines[0] if lines else type(exc).__name__
+    reason = _printable(lines[0]) if lines else type(exc).__name__
     return reason if len(reason) <= limit else reason[: limit - 1] + "…"
