@@ -14,6 +14,7 @@ blocks joined by a blank line; one source is its text alone.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
@@ -139,7 +140,15 @@ class _Stripper:
             self.held.append(Piece(text[len(body):], piece.source, piece.page, piece.offset + len(body)))
 
 
-def _last_safe_cut(text: str, before: str) -> int:
+def _inside(pattern: re.Pattern | None, text: str, i: int) -> bool:
+    """Whether index i falls strictly inside a match of `pattern` in text (a user-defined
+    token such as [PAD151646], which the tokenizer keeps whole wherever it appears)."""
+    if pattern is None:
+        return False
+    return any(m.start() < i < m.end() for m in pattern.finditer(text, max(0, i - 64), i + 64))
+
+
+def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern | None = None) -> int:
     """Index in `text` of the last place where a letter is followed by a non-letter (`before`
     is the character preceding `text`), or -1.
 
@@ -148,12 +157,13 @@ def _last_safe_cut(text: str, before: str) -> int:
     is always a pre-token boundary: tokenizing the two sides apart gives the same ids."""
     for i in range(len(text) - 1, -1, -1):
         previous = text[i - 1] if i else before
-        if previous.isalpha() and not text[i].isalpha():  # str.isalpha is \p{L}
+        if previous.isalpha() and not text[i].isalpha() and not _inside(unsplittable, text, i):  # isalpha: \p{L}
             return i
     return -1
 
 
-def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None) -> Iterator[list[Piece]]:
+def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None,
+           unsplittable: re.Pattern | None = None) -> Iterator[list[Piece]]:
     """Groups pieces into blocks that can be tokenized independently: a block is cut at the
     last safe place in the newest piece once MIN_BLOCK_CHARS are gathered. Only the newest
     piece is searched, so a huge input with no safe place (one long line) stays linear; past
@@ -168,7 +178,7 @@ def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None 
         size += len(piece.text)
         if size < MIN_BLOCK_CHARS:
             continue
-        cut = _last_safe_cut(piece.text, before)
+        cut = _last_safe_cut(piece.text, before, unsplittable)
         if cut < 0:
             if size >= MAX_BLOCK_CHARS:
                 if on_forced_cut is not None:
@@ -247,7 +257,7 @@ def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int
             warn(f"The input has a run of over {size:,} characters with no word boundary; it is tokenized in "
                  "parts, so chunk boundaries near it may differ from the reference by a token.")
 
-    for block in blocks(pieces, forced):
+    for block in blocks(pieces, forced, getattr(tokenizer, "unsplittable", None)):
         text = "".join(p.text for p in block)
         ids = tokenizer.encode(text)
         block_start = doc_bytes

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ from rich.text import Text
 
 from . import __version__
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from .textout import json_text
 
 app = typer.Typer(
     name="memagent",
@@ -57,7 +57,7 @@ def _stderr_console() -> Console:
 
 
 def _fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
-    from .live import visible  # messages quote file names, which may hold control characters
+    from .textout import visible  # messages quote file names, which may hold control characters
 
     err.print(Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""),
               soft_wrap=True)
@@ -197,9 +197,9 @@ def ask(
         out = result.to_dict()
         if recorder is not None and recorder.failed_write is None:
             out["trace"] = recorder.run_id
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        print(json_text(out))
     else:
-        from .live import visible
+        from .textout import visible
 
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
@@ -366,7 +366,7 @@ def inspect(
     except MemagentError as exc:
         _fail(err, exc)
     if json_out:
-        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        print(json_text(report.to_dict()))
     else:
         Console(highlight=False).print(render_report(report))
 
@@ -419,7 +419,7 @@ def main() -> None:
     except Exception as exc:  # a bug: one line, the traceback on request
         if debug:
             raise
-        from .live import visible
+        from .textout import visible
 
         print(f"internal error: {visible(type(exc).__name__)}: {visible(str(exc))[:300]}\n"
               "This is a bug in memagent. Please report it on the memagent issue tracker with the command you ran "

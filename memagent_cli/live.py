@@ -30,6 +30,7 @@ from .events import (
     TokenText,
 )
 from .memdiff import changes
+from .textout import visible
 
 FPS = 8
 MEMORY_LINES = 12  # lines of the memory shown while it is written
@@ -37,15 +38,6 @@ MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to m
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 
-# Model and document text is shown, never obeyed: control characters (escape sequences could
-# move the cursor, retitle the window or write the clipboard; they also make SVG invalid)
-# become their visible Unicode "control pictures", ␛ for ESC. Tab and newline stay.
-_VISIBLE = {c: 0x2400 + c for c in range(32) if c not in (9, 10)}
-_VISIBLE.update({0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}})
-
-
-def visible(text: str) -> str:
-    return text.translate(_VISIBLE)
 
 
 def evidence_line(result) -> str:

@@ -3,7 +3,6 @@ checking the machine. Thin: the work is in registry, hub, settings, gpu and doct
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +14,7 @@ from rich.text import Text
 
 from . import catalog, registry, settings
 from .errors import EXIT_USAGE, MemagentError
+from .textout import json_text
 from .traces_cli import _run_guard
 
 models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
@@ -60,13 +60,13 @@ def list_models(json_out: JsonOpt = False) -> None:
     default = settings.get_setting("default_model") or catalog.default_alias()
     cat = catalog.entries()
     if json_out:
-        print(json.dumps({
+        print(json_text({
             "default": default,
             "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
             "catalog": [{"alias": f"{a}:{q}", "size": e.size(q), "base_model": e.base_model, "license": e.license,
                          "candidates": list(e.candidates), "installed": f"{a}:{q}" in installed}
                         for a, e in sorted(cat.items()) for q in e.quantizations],
-        }, ensure_ascii=False, indent=2))
+        }))
         return
     out = Console(highlight=False)
     table = Table(title="installed", title_justify="left", box=None, header_style="bold", pad_edge=False)
@@ -98,7 +98,7 @@ def pull(
     """Download a model: checks free space, resumes after interruption, verifies sha256."""
     name, record = download_with_progress(spec, offline=offline, err=Console(stderr=True, highlight=False))
     if json_out:
-        print(json.dumps({"name": name, **record}, ensure_ascii=False, indent=2))
+        print(json_text({"name": name, **record}))
 
 
 @models_app.command()
@@ -112,7 +112,7 @@ def add(
     """Register a local GGUF after checking it is one (architecture, size, quantization, template)."""
     name, record = registry.add(path, name)
     if json_out:
-        print(json.dumps({"name": name, **record}, ensure_ascii=False, indent=2))
+        print(json_text({"name": name, **record}))
         return
     Console(stderr=True, highlight=False).print(
         f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
@@ -142,7 +142,7 @@ def info(name: NameArg, json_out: JsonOpt = False) -> None:
     """What an installed model is: architecture, size, quantization, context, where it came from."""
     record = registry.get(name)
     if json_out:
-        print(json.dumps(record, ensure_ascii=False, indent=2))
+        print(json_text(record))
         return
     out = Console(highlight=False)
     for key, value in record.items():
@@ -178,7 +178,7 @@ def config_list(json_out: JsonOpt = False) -> None:
     """Every setting with its value and meaning, and where the file is."""
     data = settings.load()
     if json_out:
-        print(json.dumps({"file": str(settings.config_file()), "settings": data}, ensure_ascii=False, indent=2))
+        print(json_text({"file": str(settings.config_file()), "settings": data}))
         return
     out = Console(highlight=False)
     out.print(Text(f"# {settings.config_file()}", style="dim"))
@@ -209,6 +209,6 @@ def doctor(
         "config": str(settings.config_file()), "cache": platformdirs.user_cache_dir("memagent"),
     }
     if json_out:
-        print(json.dumps(report, ensure_ascii=False, indent=2))
+        print(json_text(report))
         return
     Console(highlight=False).print(diagnosis.render(report))

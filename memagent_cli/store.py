@@ -470,7 +470,9 @@ def _timestamp(moment: str | datetime | None) -> str:
 
 
 def _json(value) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)  # default: Paths become text
+    # ASCII escapes: a path from a non-UTF-8 file name holds lone surrogates, which SQLite's
+    # UTF-8 text cannot store but a \udcXX escape round-trips exactly (resume reopens it).
+    return json.dumps(value, ensure_ascii=True, default=str)  # default: Paths become text
 
 
 def _decode(row: sqlite3.Row) -> dict:

@@ -39,6 +39,7 @@ class Tokenizer(Protocol):
     name: str
     controls: dict[str, int]  # control tokens (<|im_start|>, ...): their text -> id
     byte_lengths: np.ndarray  # decoded byte length of every id, to place tokens without decoding
+    unsplittable: re.Pattern | None  # text encoded as one token wherever it appears ([PAD151646]); never cut inside
 
     def encode(self, text: str) -> list[int]:
         """Plain text to ids; control tokens are never recognised in it."""
@@ -143,6 +144,7 @@ class TiktokenTokenizer:
                 next_rank += 1
             specials = rank_of_special
         self._user_defined = frozenset(user_defined)
+        self.unsplittable = _alternation(user_defined)
         self._enc = tiktoken.Encoding(name=f"gguf-{pre}", pat_str=PRE_PATTERNS[pre],
                                       mergeable_ranks=ranks, special_tokens=specials)
 
@@ -199,6 +201,8 @@ class LlamaTokenizer:
         types = info.get("tokenizer.ggml.token_type") or []
         tokens = info.get("tokenizer.ggml.tokens") or []
         self.controls = {tokens[i].decode("utf-8", errors="replace"): i for i, t in enumerate(types) if t == TOKEN_CONTROL}
+        self.unsplittable = _alternation(tokens[i].decode("utf-8", errors="replace")
+                                         for i, t in enumerate(types) if t == TOKEN_USER_DEFINED)
         buf = ctypes.create_string_buffer(256)
         self._bytes: list[bytes] = []
         for i in range(self._llm.n_vocab()):
@@ -211,6 +215,11 @@ class LlamaTokenizer:
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return b"".join([self._bytes[i] for i in ids])
+
+
+def _alternation(texts: Iterable[str]) -> re.Pattern | None:
+    texts = sorted({t for t in texts if t}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, texts))) if texts else None
 
 
 def load_tokenizer(info: GGUFInfo) -> Tokenizer:

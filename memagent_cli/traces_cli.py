@@ -6,7 +6,6 @@ by any unique prefix of its id, or `last`.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import EXIT_USAGE, MemagentError
-from .live import visible
 from .memdiff import changes, surviving_additions, word_diff
 from .protocol import INITIAL_MEMORY
+from .textout import json_text, visible
 
 app = typer.Typer(help="Inspect recorded runs: every memory step with where it read, and the answer.",
                   no_args_is_help=True, rich_markup_mode="rich")
@@ -93,7 +92,7 @@ def list_runs(
     """Recorded runs, newest first."""
     runs = _store().list_runs(status=status, source=source, limit=limit)
     if json_out:
-        print(json.dumps([{**r, "steps": r["step_count"]} for r in runs], ensure_ascii=False, indent=2))
+        print(json_text([{**r, "steps": r["step_count"]} for r in runs]))
         return
     if not runs:
         Console(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
@@ -124,7 +123,7 @@ def show(
     evidence = evidence_steps(run)
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
-        print(json.dumps({**run, "steps": shown, "evidence": evidence}, ensure_ascii=False, indent=2))
+        print(json_text({**run, "steps": shown, "evidence": evidence}))
         return
     out = _out()
     out.print(_header(run))
@@ -187,8 +186,7 @@ def diff(
             raise MemagentError(f"Run {run['id'][:8]} has no step {n}; it has {len(memories) - 1}.", exit_code=EXIT_USAGE)
     ops = word_diff(memories[k], memories[l])
     if json_out:
-        print(json.dumps({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]},
-                         ensure_ascii=False, indent=2))
+        print(json_text({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]}))
         return
     body = Text()
     for op, text in ops:
@@ -231,7 +229,7 @@ def search(
     """Full-text search over every recorded memory, question and answer."""
     hits = _store().search(text, limit=limit)
     if json_out:
-        print(json.dumps(hits, ensure_ascii=False, indent=2))
+        print(json_text(hits))
         return
     if not hits:
         Console(stderr=True).print("No matches.", markup=False)

@@ -93,7 +93,7 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
 def test_control_characters_are_shown_not_obeyed():
     import xml.etree.ElementTree as ET
 
-    from memagent_cli.live import visible
+    from memagent_cli.textout import visible
 
     hostile = "ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x17 tab\tnew\nline\x7f\x9b"
     assert visible(hostile) == "ok␛]52;c;ZXZpbA==␇ ␛[2J␗ tab\tnew\nline␡\ufffd"

@@ -191,3 +191,18 @@ def test_no_secrets_in_traces(doc, models, memagent_home):
     assert proc.returncode == 0
     raw = b"".join(p.read_bytes() for p in memagent_home.glob("traces.db*"))
     assert raw and not any(secret.encode() in raw for secret in secrets.values())
+
+
+def test_a_file_name_that_is_not_utf8(tmp_path, models):
+    folder = tmp_path / "weird"
+    folder.mkdir()
+    name = os.fsdecode(b"n\x80me.txt")  # a lone surrogate in Python: no stream can encode it raw
+    (folder / name).write_text(words(200), encoding="utf-8")
+    proc = run("ask", folder, "q", "-m", models["random"], "--json", *SMALL)
+    assert proc.returncode == 0 and "internal error" not in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sources"][0]["path"] == os.path.join(str(folder), name)  # the \udc80 escape names it exactly
+    listed = run("traces", "list", env={"COLUMNS": "300"})
+    assert listed.returncode == 0 and "n\ufffdme.txt" in listed.stdout  # shown, not crashed on
+    shown = json.loads(run("traces", "show", "last", "--json").stdout)
+    assert shown["sources"][0]["path"] == os.path.join(str(folder), name)
