@@ -277,6 +277,6 @@ class PlainProgress:
             where = visible(", ".join(span.describe() for span in s.chunk.spans))
             again = " (from the trace)" if event.replayed else ""
             self.console.print(f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, "
-                               f"{s.seconds:.1f}s{again}", markup=False, highlight=False, soft_wrap=True)
+                               f"{s.seconds:.2f}s{again}", markup=False, highlight=False, soft_wrap=True)
         elif isinstance(event, RunFinished) and event.result.evidence:
             self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)
