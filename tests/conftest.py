@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+
+def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",)):
+    """`memagent ARGS` as a user runs it: a real process, stdout and stderr apart, NO_COLOR,
+    and none of the caller's own model choice (`drop` names variables not passed on)."""
+    full = {k: v for k, v in os.environ.items() if k not in drop}
+    full.update({"NO_COLOR": "1", **(env or {})})
+    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
+                          text=True, env=full, cwd=cwd or REPO, timeout=300)
 
 
 def shared_path(*parts: str) -> Path:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, words
+from conftest import REPO, run_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli import app
@@ -15,11 +15,7 @@ from memagent_cli.protocol import INITIAL_MEMORY, memory_prompt
 FAST = ["--chunk-tokens", "300", "--memory-tokens", "8", "--answer-tokens", "6", "--temperature", "0"]
 
 
-def memagent(*args, input=None, env=None, cwd=None):
-    full_env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    full_env.update({"NO_COLOR": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
-                          text=True, env=full_env, cwd=cwd or REPO, timeout=300)
+memagent = run_memagent  # a real `memagent` process, as a user runs it
 
 
 @pytest.fixture

@@ -1,22 +1,18 @@
 """The catalog, the registry of installed models, settings, resolution and doctor."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, words
+from conftest import REPO, run_memagent, words
 
 from memagent_cli import catalog, registry, settings
 from memagent_cli.errors import MemagentError
 
 
-def memagent(*args, input=None, env=None, cwd=None):
-    full = {k: v for k, v in os.environ.items() if k not in ("MEMAGENT_MODEL", "HF_HUB_OFFLINE")}
-    full.update({"NO_COLOR": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
-                          text=True, env=full, cwd=cwd or REPO, timeout=300)
+def memagent(*args, **kwargs):
+    return run_memagent(*args, drop=("MEMAGENT_MODEL", "HF_HUB_OFFLINE"), **kwargs)
 
 
 def test_catalog_ships_in_the_package_and_parses():

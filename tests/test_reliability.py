@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, words
+from conftest import REPO, run_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli import app
@@ -19,11 +19,7 @@ from memagent_cli.cli import app
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
 
 
-def run(*args, input=None, env=None, cwd=None):
-    full = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    full.update({"NO_COLOR": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
-                          text=True, env=full, cwd=cwd or REPO, timeout=300)
+run = run_memagent  # a real `memagent` process, as a user runs it
 
 
 @pytest.fixture

@@ -7,17 +7,14 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, words
+from conftest import REPO, run_memagent, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
 
 
 def memagent(*args, input=None, cwd=None, check=True):
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    env["NO_COLOR"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
-                          text=True, env=env, cwd=cwd or REPO, timeout=300)
+    proc = run_memagent(*args, input=input, cwd=cwd)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
