@@ -126,13 +126,17 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
     # Reading starts before the model loads, so both overlap; but a source that cannot be
     # read, or holds no text, is reported before minutes go into loading weights.
     pending: collections.deque[str] = collections.deque()
+
+    def notices() -> Iterator[Notice]:  # what the reading thread noted since last time
+        while pending:
+            yield Notice(pending.popleft())
+
     stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
     chunks = ReadAhead(stream)
     llm = None
     try:
         if chunks.peek() is None:
-            while pending:
-                yield Notice(pending.popleft())
+            yield from notices()
             raise MemagentError("There is no text to read in the input.",
                                 "Check the file; scanned PDFs need OCR first, which memagent does not do.")
         t_load = time.perf_counter()
@@ -143,8 +147,7 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
         steps = []
         answer = None
         for event in run_loop(question, chunks, stats, llm, prep.tokenizer, config, done_steps):
-            while pending:
-                yield Notice(pending.popleft())
+            yield from notices()
             if isinstance(event, StepFinished):
                 steps.append(event.step)
             elif isinstance(event, AnswerFinished):
@@ -154,8 +157,7 @@ def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None 
         chunks.close()
         if llm is not None:
             llm.close()
-    while pending:
-        yield Notice(pending.popleft())
+    yield from notices()
     assert answer is not None
     result = _result(prep, question, config, llm.description, n_ctx, stats, steps, answer, load_seconds,
                      time.perf_counter() - t0)
@@ -169,8 +171,7 @@ def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_c
     prompt_seconds = sum(s.prompt_seconds for s in steps)
     generated = sum(s.generated_tokens for s in steps) + answer.generated_tokens
     generate_seconds = sum(s.generate_seconds for s in steps)
-    sources = [{"path": s.path, "kind": s.kind, "pages": stats.source_pages[i] or None, "tokens": stats.source_tokens[i]}
-               for i, s in enumerate(prep.sources)]
+    sources = stats.source_records(prep.sources)
     memories = [INITIAL_MEMORY] + [s.memory for s in steps]
     evidence = [steps[k - 1] for k in surviving_additions(memories)]
     return RunResult(

@@ -55,14 +55,19 @@ class Span:
     end: int
 
     def describe(self) -> str:
-        if self.first_page is None:
-            return self.title
-        pages = f"p. {self.first_page}" if self.first_page == self.last_page else f"pp. {self.first_page}-{self.last_page}"
-        return f"{self.title} {pages}"
+        return describe_place(self.title, self.first_page, self.last_page)
 
     def to_dict(self) -> dict:
         return {"source": self.source, "path": self.title, "pages": _pages(self.first_page, self.last_page),
                 "start": self.start, "end": self.end}
+
+
+def describe_place(path: str, first_page: int | None, last_page: int | None) -> str:
+    """'report.pdf pp. 3-5', 'report.pdf p. 3', or the path alone for a text source."""
+    if first_page is None:
+        return path
+    pages = f"p. {first_page}" if first_page == last_page else f"pp. {first_page}-{last_page}"
+    return f"{path} {pages}"
 
 
 def _pages(first: int | None, last: int | None) -> list[int] | None:
@@ -86,6 +91,11 @@ class IngestStats:
     source_tokens: list[int] = field(default_factory=list)
     source_pages: list[int] = field(default_factory=list)
     done: bool = False
+
+    def source_records(self, sources: Sequence[Source]) -> list[dict]:
+        """Each source as --json lists it: path, kind, pages (None if not a PDF), tokens."""
+        return [{"path": s.path, "kind": s.kind, "pages": self.source_pages[i] or None, "tokens": self.source_tokens[i]}
+                for i, s in enumerate(sources)]
 
 
 def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:

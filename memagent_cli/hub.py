@@ -402,10 +402,15 @@ def _check_disk_space(folder: Path, file: HubFile, have: int) -> None:
             hint="Free some space, or pull into a folder on another disk")
 
 
+def offline_env() -> bool:
+    """Whether HF_HUB_OFFLINE asks for no network (read now, not at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
 def refuse_offline(offline: bool) -> None:
     from huggingface_hub import constants
 
-    env = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    env = offline_env()
     # constants.is_offline_mode() is what HF_HUB_OFFLINE was when huggingface_hub was imported.
     if offline or env or constants.is_offline_mode():
         why = "--offline" if offline else "HF_HUB_OFFLINE is set"

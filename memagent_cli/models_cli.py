@@ -3,7 +3,6 @@ checking the machine. Thin: the work is in registry, hub, settings, gpu and doct
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -32,7 +31,9 @@ def _gb(n: int | None) -> str:
 
 
 def offline_requested(flag: bool) -> bool:
-    return flag or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    from .hub import offline_env
+
+    return flag or offline_env()
 
 
 def download_with_progress(spec: str, *, offline: bool, err: Console) -> tuple[str, dict]:

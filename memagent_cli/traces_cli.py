@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .chunking import describe_place
 from .errors import EXIT_USAGE, MemagentError
 from .memdiff import changes, surviving_additions, word_diff
 from .protocol import INITIAL_MEMORY
@@ -56,14 +57,8 @@ def _out() -> Console:
 
 
 def _where(spans: list[dict]) -> str:
-    parts = []
-    for span in spans:
-        pages = span.get("pages")
-        if pages:
-            parts.append(f"{span['path']} p. {pages[0]}" if pages[0] == pages[1] else f"{span['path']} pp. {pages[0]}-{pages[1]}")
-        else:
-            parts.append(span["path"])
-    return visible(", ".join(parts)) or "layout"
+    """Span.describe for stored spans (dicts, as Span.to_dict wrote them)."""
+    return visible(", ".join(describe_place(s["path"], *(s.get("pages") or (None, None))) for s in spans)) or "layout"
 
 
 def _when(stamp: str | None) -> str:
