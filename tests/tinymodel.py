@@ -47,6 +47,7 @@ __all__ = [
     "TinyVocab",
     "build_vocab",
     "bytes_to_unicode",
+    "write_qwen2_gguf",
     "write_tiny_qwen2",
 ]
 
@@ -516,15 +517,12 @@ def write_tiny_qwen2(
     ``chat_template``: stored as ``tokenizer.chat_template``; ``None`` omits
     the key.
     """
-    import gguf
-
     if vocab is None:
         vocab = _default_vocab()
     if bias is None:
         bias = {vocab.special[name]: _DEFAULT_CONTROL_BIAS for name in CONTROL_TOKENS}
-    n_vocab = len(vocab.tokens)
     tensors = _make_tensors(
-        n_vocab=n_vocab,
+        n_vocab=len(vocab.tokens),
         n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,
@@ -534,11 +532,34 @@ def write_tiny_qwen2(
         bias=bias,
         constant=constant,
     )
+    return write_qwen2_gguf(path, vocab=vocab, tensors=tensors, n_head=n_head, n_head_kv=n_head_kv,
+                            context_length=context_length, chat_template=chat_template, pre=pre)
 
+
+def write_qwen2_gguf(
+    path,
+    *,
+    vocab: TinyVocab,
+    tensors: dict,
+    n_head: int,
+    n_head_kv: int,
+    context_length: int = 32768,
+    rope_freq_base: float = 1e6,
+    chat_template: str | None = QWEN25_CHAT_TEMPLATE,
+    pre: str = "qwen2",
+    name: str = "tiny-qwen2-test",
+) -> Path:
+    """Write a qwen2 GGUF (F32) from ``tensors`` ({GGUF tensor name: numpy array shaped
+    (out_features, in_features) as in PyTorch}); the other dimensions are read off them."""
+    import gguf
+
+    n_embd = tensors["token_embd.weight"].shape[1]
+    n_layer = sum(1 for key in tensors if key.endswith(".attn_norm.weight"))
+    n_ff = tensors["blk.0.ffn_gate.weight"].shape[0]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), "qwen2")  # writes general.architecture
-    w.add_name("tiny-qwen2-test")
+    w.add_name(name)
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
@@ -547,7 +568,7 @@ def write_tiny_qwen2(
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base(rope_freq_base)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)  # another llama.cpp pre-tokenizer name tests the tokenizer fallback
@@ -561,8 +582,8 @@ def write_tiny_qwen2(
     if chat_template is not None:
         w.add_chat_template(chat_template)
 
-    for name, array in tensors.items():
-        w.add_tensor(name, array)
+    for tensor_name, array in tensors.items():
+        w.add_tensor(tensor_name, array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
