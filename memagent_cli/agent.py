@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Sequence
 from .chat import ChatFormat
 from .chunking import Chunk, IngestStats
 from .config import AgentConfig
-from .engine import CompletionDone, Engine, Sampling, TextDelta
+from .engine import CompletionDone, Engine, Retrying, Sampling, TextDelta
 from .errors import EXIT_USAGE, MemagentError
 from .events import (
     AnswerFinished,
@@ -21,6 +21,7 @@ from .events import (
     DocumentRead,
     Event,
     Notice,
+    ReplyRestarted,
     StepFinished,
     StepRecord,
     StepStarted,
@@ -104,6 +105,22 @@ def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecor
                       prompt_seconds=0.0, generate_seconds=stored["seconds"])
 
 
+def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int):
+    """One engine call as events (the streamed text, a served engine's retries); returns its CompletionDone."""
+    done = None
+    for item in engine.complete(message, max_tokens, sampling):
+        if isinstance(item, TextDelta):
+            yield TokenText(step, item.text)
+        elif isinstance(item, Retrying):
+            what = f"Step {step}" if step else "The answer"
+            yield Notice(f"{what}: {item.reason}; trying again ({item.attempt}/{item.attempts}) in {item.delay:.0f}s.")
+            yield ReplyRestarted(step, item.reason)
+        else:
+            done = item
+    assert isinstance(done, CompletionDone)
+    return done
+
+
 def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine: Engine, tokenizer: Tokenizer,
              config: AgentConfig, done_steps: Sequence[dict] = ()) -> Iterator[Event]:
     """Memory updates over every chunk, then the final answer. `question` is already checked.
@@ -130,14 +147,8 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
             continue
         total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
-        done = None
-        for item in engine.complete(memory_prompt(question, memory, chunk.text), config.memory_tokens,
-                                    sampling_for(config, chunk.index)):
-            if isinstance(item, TextDelta):
-                yield TokenText(chunk.index, item.text)
-            else:
-                done = item
-        assert isinstance(done, CompletionDone)
+        done = yield from _call(engine, memory_prompt(question, memory, chunk.text), config.memory_tokens,
+                                sampling_for(config, chunk.index), chunk.index)
         if done.max_tokens < config.memory_tokens:
             yield Notice(f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
                          f"{done.max_tokens} memory tokens; raise --ctx to avoid this.")
@@ -156,14 +167,8 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
 
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
-    done = None
-    for item in engine.complete(final_prompt(question, memory, config.final), config.answer_tokens,
-                                sampling_for(config, 0)):
-        if isinstance(item, TextDelta):
-            yield TokenText(0, item.text)
-        else:
-            done = item
-    assert isinstance(done, CompletionDone)
+    done = yield from _call(engine, final_prompt(question, memory, config.final), config.answer_tokens,
+                            sampling_for(config, 0), 0)
     raw = done.text
     answer, found = extract_answer(next_memory(raw), config.final)
     yield AnswerFinished(raw=raw, answer=answer, found=found, finish_reason=done.finish_reason,

@@ -52,13 +52,25 @@ class CompletionDone:
     generate_seconds: float
 
 
-Completion = Union[TextDelta, CompletionDone]
+@dataclass(frozen=True)
+class Retrying:
+    """A served engine lost a reply (refused, cut, timed out) and will ask again: the text
+    streamed so far for this reply is void."""
+
+    reason: str  # one line: what went wrong
+    attempt: int  # the attempt about to start, from 2
+    attempts: int  # the most there will be
+    delay: float  # seconds it waits first
+
+
+Completion = Union[TextDelta, Retrying, CompletionDone]
 
 
 class Engine(Protocol):
     """What the agent loop needs from a model."""
 
     description: str  # one line for headers: where the model runs
+    concurrent: bool  # whether calls may overlap (a server batches them; llama.cpp here cannot)
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
         """Stream the reply to a single user message; the last item is CompletionDone."""
@@ -140,6 +152,8 @@ def default_threads() -> int:
 
 class LlamaEngine:
     """A GGUF model run in-process by llama.cpp."""
+
+    concurrent = False  # one llama_context: calls run one at a time
 
     def __init__(self, info: GGUFInfo, tokenizer: Tokenizer, chat: ChatFormat, *, n_ctx: int,
                  gpu_layers: int | None = None, threads: int | None = None, verbose: bool = False):

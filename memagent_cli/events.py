@@ -68,6 +68,14 @@ class TokenText:
 
 
 @dataclass(frozen=True)
+class ReplyRestarted:
+    """A served engine lost the reply being written and asks again: its text so far is void."""
+
+    step: int  # 0 is the final answer
+    reason: str
+
+
+@dataclass(frozen=True)
 class StepRecord:
     index: int
     chunk: Chunk
@@ -165,5 +173,12 @@ class RunFinished:
     result: RunResult
 
 
+@dataclass(frozen=True)
+class RunFailed:
+    """The run stopped on an error (a served engine gone, a bug); its steps so far are kept."""
+
+    error: BaseException
+
+
 Event = Union[RunStarted, Notice, ModelLoaded, DocumentRead, StepStarted, TokenText, StepFinished,
-              AnswerStarted, AnswerFinished, RunFinished]
+              AnswerStarted, AnswerFinished, RunFinished, RunFailed, ReplyRestarted]

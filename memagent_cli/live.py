@@ -23,6 +23,7 @@ from .events import (
     Event,
     ModelLoaded,
     Notice,
+    ReplyRestarted,
     RunFinished,
     RunStarted,
     StepFinished,
@@ -145,6 +146,10 @@ class LiveView:
     def _on_TokenText(self, e: TokenText) -> None:
         self.writing.append(e.text)
         self.streamed += 1
+        self._draw()
+
+    def _on_ReplyRestarted(self, e: ReplyRestarted) -> None:
+        self.writing = []
         self._draw()
 
     def _on_StepFinished(self, e: StepFinished) -> None:
