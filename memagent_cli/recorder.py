@@ -79,7 +79,7 @@ class Recorder:
     recording stops with one warning and the run goes on."""
 
     def __init__(self, store: TraceStore, *, warn: Callable[[str], None], resume: dict | None = None,
-                 stdin: HashingReader | None = None):
+                 stdin: HashingReader | None = None, engine: dict | None = None):
         self.store = store
         self.warn = warn
         self.resume = resume
@@ -89,6 +89,7 @@ class Recorder:
         self.settings: dict = dict(resume["settings"]) if resume else {}
         self.steps = len(resume["steps"]) if resume else 0
         self.failed_write: str | None = None
+        self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
 
     def _write(self, action: Callable[[], object]) -> None:
         if self.failed_write is not None:
@@ -120,8 +121,11 @@ class Recorder:
             self._write(lambda: self.store.update_run(self.run_id, status="running", ended_at=None, error=None))
             return
         self.sources = [fingerprint(s) for s in e.sources]
-        self.settings = {**e.config.to_dict(), "cwd": os.getcwd()}
-        model = {"path": os.path.abspath(e.model_path), "name": e.model, "size": os.path.getsize(e.model_path)}
+        self.settings = {**e.config.to_dict(), "cwd": os.getcwd(), **({"engine": self.engine} if self.engine else {})}
+        if os.path.isfile(e.model_path):
+            model = {"path": os.path.abspath(e.model_path), "name": e.model, "size": os.path.getsize(e.model_path)}
+        else:  # a served model: where it was served
+            model = {"path": e.model_path, "name": e.model, "size": None}
 
         def create() -> None:
             self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,71 @@ def spawned():
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def llama_server(model: Path, workdir: Path, *extra: str, port: int | None = None):
+    """llama-cpp-python's own OpenAI-compatible server (`python -m llama_cpp.server`, from the
+    test extra) serving `model` on a free port of 127.0.0.1; yields its base URL (…/v1) and
+    stops it after. The process is at `llama_server.proc` for tests that kill it."""
+    import httpx2
+
+    port = port or free_port()
+    log = workdir / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+                                 "--n_threads", "1", "--n_threads_batch", "1",
+                                 # by default it drops a streaming reply when another request arrives
+                                 "--interrupt_requests", "false", *extra],
+                                stdout=out, stderr=subprocess.STDOUT)
+    llama_server.proc = proc
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx2.get(f"{base}/models", timeout=2).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer in 60 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def write_clean_model(path: Path) -> Path:
+    """A tiny random qwen2 that never emits a control token, a token over 32 bytes or a token that
+    is not whole UTF-8 on its own: llama-cpp-python's server drops the bytes of the last two kinds
+    (abetlen/llama-cpp-python#2362, and its stream decodes with errors="ignore"), the embedded
+    engine does not, and served-engine tests compare sampling, not those decoders. Its replies
+    run to max_tokens."""
+    from tinymodel import build_vocab, write_tiny_qwen2
+
+    vocab = build_vocab()
+    banned = {}
+    for i, (token, kind) in enumerate(zip(vocab.tokens, vocab.token_types)):
+        try:
+            token.decode("utf-8")
+            whole = True
+        except UnicodeDecodeError:
+            whole = False
+        if kind == 3 or len(token) > 32 or not whole:
+            banned[i] = -30.0
+    return write_tiny_qwen2(path, seed=1, bias=banned)

@@ -1,0 +1,686 @@
+"""A served model: memagent driving vLLM, SGLang, llama-server (C++) or llama-cpp-python's server
+through their OpenAI-compatible HTTP API instead of the embedded llama.cpp.
+
+This module owns two things:
+
+- `OpenAIEngine`, the `Engine` protocol over POST {base}/chat/completions, streamed as server-sent
+  events: one user message per call (the server applies the model's chat template, as the authors'
+  runner did), every sampling knob pinned so no server default changes the output, and transient
+  faults (refused, timed out, 5xx/429, a stream cut mid-reply) retried from scratch with backoff;
+- `RemoteTokenizer` / `remote_tokenizer`, the `Tokenizer` protocol over the server's own
+  tokenize/detokenize endpoints, for when no local GGUF is at hand to count and cut chunks with.
+
+How the base URL, key and model name are chosen on the command line is the caller's business.
+httpx2 (the HTTP client memagent already has through huggingface_hub) is imported inside functions,
+so importing this module loads no HTTP client until a server is used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
+from .errors import MemagentError
+
+# Every sampling parameter the servers know besides temperature and top_p, set to "off". A field a
+# server does not know is ignored by it (vLLM logs a warning; SGLang, llama-server and
+# llama-cpp-python drop it silently), so one body suits them all. Sent on every request because each
+# server has defaults that are not off, and the reference sampled with nothing but temperature and
+# top_p (reference/memagent-protocol.md, "Chunking and budgets").
+NEUTRAL_SAMPLING: dict[str, Any] = {
+    # Top-k off. No smaller value is "off" everywhere: llama-cpp-python rejects -1 (its schema has
+    # ge=0), vLLM before 0.8 and SGLang reject 0 ("top_k must be -1 (disable), or at least 1"). A k
+    # above any vocabulary is off on all of them: it is SGLang's own "whole vocabulary" value
+    # (TOP_K_ALL = 1 << 30), vLLM treats k >= vocab size as no top-k, and llama.cpp clamps k to the
+    # vocabulary. It replaces: llama-cpp-python 40, llama-server 40 (or --top-k, or the GGUF's
+    # general.sampling.top_k), vLLM >= 0.8 and SGLang the model's generation_config (Qwen2.5: 20).
+    "top_k": 1 << 30,
+    # Min-p off: llama-cpp-python and llama-server default to 0.05; vLLM and SGLang take
+    # generation_config's value when there is one.
+    "min_p": 0.0,
+    # The llama.cpp name of the repetition penalty: llama-cpp-python's server defaults to 1.1 (and,
+    # unlike llama.cpp's own sampler, applies it at temperature 0 too); llama-server to 1.0, or
+    # --repeat-penalty, or the GGUF's general.sampling.penalty_repeat.
+    "repeat_penalty": 1.0,
+    # The Hugging Face name of the same thing, for vLLM >= 0.8 and SGLang, which otherwise take it
+    # from generation_config (Qwen2.5-Instruct's has 1.05).
+    "repetition_penalty": 1.0,
+    # OpenAI's own penalties, 0 by default everywhere, but llama-server's --presence-penalty and
+    # --frequency-penalty change that default.
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    # llama-server only: samplers that are off by default but can be switched on for every request
+    # by its command line (--typical, --mirostat, --dry-multiplier, --xtc-probability) or, for
+    # mirostat and XTC, by the GGUF's general.sampling.* metadata.
+    "typical_p": 1.0,
+    "mirostat": 0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    # llama-cpp-python's name for mirostat (default 0, kept off in case a build changes that).
+    "mirostat_mode": 0,
+}
+
+MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
+MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
+CONNECT_TIMEOUT = 10.0  # a host that does not answer a TCP connect in this long is not coming
+
+
+def normalize_base_url(base_url: str) -> str:
+    """'http://host:8000', 'http://host:8000/', 'host:8000/v1' -> 'http://host:8000/v1'."""
+    url = base_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return url
+
+
+def server_root(base_url: str) -> str:
+    """The base URL without its /v1: where vLLM and llama-server put /tokenize and /detokenize."""
+    return normalize_base_url(base_url)[: -len("/v1")]
+
+
+# --- faults --------------------------------------------------------------------------------
+
+class _Fault(Exception):
+    """One failed attempt. `reason` is the one line a Retrying item or the final error shows."""
+
+    def __init__(self, reason: str, hint: str, *, transient: bool, retry_after: float | None = None,
+                 status: int | None = None, undecodable: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.transient = transient
+        self.retry_after = retry_after
+        self.status = status  # the HTTP status when the server answered, None when it did not
+        self.undecodable = undecodable  # llama-cpp-python could not turn these ids into UTF-8 text
+        self.attempts = 1  # how many attempts had failed when we gave up
+
+    def error(self) -> MemagentError:
+        tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
+        return MemagentError(self.reason + tries, self.hint)
+
+
+_RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or check --base-url."
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_message(response) -> str:
+    """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
+    llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
+    try:
+        payload = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return _shorten(response.text)
+    return _message_of(payload) or _shorten(response.text)
+
+
+def _message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        for key in ("error", "message", "detail"):
+            value = payload.get(key)
+            if isinstance(value, dict):
+                value = value.get("message") or value.get("msg")
+            if isinstance(value, list):  # FastAPI validation errors: a list of {"msg", "loc"}
+                value = "; ".join(str(item.get("msg", item)) if isinstance(item, dict) else str(item) for item in value)
+            if value:
+                return _shorten(str(value))
+    return ""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _status_fault(base: str, response) -> _Fault:
+    status = response.status_code
+    message = _server_message(response)
+    said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
+    if status == 429:
+        return _Fault(said, "The server is turning requests away (rate limit or full queue); try again later.",
+                      transient=True, retry_after=_retry_after(response.headers.get("Retry-After")), status=status)
+    if status >= 500:
+        # llama-cpp-python's /extras/detokenize answers 500 when the ids end inside a character:
+        # retrying cannot help, the caller decodes around it.
+        undecodable = "can't decode" in message
+        return _Fault(said, "Check the server's log.", transient=not undecodable,
+                      retry_after=_retry_after(response.headers.get("Retry-After")), status=status, undecodable=undecodable)
+    if status in (401, 403):
+        hint = "Check --api-key: it must be the key the server was started with."
+    elif status == 404:
+        hint = (f"Check --served-model (GET {base}/models lists the names the server answers to) "
+                "and --base-url (the OpenAI API is under /v1).")
+    elif re.search(r"context|too long|maximum|length|tokens", message, re.IGNORECASE):
+        hint = ("The prompt may not fit the server's context: start it with a longer one (vLLM --max-model-len, "
+                "llama-server --ctx-size) or lower --chunk-tokens / --memory-tokens.")
+    else:
+        hint = "The server rejected the request; check --served-model and --base-url."
+    return _Fault(said, hint, transient=False, status=status)
+
+
+def _transport_fault(base: str, error: Exception, timeout: float) -> _Fault:
+    import httpx2
+
+    if isinstance(error, httpx2.ConnectTimeout):
+        return _Fault(f"The server at {base} did not accept a connection within {min(timeout, CONNECT_TIMEOUT):g} s",
+                      _RUNNING_HINT, transient=True)
+    if isinstance(error, httpx2.TimeoutException):  # read, write or pool timeout
+        return _Fault(f"The server at {base} sent nothing for {timeout:g} s (timed out)",
+                      "It may be overloaded or stuck; check its log.", transient=True)
+    if isinstance(error, httpx2.ConnectError):
+        if "refused" in str(error).lower():
+            return _Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
+        return _Fault(f"The server at {base} could not be reached ({_shorten(str(error), 120) or type(error).__name__})",
+                      _RUNNING_HINT, transient=True)
+    # RemoteProtocolError, ReadError...: the connection broke while the answer was coming.
+    return _Fault(f"The server at {base} cut the reply off mid-stream ({type(error).__name__})",
+                  "The server may have crashed or restarted; check its log.", transient=True)
+
+
+def _backoff(fault: _Fault, backoff: float, attempt: int) -> float:
+    """Seconds to wait before attempt `attempt + 1`: the server's Retry-After, else backoff * 2^(attempt-1)."""
+    if fault.retry_after is not None:
+        return fault.retry_after
+    return min(backoff * (2 ** (attempt - 1)), MAX_BACKOFF)
+
+
+def _make_client(api_key: str | None, timeout: float):
+    import httpx2
+
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    # The read timeout bounds the silence between two bytes (a long prefill sends nothing), the
+    # connect timeout is short: an absent server should be reported at once, not after minutes.
+    return httpx2.Client(headers=headers, timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)))
+
+
+def _post_json(client, base: str, url: str, body: dict | None, timeout: float, *, method: str = "POST") -> Any:
+    """One JSON request; raises _Fault for anything but a 2xx answer with a JSON body."""
+    import httpx2
+
+    try:
+        response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+    except httpx2.TransportError as error:
+        raise _transport_fault(base, error, timeout) from None
+    if not response.is_success:
+        raise _status_fault(base, response)
+    try:
+        return response.json()
+    except ValueError:
+        raise _Fault(f"The server at {base} answered {url} with something that is not JSON",
+                     "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+
+
+def _with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Callable[[str], None] | None) -> Any:
+    """Runs `call` until it succeeds or fails for good (raising the last _Fault); for requests that
+    stream nothing (the model list, the tokenizer), where there is no caller to hand Retrying items to."""
+    attempts = retries + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except _Fault as fault:
+            if not fault.transient or attempt == attempts:
+                fault.attempts = attempt
+                raise
+            delay = _backoff(fault, backoff, attempt)
+            if log is not None:
+                log(f"{fault.reason}; attempt {attempt + 1} of {attempts} in {delay:.1f} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+# --- the engine ----------------------------------------------------------------------------
+
+class OpenAIEngine:
+    """A model behind an OpenAI-compatible server (vLLM, SGLang, llama-server, llama-cpp-python)."""
+
+    concurrent = True  # a server queues or batches overlapping requests itself
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout: float = 600.0,
+                 retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None,
+                 count_tokens: Callable[[str], int] | None = None):
+        self.base_url = normalize_base_url(base_url)
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self._log = log
+        self._count = count_tokens
+        self._client = _make_client(api_key, timeout)
+        try:
+            self.model = model if model else self._first_model()
+        except BaseException:
+            self.close()
+            raise
+        self.description = f"served: {self.model} at {self.base_url}"
+
+    def close(self) -> None:
+        client, self._client = getattr(self, "_client", None), None
+        if client is not None:
+            client.close()
+
+    def _first_model(self) -> str:
+        """The model the server serves, when none was named: one GET /v1/models."""
+        url = f"{self.base_url}/models"
+        try:
+            listing = _with_retries(lambda: _post_json(self._client, self.base_url, url, None, self.timeout, method="GET"),
+                                    self.retries, self.backoff, self._log)
+        except _Fault as fault:
+            raise fault.error() from None
+        data = listing.get("data") if isinstance(listing, dict) else None
+        ids = [m.get("id") for m in data or [] if isinstance(m, dict) and m.get("id")]
+        if not ids:
+            raise MemagentError(f"The server at {self.base_url} lists no models at {url}",
+                                "Pass the model's name with --served-model.")
+        return str(ids[0])
+
+    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": user_message}],
+            "stream": True,
+            "stream_options": {"include_usage": True},  # vLLM and SGLang send usage only when asked
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            **NEUTRAL_SAMPLING,
+        }
+        if sampling.seed is not None:
+            # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
+            body["seed"] = sampling.seed & 0xFFFFFFFF
+        return body
+
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        url = f"{self.base_url}/chat/completions"
+        body = self.request_body(user_message, max_tokens, sampling)
+        if self._log is not None:
+            shown = dict(body, messages=f"<1 user message, {len(user_message)} chars>")
+            self._log(f"POST {url} {json.dumps(shown)}")
+        attempts = self.retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                yield from self._attempt(url, body, user_message, max_tokens)
+                return
+            except _Fault as fault:
+                if not fault.transient or attempt == attempts:
+                    fault.attempts = attempt
+                    raise fault.error() from None
+                delay = _backoff(fault, self.backoff, attempt)
+                # The text streamed so far is void: the caller drops it on this item.
+                yield Retrying(fault.reason, attempt + 1, attempts, delay)
+                time.sleep(delay)
+
+    def _attempt(self, url: str, body: dict, user_message: str, max_tokens: int) -> Iterator[Completion]:
+        """One request, streamed; raises _Fault when the reply is lost or refused."""
+        import httpx2
+
+        start = time.perf_counter()
+        first: float | None = None
+        pieces: list[str] = []
+        deltas = 0
+        finish: str | None = None
+        usage: dict | None = None
+        timings: dict | None = None
+        done = False
+        try:
+            with self._client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _status_fault(self.base_url, response)
+                if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
+                    # A server that ignored stream: true answers with one JSON completion.
+                    response.read()
+                    yield from self._whole(response, user_message, max_tokens, start)
+                    return
+                for line in response.iter_lines():
+                    # SSE: "data: {...}" lines; blank lines end events; ": ping" comments and "event:"
+                    # lines carry nothing for us. llama-server reports a failure as "error: {...}".
+                    field, _, value = line.partition(":")
+                    value = value.strip()
+                    if field == "error":
+                        raise self._stream_error(value)
+                    if field != "data" or not value:
+                        continue
+                    if value == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(value)
+                    except ValueError:
+                        raise _Fault(f"The server at {self.base_url} sent a broken stream event",
+                                     "A proxy between us may be cutting the stream; check --base-url.",
+                                     transient=True) from None
+                    if not isinstance(chunk, dict):
+                        continue
+                    if chunk.get("error") or chunk.get("object") == "error":
+                        raise self._stream_error(value)
+                    usage = chunk.get("usage") or usage  # vLLM/SGLang: a last chunk with no choices
+                    timings = chunk.get("timings") or timings  # llama-server's own counters
+                    for choice in chunk.get("choices") or []:
+                        # Only `content` is the reply: a reasoning parser's `reasoning_content` is not.
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            if first is None:
+                                first = time.perf_counter()
+                            deltas += 1
+                            pieces.append(text)
+                            yield TextDelta(text)
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+        except httpx2.TransportError as error:
+            raise _transport_fault(self.base_url, error, self.timeout) from None
+        if finish == "abort" or (not done and finish is None):
+            # SGLang says "abort" when it drops a request; otherwise the connection ended before the reply did.
+            raise _Fault(f"The server at {self.base_url} cut the reply off mid-stream",
+                         "The server may have crashed or restarted; check its log.", transient=True)
+        if finish is None:
+            # Every server names why a finished reply ended; [DONE] without it is a reply dropped, as
+            # llama-cpp-python's server drops one when another request arrives (its interrupt_requests).
+            raise _Fault(f"The server at {self.base_url} ended a reply without finishing it",
+                         "llama-cpp-python's server drops a reply when another request comes: start it with "
+                         "--interrupt_requests false, or use --parallel 1.", transient=True)
+        yield self._done("".join(pieces), finish, usage, timings, deltas, user_message, max_tokens, start, first)
+
+    def _whole(self, response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
+        try:
+            payload = response.json()
+            choice = payload["choices"][0]
+            text = (choice.get("message") or {}).get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise _Fault(f"The server at {self.base_url} answered with something that is not a chat completion",
+                         "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+        first = time.perf_counter()
+        if text:
+            yield TextDelta(text)
+        yield self._done(text, choice.get("finish_reason"), payload.get("usage"), payload.get("timings"),
+                         1 if text else 0, user_message, max_tokens, start, first)
+
+    def _stream_error(self, value: str) -> _Fault:
+        """An error the server sent inside the stream (vLLM, SGLang: a data event; llama-server: an error event)."""
+        try:
+            payload = json.loads(value)
+        except ValueError:
+            payload = value
+        message = _message_of(payload) or _shorten(str(value))
+        error = payload.get("error") if isinstance(payload, dict) else None
+        code = (error if isinstance(error, dict) else payload if isinstance(payload, dict) else {}).get("code")
+        code = code if isinstance(code, int) else None
+        transient = code is None or code == 429 or code >= 500
+        hint = "Check the server's log." if transient else "The server rejected the request; check --served-model."
+        return _Fault(f"The server at {self.base_url} reported an error mid-stream: {message}", hint, transient=transient)
+
+    def _done(self, text: str, finish: str | None, usage: dict | None, timings: dict | None, deltas: int,
+              user_message: str, max_tokens: int, start: float, first: float | None) -> CompletionDone:
+        end = time.perf_counter()
+        first = first if first is not None else end
+        if usage and usage.get("completion_tokens") is not None:
+            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            completion_tokens = int(usage["completion_tokens"])
+            details = usage.get("prompt_tokens_details") or {}
+            cached = int(details.get("cached_tokens") or 0)
+        else:
+            # No usage (llama-cpp-python never sends it when streaming): count the message and the
+            # reply ourselves when we can, else a content delta stands for a token; the prompt is then unknown.
+            if self._count is not None:
+                prompt_tokens, completion_tokens = self._count(user_message), self._count(text)
+            else:
+                prompt_tokens, completion_tokens = 0, deltas
+            cached = 0
+        if not cached and timings:
+            cached = int(timings.get("cache_n") or 0)  # llama-server: prompt tokens reused from its cache
+        if finish not in ("stop", "length"):
+            # [DONE] with no finish reason (or "tool_calls", "eos"...): by the budget, as the embedded engine does.
+            finish = "length" if finish is None and completion_tokens >= max_tokens else "stop"
+        return CompletionDone(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens, max_tokens=max_tokens, cached_tokens=cached,
+                              prompt_seconds=first - start, generate_seconds=end - first)
+
+
+# --- the remote tokenizer ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Dialect:
+    """How one kind of server spells tokenize and detokenize."""
+
+    name: str
+    tokenize_path: str
+    detokenize_path: str
+    text_key: str  # the detokenize answer's field holding the text
+
+    def tokenize_body(self, text: str, model: str | None) -> dict:
+        if self.name == "vLLM":
+            body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
+        elif self.name == "llama-server":
+            # parse_special false: document text saying "<|im_end|>" stays text, as the local tokenizers do.
+            return {"content": text, "add_special": False, "parse_special": False}
+        else:
+            body = {"input": text}
+        if model:
+            body["model"] = model
+        return body
+
+    def detokenize_body(self, ids: list[int], model: str | None) -> dict:
+        body: dict[str, Any] = {"tokens": ids}
+        if model and self.name != "llama-server":
+            body["model"] = model
+        return body
+
+
+# Probed in this order. vLLM's body first: llama-server answers a body without "content" with no
+# tokens (not an error), which the probe reads as "not this one"; vLLM answers llama-server's body
+# with 400 (no "prompt"); only llama-cpp-python's server has /extras.
+DIALECTS = (
+    _Dialect("vLLM", "/tokenize", "/detokenize", "prompt"),
+    _Dialect("llama-server", "/tokenize", "/detokenize", "content"),
+    _Dialect("llama-cpp-python", "/extras/tokenize", "/extras/detokenize", "text"),
+)
+_PROBE_TEXT = "Hello world"
+
+
+class _ByteLengths:
+    """`byte_lengths` for a tokenizer whose vocabulary we do not hold: indexed like the numpy array
+    the local tokenizers have (`byte_lengths[np.asarray(ids)]`), filled on demand by asking the
+    server for the ids not seen before, so no vocabulary-wide download is needed."""
+
+    def __init__(self, fetch: Callable[[list[int]], list[int]]):
+        self._fetch = fetch
+        self._table = np.full(0, -1, dtype=np.int64)
+
+    def __getitem__(self, index) -> Any:
+        ids = np.asarray(index, dtype=np.int64)
+        if ids.size:
+            if int(ids.min()) < 0:
+                raise IndexError("token ids are never negative")
+            top = int(ids.max())
+            if top >= len(self._table):
+                grown = np.full(max(top + 1, 2 * len(self._table)), -1, dtype=np.int64)
+                grown[: len(self._table)] = self._table
+                self._table = grown
+            missing = np.unique(ids[self._table[ids] < 0])
+            if missing.size:
+                self._table[missing] = self._fetch([int(i) for i in missing])
+        found = self._table[ids]
+        return int(found) if found.ndim == 0 else found
+
+
+class RemoteTokenizer:
+    """The `Tokenizer` protocol through a server's tokenize/detokenize endpoints.
+
+    `controls` is empty and `unsplittable` None: the servers expose neither their control tokens nor
+    their user-defined ones. Neither is needed to cut chunks: documents are encoded without control
+    tokens, and a user-defined token that spans a block cut only moves a chunk boundary by a token.
+    `byte_lengths` of a token that is part of a character (a byte-level BPE fragment) counts the
+    replacement character the server decodes it to; they only place tokens among sources.
+
+    vLLM's and llama-cpp-python's tokenize endpoints read control-token text in a document
+    ("<|im_end|>") as the control token, with no switch to turn that off (llama-server's
+    parse_special is set false). Those servers read the rendered prompt the same way, so the chunk
+    counts still match what the served model sees.
+    """
+
+    def __init__(self, client, base_url: str, dialect: _Dialect, model: str | None, *, timeout: float = 600.0,
+                 retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None):
+        self._client = client
+        self.base_url = normalize_base_url(base_url)
+        self.root = server_root(base_url)
+        self.dialect = dialect
+        self.model = model
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._log = log
+        self.name = f"{dialect.name} tokenizer at {self.root}"
+        self.controls: dict[str, int] = {}
+        self.unsplittable = None
+        self.byte_lengths = _ByteLengths(self._lengths)
+        self._prefix: list[int] = []  # ids the server adds to every text (a BOS it will not leave out)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, path: str, body: dict) -> dict:
+        url = self.root + path
+        try:
+            answer = _with_retries(lambda: _post_json(self._client, self.base_url, url, body, self.timeout),
+                                   self.retries, self.backoff, self._log)
+        except _Fault as fault:
+            raise fault.error() from None
+        if not isinstance(answer, dict):
+            raise MemagentError(f"The server at {self.base_url} answered {url} with {_shorten(str(answer), 80)}",
+                                "Pass --tokenizer with the model's GGUF instead.")
+        return answer
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        answer = self._call(self.dialect.tokenize_path, self.dialect.tokenize_body(text, self.model))
+        ids = [int(t["id"]) if isinstance(t, dict) else int(t) for t in answer.get("tokens") or []]
+        if self._prefix and ids[: len(self._prefix)] == self._prefix:
+            ids = ids[len(self._prefix):]
+        return ids
+
+    def decode_bytes(self, ids) -> bytes:
+        ids = [int(i) for i in ids]
+        return self._decode(ids).encode("utf-8") if ids else b""
+
+    def _detokenize(self, ids: list[int]) -> str | None:
+        """The server's text for `ids`; None when it cannot decode them (llama-cpp-python, ids that
+        begin or end inside a character)."""
+        url = self.root + self.dialect.detokenize_path
+        body = self.dialect.detokenize_body(ids, self.model)
+        try:
+            answer = _with_retries(lambda: _post_json(self._client, self.base_url, url, body, self.timeout),
+                                   self.retries, self.backoff, self._log)
+        except _Fault as fault:
+            if fault.undecodable:
+                return None
+            raise fault.error() from None
+        text = answer.get(self.dialect.text_key) if isinstance(answer, dict) else None
+        if not isinstance(text, str):
+            raise MemagentError(f"The server at {self.base_url} answered {url} without its text",
+                                "Pass --tokenizer with the model's GGUF instead.")
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        text = self._detokenize(ids)
+        if text is not None:
+            return text
+        # A slice of a document can only be broken at its ends (a chunk cut inside a character, up
+        # to 3 ids of it on each side): drop the fewest end ids that make the rest decodable, and
+        # write each dropped end as one replacement character, as a lenient UTF-8 decode would.
+        n = len(ids)
+        for dropped in range(1, 7):
+            for head in range(max(0, dropped - 3), min(dropped, 3) + 1):
+                tail = dropped - head
+                if head + tail >= n:
+                    continue
+                text = self._detokenize(ids[head: n - tail])
+                if text is not None:
+                    return "\ufffd" * bool(head) + text + "\ufffd" * bool(tail)
+        if n == 1:
+            return "\ufffd"
+        # Broken inside too (ids that are no slice of a text): decode the halves apart.
+        return self._decode(ids[: n // 2]) + self._decode(ids[n // 2:])
+
+    def _lengths(self, ids: list[int]) -> list[int]:
+        # One id per request (a joined decode cannot be split back into tokens), a few at a time.
+        if len(ids) == 1:
+            return [len(self._decode(ids).encode("utf-8"))]
+        with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
+            return list(pool.map(lambda i: len(self._decode([i]).encode("utf-8")), ids))
+
+
+def remote_tokenizer(base_url: str, api_key: str | None = None, model: str | None = None, *, timeout: float = 600.0,
+                     retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None) -> RemoteTokenizer:
+    """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server has."""
+    client = _make_client(api_key, timeout)
+    base = normalize_base_url(base_url)
+    root = server_root(base_url)
+    tried: list[str] = []
+    for dialect in DIALECTS:
+        url = root + dialect.tokenize_path
+
+        def probe(dialect=dialect, url=url) -> Any:
+            return _post_json(client, base, url, dialect.tokenize_body(_PROBE_TEXT, model), timeout)
+
+        try:
+            answer = _with_retries(probe, retries, backoff, log)
+        except _Fault as fault:
+            if fault.status is None:  # not reachable at all: no other dialect will do better
+                client.close()
+                raise fault.error() from None
+            tried.append(f"{dialect.name} {dialect.tokenize_path}: HTTP {fault.status}")
+            continue
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not tokens or not all(isinstance(t, int) for t in tokens):
+            tried.append(f"{dialect.name}: no tokens")
+            continue
+        tokenizer = RemoteTokenizer(client, base, dialect, model, timeout=timeout, retries=retries, backoff=backoff,
+                                    log=log)
+        if dialect.name == "llama-cpp-python":
+            # Its /extras/tokenize adds the model's BOS when the GGUF asks for one, with no switch to
+            # turn it off: find what it adds to an empty text and take it off every encode.
+            tokenizer._prefix = _added_ids(tokenizer)
+        try:
+            round_trip = tokenizer.decode_bytes(tokenizer.encode(_PROBE_TEXT)) == _PROBE_TEXT.encode()
+        except MemagentError:  # a tokenize endpoint without its detokenize twin
+            round_trip = False
+        if not round_trip:
+            tried.append(f"{dialect.name}: tokenize and detokenize do not round-trip")
+            continue
+        return tokenizer
+    client.close()
+    raise MemagentError(
+        f"The server at {base} has no tokenize endpoint memagent can use ({'; '.join(tried)})",
+        "Pass --tokenizer with the model's GGUF: memagent counts and cuts chunks with it.")
+
+
+def _added_ids(tokenizer: RemoteTokenizer) -> list[int]:
+    """The ids a server puts before every text: its answer for the empty text."""
+    try:
+        answer = tokenizer._call(tokenizer.dialect.tokenize_path, tokenizer.dialect.tokenize_body("", tokenizer.model))
+    except MemagentError:
+        return []
+    return [int(t) for t in answer.get("tokens") or [] if isinstance(t, int)]

@@ -1,0 +1,460 @@
+"""The served engine (memagent_cli/served.py), against real sockets on 127.0.0.1.
+
+Two kinds of peer: llama-cpp-python's real OpenAI-compatible server running a tiny model (the
+replies, the sampling body, the tokenizer endpoints), and small stdlib HTTP peers that misbehave on
+purpose (fail, cut, stall, refuse) or speak another server's tokenizer dialect.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import free_port, llama_server, write_clean_model
+
+from memagent_cli.chat import ChatFormat
+from memagent_cli.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
+from memagent_cli.errors import MemagentError
+from memagent_cli.gguf import read_gguf
+from memagent_cli.served import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url, remote_tokenizer
+from memagent_cli.tokenizer import load_tokenizer
+
+GREEDY = Sampling(temperature=0.0)
+MESSAGE = "Problem: who wrote the letter?\nMemory: nothing yet."
+
+
+# --- llama-cpp-python's server -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def clean_model(tmp_path_factory):
+    return write_clean_model(tmp_path_factory.mktemp("served") / "clean.gguf")
+
+
+@pytest.fixture(scope="module")
+def local(clean_model):
+    info = read_gguf(clean_model)
+    return info, load_tokenizer(info)
+
+
+@pytest.fixture(scope="module")
+def server(clean_model, tmp_path_factory):
+    """`python -m llama_cpp.server` on a free port; yields its base URL (…/v1)."""
+    with llama_server(clean_model, tmp_path_factory.mktemp("server")) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def embedded(local):
+    info, tokenizer = local
+    engine = LlamaEngine(info, tokenizer, ChatFormat.from_gguf(info), n_ctx=2048, gpu_layers=0, threads=1)
+    yield engine
+    engine.close()
+
+
+def _run(engine, message: str, max_tokens: int, sampling: Sampling = GREEDY) -> tuple[list, CompletionDone]:
+    items = list(engine.complete(message, max_tokens, sampling))
+    assert isinstance(items[-1], CompletionDone)
+    return items, items[-1]
+
+
+def test_greedy_reply_equals_the_embedded_engine(server, embedded, clean_model):
+    import httpx2
+
+    engine = OpenAIEngine(server)  # no model named: the one GET /v1/models lists
+    try:
+        assert engine.model == str(clean_model)
+        assert engine.description == f"served: {clean_model} at {server}"
+        items, served = _run(engine, MESSAGE, 32)
+    finally:
+        engine.close()
+    _, local = _run(embedded, MESSAGE, 32)
+    assert local.finish_reason == "length" and local.completion_tokens == 32
+    assert served.text == local.text
+    assert served.text == "".join(i.text for i in items if isinstance(i, TextDelta))
+    # The neutral parameters are what makes them equal: with the server's own defaults (repeat
+    # penalty 1.1, applied even at temperature 0) the greedy reply is another text.
+    plain = httpx2.post(f"{server}/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": MESSAGE}], "max_tokens": 32, "temperature": 0})
+    assert plain.status_code == 200
+    assert plain.json()["choices"][0]["message"]["content"] != local.text
+
+
+def test_usage_counts_and_length_finish(server, local):
+    _, tokenizer = local
+    counted = OpenAIEngine(server, count_tokens=lambda text: len(tokenizer.encode(text)))
+    bare = OpenAIEngine(server)
+    try:
+        _, done = _run(counted, MESSAGE, 16)
+        items, plain = _run(bare, MESSAGE, 16)
+    finally:
+        counted.close()
+        bare.close()
+    # llama-cpp-python sends no usage when streaming: the counts are ours.
+    assert done.finish_reason == "length"
+    assert done.max_tokens == 16
+    assert done.prompt_tokens == len(tokenizer.encode(MESSAGE))
+    assert done.completion_tokens == len(tokenizer.encode(done.text)) > 0
+    assert done.cached_tokens == 0
+    assert done.prompt_seconds > 0 and done.generate_seconds >= 0
+    # Without a tokenizer a content delta stands for a token, and the prompt is unknown.
+    assert plain.text == done.text
+    assert plain.completion_tokens == sum(isinstance(i, TextDelta) for i in items) > 0
+    assert plain.prompt_tokens == 0 and plain.finish_reason == "length"
+
+
+def test_request_body_carries_the_neutral_sampling_values(server):
+    lines: list[str] = []
+    engine = OpenAIEngine(server, log=lines.append)
+    try:
+        _run(engine, MESSAGE, 4, Sampling(temperature=0.7, top_p=0.95, seed=1234))
+    finally:
+        engine.close()
+    assert len(lines) == 1
+    method, url, shown = lines[0].split(" ", 2)
+    assert (method, url) == ("POST", f"{server}/chat/completions")
+    body = json.loads(shown)
+    assert MESSAGE not in lines[0]
+    assert body["messages"] == f"<1 user message, {len(MESSAGE)} chars>"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert (body["temperature"], body["top_p"], body["seed"], body["max_tokens"]) == (0.7, 0.95, 1234, 4)
+    assert body["top_k"] == 1 << 30 and body["min_p"] == 0.0
+    assert body["repeat_penalty"] == 1.0 and body["repetition_penalty"] == 1.0
+    assert body["presence_penalty"] == 0.0 and body["frequency_penalty"] == 0.0
+    assert {k: body[k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
+
+
+def test_remote_tokenizer_matches_the_local_one(server, local):
+    _, tokenizer = local
+    remote = remote_tokenizer(server)
+    try:
+        assert remote.dialect.name == "llama-cpp-python"
+        texts = ["Hello world", "The quick brown fox.\nJumps over 12 lazy dogs!", "  Document 1:\nreport.txt\n\tend  ",
+                 "café naïve 中文"]
+        for text in texts:
+            ids = remote.encode(text)
+            assert ids == tokenizer.encode(text)
+            assert remote.decode_bytes(ids) == text.encode("utf-8")
+        assert remote.encode("") == [] and remote.decode_bytes([]) == b""
+        # byte_lengths, indexed as chunking.py indexes it, for tokens that are whole characters.
+        ids = np.asarray(tokenizer.encode(texts[1] + texts[2]), dtype=np.int64)
+        assert remote.byte_lengths[ids].tolist() == tokenizer.byte_lengths[ids].tolist()
+        assert remote.byte_lengths[ids.reshape(1, -1)].shape == (1, len(ids))
+        assert remote.byte_lengths[int(ids[0])] == int(tokenizer.byte_lengths[ids[0]])
+        # A slice that ends inside a character (a chunk cut there): the server cannot decode it, the
+        # broken end reads as a replacement character, as a lenient UTF-8 decode would give it.
+        han = tokenizer.encode("中")
+        assert len(han) > 1
+        assert remote.decode_bytes(han) == "中".encode()
+        head = tokenizer.encode("Hi ") + han + tokenizer.encode(" and ") + han[:1]
+        assert remote.decode_bytes(head) == "Hi 中 and \ufffd".encode()
+        tail = han[1:] + tokenizer.encode(" ok ") + han
+        assert remote.decode_bytes(tail) == "\ufffd ok 中".encode()
+        # A fragment alone decodes to a replacement character: its byte length is that of U+FFFD.
+        assert remote.byte_lengths[np.asarray(han)].tolist() == [3] * len(han)
+    finally:
+        remote.close()
+
+
+# --- scripted peers ------------------------------------------------------------------------
+
+class Peer:
+    """An HTTP peer on 127.0.0.1; `script(n, handler, body)` answers its n-th request (from 1)."""
+
+    def __init__(self, script):
+        self.script = script
+        self.requests: list[tuple[str, str, dict, bytes]] = []  # method, path, headers, body
+        self.release = threading.Event()  # ends a stalled answer
+        peer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                peer.requests.append((self.command, self.path, dict(self.headers), body))
+                peer.script(len(peer.requests), self, body)
+                self.close_connection = True
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        # A short poll so shutdown() does not wait the default half second.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def send_json(handler, status: int, payload, headers: dict | None = None) -> None:
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.send_header("Connection", "close")  # the peer closes after each answer: no reuse of a dead connection
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def _event(payload) -> bytes:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
+
+
+def _chunk(delta: dict, finish: str | None = None) -> dict:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+WHOLE_REPLY = [
+    _chunk({"role": "assistant"}),
+    _chunk({"reasoning_content": "Let me think."}),  # a reasoning parser's field: not the reply
+    _chunk({"content": "Hello"}),
+    _chunk({"content": " world"}),
+    _chunk({}, "stop"),
+    {"object": "chat.completion.chunk", "choices": [],
+     "usage": {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44, "prompt_tokens_details": {"cached_tokens": 40}}},
+    "[DONE]",
+]
+CUT_REPLY = [_chunk({"role": "assistant"}), _chunk({"content": "Hel"})]
+
+
+def send_sse(handler, events, *, chunked: bool = False) -> None:
+    """An event stream. Without `chunked` the body ends when the connection closes (so a stream
+    without [DONE] ends cleanly, just early); with it, closing before the last chunk is a broken body."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    if chunked:
+        handler.send_header("Transfer-Encoding", "chunked")
+    else:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    for event in events:
+        data = _event(event)
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+        handler.wfile.flush()
+
+
+def _kinds(items) -> list[str]:
+    return [type(i).__name__ for i in items]
+
+
+def test_server_errors_are_retried_then_the_reply_comes():
+    def script(n, handler, body):
+        if n <= 2:
+            send_json(handler, 500, {"error": {"message": "engine overloaded", "code": 500}})
+        else:
+            send_sse(handler, WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        items = list(engine.complete("hi", 8, GREEDY))
+        engine.close()
+    assert _kinds(items) == ["Retrying", "Retrying", "TextDelta", "TextDelta", "CompletionDone"]
+    first, second = items[0], items[1]
+    assert (first.attempt, first.attempts, second.attempt) == (2, 3, 3)
+    assert (first.delay, second.delay) == (0.01, 0.02)
+    assert first.reason == f"The server at {peer.url} answered HTTP 500: engine overloaded"
+    done = items[-1]
+    assert done.text == "Hello world" and done.finish_reason == "stop"
+    assert (done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.max_tokens) == (42, 2, 40, 8)
+    assert len(peer.requests) == 3
+    sent = json.loads(peer.requests[-1][3])
+    assert sent["messages"] == [{"role": "user", "content": "hi"}] and sent["model"] == "m"
+
+
+def test_retry_after_is_honoured():
+    def script(n, handler, body):
+        if n == 1:
+            send_json(handler, 429, {"error": {"message": "queue full"}}, {"Retry-After": "0"})
+        else:
+            send_sse(handler, WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", retries=1, backoff=30.0)
+        started = time.monotonic()
+        items = list(engine.complete("hi", 8, GREEDY))
+        engine.close()
+    assert time.monotonic() - started < 5  # not the 30 s backoff
+    assert isinstance(items[0], Retrying) and items[0].delay == 0.0 and "HTTP 429: queue full" in items[0].reason
+    assert items[-1].text == "Hello world"
+
+
+def test_a_reply_cut_mid_stream_is_asked_again():
+    def script(n, handler, body):
+        send_sse(handler, CUT_REPLY if n == 1 else WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        items = list(engine.complete("hi", 8, GREEDY))
+        engine.close()
+    assert _kinds(items) == ["TextDelta", "Retrying", "TextDelta", "TextDelta", "CompletionDone"]
+    assert items[0].text == "Hel"  # streamed, then voided by the Retrying item that follows
+    assert items[1].reason == f"The server at {peer.url} cut the reply off mid-stream"
+    assert items[-1].text == "Hello world"
+
+
+def test_a_reply_dropped_with_done_is_not_taken_as_finished():
+    """llama-cpp-python's server drops a streaming reply when another request comes in: it
+    sends [DONE] with no finish reason. That reply is void, never an (empty) memory."""
+    def script(n, handler, body):
+        send_sse(handler, [_chunk({"role": "assistant"}), "[DONE]"] if n == 1 else WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        items = list(engine.complete("hi", 8, GREEDY))
+        engine.close()
+    assert _kinds(items) == ["Retrying", "TextDelta", "TextDelta", "CompletionDone"]
+    assert items[0].reason == f"The server at {peer.url} ended a reply without finishing it"
+    assert items[-1].text == "Hello world"
+
+
+def test_a_server_that_keeps_cutting_fails_with_the_cause():
+    def script(n, handler, body):
+        send_sse(handler, CUT_REPLY, chunked=True)  # and close inside the chunked body
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        items = []
+        with pytest.raises(MemagentError) as caught:
+            for item in engine.complete("hi", 8, GREEDY):
+                items.append(item)
+        engine.close()
+    assert _kinds(items) == ["TextDelta", "Retrying", "TextDelta", "Retrying", "TextDelta"]
+    assert caught.value.message.startswith(f"The server at {peer.url} cut the reply off mid-stream")
+    assert caught.value.message.endswith("(3 attempts)")
+    assert "log" in caught.value.hint
+    assert len(peer.requests) == 3
+
+
+def test_unauthorized_is_not_retried():
+    def script(n, handler, body):
+        send_json(handler, 401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", api_key="wrong-key", retries=3, backoff=0.01)
+        items = []
+        with pytest.raises(MemagentError) as caught:
+            for item in engine.complete("hi", 8, GREEDY):
+                items.append(item)
+        engine.close()
+    assert items == []
+    assert caught.value.message == f"The server at {peer.url} answered HTTP 401: Invalid API key"
+    assert "--api-key" in caught.value.hint
+    assert len(peer.requests) == 1
+    assert peer.requests[0][2]["Authorization"] == "Bearer wrong-key"
+    assert peer.requests[0][1] == "/v1/chat/completions"
+
+
+def test_nothing_listening_is_refused_then_an_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    engine = OpenAIEngine(url, model="m", retries=2, backoff=0.01)
+    items = []
+    with pytest.raises(MemagentError) as caught:
+        for item in engine.complete("hi", 8, GREEDY):
+            items.append(item)
+    engine.close()
+    assert _kinds(items) == ["Retrying", "Retrying"]
+    assert [i.attempt for i in items] == [2, 3]
+    assert caught.value.message == f"The server at {url}/v1 refused the connection (3 attempts)"
+    assert "running" in caught.value.hint and "--base-url" in caught.value.hint
+
+
+def test_a_server_that_never_answers_times_out():
+    def script(n, handler, body):
+        peer.release.wait(10)  # hold the request unanswered until the test ends
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=1, backoff=0.01)
+        items = []
+        started = time.monotonic()
+        with pytest.raises(MemagentError) as caught:
+            for item in engine.complete("hi", 8, GREEDY):
+                items.append(item)
+        elapsed = time.monotonic() - started
+        engine.close()
+    assert _kinds(items) == ["Retrying"]
+    assert caught.value.message == f"The server at {peer.url} sent nothing for 0.5 s (timed out) (2 attempts)"
+    assert 0.9 < elapsed < 5
+
+
+def test_model_lookup_and_base_urls():
+    assert normalize_base_url("http://h:8000") == "http://h:8000/v1"
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000/v1"
+    assert normalize_base_url("h:8000") == "http://h:8000/v1"
+
+    def script(n, handler, body):
+        send_json(handler, 200, {"object": "list", "data": [{"id": "qwen2.5-7b"}, {"id": "other"}]} if n == 1
+                  else {"object": "list", "data": []})
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url.removesuffix("/v1") + "/")
+        assert engine.model == "qwen2.5-7b"
+        assert engine.description == f"served: qwen2.5-7b at {peer.url}"
+        engine.close()
+        with pytest.raises(MemagentError, match="lists no models"):
+            OpenAIEngine(peer.url)
+    assert [(r[0], r[1]) for r in peer.requests] == [("GET", "/v1/models"), ("GET", "/v1/models")]
+
+
+# --- tokenizer dialects --------------------------------------------------------------------
+
+def _dialect_peer(kind: str) -> Peer:
+    """A server whose tokens are the characters' code points, speaking one tokenizer dialect."""
+
+    def script(n, handler, raw):
+        body = json.loads(raw or b"{}")
+        if kind == "vllm" and handler.path == "/tokenize":
+            if "prompt" not in body:
+                return send_json(handler, 400, {"object": "error", "message": "Field required: prompt", "code": 400})
+            assert body["add_special_tokens"] is False
+            return send_json(handler, 200, {"count": 1, "max_model_len": 9, "tokens": [ord(c) for c in body["prompt"]]})
+        if kind == "vllm" and handler.path == "/detokenize":
+            return send_json(handler, 200, {"prompt": "".join(map(chr, body["tokens"]))})
+        if kind == "llama-server" and handler.path == "/tokenize":
+            if "content" not in body:
+                return send_json(handler, 200, {"tokens": []})
+            assert body["add_special"] is False and body["parse_special"] is False
+            return send_json(handler, 200, {"tokens": [ord(c) for c in body["content"]]})
+        if kind == "llama-server" and handler.path == "/detokenize":
+            return send_json(handler, 200, {"content": "".join(map(chr, body["tokens"]))})
+        send_json(handler, 404, {"detail": "Not Found"})
+
+    return Peer(script)
+
+
+@pytest.mark.parametrize("kind, name", [("vllm", "vLLM"), ("llama-server", "llama-server")])
+def test_remote_tokenizer_finds_the_dialect(kind, name):
+    with _dialect_peer(kind) as peer:
+        remote = remote_tokenizer(peer.url, model="m", retries=0)
+        assert remote.dialect.name == name
+        assert remote.encode("naïve") == [110, 97, 239, 118, 101]
+        assert remote.decode_bytes([110, 97, 239]) == "naï".encode()
+        assert remote.byte_lengths[np.asarray([239, 97, 239])].tolist() == [2, 1, 2]
+        remote.close()
+        sent = [json.loads(r[3]) for r in peer.requests if r[1] == "/tokenize"]
+    if kind == "vllm":
+        assert sent[-1] == {"prompt": "naïve", "add_special_tokens": False, "model": "m"}
+    else:
+        assert sent[-1] == {"content": "naïve", "add_special": False, "parse_special": False}
+
+
+def test_remote_tokenizer_without_endpoints_says_what_to_do():
+    with _dialect_peer("none") as peer:
+        with pytest.raises(MemagentError) as caught:
+            remote_tokenizer(peer.url, retries=0)
+    assert "no tokenize endpoint" in caught.value.message
+    assert "--tokenizer" in caught.value.hint
