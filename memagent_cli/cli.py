@@ -49,6 +49,23 @@ ExcludeOpt = Annotated[Optional[list[str]], typer.Option(
 PasswordOpt = Annotated[Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources",
                                                     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", metavar="llama|openai", rich_help_panel="Served engine",
+    help="llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model "
+         "(vLLM, SGLang, llama-server).")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option(
+    "--base-url", show_default=False, rich_help_panel="Served engine",
+    help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai).")]
+ApiKeyOpt = Annotated[Optional[str], typer.Option(
+    "--api-key", envvar="MEMAGENT_API_KEY", show_default=False, show_envvar=True, rich_help_panel="Served engine",
+    help="Bearer token for the server.")]
+ServedModelOpt = Annotated[Optional[str], typer.Option(
+    "--served-model", show_default=False, rich_help_panel="Served engine",
+    help="The model's name on the server. Default: the one it serves.")]
+TokenizerOpt = Annotated[Optional[str], typer.Option(
+    "--tokenizer", metavar="PATH|NAME", show_default=False, rich_help_panel="Served engine",
+    help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own "
+         "tokenize endpoint.")]
 
 
 def _stderr_console() -> Console:
@@ -120,10 +137,25 @@ def ask(
                                                        "with its sources, question and settings.")] = None,
     no_trace: Annotated[bool, typer.Option("--no-trace", rich_help_panel="Traces",
                                            help="Do not record this run in the trace store.")] = False,
+    question: Annotated[Optional[list[str]], typer.Option(
+        "--question", "-q", show_default=False, rich_help_panel="Questions",
+        help="A question (repeatable): each gets its own memory and trace; every argument is then a source.")] = None,
+    questions_file: Annotated[Optional[Path], typer.Option(
+        "--questions", metavar="FILE", show_default=False, rich_help_panel="Questions",
+        help="Questions from a file: one per line, or JSONL with a \"question\" (or \"input\") field.")] = None,
+    parallel: Annotated[int, typer.Option(min=1, rich_help_panel="Questions",
+                                          help="Model calls in flight at once, with a served engine (the embedded "
+                                               "engine takes one at a time).")] = 4,
+    engine: EngineOpt = "llama",
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    served_model: ServedModelOpt = None,
+    tokenizer: TokenizerOpt = None,
     json_out: JsonOpt = False,
     raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the answer: no live view, no progress.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request "
+                                                                  "sent to a served engine.")] = False,
     svg: Annotated[Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.",
                                                 show_default=False)] = None,
 ) -> None:
@@ -135,9 +167,11 @@ def ask(
       memagent ask report.pdf "Who signed the 2019 amendment?"
       memagent ask notes/ --include "*.md" "What did we decide about pricing?"
       cat build.log | memagent ask "Why did the build fail?"
+      memagent ask contract.pdf -q "Who signed it?" -q "When does it end?"
+      memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
-    from .api import EngineOptions, SourceOptions, ask_events
+    from .api import EngineOptions, SourceOptions, ask_events, ask_many_events
     from .config import AgentConfig
     from .recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
     from .settings import get_setting
@@ -147,6 +181,7 @@ def ask(
     svg = svg.resolve() if svg else None  # a resumed run works from its own directory
     recorder = None
     try:
+        served = _served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
         store = None if no_trace else _open_store(err, required=bool(resume))
         stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         if store is not None and stdin is not None:
@@ -160,25 +195,46 @@ def ask(
                 raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
             run = resume_plan(store, resume)
             _enter(run["settings"].get("cwd"))
-            paths, question, config = resumed_paths(run), run["question"], resumed_config(run["settings"])
+            paths, questions, config = resumed_paths(run), [run["question"]], resumed_config(run["settings"])
             model = run["model"]["path"]
+            if run["settings"].get("engine"):
+                stored = run["settings"]["engine"]
+                served = _served_options("openai", stored["base_url"], api_key, stored.get("served_model"),
+                                         stored.get("tokenizer"), verbose, err)
         else:
-            paths, question = _split_question(args or [])
+            questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
+            if questions:
+                paths = list(args or [])
+            else:
+                paths, one = _split_question(args or [])
+                questions = [one]
             try:
                 config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
                                      temperature=temperature, top_p=top_p, seed=seed, final=final)
             except ValueError as exc:
                 raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
-        model = _model_for_run(model, err, offline)
+        if served is not None:
+            model = served.tokenizer and _model_for_run(served.tokenizer, err, offline)
+        else:
+            model = _model_for_run(model, err, offline)
         warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
-        recorder = Recorder(store, warn=warn, resume=run, stdin=stdin) if store is not None else None
-        events = ask_events(
-            question, paths, model=model, config=config, done_steps=run["steps"] if run else (),
-            engine=EngineOptions(n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"),
-                                 verbose=verbose),
+        options = dict(
+            model=model, config=config,
+            engine=served.engine if served is not None else
+            EngineOptions(n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"),
+                          verbose=verbose),
             sources=SourceOptions(include=include or (), exclude=exclude or (), password=password, stdin=stdin,
                                   stdin_is_piped=_stdin_piped()),
         )
+        engine_record = served.record if served is not None else None
+        if len(questions) > 1:
+            recorders = [Recorder(store, warn=warn, stdin=stdin, engine=engine_record) if store is not None else None
+                         for _ in questions]
+            _ask_many(ask_many_events(questions, paths, parallel=parallel, **options), questions, err, recorders,
+                      quiet=quiet, json_out=json_out, raw=raw)
+            return
+        recorder = Recorder(store, warn=warn, resume=run, stdin=stdin, engine=engine_record) if store is not None else None
+        events = ask_events(questions[0], paths, done_steps=run["steps"] if run else (), **options)
         result = _consume(events, err, recorder, quiet=quiet, svg=svg)
     except MemagentError as exc:
         if recorder is not None:
@@ -204,6 +260,138 @@ def ask(
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
+
+
+class _Served:
+    """A served engine's options, and what of them a trace keeps (never the key)."""
+
+    def __init__(self, engine, record: dict, tokenizer: str | None):
+        self.engine, self.record, self.tokenizer = engine, record, tokenizer
+
+
+def _served_options(kind: str, base_url: str | None, api_key: str | None, served_model: str | None,
+                    tokenizer: str | None, verbose: bool, err: Console) -> _Served | None:
+    from .api import EngineOptions
+
+    if kind not in ("llama", "openai"):
+        raise MemagentError(f"Unknown engine {kind!r}.", "Use --engine llama (the default) or --engine openai.",
+                            exit_code=EXIT_USAGE)
+    if kind == "llama":
+        if base_url or served_model:
+            raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
+        return None
+    if not base_url:
+        raise MemagentError("--engine openai needs --base-url.",
+                            "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
+                            exit_code=EXIT_USAGE)
+    if not base_url.startswith(("http://", "https://")):
+        raise MemagentError(f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1",
+                            exit_code=EXIT_USAGE)
+    log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
+    engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log)
+    record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}
+    return _Served(engine, record, tokenizer)
+
+
+def _read_questions(path: Path) -> list[str]:
+    """One question per line, or JSONL objects with "question" or "input"; blank lines skipped."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MemagentError(f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.",
+                            exit_code=EXIT_USAGE) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
+            found = item.get("question", item.get("input")) if isinstance(item, dict) else None
+            if not isinstance(found, str):
+                raise MemagentError(f"{path} line {n} has no \"question\" or \"input\" text.", exit_code=EXIT_USAGE)
+            line = found
+        out.append(line)
+    if not out:
+        raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
+    return out
+
+
+def _ask_many(events, questions: list[str], err: Console, recorders: list, *, quiet: bool, json_out: bool,
+              raw: bool) -> None:
+    """Several questions at once: every event to its question's recorder and to the view;
+    answers printed in question order. A failed question fails the command (exit 1) after
+    the others have finished; each unfinished one can be resumed on its own."""
+    from .events import RunFailed, RunFinished
+    from .multiview import MultiView
+    from .textout import visible
+
+    results: list = [None] * len(questions)
+    errors: list = [None] * len(questions)
+    view = MultiView(err, len(questions), live=err.is_terminal) if not quiet else None
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_sigterm_as_interrupt())
+            if view is not None:
+                stack.enter_context(view)
+            for index, event in events:
+                if index is not None and recorders[index] is not None:
+                    rec = recorders[index]
+                    if isinstance(event, RunFailed):
+                        rec.stopped("failed", str(event.error))
+                    else:
+                        rec.handle(event)
+                if isinstance(event, RunFinished):
+                    results[index] = event.result
+                elif isinstance(event, RunFailed):
+                    errors[index] = event.error
+                if view is not None:
+                    view.handle(index, event)
+    except MemagentError as exc:
+        for rec in recorders:
+            if rec is not None and rec.run_id is not None:
+                rec.stopped("failed", str(exc))
+        _fail(err, exc)
+    except KeyboardInterrupt:
+        hints = []
+        for i, rec in enumerate(recorders):
+            if rec is not None and results[i] is None:
+                rec.stopped("interrupted")
+                if _resume_hint(rec):
+                    hints.append(f"Q{i + 1}: memagent ask --resume {rec.run_id[:8]}")
+        err.print(Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints))
+                                if hints else ""), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if json_out:
+        out = []
+        for i, result in enumerate(results):
+            item = result.to_dict() if result is not None else {"question": questions[i], "error": str(errors[i])}
+            rec = recorders[i]
+            if rec is not None and rec.failed_write is None and rec.run_id is not None:
+                item["trace"] = rec.run_id
+            out.append(item)
+        print(json_text(out))
+    else:
+        tty = sys.stdout.isatty()
+        for i, result in enumerate(results):
+            if result is None:
+                continue
+            answer = result.raw_answer if raw else result.answer
+            print(f"Q{i + 1}: {result.question}\n{visible(answer) if tty else answer}\n")
+    failed = [i for i, e in enumerate(errors) if e is not None]
+    for i in failed:
+        exc = errors[i]
+        if not isinstance(exc, MemagentError):  # a bug: main() reports it with the traceback on request
+            raise exc
+        hint = _resume_hint(recorders[i]) or ""
+        err.print(Text.assemble(("error: ", "bold red"), f"Q{i + 1}: {visible(str(exc))}", hint), soft_wrap=True)
+    if failed:
+        raise typer.Exit(max(errors[i].exit_code for i in failed))
 
 
 def _gpu_layers(flag: str | None) -> int | None:
@@ -378,6 +566,15 @@ def _traces_app() -> typer.Typer:
 
 
 app.add_typer(_traces_app(), name="traces")
+
+
+def _eval_app() -> typer.Typer:
+    from .eval_cli import app as evaluation
+
+    return evaluation
+
+
+app.add_typer(_eval_app(), name="eval")
 
 
 def _register_model_commands() -> None:

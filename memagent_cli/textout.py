@@ -17,7 +17,7 @@ def visible(text: str) -> str:
     return text.translate(_VISIBLE)
 
 
-def json_text(value) -> str:
+def json_text(value, indent: int | None = 2) -> str:
     """JSON for stdout. A path from a file name that is not UTF-8 holds lone surrogates, which
     no stream can encode; as \\udcXX escapes they are valid JSON and name the file exactly."""
-    return json.dumps(value, ensure_ascii=False, indent=2).encode("utf-8", "backslashreplace").decode("utf-8")
+    return json.dumps(value, ensure_ascii=False, indent=indent).encode("utf-8", "backslashreplace").decode("utf-8")

@@ -1,0 +1,118 @@
+"""`memagent ask` and `memagent eval` driving a served model (llama-cpp-python's real server)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import llama_server, run_memagent, words, write_clean_model
+
+BUDGETS = ["--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    return write_clean_model(tmp_path_factory.mktemp("clean") / "clean.gguf")
+
+
+@pytest.fixture(scope="module")
+def url(clean, tmp_path_factory):
+    with llama_server(clean, tmp_path_factory.mktemp("srv")) as base:
+        yield base
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(words(400, seed=11))
+    return path
+
+
+def _served(url, *more):
+    return ["--engine", "openai", "--base-url", url, *more]
+
+
+def test_served_run_equals_the_embedded_one(clean, url, doc):
+    here = json.loads(run_memagent("ask", "-m", clean, doc, "Who?", *BUDGETS, "--threads", "1", "--json").stdout)
+    for how in (["--tokenizer", str(clean)], []):  # our tokenizer from the GGUF, or the server's own endpoint
+        done = run_memagent("ask", *_served(url, *how), doc, "Who?", *BUDGETS, "--json")
+        assert done.returncode == 0, done.stderr
+        there = json.loads(done.stdout)
+        assert there["document_tokens"] == here["document_tokens"]
+        assert [s["memory"] for s in there["steps"]] == [s["memory"] for s in here["steps"]]
+        assert there["answer"] == here["answer"] and there["device"].startswith("served: ")
+
+
+def test_four_questions_at_once(clean, url, doc):
+    questions = ["Who?", "What?", "Where?", "Why not?"]
+    args = [a for q in questions for a in ("-q", q)]
+    done = run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, *args, "--parallel", "4", *BUDGETS,
+                        "--json", "--verbose")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert [r["question"] for r in results] == questions
+    alone = json.loads(run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, "Where?", *BUDGETS,
+                                    "--json").stdout)
+    assert [s["memory"] for s in results[2]["steps"]] == [s["memory"] for s in alone["steps"]]
+    # --verbose shows each request, with the neutral sampling values and without the document.
+    sent = [line for line in done.stderr.splitlines() if line.startswith("POST ")]
+    assert len(sent) == sum(len(r["steps"]) + 1 for r in results)
+    assert '"repeat_penalty": 1.0' in sent[0] and '"min_p": 0.0' in sent[0] and "river" not in done.stderr
+
+
+def test_server_gone_mid_run_fails_clearly_and_resumes(clean, doc, tmp_path):
+    long_doc = tmp_path / "long.txt"
+    long_doc.write_text(words(3000, seed=12))
+    args = ["ask", *BUDGETS, "--memory-tokens", "12", long_doc, "Who?"]
+    with llama_server(clean, tmp_path) as base:
+        whole = run_memagent(*args[:1], *_served(base, "--tokenizer", str(clean)), *args[1:], "--json")
+        assert whole.returncode == 0, whole.stderr
+        expected = json.loads(whole.stdout)
+        port = base.split(":")[2].split("/")[0]
+        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", *args[:1], *_served(base, "--tokenizer", str(clean)),
+                                 *args[1:], "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in proc.stderr:
+                if line.startswith("step 3/"):
+                    llama_server.proc.kill()  # the server dies mid-run
+                    llama_server.proc.wait()
+                    break
+            out, rest = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 1
+    error, stopped = rest.strip().splitlines()[-2:]
+    assert error.startswith(f"error: The server at {base} refused the connection (5 attempts).") and "check --base-url" in error
+    assert "trying again (5/5)" in rest  # retried with backoff first
+    assert stopped.startswith("The run stopped after step 3. Resume with: memagent ask --resume ")
+    run_id = stopped.rsplit(" ", 1)[1]
+    # The same server back on the same address: the run goes on from its last step.
+    with llama_server(clean, tmp_path, port=int(port)) as again:
+        assert again == base
+        resumed = run_memagent("ask", "--resume", run_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads(resumed.stdout)
+    assert [s["memory"] for s in done["steps"]] == [s["memory"] for s in expected["steps"]]
+    assert done["answer"] == expected["answer"]
+
+
+def test_eval_on_a_served_engine_in_parallel(clean, url, tmp_path):
+    items = tmp_path / "niah.jsonl"
+    assert run_memagent("eval", "make-niah", "--tokens", "250", "--n", "4", "-o", items, "-m", clean).returncode == 0
+    out_served, out_here = tmp_path / "served.jsonl", tmp_path / "here.jsonl"
+    started = time.monotonic()
+    served = run_memagent("eval", items, *_served(url, "--tokenizer", str(clean)), *BUDGETS, "--parallel", "4",
+                          "-o", out_served, "--json")
+    assert served.returncode == 0, served.stderr
+    assert time.monotonic() - started < 120
+    here = run_memagent("eval", items, "-m", clean, *BUDGETS, "--threads", "1", "-o", out_here, "--json")
+    assert json.loads(served.stdout)["n"] == json.loads(here.stdout)["n"] == 4
+
+    def rows(path):
+        return {r["id"]: r["raw"] for r in map(json.loads, path.read_text().splitlines())}
+
+    assert rows(out_served) == rows(out_here)  # same replies, whichever order the items finished in
