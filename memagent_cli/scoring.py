@@ -16,10 +16,6 @@ import (read in forks that keep it at that path: syr-cn/ReMemR1, JetAstra/PI-Mem
 - `f1`: HotpotQA's token F1 over the normalized, white-space split tokens, including its
   special case: when either side normalizes to "yes", "no" or "noanswer" and the two
   differ, F1 is 0.
-- `string_match_all` / `string_match_part`: RULER's per-item NIAH scores (NVIDIA RULER
-  `scripts/eval/synthetic/constants.py`, also in MemAgent `ruler_general.py`): the share of
-  gold strings found, case-insensitively and without normalization, in the prediction
-  (all), or whether any is (part).
 
 Where we differ from the reference, on purpose:
 
@@ -113,24 +109,3 @@ def score(prediction: str | None, golds: list[str]) -> dict[str, float]:
         "f1": best(f1, prediction, golds),
     }
 
-
-def string_match_all(prediction: str | None, golds: list[str]) -> float:
-    """RULER's NIAH score for one item: the share of gold strings found in the prediction (no normalization)."""
-    if not golds:
-        raise ValueError("no gold answers to score against")
-    pred = (prediction or "").lower()
-    # Same emptiness rule as sub_em: the authors' ruler_general.py scores an empty answer 0,
-    # and an empty gold string would otherwise be found in every answer.
-    if not pred:
-        return 0.0
-    return sum(1.0 for gold in golds if gold and gold.lower() in pred) / len(golds)
-
-
-def string_match_part(prediction: str | None, golds: list[str]) -> float:
-    """RULER's QA score for one item: 1.0 when any gold string is in the prediction (no normalization)."""
-    if not golds:
-        raise ValueError("no gold answers to score against")
-    pred = (prediction or "").lower()
-    if not pred:
-        return 0.0
-    return float(any(gold and gold.lower() in pred for gold in golds))
