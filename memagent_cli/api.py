@@ -215,12 +215,16 @@ def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: st
             def run() -> Iterator[Event]:
                 steps, answer = [], None
                 replay = done_steps[i] if i < len(done_steps) else ()
-                for event in run_loop(questions[i], tee.reader(i), stats, gated, prep.tokenizer, config, replay):
-                    if isinstance(event, StepFinished):
-                        steps.append(event.step)
-                    elif isinstance(event, AnswerFinished):
-                        answer = event
-                    yield event
+                reader = tee.reader(i)
+                try:
+                    for event in run_loop(questions[i], reader, stats, gated, prep.tokenizer, config, replay):
+                        if isinstance(event, StepFinished):
+                            steps.append(event.step)
+                        elif isinstance(event, AnswerFinished):
+                            answer = event
+                        yield event
+                finally:  # now, not when the error's traceback lets go of it: the others wait on it
+                    reader.close()
                 result = _result(prep, questions[i], config, llm.description, n_ctx, stats, steps, answer,
                                  load_seconds, time.perf_counter() - t0)
                 result.gpu = {"layers": gpu_layers, "reason": gpu_reason}

@@ -41,6 +41,16 @@ def fact_sentence(value: str) -> str:
     return f"The code word is {value}."
 
 
+_FOLDERS = ("notes", "docs", "archive/2019", "reports", "letters")
+_NAMES = ("minutes", "draft", "summary", "log", "memo", "chapter", "appendix", "report")
+_EXTENSIONS = (".txt", ".md", ".pdf", ".log")
+
+
+def random_title(rng: random.Random) -> str:
+    """A file's title as memagent's layout shows it, e.g. "notes/minutes-3.txt"."""
+    return f"{rng.choice(_FOLDERS)}/{rng.choice(_NAMES)}-{rng.randint(1, 40)}{rng.choice(_EXTENSIONS)}"
+
+
 def random_value(rng: random.Random) -> str:
     return f"{rng.choice(VALUE_ADJECTIVES)} {rng.choice(VALUE_NOUNS)}"
 
@@ -106,4 +116,5 @@ def vocabulary_corpus() -> str:
     words = [*_SUBJECTS, *_VERBS, *_OBJECTS, *_TAILS, *_COUNTS, *_THINGS, *_PLACES]
     values = [f"The code word is {a} {n}." for a in VALUE_ADJECTIVES for n in VALUE_NOUNS[:4]]
     values += [f"\\boxed{{{a} {n}}}" for n in VALUE_NOUNS for a in VALUE_ADJECTIVES[:4]]
-    return "\n".join(words * 3 + values + [QUESTION, NO_ANSWER, "Document", "0123456789"] * 2)
+    titles = [f"Document {i}:\n{f}/{n}-{i}{e}" for i, (f, n, e) in enumerate(zip(_FOLDERS * 2, _NAMES, _EXTENSIONS * 2))]
+    return "\n".join(words * 3 + values + titles * 2 + [QUESTION, NO_ANSWER, "Document", "0123456789"] * 2)

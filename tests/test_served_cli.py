@@ -116,3 +116,26 @@ def test_eval_on_a_served_engine_in_parallel(clean, url, tmp_path):
         return {r["id"]: r["raw"] for r in map(json.loads, path.read_text().splitlines())}
 
     assert rows(out_served) == rows(out_here)  # same replies, whichever order the items finished in
+
+
+def test_one_question_failing_leaves_the_others(clean, doc):
+    """A scripted server that rejects every request about one question (HTTP 400): that
+    question fails with its own error and trace; the other is answered; the exit code is 1."""
+    from test_served import WHOLE_REPLY, Peer, send_json, send_sse
+
+    def script(n, handler, body):
+        if b"Forbidden topic?" in body:
+            send_json(handler, 400, {"error": {"message": "this prompt is not allowed", "code": 400}})
+        else:
+            send_sse(handler, WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        done = run_memagent("ask", *_served(peer.url, "--tokenizer", str(clean), "--served-model", "m"), doc,
+                            "-q", "Fine question?", "-q", "Forbidden topic?", *BUDGETS, "--json")
+    assert done.returncode == 1
+    fine, bad = json.loads(done.stdout)
+    assert fine["answer"] == "Hello world" and fine["question"] == "Fine question?"
+    assert bad["question"] == "Forbidden topic?" and "HTTP 400" in bad["error"] and "not allowed" in bad["error"]
+    assert "error: Q2: The server at " in done.stderr
+    runs = {r["question"]: r["status"] for r in json.loads(run_memagent("traces", "list", "--json").stdout)}
+    assert runs == {"Fine question?": "complete", "Forbidden topic?": "failed"}

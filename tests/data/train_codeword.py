@@ -3,6 +3,7 @@
     pip install -e '.[test,train]'
     python tests/data/train_codeword.py train            # ~35 min on 2 cores, writes codeword.gguf + .json
     python tests/data/train_codeword.py evaluate         # accuracy through memagent itself
+    python tests/data/train_codeword.py logits           # PyTorch's logits, for the agreement test
 
 The model answers "What is the code word?" over documents of filler prose holding at most
 one "The code word is amber falcon." (see tests/codeword.py). It is trained on the exact
@@ -32,12 +33,13 @@ import codeword  # noqa: E402
 from tinymodel import CONTROL_TOKENS, build_vocab, write_qwen2_gguf  # noqa: E402
 
 OUT = HERE / "codeword.gguf"
+TAIL_LOGITS = 24  # positions of reference logits kept per prompt: the file stays small
 
 
 @dataclass
 class TrainConfig:
     seed: int = 1234  # python, numpy and torch seeds: same seed, same model
-    steps: int = 6000  # optimizer steps
+    steps: int = 5000  # optimizer steps
     batch: int = 24  # samples per step
     lr: float = 2e-3  # AdamW peak learning rate
     warmup: int = 200  # linear warm-up steps, then cosine decay to lr * min_lr_ratio
@@ -130,8 +132,8 @@ class Samples:
         length = cfg.section_tokens if rng.random() < 0.75 else rng.randint(1, cfg.section_tokens)
         doc = codeword.make_document(rng, rng.randint(length, 4 * cfg.section_tokens), fact=rng.random() < 0.7)
         text = doc.text
-        if rng.random() < 0.1:  # a folder's layout: "Document {i}:\n{title}\n{text}"
-            text = f"Document {rng.randint(1, 9)}:\nnotes/{rng.choice(codeword.VALUE_NOUNS)}.txt\n{text}"
+        if rng.random() < 0.3:  # several files: memagent's layout, headers anywhere in a section
+            text = self._several(doc.text)
         ids = self.enc.encode_ordinary(text)
         start = self._window(ids, text, doc, length)
         section = self.enc.decode(ids[start:start + length])
@@ -142,6 +144,16 @@ class Samples:
         reply = codeword.fact_sentence(doc.value) if whole else memory
         prompt = MEMORY_PROMPT.format(problem=codeword.QUESTION, memory=memory, chunk=section)
         return self.prompt_ids(prompt), self.reply_ids(reply), "whole" if whole else "keep"
+
+    def _several(self, text: str) -> str:
+        """The document as one of 2-4 files laid out as memagent lays out several sources:
+        "Document {i}:\n{title}\n{text}" blocks joined by a blank line."""
+        rng = self.rng
+        n = rng.randint(2, 4)
+        texts = [codeword.make_document(rng, rng.randint(20, 150), fact=False).text for _ in range(n - 1)]
+        texts.insert(rng.randint(0, n - 1), text)
+        blocks = [f"Document {i + 1}:\n{codeword.random_title(rng)}\n{t}" for i, t in enumerate(texts)]
+        return "\n\n".join(blocks)
 
     def _window(self, ids: list[int], text: str, doc, length: int) -> int:
         """A window start: over the fact (half the time), across its edge, or anywhere."""
@@ -154,9 +166,9 @@ class Samples:
         for tok in ids:  # character offset of each token (the text is ASCII)
             offsets.append(pos)
             pos += len(self.enc.decode_single_token_bytes(tok))
-        shift = len(text) - len(doc.text)  # a header put in front
-        lo = max(i for i, o in enumerate(offsets) if o <= doc.fact_at + shift)
-        hi = max(i for i, o in enumerate(offsets) if o < doc.fact_at + shift + len(codeword.fact_sentence(doc.value)))
+        at = text.index(codeword.fact_sentence(doc.value))  # other files may come before it
+        lo = max(i for i, o in enumerate(offsets) if o <= at)
+        hi = max(i for i, o in enumerate(offsets) if o < at + len(codeword.fact_sentence(doc.value)))
         if r < 0.75:  # over the fact, whole if the window is long enough
             a, b = max(0, min(hi - length + 1, last)), max(0, min(lo, last))
             return rng.randint(min(a, b), max(a, b))  # a > b: the window is shorter than the fact
@@ -358,6 +370,34 @@ def train(cfg: TrainConfig, out: Path) -> dict:
     return record
 
 
+def reference_logits(out: Path, cfg: TrainConfig = TrainConfig()) -> Path:
+    """PyTorch's logits for three held-out prompts with their replies, saved beside the GGUF, so a
+    test can check llama.cpp computes the same without needing torch (tests/test_trained.py)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    vocab = make_vocab(cfg)
+    model = build_model(cfg, len(vocab.tokens))
+    model.load_state_dict(torch.load(out.with_suffix(".pt")))
+    model.eval()
+    samples = Samples(cfg, vocab, random.Random(cfg.seed + 2))
+    arrays, kinds = {}, []
+    while len(kinds) < 3:
+        prompt, reply, kind = samples.draw()
+        if kind in kinds:
+            continue
+        ids = prompt + reply
+        with torch.no_grad():
+            logits = model(torch.tensor([ids]))[0].numpy()
+        arrays[f"ids{len(kinds)}"] = np.array(ids, dtype=np.int32)
+        arrays[f"logits{len(kinds)}"] = logits[-TAIL_LOGITS:].astype(np.float32)  # the reply and what leads to it
+        kinds.append(kind)
+    path = out.with_name(out.stem + "-logits.npz")
+    np.savez_compressed(path, count=len(kinds), **arrays)
+    return path
+
+
 # ---------------------------------------------------------------------------
 # Evaluation through memagent itself
 
@@ -399,6 +439,8 @@ def main(argv=None) -> int:
     t = sub.add_parser("train", help="train and write the GGUF (and a .json record beside it)")
     t.add_argument("--steps", type=int, default=TrainConfig.steps)
     t.add_argument("--out", type=Path, default=OUT)
+    r = sub.add_parser("logits", help="write PyTorch's logits for the trained weights (the .pt) beside the GGUF")
+    r.add_argument("--out", type=Path, default=OUT)
     e = sub.add_parser("evaluate", help="accuracy of a GGUF through memagent, greedy")
     e.add_argument("--model", type=Path, default=OUT)
     e.add_argument("--docs", type=int, default=60)
@@ -407,9 +449,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.command == "train":
         record = train(TrainConfig(steps=args.steps), args.out)
+        reference_logits(args.out)
         record["evaluation"] = evaluate(args.out, 60, 2000, 7)
         args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
         print(json.dumps(record, indent=2))
+    elif args.command == "logits":
+        print(reference_logits(args.out))
     else:
         print(json.dumps(evaluate(args.model, args.docs, args.tokens, args.seed), indent=2))
     return 0
