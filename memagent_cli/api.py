@@ -92,7 +92,7 @@ def prepare(model: str | Path | None, paths: Sequence[str], sources: SourceOptio
 def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOptions()) -> Prepared:
     """The model's side of `prepare`: vocabulary, chat format, names; no sources yet."""
     if engine.kind == "openai" and model is None:
-        from .served import remote_tokenizer
+        from .served_tokenizer import remote_tokenizer
 
         info, chat = None, None
         tokenizer = remote_tokenizer(engine.base_url, engine.api_key, engine.served_model)

@@ -20,7 +20,8 @@ from memagent_cli.chat import ChatFormat
 from memagent_cli.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
 from memagent_cli.errors import MemagentError
 from memagent_cli.gguf import read_gguf
-from memagent_cli.served import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url, remote_tokenizer
+from memagent_cli.served import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url
+from memagent_cli.served_tokenizer import remote_tokenizer
 from memagent_cli.tokenizer import load_tokenizer
 
 GREEDY = Sampling(temperature=0.0)
