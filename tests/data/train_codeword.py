@@ -1,7 +1,7 @@
 """Train the tiny qwen2 model that performs the MemAgent protocol on the code-word task.
 
     pip install -e '.[test,train]'
-    python tests/data/train_codeword.py train            # ~35 min on 2 cores, writes codeword.gguf + .json
+    python tests/data/train_codeword.py train            # ~30 min on 2 cores, writes codeword.gguf, .json, .npz
     python tests/data/train_codeword.py evaluate         # accuracy through memagent itself
     python tests/data/train_codeword.py logits           # PyTorch's logits, for the agreement test
 
