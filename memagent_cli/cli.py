@@ -21,6 +21,7 @@ from rich.text import Text
 
 from . import __version__
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
 from .textout import json_text
 
 app = typer.Typer(
@@ -49,23 +50,6 @@ ExcludeOpt = Annotated[Optional[list[str]], typer.Option(
 PasswordOpt = Annotated[Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources",
                                                     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
-EngineOpt = Annotated[str, typer.Option(
-    "--engine", metavar="llama|openai", rich_help_panel="Served engine",
-    help="llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model "
-         "(vLLM, SGLang, llama-server).")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option(
-    "--base-url", show_default=False, rich_help_panel="Served engine",
-    help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option(
-    "--api-key", envvar="MEMAGENT_API_KEY", show_default=False, show_envvar=True, rich_help_panel="Served engine",
-    help="Bearer token for the server.")]
-ServedModelOpt = Annotated[Optional[str], typer.Option(
-    "--served-model", show_default=False, rich_help_panel="Served engine",
-    help="The model's name on the server. Default: the one it serves.")]
-TokenizerOpt = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="PATH|NAME", show_default=False, rich_help_panel="Served engine",
-    help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own "
-         "tokenize endpoint.")]
 
 
 def _stderr_console() -> Console:
@@ -181,7 +165,7 @@ def ask(
     svg = svg.resolve() if svg else None  # a resumed run works from its own directory
     recorder = None
     try:
-        served = _served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
         store = None if no_trace else _open_store(err, required=bool(resume))
         stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         if store is not None and stdin is not None:
@@ -199,7 +183,7 @@ def ask(
             model = run["model"]["path"]
             if run["settings"].get("engine"):
                 stored = run["settings"]["engine"]
-                served = _served_options("openai", stored["base_url"], api_key, stored.get("served_model"),
+                served = served_options("openai", stored["base_url"], api_key, stored.get("served_model"),
                                          stored.get("tokenizer"), verbose, err)
         else:
             questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
@@ -260,37 +244,6 @@ def ask(
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
-
-
-class _Served:
-    """A served engine's options, and what of them a trace keeps (never the key)."""
-
-    def __init__(self, engine, record: dict, tokenizer: str | None):
-        self.engine, self.record, self.tokenizer = engine, record, tokenizer
-
-
-def _served_options(kind: str, base_url: str | None, api_key: str | None, served_model: str | None,
-                    tokenizer: str | None, verbose: bool, err: Console) -> _Served | None:
-    from .api import EngineOptions
-
-    if kind not in ("llama", "openai"):
-        raise MemagentError(f"Unknown engine {kind!r}.", "Use --engine llama (the default) or --engine openai.",
-                            exit_code=EXIT_USAGE)
-    if kind == "llama":
-        if base_url or served_model:
-            raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
-        return None
-    if not base_url:
-        raise MemagentError("--engine openai needs --base-url.",
-                            "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
-                            exit_code=EXIT_USAGE)
-    if not base_url.startswith(("http://", "https://")):
-        raise MemagentError(f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1",
-                            exit_code=EXIT_USAGE)
-    log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
-    engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log)
-    record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}
-    return _Served(engine, record, tokenizer)
 
 
 def _read_questions(path: Path) -> list[str]:

@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from .errors import EXIT_USAGE, MemagentError
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
 
 
 class _DefaultRun(TyperGroup):
@@ -50,20 +51,11 @@ def run(
     model: Annotated[Optional[str], typer.Option("--model", "-m", show_default=False, rich_help_panel="Model",
                                                  help="GGUF model file (embedded engine), or the GGUF whose vocabulary "
                                                       "chunks the text (served engine; or --tokenizer).")] = None,
-    engine: Annotated[str, typer.Option("--engine", metavar="llama|openai", rich_help_panel="Served engine",
-                                        help="llama: run the GGUF here. openai: a server runs the model.")] = "llama",
-    base_url: Annotated[Optional[str], typer.Option("--base-url", show_default=False, rich_help_panel="Served engine",
-                                                    help="The server's API, e.g. http://127.0.0.1:8000/v1.")] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="MEMAGENT_API_KEY", show_default=False,
-                                                   show_envvar=True, rich_help_panel="Served engine",
-                                                   help="Bearer token for the server.")] = None,
-    served_model: Annotated[Optional[str], typer.Option("--served-model", show_default=False,
-                                                        rich_help_panel="Served engine",
-                                                        help="The model's name on the server.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", metavar="PATH|NAME", show_default=False,
-                                                     rich_help_panel="Served engine",
-                                                     help="GGUF whose vocabulary cuts the chunks. Default: the "
-                                                          "server's tokenize endpoint.")] = None,
+    engine: EngineOpt = "llama",
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    served_model: ServedModelOpt = None,
+    tokenizer: TokenizerOpt = None,
     parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
     chunk_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
@@ -98,7 +90,7 @@ def run(
     cli = _options()
     err = cli._stderr_console()
     try:
-        served = cli._served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
         try:
             config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
                                  temperature=temperature, top_p=top_p, seed=seed, final=final)

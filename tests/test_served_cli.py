@@ -139,3 +139,18 @@ def test_one_question_failing_leaves_the_others(clean, doc):
     assert "error: Q2: The server at " in done.stderr
     runs = {r["question"]: r["status"] for r in json.loads(run_memagent("traces", "list", "--json").stdout)}
     assert runs == {"Fine question?": "complete", "Forbidden topic?": "failed"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--engine", "vllm"], "error: Unknown engine 'vllm'. Use --engine llama (the default) or --engine openai."),
+    (["--engine", "openai"], "error: --engine openai needs --base-url. e.g. --base-url http://127.0.0.1:8000/v1 for a "
+                             "local vLLM or llama-server."),
+    (["--engine", "openai", "--base-url", "gpu-box:8000"], "error: --base-url 'gpu-box:8000' is not an http(s) URL. "
+                                                           "e.g. http://127.0.0.1:8000/v1"),
+    (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
+])
+@pytest.mark.parametrize("command", ["ask", "eval"])
+def test_served_options_are_checked_first(doc, command, args, message):
+    done = run_memagent(command, *args, doc, *(["Who?"] if command == "ask" else []))
+    assert done.returncode == 2
+    assert done.stderr.strip() == message
