@@ -84,13 +84,3 @@ def require(name: str) -> tuple[Entry, str]:
         raise MemagentError(f"{name!r} is not in the catalog.", f"Known models: {known}; or use hf:OWNER/REPO.",
                             exit_code=EXIT_USAGE)
     return found
-
-
-def conversion_help(entry: Entry, quant: str) -> str:
-    """The exact commands to make the GGUF yourself when no Hub repository has it."""
-    stem = entry.weights.split("/")[-1]
-    tag = quant.upper()
-    return (f"hf download {entry.weights} --local-dir {stem} && "
-            f"python llama.cpp/convert_hf_to_gguf.py {stem} --outtype f16 --outfile {stem}-F16.gguf && "
-            f"llama.cpp/build/bin/llama-quantize {stem}-F16.gguf {stem}-{tag}.gguf {tag} && "
-            f"memagent models add {stem}-{tag}.gguf --name {entry.alias}:{quant}")

@@ -360,24 +360,23 @@ def _gpu_layers(flag: str | None) -> int | None:
 def _model_for_run(model: str | None, err: Console, offline: bool) -> str:
     """The model file; a catalog model not yet installed is offered for download on a terminal,
     and otherwise refused with the exact pull command."""
-    from .models_cli import download_with_progress, offline_requested
+    from .models_cli import offline_requested, run_plan
     from .registry import NotInstalled, resolve_model
 
     try:
         return str(resolve_model(model))
     except NotInstalled as missing:
-        from . import catalog
+        from . import pulling
 
         interactive = sys.stdin.isatty() and err.is_terminal
         if offline_requested(offline) or not interactive:
             raise
-        entry, quant = catalog.require(missing.name)
-        size = entry.size(quant)
-        answer = err.input(f"{missing.name} ({size / 1e9:.1f} GB) is not installed. Download it now? [Y/n] "
-                           if size else f"{missing.name} is not installed. Download it now? [Y/n] ")
+        # The same plan `models pull` makes: the user sees what it costs before anything is downloaded.
+        plan = pulling.plan_pull(missing.name)
+        answer = err.input(f"{missing.name} is not installed. Getting it {plan.describe()}. Start now? [Y/n] ")
         if answer.strip().lower() not in ("", "y", "yes"):
             raise
-        name, record = download_with_progress(missing.name, offline=False, err=err)
+        name, record = run_plan(plan, offline=False, err=err)
         return record["path"]
 
 

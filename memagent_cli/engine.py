@@ -82,6 +82,7 @@ class Engine(Protocol):
 
 _LOG_TAIL: deque[str] = deque(maxlen=40)  # recent llama.cpp log lines, for error messages
 _log_state = {"verbose": False, "callback": None}
+_LOG_LISTENERS: list = []  # functions called with each log line (the quantizer's progress reads them)
 
 
 def quiet_llama_logs(verbose: bool = False) -> None:
@@ -98,11 +99,29 @@ def quiet_llama_logs(verbose: bool = False) -> None:
     def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", errors="replace")
         _LOG_TAIL.append(line)
+        for listener in list(_LOG_LISTENERS):
+            listener(line)
         if _log_state["verbose"]:
             sys.__stderr__.write(line)
 
     _log_state["callback"] = _callback  # ctypes callbacks must outlive their registration
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+@contextlib.contextmanager
+def llama_log_listener(listener):
+    """Calls `listener` with every llama.cpp log line while the block runs."""
+    quiet_llama_logs(_log_state["verbose"])
+    _LOG_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LOG_LISTENERS.remove(listener)
+
+
+def log_reason() -> str:
+    """The most specific failure in llama.cpp's recent log lines ("" when none)."""
+    return _log_reason()
 
 
 def _log_reason() -> str:

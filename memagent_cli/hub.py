@@ -3,7 +3,7 @@
 This module owns four things and nothing else:
 
 - parsing a Hub model spec (`hf:OWNER/REPO[:QUANT | /FILE.gguf]`, `resolve_spec`);
-- listing a repository's GGUF files with their size and LFS sha256 (`list_gguf_files`, one
+- listing a repository's files with their size and LFS sha256 (`list_files`, `list_gguf_files`, one
   `HfApi.model_info(files_metadata=True)` call, i.e. GET {HF_ENDPOINT}/api/models/{repo}/revision/{rev}?blobs=true);
 - choosing one file by quantization (`quant_of`, `pick_file`);
 - downloading it resumably and atomically to an exact path (`download`).
@@ -59,6 +59,7 @@ class HubFile:
     size: int | None
     sha256: str | None  # the LFS sha256 the Hub reports (None if the Hub gives none)
     revision: str  # commit sha the listing was made at
+    blob_id: str | None = None  # the git blob id of a file kept in plain git (config.json...): checked instead
 
 
 # -- specs and quantizations ----------------------------------------------------------------
@@ -175,6 +176,11 @@ def pick_file(files: list[HubFile], quant: str | None) -> HubFile:
 
 def list_gguf_files(repo: str, *, revision: str = "main") -> list[HubFile]:
     """All *.gguf files of `repo` at `revision`, with size and LFS sha256, pinned to the commit listed."""
+    return [f for f in list_files(repo, revision=revision) if f.filename.lower().endswith(".gguf")]
+
+
+def list_files(repo: str, *, revision: str = "main") -> list[HubFile]:
+    """Every file of `repo` at `revision`, with size and LFS sha256 (or git blob id), pinned to the commit listed."""
     from huggingface_hub import HfApi, constants
 
     refuse_offline(False)
@@ -188,8 +194,6 @@ def list_gguf_files(repo: str, *, revision: str = "main") -> list[HubFile]:
     commit = info.sha or revision
     files = []
     for sibling in info.siblings or []:
-        if not sibling.rfilename.lower().endswith(".gguf"):
-            continue
         lfs = sibling.lfs
         files.append(HubFile(
             repo=repo,
@@ -197,6 +201,7 @@ def list_gguf_files(repo: str, *, revision: str = "main") -> list[HubFile]:
             size=lfs.size if lfs is not None else sibling.size,
             sha256=lfs.sha256 if lfs is not None else None,
             revision=commit,
+            blob_id=getattr(sibling, "blob_id", None) if lfs is None else None,
         ))
     return sorted(files, key=lambda f: f.filename)
 
@@ -311,6 +316,10 @@ def download(
         # The server ended the body early without an error: keep the bytes, the next pull resumes.
         raise MemagentError(f"Download of {file.filename} stopped at {_size(got)} of {_size(file.size)}",
                             hint="Run the same command again: it resumes where it stopped")
+    if file.sha256 is None and file.blob_id is not None and _git_blob_id(partial) != file.blob_id.lower():
+        partial.unlink(missing_ok=True)
+        raise MemagentError(f"{file.filename}: checksum mismatch (the Hub says git blob {file.blob_id[:12]}…)",
+                            hint="The download was deleted; run the pull again")
     if file.sha256 is not None and digest.hexdigest() != file.sha256.lower():
         partial.unlink(missing_ok=True)  # a corrupt file must never be resumed nor installed
         raise MemagentError(
@@ -375,6 +384,27 @@ def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
             raise MemagentError(f"Download of {file.filename} was interrupted at {_size(done)}{of}",
                                 hint="Run the same command again: it resumes where it stopped") from error
     return digest
+
+
+def _git_blob_id(path: Path) -> str:
+    """git's object id of a file (what the Hub lists for a file kept in plain git): small files only."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def resolve_repo(spec: str) -> tuple[str, str]:
+    """Parses "hf:OWNER/REPO[@REVISION]" (a repository of safetensors to convert) into (repo, revision)."""
+    body = spec[3:].strip() if spec[:3].lower() == "hf:" else None
+    if body is None:
+        raise MemagentError(f"{spec!r} is not a Hub repository: it does not start with hf:",
+                            hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION", exit_code=EXIT_USAGE)
+    repo, _, revision = body.partition("@")
+    match = _REPO_RE.fullmatch(repo)
+    if match is None or any(".." in name or "--" in name for name in match.groups()) or (
+            _ and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", revision)):
+        raise MemagentError(f"{spec!r} is not a Hub repository", hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION",
+                            exit_code=EXIT_USAGE)
+    return repo, revision or "main"
 
 
 def _lock(out, partial: Path) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from . import catalog, registry, settings
 from .errors import EXIT_USAGE, MemagentError
-from .textout import json_text
+from .textout import json_text, visible
 from .traces_cli import _run_guard
 
 models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
@@ -36,21 +36,63 @@ def offline_requested(flag: bool) -> bool:
     return flag or offline_env()
 
 
-def download_with_progress(spec: str, *, offline: bool, err: Console) -> tuple[str, dict]:
-    """registry.pull with a progress bar (speed, ETA) on stderr."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+QuantOpt = Annotated[Optional[str], typer.Option(
+    "--quant", "-Q", metavar="Q",
+    help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False)]
+NameOpt = Annotated[Optional[str], typer.Option(
+    help="The name to use with --model. Default: the repository or folder name plus the quantization.",
+    show_default=False)]
 
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn()]
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task(f"pulling {spec}", total=None)
 
-        def progress(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
+    """Carries out a pull or conversion plan with a progress bar per stage (speed, ETA) on stderr;
+    piped, a line per stage and every tenth of it."""
+    from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
 
-        name, record = registry.pull(spec, progress=progress, offline=offline_requested(offline))
-    err.print(f"installed {name} ({_gb(record['size'])}) at {record['path']}", markup=False, highlight=False)
+    from . import pulling
+    from .gpu import format_bytes
+
+    class Amount(ProgressColumn):
+        def render(self, task) -> Text:
+            if task.fields.get("unit") == "tensors":  # llama.cpp's quantizer reports tensors, not bytes
+                speed = f"  {task.speed:.1f} tensors/s" if task.speed else ""
+                return Text(f"{int(task.completed)}/{int(task.total or 0)} tensors{speed}")
+            speed = f"  {format_bytes(task.speed)}/s" if task.speed else ""
+            return Text(f"{format_bytes(task.completed)}/{format_bytes(task.total)}{speed}")
+
+    tasks: dict[str, int] = {}
+    tenths: dict[str, int] = {}
+    with Progress(TextColumn("[bold]{task.description:<9}"), BarColumn(), Amount(), TimeRemainingColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                unit = "tensors" if stage == "quantize" else "bytes"
+                tasks[stage] = bar.add_task(stage, total=total, unit=unit)
+                if not err.is_terminal:
+                    err.print(f"{stage}…", markup=False, highlight=False)
+            bar.update(tasks[stage], completed=done, total=total)
+            if not err.is_terminal and total:
+                tenth = done * 10 // total
+                if tenth > tenths.get(stage, 0):
+                    tenths[stage] = tenth
+                    err.print(f"{stage} {tenth * 10}%", markup=False, highlight=False)
+
+        name, record = pulling.execute(plan, progress=progress, offline=offline)
+    err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False,
+              highlight=False)
     return name, record
+
+
+def download_with_progress(spec: str, *, offline: bool, err: Console, quant: str | None = None,
+                           name: str | None = None) -> tuple[str, dict]:
+    """Plans a pull, says what it will cost, and carries it out."""
+    from . import pulling
+
+    offline = offline_requested(offline)
+    plan = pulling.plan_pull(spec, quant=quant, name=name, offline=offline)
+    err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
+    return run_plan(plan, offline=offline, err=err)
 
 
 @models_app.command("list")
@@ -93,11 +135,42 @@ def list_models(json_out: JsonOpt = False) -> None:
 def pull(
     spec: Annotated[str, typer.Argument(metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
                                         help="A catalog alias (memagent-7b, memagent-14b:q8_0) or any GGUF on the Hub.")],
+    quant: QuantOpt = None,
+    name: NameOpt = None,
     offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Download a model: checks free space, resumes after interruption, verifies sha256."""
-    name, record = download_with_progress(spec, offline=offline, err=Console(stderr=True, highlight=False))
+    """Download a model. A GGUF build is taken when the Hub has one; otherwise the published safetensors
+    are downloaded and converted here (memagent models convert). Says the download size, peak disk and
+    time first; checks free space; resumes an interrupted pull at the stage it was in; verifies checksums."""
+    name, record = download_with_progress(spec, offline=offline, err=Console(stderr=True, highlight=False),
+                                          quant=quant, name=name)
+    if json_out:
+        print(json_text({"name": name, **record}))
+
+
+@models_app.command()
+@_run_guard
+def convert(
+    source: Annotated[str, typer.Argument(metavar="FOLDER|hf:OWNER/REPO[@REVISION]",
+                                          help="A Hugging Face checkpoint folder (config.json, tokenizer files, "
+                                               "*.safetensors) or a Hub repository holding one.")],
+    quant: QuantOpt = None,
+    name: NameOpt = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Make a GGUF model from safetensors and install it: qwen2 (every MemAgent model) and qwen3.
+
+    Needs nothing but memagent: the GGUF is written with llama.cpp's gguf package and quantized with
+    llama.cpp's quantizer inside llama-cpp-python. Then use it with: memagent ask --model NAME."""
+    from . import pulling
+
+    err = Console(stderr=True, highlight=False)
+    offline = offline_requested(offline)
+    plan = pulling.plan_convert(source, quant=quant or "q4_k_m", name=name, offline=offline)
+    err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
+    name, record = run_plan(plan, offline=offline, err=err)
     if json_out:
         print(json_text({"name": name, **record}))
 
