@@ -77,9 +77,9 @@ class Plan:
             parts.append(steps + (f" (~{format_bytes(self.result_bytes)})" if self.result_bytes else ""))
         parts.append(f"needs {format_bytes(self.peak_disk)} of free disk at its peak")
         total = sum(self.seconds.values())
-        timing = ", ".join(f"{stage} {_duration(s)}" for stage, s in self.seconds.items())
-        assumed = f", download at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if "download" in self.seconds else ""
-        parts.append(f"takes about {_duration(total)} ({timing}{assumed})")
+        timing = ", ".join(f"{stage} {_duration(s)}" + (f" at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if stage == "download" else "")
+                           for stage, s in self.seconds.items())
+        parts.append(f"takes about {_duration(total)} ({timing})")
         return "; ".join(parts)
 
     def to_dict(self) -> dict:

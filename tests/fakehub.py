@@ -22,7 +22,7 @@ hf_api.py, file_download.py and utils/_http.py):
   revision -> 404 RevisionNotFound; a file of a gated repo without the right token -> 401 GatedRepo.
 
 Knobs for tests: `cut_after` (drop the connection after that many body bytes of the next file
-GET, once), `wrong_sha` (advertise an sha256 that does not match the content), `ignore_range`
+GET longer than that, once), `wrong_sha` (advertise an sha256 that does not match the content), `ignore_range`
 (answer a Range request with the whole file and 200, as some proxies do), `token` (the
 bearer token that opens gated repos) and `requests`, a log of (method, path, Range header).
 """
@@ -135,9 +135,12 @@ class FakeHub:
 
     # -- helpers for the handler -----------------------------------------------------------
 
-    def _take_cut(self) -> int | None:
-        """The cut-off for this GET, consumed: a cut happens once."""
+    def _take_cut(self, length: int) -> int | None:
+        """The cut-off for a GET of `length` body bytes, consumed when it applies: a cut happens once,
+        in the first body long enough to be cut (small files before it pass whole)."""
         with self._lock:
+            if self.cut_after is None or self.cut_after >= length:
+                return None
             cut, self.cut_after = self.cut_after, None
             return cut
 
@@ -340,8 +343,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
-        cut = self.hub._take_cut()
-        if cut is not None and cut < len(body):
+        cut = self.hub._take_cut(len(body))
+        if cut is not None:
             # Send part of the body, then hang up: the client sees a body shorter than Content-Length.
             self.wfile.write(body[:cut])
             self.wfile.flush()

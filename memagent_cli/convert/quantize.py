@@ -60,21 +60,31 @@ def quantize(src: Path, dest: Path, quant: str, *, progress: Callable[[int, int]
         except BaseException as exc:  # reported by the waiting thread
             result["error"] = exc
 
+    step: list[tuple[int, int]] = []
+
     def listen(line: str) -> None:
+        # Called on the quantizer's thread, inside a C callback: only note the step here.
         found = _STEP.search(line)
-        if found and progress is not None:
-            progress(int(found.group(1)), int(found.group(2)))
+        if found:
+            step.append((int(found.group(1)), int(found.group(2))))
 
     with llama_log_listener(listen):
         worker = threading.Thread(target=work, name="memagent-quantize", daemon=True)
         worker.start()
+        reported = None
         try:
             while worker.is_alive():
                 worker.join(0.2)
+                # Progress is reported from this thread, so a display error or Ctrl-C surfaces here.
+                if step and step[-1] != reported and progress is not None:
+                    reported = step[-1]
+                    progress(*reported)
         except BaseException:
             # Ctrl-C: the C call cannot be stopped, but nothing it writes will be used.
             partial.unlink(missing_ok=True)
             raise
+    if step and step[-1] != reported and progress is not None and result.get("rc") == 0:
+        progress(*step[-1])
     if "error" in result:
         partial.unlink(missing_ok=True)
         raise result["error"]  # type: ignore[misc]
