@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import catalog, registry, settings
-from .errors import EXIT_USAGE, MemagentError
+from .errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .textout import json_text, visible
 from .traces_cli import _run_guard
 
@@ -78,7 +78,14 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
                     tenths[stage] = tenth
                     err.print(f"{stage} {tenth * 10}%", markup=False, highlight=False)
 
-        name, record = pulling.execute(plan, progress=progress, offline=offline)
+        try:
+            name, record = pulling.execute(plan, progress=progress, offline=offline)
+        except KeyboardInterrupt:
+            bar.stop()
+            stage = next(reversed(tasks), "start")
+            err.print(f"interrupted during {stage}: nothing is installed yet. Run the same command again: "
+                      "it resumes where it stopped.", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False,
               highlight=False)
     return name, record

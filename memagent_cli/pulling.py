@@ -340,15 +340,15 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
     outtype = plan.outtype or "f16"
     inter = _intermediate_path(plan, outtype)
     converted = plan.dest.exists() if inter is None else inter.exists()
-    if plan.files and not converted and not plan.dest.exists():
-        total = sum(f.size or 0 for f in plan.files)
+    missing = [f for f in plan.files if not (plan.folder / f.filename).exists()]
+    if missing and not converted and not plan.dest.exists():
+        total = sum(f.size or 0 for f in missing)
         done = 0
-        for f in plan.files:
-            path = plan.folder / f.filename
-            if not path.exists():
-                base = done
-                hub.download(f, path, progress=lambda d, t, base=base: report("download", base + d, total),
-                             offline=offline)
+        report("download", 0, total)
+        for f in missing:
+            base = done
+            hub.download(f, plan.folder / f.filename, offline=offline,
+                         progress=lambda d, t, base=base: report("download", base + d, total))
             done += f.size or 0
             report("download", done, total)
     if not plan.dest.exists():
@@ -357,12 +357,14 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
             outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or catalog.DEFAULT_QUANT)
             inter = _intermediate_path(plan, outtype)
             target = inter if inter is not None else plan.dest
+            report("convert", 0, None)  # the stage has begun (the vocabulary takes seconds before any tensor)
             writer.convert(checkpoint, target, outtype, progress=lambda d, t: report("convert", d, t))
             if plan.files:  # the downloaded shards are not needed once the intermediate is whole
                 for f in plan.files:
                     if f.filename.endswith(".safetensors"):
                         (plan.folder / f.filename).unlink(missing_ok=True)
         if inter is not None:
+            report("quantize", 0, None)
             quantize.quantize(inter, plan.dest, plan.quant, progress=lambda d, t: report("quantize", d, t))
     name, record = registry.add(plan.dest, plan.name, source=plan.source, sha256=None)
     shutil.rmtree(plan.staging, ignore_errors=True)

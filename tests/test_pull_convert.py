@@ -167,3 +167,32 @@ def test_two_pulls_of_one_source_do_not_share_the_staging_folder(in_process_hub,
     with pulling._StagingLock(plan.staging):
         with pytest.raises(MemagentError, match="Another memagent is already working"):
             pulling.execute(pulling.plan_pull(f"hf:{REPO_ID}", quant="q8_0"))
+
+
+def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_done(hub, tmp_path, spawned):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from test_pull_cli import env_for
+
+    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "models", "pull", f"hf:{REPO_ID}", "--quant", "q8_0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env_for(hub, tmp_path), cwd=REPO,
+                            text=True)
+    spawned.append(proc)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("convert…"):
+            os.kill(proc.pid, signal.SIGINT)  # converting has begun: the vocabulary alone takes seconds
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, "".join(seen) + rest
+    assert "interrupted during convert: nothing is installed yet. Run the same command again" in rest
+    assert "Traceback" not in rest
+    again = memagent(hub, tmp_path, "models", "pull", f"hf:{REPO_ID}", "--quant", "q8_0")
+    assert again.returncode == 0, again.stderr
+    assert "downloads" not in again.stderr.splitlines()[0] and "download" not in again.stderr.split("\n", 1)[1]
+    assert "convert 100%" in again.stderr and "installed tiny-qwen2:q8_0" in again.stderr
