@@ -141,9 +141,12 @@ def list_models(json_out: JsonOpt = False) -> None:
 @_run_guard
 def pull(
     spec: Annotated[str, typer.Argument(metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
-                                        help="A catalog alias (memagent-7b, memagent-14b:q8_0) or any GGUF on the Hub.")],
+                                        help="A catalog alias (memagent-7b, memagent-14b:q8_0), or a Hub repository "
+                                             "of GGUF files or of safetensors (converted here).")],
     quant: QuantOpt = None,
-    name: NameOpt = None,
+    name: Annotated[Optional[str], typer.Option(
+        help="The name to use with --model. Default: the alias with its quantization, the hf: spec, or for a "
+             "converted repository its name plus the quantization.", show_default=False)] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
     json_out: JsonOpt = False,
 ) -> None:

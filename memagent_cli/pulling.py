@@ -168,7 +168,9 @@ def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None,
     folder = checkpoint.folder.resolve()
     label = name or f"{folder.name}:{quant}"
     dest = models_dir() / "converted" / f"{_safe(folder.name)}-{quant.upper()}.gguf"
-    digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:12]
+    # Keyed by the folder and its shards' sizes and times: an intermediate of older weights is never reused.
+    stamp = [os.fsencode(folder)] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in checkpoint.shards]
+    digest = hashlib.sha256(b"\0".join(stamp)).hexdigest()[:12]
     staging = models_dir() / ".staging" / f"local--{_safe(folder.name)}-{digest}"
     plan = Plan(name=label, kind="convert", quant=quant, dest=dest, source=str(folder), folder=folder, staging=staging,
                 repo_name=folder.name)
@@ -290,7 +292,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downl
 def _converted(plan: Plan) -> bool:
     """Whether the convert stage is finished (its output, the intermediate or the result, is whole)."""
     inter = _intermediate_path(plan, plan.outtype or "f16")
-    return plan.dest.exists() or (inter is not None and inter.exists())
+    return inter is not None and inter.exists()
 
 
 def _intermediate_path(plan: Plan, outtype: str) -> Path | None:
@@ -339,9 +341,11 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
 
     outtype = plan.outtype or "f16"
     inter = _intermediate_path(plan, outtype)
-    converted = plan.dest.exists() if inter is None else inter.exists()
+    # Only a whole intermediate counts as a finished stage. An installed file from an earlier run is
+    # made again: the checkpoint may have changed since.
+    converted = inter is not None and inter.exists()
     missing = [f for f in plan.files if not (plan.folder / f.filename).exists()]
-    if missing and not converted and not plan.dest.exists():
+    if missing and not converted:
         total = sum(f.size or 0 for f in missing)
         done = 0
         report("download", 0, total)
@@ -351,21 +355,20 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
                          progress=lambda d, t, base=base: report("download", base + d, total))
             done += f.size or 0
             report("download", done, total)
-    if not plan.dest.exists():
-        if not converted:
-            checkpoint = open_checkpoint(plan.folder)
-            outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or catalog.DEFAULT_QUANT)
-            inter = _intermediate_path(plan, outtype)
-            target = inter if inter is not None else plan.dest
-            report("convert", 0, None)  # the stage has begun (the vocabulary takes seconds before any tensor)
-            writer.convert(checkpoint, target, outtype, progress=lambda d, t: report("convert", d, t))
-            if plan.files:  # the downloaded shards are not needed once the intermediate is whole
-                for f in plan.files:
-                    if f.filename.endswith(".safetensors"):
-                        (plan.folder / f.filename).unlink(missing_ok=True)
-        if inter is not None:
-            report("quantize", 0, None)
-            quantize.quantize(inter, plan.dest, plan.quant, progress=lambda d, t: report("quantize", d, t))
+    if not converted:
+        checkpoint = open_checkpoint(plan.folder)
+        outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or catalog.DEFAULT_QUANT)
+        inter = _intermediate_path(plan, outtype)
+        target = inter if inter is not None else plan.dest
+        report("convert", 0, None)  # the stage has begun (the vocabulary takes seconds before any tensor)
+        writer.convert(checkpoint, target, outtype, progress=lambda d, t: report("convert", d, t))
+        if plan.files and inter is not None:  # downloaded shards are not needed once the intermediate is whole
+            for f in plan.files:
+                if f.filename.endswith(".safetensors"):
+                    (plan.folder / f.filename).unlink(missing_ok=True)
+    if inter is not None:
+        report("quantize", 0, None)
+        quantize.quantize(inter, plan.dest, plan.quant, progress=lambda d, t: report("quantize", d, t))
     name, record = registry.add(plan.dest, plan.name, source=plan.source, sha256=None)
     shutil.rmtree(plan.staging, ignore_errors=True)
     return name, record
