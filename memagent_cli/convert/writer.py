@@ -13,6 +13,7 @@ The output appears only when complete: it is written to `dest`.partial and renam
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from collections.abc import Callable
@@ -206,11 +207,26 @@ def _windows(p: Planned, maps: dict):
         if same:
             # Already in the output type (bf16 -> bf16 is the converter's rounding of an exact value).
             yield raw
+        elif src.dtype == "BF16" and p.qtype == T.F16:
+            yield np.take(_bf16_to_f16(), raw.view(np.uint16))
         else:
             yield quantize(_widen(raw, src.dtype), T(p.qtype))
         del raw
         _release(mm, start, stop)
         start = stop
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_to_f16() -> np.ndarray:
+    """The f16 bits of every bf16 bit pattern, made by the same widening and the converter's own
+    narrowing: a lookup gives identical bits at twice the speed of converting each window (the
+    f16 stage was CPU-bound at 0.43x a file copy; see benchmarks/convert.py)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import quantize
+
+    with np.errstate(all="ignore"):  # NaN and infinity patterns are converted as the converter would
+        every = _widen(np.arange(1 << 16, dtype=np.uint16).view(np.uint8), "BF16")
+        return quantize(every, T.F16).view(np.uint16)
 
 
 def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
