@@ -30,10 +30,10 @@ from pathlib import Path
 from . import catalog
 from .errors import EXIT_USAGE, MemagentError
 
-# Rates for the time estimate (bytes of input a second), measured on a 2-core laptop-class machine by
-# benchmarks/convert.py: a conservative figure, said as "about".
-CONVERT_RATE = 250e6
-QUANTIZE_RATE = 60e6
+# Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
+# (docs/PERFORMANCE.md): converting is bound by the disk, quantizing by the cores llama.cpp uses.
+CONVERT_RATE = 200e6
+QUANTIZE_RATE_PER_CORE = 11e6
 DOWNLOAD_RATE = 50e6  # a nominal connection; the estimate says it assumes this
 DISK_MARGIN = 64 * 1024 * 1024
 
@@ -272,7 +272,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downl
     if plan.files:
         plan.download_bytes = download
         plan.seconds["download"] = download / DOWNLOAD_RATE
-    shards = weights if plan.files else 0  # downloaded shards count; a local folder is the user's
+    shards = sum(f.size or 0 for f in plan.files)  # what is downloaded counts; a local folder is the user's
     written = intermediate if quantizing else result
     if quantizing:
         # The shards sit beside the intermediate until it is whole; then the intermediate beside the result.
@@ -286,7 +286,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downl
             if quantizing else download + written
         plan.seconds["convert"] = weights / CONVERT_RATE
     if quantizing:
-        plan.seconds["quantize"] = params * 2 / QUANTIZE_RATE
+        plan.seconds["quantize"] = params * 2 / (QUANTIZE_RATE_PER_CORE * (os.cpu_count() or 1))
 
 
 def _converted(plan: Plan) -> bool:

@@ -196,3 +196,25 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_do
     assert again.returncode == 0, again.stderr
     assert "downloads" not in again.stderr.splitlines()[0] and "download" not in again.stderr.split("\n", 1)[1]
     assert "convert 100%" in again.stderr and "installed tiny-qwen2:q8_0" in again.stderr
+
+
+def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
+    """RL-MemoryAgent-7B's listing (4 bf16 shards, 15.23 GB): what the user is told before the first byte."""
+    from memagent_cli import pulling
+    from memagent_cli.hub import HubFile
+
+    repo = "BytedTsinghua-SIA/RL-MemoryAgent-7B"
+    shards = [3_945_441_440, 3_864_726_320, 3_864_726_424, 3_556_377_672]  # Qwen2.5-7B's safetensors shards
+    files = [HubFile(repo, f"model-{i + 1:05d}-of-00004.safetensors", size, "0" * 64, "c" * 40)
+             for i, size in enumerate(shards)]
+    files += [HubFile(repo, name, 1000, None, "c" * 40) for name in ("config.json", "tokenizer.json",
+                                                                    "tokenizer_config.json", "model.safetensors.index.json")]
+    plan = pulling._convert_plan_hub(repo, files, "q4_k_m", "memagent-7b:q4_k_m")
+    assert plan.download_bytes == sum(shards) + 4000
+    assert 4.5e9 < plan.result_bytes < 4.9e9  # the real Q4_K_M is 4.68 GB
+    # Shards and the bf16 intermediate side by side is the peak: ~30.5 GB, "~31 GB" in the README.
+    assert 30.3e9 < plan.peak_disk < 31e9 and plan.disk_needed == plan.peak_disk
+    assert set(plan.seconds) == {"download", "convert", "quantize"}
+    line = plan.describe()
+    assert line.startswith("downloads 14.2 GiB; converts and quantizes to q4_k_m (~4.4 GiB); "
+                           "needs 28.4 GiB of free disk at its peak; takes about ")
