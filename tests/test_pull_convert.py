@@ -204,7 +204,7 @@ def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
     from memagent_cli.hub import HubFile
 
     repo = "BytedTsinghua-SIA/RL-MemoryAgent-7B"
-    shards = [3_945_441_440, 3_864_726_320, 3_864_726_424, 3_556_377_672]  # Qwen2.5-7B's safetensors shards
+    shards = [3_945_441_440, 3_864_726_320, 3_864_726_424, 3_556_377_672]  # about the sizes of Qwen2.5-7B's four shards
     files = [HubFile(repo, f"model-{i + 1:05d}-of-00004.safetensors", size, "0" * 64, "c" * 40)
              for i, size in enumerate(shards)]
     files += [HubFile(repo, name, 1000, None, "c" * 40) for name in ("config.json", "tokenizer.json",
