@@ -39,6 +39,7 @@ def offline_requested(flag: bool) -> bool:
 QuantOpt = Annotated[Optional[str], typer.Option(
     "--quant", "-Q", metavar="Q",
     help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False)]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")]
 NameOpt = Annotated[Optional[str], typer.Option(
     help="The name to use with --model. Default: the repository or folder name plus the quantization.",
     show_default=False)]
@@ -91,15 +92,13 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
     return name, record
 
 
-def download_with_progress(spec: str, *, offline: bool, err: Console, quant: str | None = None,
-                           name: str | None = None) -> tuple[str, dict]:
-    """Plans a pull, says what it will cost, and carries it out."""
-    from . import pulling
-
-    offline = offline_requested(offline)
-    plan = pulling.plan_pull(spec, quant=quant, name=name, offline=offline)
+def install(plan, *, offline: bool, err: Console, json_out: bool = False) -> tuple[str, dict]:
+    """Says what a pull or conversion plan costs, carries it out, and prints the record with --json."""
     err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
-    return run_plan(plan, offline=offline, err=err)
+    name, record = run_plan(plan, offline=offline, err=err)
+    if json_out:
+        print(json_text({"name": name, **record}))
+    return name, record
 
 
 @models_app.command("list")
@@ -147,16 +146,17 @@ def pull(
     name: Annotated[Optional[str], typer.Option(
         help="The name to use with --model. Default: the alias with its quantization, the hf: spec, or for a "
              "converted repository its name plus the quantization.", show_default=False)] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
+    offline: OfflineOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Download a model. A GGUF build is taken when the Hub has one; otherwise the published safetensors
     are downloaded and converted here (memagent models convert). Says the download size, peak disk and
     time first; checks free space; resumes an interrupted pull at the stage it was in; verifies checksums."""
-    name, record = download_with_progress(spec, offline=offline, err=Console(stderr=True, highlight=False),
-                                          quant=quant, name=name)
-    if json_out:
-        print(json_text({"name": name, **record}))
+    from . import pulling
+
+    offline = offline_requested(offline)
+    plan = pulling.plan_pull(spec, quant=quant, name=name, offline=offline)
+    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
 
 
 @models_app.command()
@@ -167,7 +167,7 @@ def convert(
                                                "*.safetensors) or a Hub repository holding one.")],
     quant: QuantOpt = None,
     name: NameOpt = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")] = False,
+    offline: OfflineOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Make a GGUF model from safetensors and install it: qwen2 (every MemAgent model) and qwen3.
@@ -176,13 +176,9 @@ def convert(
     llama.cpp's quantizer inside llama-cpp-python. Then use it with: memagent ask --model NAME."""
     from . import pulling
 
-    err = Console(stderr=True, highlight=False)
     offline = offline_requested(offline)
     plan = pulling.plan_convert(source, quant=quant or "q4_k_m", name=name, offline=offline)
-    err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
-    name, record = run_plan(plan, offline=offline, err=err)
-    if json_out:
-        print(json_text({"name": name, **record}))
+    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
 
 
 @models_app.command()
