@@ -163,8 +163,9 @@ def _b5_section(b5: dict | None) -> str:
         return ""
     s, q = b5["summary"], b5.get("quantize") or {}
     runs = {kind: " / ".join(f"{r['mb_per_s']}" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
-    quant = (f"| quantize bf16 → q4_k_m (llama.cpp) | {q['seconds']} s | {q['mb_per_s']} | — | {q['peak_rss_mb']} |\n"
-             if q else "")
+    times = {kind: " / ".join(f"{r['seconds']:.0f} s" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
+    quant = (f"| quantize bf16 → q4_k_m (llama.cpp; {q['output_bytes'] / 1e9:.2f} GB out) | {q['seconds']:.0f} s | "
+             f"{q['mb_per_s']} | — | {q['peak_rss_mb']} |\n" if q else "")
     return f"""## B5: converting a 7B checkpoint (`memagent models convert`)
 
 `python benchmarks/convert.py --shape 7b` ({b5['when']}; `python benchmarks/run.py --convert` runs it
@@ -176,9 +177,9 @@ of the checkpoint read per second.
 
 | stage | time | MB/s (each round) | × copy | peak RSS (MB) |
 |---|---|---|---|---|
-| plain file copy | — | {runs['copy']} | 1 | — |
-| convert bf16 → bf16 GGUF | — | {runs['bf16']} | {s['bf16']['ratio_to_copy']} | {s['bf16']['peak_rss_mb']} |
-| convert bf16 → f16 GGUF | — | {runs['f16']} | {s['f16']['ratio_to_copy']} | {s['f16']['peak_rss_mb']} |
+| plain file copy | {times['copy']} | {runs['copy']} | 1 | — |
+| convert bf16 → bf16 GGUF | {times['bf16']} | {runs['bf16']} | {s['bf16']['ratio_to_copy']} | {s['bf16']['peak_rss_mb']} |
+| convert bf16 → f16 GGUF | {times['f16']} | {runs['f16']} | {s['f16']['ratio_to_copy']} | {s['f16']['peak_rss_mb']} |
 {quant}
 The converter's memory does not grow with the model: it holds a 32 MB window of one tensor at a
 time and releases the pages it has read. bf16 → f16 goes through a 65,536-entry table made by

@@ -1,0 +1,351 @@
+"""B5: `memagent models convert` on a checkpoint of Qwen2.5-7B-Instruct's size, stage by stage.
+
+What it measures, in one run:
+
+  build     a Hugging Face checkpoint on disk with Qwen2.5-7B-Instruct's exact tensor names and
+            shapes (random bf16, ~15.2 GB in 4 shards; tests/hfcheckpoint.py). Informational.
+  copy      a plain copy of the same bytes (every shard copied to a file beside it with
+            shutil.copyfile, then fsync'd; the copies deleted at once): the yardstick.
+  bf16      our converter, bf16 checkpoint -> bf16 GGUF: the intermediate a q4_k_m pull writes
+            (pulling.intermediate_type). Targets: peak RSS <= 1.5 GB, speed >= 0.5 x copy.
+  f16       our converter, bf16 -> f16 GGUF (every value widened and narrowed through gguf.quants):
+            the same targets. Its output is deleted once measured.
+  quantize  the bf16 GGUF -> q4_k_m with llama.cpp's quantizer (convert.quantize): its time, peak
+            RSS and output size, reported as measured (that is llama.cpp's code, not ours).
+
+How: every timed stage runs in a fresh process (this script with --stage), so its peak RSS
+(VmHWM, read by the process itself at its end) is that stage's alone; the parent also samples the
+child's anonymous and file-backed RSS every 0.2 s, which tells memory a process allocates from
+file pages it has mapped (llama.cpp's quantizer maps its whole input). Before each timed stage the
+page cache is emptied (`sync; echo 3 > /proc/sys/vm/drop_caches`, which needs root; the results say
+whether it worked), so the copy and the conversions all read cold from disk; both include their
+fsync. Copy and conversions are interleaved, `--repeat` rounds of (copy, bf16, f16), and the
+ratios compare medians. Speeds are bytes of the checkpoint's shards read per second (MB = 10^6 B).
+
+    python benchmarks/convert.py [--shape tiny|7b] [--work DIR] [--keep] [--repeat 2]
+                                 [--skip-quantize] [--json FILE]
+
+The checkpoint is reused when --work already holds a complete one (marked by a marker file);
+without --keep, everything this run made is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+MB = 1_000_000
+RSS_TARGET_MB = 1500  # "peak RSS at most 1.5 GB, whatever the model size"
+SPEED_TARGET = 0.5  # "at least half the speed of a plain file copy"
+MARKER = ".benchmark-complete"
+SEED = 0
+SHARDS = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages, each run in its own process: `convert.py --stage NAME ... --result FILE`
+
+
+def _own_memory() -> dict:
+    """This process's peak and current RSS from /proc/self/status, in MB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "RssAnon", "RssFile"):
+            out[key] = int(value.split()[0]) * 1024 / MB
+    return out
+
+
+def stage_copy(src: Path) -> dict:
+    shards = sorted(src.glob("*.safetensors"))
+    copies = [s.with_name(s.name + ".copy") for s in shards]
+    start = time.perf_counter()
+    for shard, copy in zip(shards, copies):
+        shutil.copyfile(shard, copy)
+        with open(copy, "rb+") as fh:
+            os.fsync(fh.fileno())
+    seconds = time.perf_counter() - start
+    for copy in copies:
+        copy.unlink()
+    return {"seconds": seconds, "bytes": sum(s.stat().st_size for s in shards)}
+
+
+def stage_convert(src: Path, dest: Path, outtype: str) -> dict:
+    from memagent_cli.convert.checkpoint import open_checkpoint
+    from memagent_cli.convert.writer import convert
+
+    calls = 0
+
+    def progress(done: int, total: int) -> None:  # as the CLI passes one
+        nonlocal calls
+        calls += 1
+
+    start = time.perf_counter()
+    checkpoint = open_checkpoint(src)
+    convert(checkpoint, dest, outtype, progress=progress)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "bytes": sum(s.stat().st_size for s in checkpoint.shards),
+            "output_bytes": dest.stat().st_size, "progress_calls": calls}
+
+
+def stage_quantize(src: Path, dest: Path, quant: str) -> dict:
+    from memagent_cli.convert.quantize import quantize
+
+    start = time.perf_counter()
+    quantize(src, dest, quant)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "bytes": src.stat().st_size, "output_bytes": dest.stat().st_size}
+
+
+def run_stage(args: argparse.Namespace) -> None:
+    if args.stage == "copy":
+        result = stage_copy(Path(args.src))
+    elif args.stage == "convert":
+        result = stage_convert(Path(args.src), Path(args.dest), args.outtype)
+    elif args.stage == "quantize":
+        result = stage_quantize(Path(args.src), Path(args.dest), args.quant)
+    else:
+        raise SystemExit(f"unknown stage {args.stage}")
+    result["memory"] = _own_memory()
+    Path(args.result).write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: builds the checkpoint, runs the stages, reports
+
+
+def drop_caches() -> bool:
+    """Empties the page cache so that the next stage reads from disk; False where not allowed."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _sample(pid: int, peaks: dict) -> None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile"):
+                peaks[key] = max(peaks.get(key, 0.0), int(value.split()[0]) * 1024 / MB)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def spawn(stage: str, work: Path, **options: str) -> dict:
+    """Runs one stage in a fresh process after emptying the page cache; its measurements."""
+    result_file = work / f".{stage}-result.json"
+    result_file.unlink(missing_ok=True)
+    command = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--result", str(result_file)]
+    for key, value in options.items():
+        command += [f"--{key}", str(value)]
+    cache_dropped = drop_caches()
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=REPO)
+    peaks: dict = {}
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        _sample(proc.pid, peaks)
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0 or not result_file.is_file():
+        raise SystemExit(f"stage {stage} failed (exit {proc.returncode})")
+    result = json.loads(result_file.read_text())
+    result_file.unlink()
+    memory = result.pop("memory")
+    result.update({
+        "process_seconds": round(wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(memory["VmHWM"], 1),
+        "peak_rss_anon_mb_sampled": round(peaks.get("RssAnon", 0.0), 1),
+        "peak_rss_file_mb_sampled": round(peaks.get("RssFile", 0.0), 1),
+        "mb_per_s": round(result["bytes"] / result["seconds"] / MB, 1),
+        "seconds": round(result["seconds"], 2),
+        "cache_dropped": cache_dropped,
+    })
+    return result
+
+
+def build_checkpoint(folder: Path, shape_name: str) -> dict:
+    """The checkpoint in `folder`, made or reused; how long making it took."""
+    import hfcheckpoint
+
+    shape = {"tiny": hfcheckpoint.TINY, "7b": hfcheckpoint.QWEN25_7B}[shape_name]
+    key = {"shape": shape_name, "seed": SEED, "shards": SHARDS, "dtype": "BF16", "fast": True}
+    marker = folder / MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == key:
+        return {"reused": True, "seconds": None, "bytes": _shard_bytes(folder)}
+    shutil.rmtree(folder, ignore_errors=True)
+    start = time.perf_counter()
+    hfcheckpoint.write_checkpoint(folder, shape, seed=SEED, dtype="BF16", shards=SHARDS,
+                                  tokenizer=hfcheckpoint.QWEN25_TOKENIZER, fast=True)
+    os.sync()
+    seconds = time.perf_counter() - start
+    marker.write_text(json.dumps(key))
+    size = _shard_bytes(folder)
+    return {"reused": False, "seconds": round(seconds, 2), "bytes": size, "mb_per_s": round(size / seconds / MB, 1)}
+
+
+def _shard_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+
+
+def machine() -> dict:
+    from importlib.metadata import version
+
+    import gguf  # noqa: F401
+    import numpy
+
+    def safe(name: str) -> str | None:
+        try:
+            return version(name)
+        except Exception:
+            return None
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal"))
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "memory_gb": round(mem / 1e9, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "gguf": safe("gguf"),
+        "llama_cpp_python": safe("llama_cpp_python") or safe("llama-cpp-python"),
+    }
+
+
+def summarize(results: dict) -> dict:
+    copy = statistics.median(r["mb_per_s"] for r in results["copy"])
+    out = {"copy_mb_per_s": round(copy, 1)}
+    for kind in ("bf16", "f16"):
+        runs = results[kind]
+        speed = statistics.median(r["mb_per_s"] for r in runs)
+        rss = max(r["peak_rss_mb"] for r in runs)
+        out[kind] = {"mb_per_s": round(speed, 1), "ratio_to_copy": round(speed / copy, 3),
+                     "peak_rss_mb": rss, "speed_ok": speed / copy >= SPEED_TARGET, "rss_ok": rss <= RSS_TARGET_MB}
+    return out
+
+
+def print_table(results: dict) -> None:
+    s = results["summary"]
+    rows = [("stage", "seconds", "MB/s", "× copy", "peak RSS MB", "anon/file MB (sampled)", "CPU s")]
+
+    def row(name, r, ratio=""):
+        rows.append((name, f"{r['seconds']}", f"{r.get('mb_per_s', '')}", ratio, f"{r['peak_rss_mb']}",
+                     f"{r['peak_rss_anon_mb_sampled']}/{r['peak_rss_file_mb_sampled']}", f"{r['cpu_seconds']}"))
+
+    build = results["build"]
+    rows.append(("build checkpoint", "reused" if build["reused"] else f"{build['seconds']}",
+                 f"{build.get('mb_per_s', '')}", "", "", "", ""))
+    for i in range(len(results["copy"])):
+        row(f"copy #{i + 1}", results["copy"][i])
+        for kind in ("bf16", "f16"):
+            if i < len(results[kind]):
+                r = results[kind][i]
+                row(f"convert bf16→{kind} #{i + 1}", r, f"{r['mb_per_s'] / s['copy_mb_per_s']:.2f}")
+    if results.get("quantize"):
+        row("quantize bf16→q4_k_m", results["quantize"])
+    widths = [max(len(str(r[c])) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(str(v).rjust(w) if c else str(v).ljust(w) for c, (v, w) in enumerate(zip(r, widths))))
+    print()
+    for kind in ("bf16", "f16"):
+        k = s[kind]
+        print(f"bf16→{kind}: {k['ratio_to_copy']} × copy (target ≥ {SPEED_TARGET}: {'met' if k['speed_ok'] else 'MISSED'}), "
+              f"peak RSS {k['peak_rss_mb']} MB (target ≤ {RSS_TARGET_MB}: {'met' if k['rss_ok'] else 'MISSED'})")
+    if results.get("quantize"):
+        q = results["quantize"]
+        print(f"quantize: {q['seconds']} s, peak RSS {q['peak_rss_mb']} MB, output {q['output_bytes'] / MB:.0f} MB")
+    if not results["cache_dropped"]:
+        print("note: the page cache could not be emptied between stages (not root?): speeds include cache hits")
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=("tiny", "7b"), default="7b", help="tiny: a quick self-check")
+    parser.add_argument("--work", type=Path, help="work folder (default: a new one in the temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoint and outputs")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of (copy, bf16, f16), interleaved")
+    parser.add_argument("--skip-quantize", action="store_true", help="skip llama.cpp's q4_k_m stage")
+    parser.add_argument("--json", type=Path, default=REPO / "benchmarks" / "convert-results.json")
+    # a stage's own process
+    parser.add_argument("--stage", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--dest", help=argparse.SUPPRESS)
+    parser.add_argument("--outtype", help=argparse.SUPPRESS)
+    parser.add_argument("--quant", default="q4_k_m", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.stage:
+        run_stage(args)
+        return None
+
+    made_work = args.work is None or not args.work.exists()
+    work = args.work or Path(tempfile.gettempdir()) / f"memagent-convert-bench-{args.shape}"
+    work.mkdir(parents=True, exist_ok=True)
+    folder = work / "checkpoint"
+    bf16_out, f16_out, q_out = work / "model-bf16.gguf", work / "model-f16.gguf", work / "model-q4_k_m.gguf"
+    print(f"work folder {work}; free disk {shutil.disk_usage(work).free / 1e9:.1f} GB", flush=True)
+    results: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "shape": args.shape,
+                     "machine": machine(), "copy": [], "bf16": [], "f16": []}
+    try:
+        print("building the checkpoint…", flush=True)
+        results["build"] = build_checkpoint(folder, args.shape)
+        size = results["build"]["bytes"]
+        need = 2 * size + (0 if args.skip_quantize else size * 35 // 100)  # bf16 + f16 outputs, then q4_k_m
+        free = shutil.disk_usage(work).free
+        if free < need:
+            raise SystemExit(f"needs ~{need / 1e9:.0f} GB of free disk, has {free / 1e9:.0f} GB")
+        for i in range(args.repeat):
+            print(f"round {i + 1}/{args.repeat}: copy", flush=True)
+            results["copy"].append(spawn("copy", work, src=folder))
+            print(f"round {i + 1}/{args.repeat}: convert bf16→bf16", flush=True)
+            bf16_out.unlink(missing_ok=True)
+            results["bf16"].append(spawn("convert", work, src=folder, dest=bf16_out, outtype="bf16"))
+            print(f"round {i + 1}/{args.repeat}: convert bf16→f16", flush=True)
+            results["f16"].append(spawn("convert", work, src=folder, dest=f16_out, outtype="f16"))
+            f16_out.unlink()  # the disk is needed more than the file
+        if not args.skip_quantize:
+            print("quantize bf16 GGUF→q4_k_m", flush=True)
+            results["quantize"] = spawn("quantize", work, src=bf16_out, dest=q_out, quant="q4_k_m")
+        results["cache_dropped"] = all(r["cache_dropped"] for k in ("copy", "bf16", "f16") for r in results[k])
+        results["summary"] = summarize(results)
+    finally:
+        if not args.keep:
+            for path in (bf16_out, f16_out, q_out):
+                path.unlink(missing_ok=True)
+            if made_work:
+                shutil.rmtree(work, ignore_errors=True)
+            elif results.get("build") and not results["build"]["reused"]:
+                shutil.rmtree(folder, ignore_errors=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print()
+    print_table(results)
+    print(f"\nresults in {args.json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
