@@ -33,6 +33,7 @@ from .errors import EXIT_USAGE, MemagentError
 # Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
 # (docs/PERFORMANCE.md): converting is bound by the disk, quantizing by the cores llama.cpp uses.
 CONVERT_RATE = 200e6
+CONVERT_FIXED = 6.0  # seconds to build the GGUF header of a 152K-token vocabulary, whatever the model
 QUANTIZE_RATE_PER_CORE = 11e6
 DOWNLOAD_RATE = 50e6  # a nominal connection; the estimate says it assumes this
 DISK_MARGIN = 64 * 1024 * 1024
@@ -284,7 +285,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downl
     else:
         plan.disk_needed = max(download + written, written + result - (have if downloaded_deletable else 0)) \
             if quantizing else download + written
-        plan.seconds["convert"] = weights / CONVERT_RATE
+        plan.seconds["convert"] = CONVERT_FIXED + weights / CONVERT_RATE
     if quantizing:
         plan.seconds["quantize"] = params * 2 / (QUANTIZE_RATE_PER_CORE * (os.cpu_count() or 1))
 
