@@ -84,8 +84,8 @@ def stage_copy(src: Path) -> dict:
 
 
 def stage_convert(src: Path, dest: Path, outtype: str) -> dict:
-    from memagent_cli.convert.checkpoint import open_checkpoint
-    from memagent_cli.convert.writer import convert
+    from memagent_cli.model.convert.checkpoint import open_checkpoint
+    from memagent_cli.model.convert.writer import convert
 
     calls = 0
 
@@ -102,7 +102,7 @@ def stage_convert(src: Path, dest: Path, outtype: str) -> dict:
 
 
 def stage_quantize(src: Path, dest: Path, quant: str) -> dict:
-    from memagent_cli.convert.quantize import quantize
+    from memagent_cli.model.convert.quantize import quantize
 
     start = time.perf_counter()
     quantize(src, dest, quant)

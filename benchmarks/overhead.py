@@ -37,8 +37,8 @@ def make_inputs(folder: Path, steps: int, chunk: int) -> tuple[Path, Path]:
     from conftest import words
     from tinymodel import write_tiny_qwen2
 
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     model = write_tiny_qwen2(folder / "tiny.gguf", seed=1)
     tok = load_tokenizer(read_gguf(model))
@@ -58,11 +58,11 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
     """The engine alone: the reference protocol with llama-cpp-python's own generate loop."""
     import llama_cpp
 
-    from memagent_cli.chat import ChatFormat
-    from memagent_cli.engine import quiet_llama_logs
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import quiet_llama_logs
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
     quiet_llama_logs()

@@ -92,7 +92,7 @@ def pdf_ingestion(folder: Path, pages: int) -> dict:
     from fpdf import FPDF
     from pypdf import PdfReader
 
-    from memagent_cli.sources import collect_sources, read_source
+    from memagent_cli.ingest.sources import collect_sources, read_source
 
     pdf = FPDF()
     pdf.set_font("Helvetica", size=9)
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     from tinymodel import write_tiny_qwen2
 
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     result: dict = {"sizes": {}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import llama_cpp
 
-    from memagent_cli.engine import quiet_llama_logs
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.engine import quiet_llama_logs
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     quiet_llama_logs()
     ours_load, tok = best_of(lambda: load_tokenizer(read_gguf(args.vocab)), 1)

@@ -15,11 +15,11 @@ __all__ = ["ask", "ask_events", "AgentConfig", "EngineOptions", "SourceOptions",
 def __getattr__(name: str):
     # Lazy, so `import memagent_cli` stays cheap for the CLI's --help and for embedders.
     if name in ("ask", "ask_events", "EngineOptions", "SourceOptions"):
-        from . import api
+        from .core import pipeline as api
 
         return getattr(api, name)
     if name == "AgentConfig":
-        from .config import AgentConfig
+        from .core.config import AgentConfig
 
         return AgentConfig
     if name == "MemagentError":

@@ -1,5 +1,5 @@
 """A fake Hugging Face Hub: a real HTTP server on 127.0.0.1 that speaks the part of the Hub
-protocol huggingface_hub (2.4.0) and memagent_cli.hub use, so tests exercise the real client code
+protocol huggingface_hub (2.4.0) and memagent_cli.install.hub use, so tests exercise the real client code
 over a real socket with nothing mocked inside huggingface_hub.
 
 What it serves, modelled on what huggingface.co answers (read off huggingface_hub's

@@ -7,9 +7,7 @@ from conftest import shared_path, words
 from tinymodel import LONG_TOKEN
 
 from memagent_cli import AgentConfig, EngineOptions, MemagentError, ask, ask_events
-from memagent_cli.chat import ChatFormat
-from memagent_cli.engine import LlamaEngine, Sampling
-from memagent_cli.events import (
+from memagent_cli.core.events import (
     AnswerFinished,
     DocumentRead,
     ModelLoaded,
@@ -19,9 +17,11 @@ from memagent_cli.events import (
     StepStarted,
     TokenText,
 )
-from memagent_cli.gguf import read_gguf
-from memagent_cli.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
-from memagent_cli.tokenizer import load_tokenizer
+from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
+from memagent_cli.model.chat import ChatFormat
+from memagent_cli.model.engine import LlamaEngine, Sampling
+from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.tokenizer import load_tokenizer
 
 GREEDY = dict(temperature=0.0)
 
@@ -230,8 +230,8 @@ def test_a_memory_that_re_tokenizes_longer_still_fits_the_next_prompt(models, tm
 
 
 def test_a_prompt_that_leaves_little_room_shortens_the_step_not_the_run(models):
-    from memagent_cli.agent import run_loop
-    from memagent_cli.chunking import Chunk, IngestStats
+    from memagent_cli.core.agent import run_loop
+    from memagent_cli.core.chunking import Chunk, IngestStats
 
     info = read_gguf(models["random"])
     chat, tok = ChatFormat.from_gguf(info), load_tokenizer(info)

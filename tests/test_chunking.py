@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from memagent_cli import chunking
-from memagent_cli.chunking import IngestStats, ReadAhead, iter_chunks, layout
-from memagent_cli.gguf import read_gguf
-from memagent_cli.sources import Segment, Source
-from memagent_cli.tokenizer import decode, load_tokenizer
+from memagent_cli.core import chunking
+from memagent_cli.core.chunking import IngestStats, ReadAhead, iter_chunks, layout
+from memagent_cli.ingest.sources import Segment, Source
+from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.tokenizer import decode, load_tokenizer
 
 
 @pytest.fixture(scope="module")

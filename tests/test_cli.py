@@ -9,8 +9,8 @@ import pytest
 from conftest import REPO, run_memagent, words
 from typer.testing import CliRunner
 
-from memagent_cli.cli import app
-from memagent_cli.protocol import INITIAL_MEMORY, memory_prompt
+from memagent_cli.cli.app import app
+from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
 
 FAST = ["--chunk-tokens", "300", "--memory-tokens", "8", "--answer-tokens", "6", "--temperature", "0"]
 
@@ -122,8 +122,8 @@ def test_inspect_counts_with_a_vocabulary_only_gguf(doc, qwen2_vocab):
     result = runner.invoke(app, ["inspect", str(doc), "-m", str(qwen2_vocab), "--json", "--chunk-tokens", "100"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     n = len(load_tokenizer(read_gguf(qwen2_vocab)).encode(doc.read_text().strip()))
     assert out["document_tokens"] == n and out["steps"] == -(-n // 100)
@@ -136,8 +136,8 @@ def test_inspect_show_prompt_is_exactly_what_the_model_sees(doc, models):
     proc = memagent("inspect", doc, "-m", models["random"], "--question", " Where? ", "--show-prompt", "1",
                     "--chunk-tokens", "50")
     assert proc.returncode == 0, proc.stderr
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import decode, load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import decode, load_tokenizer
 
     tok = load_tokenizer(read_gguf(models["random"]))
     first = decode(tok, tok.encode(doc.read_text().strip())[:50])

@@ -20,10 +20,10 @@ import pytest
 from conftest import REPO, run_memagent, shared_path, words
 from hfcheckpoint import TINY, Shape, tensor_shapes, write_checkpoint
 
-from memagent_cli.convert.checkpoint import open_checkpoint
-from memagent_cli.convert.writer import convert, write_vocabulary
 from memagent_cli.errors import MemagentError
-from memagent_cli.gguf import read_gguf
+from memagent_cli.model.convert.checkpoint import open_checkpoint
+from memagent_cli.model.convert.writer import convert, write_vocabulary
+from memagent_cli.model.gguf import read_gguf
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = json.loads((DATA / "convert-reference.json").read_text())
@@ -177,7 +177,7 @@ def test_bf16_output_keeps_the_checkpoints_bits(checkpoints, tmp_path):
 def test_converting_never_holds_a_whole_tensor(outtype, checkpoints, tmp_path, monkeypatch):
     """Windows of at most _WINDOW source bytes, each released once written: the 19 MB embedding goes
     in several pieces, through the bf16 -> f16 table and through gguf's own widening alike."""
-    from memagent_cli.convert import writer
+    from memagent_cli.model.convert import writer
 
     monkeypatch.setattr(writer, "_WINDOW", 1 << 20)
     windows = []
@@ -300,7 +300,7 @@ def test_a_dtype_it_cannot_read_is_refused(tmp_path, memagent_home, tokenizer_fo
 def test_too_little_disk_is_refused_before_writing(checkpoints, memagent_home, monkeypatch):
     import shutil
 
-    from memagent_cli import pulling
+    from memagent_cli.install import pulling
 
     plan = pulling.plan_convert(str(checkpoints["qwen2"]), quant="q8_0")
     assert plan.peak_disk > plan.result_bytes > 0

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memagent_cli import doctor
+from memagent_cli.cli.views.reports import render_doctor
+from memagent_cli.install import doctor
 
 PIP_TAIL = "install --force-reinstall --no-cache-dir llama-cpp-python"
 
@@ -30,7 +31,7 @@ def offload() -> bool:
 
 def rendered(report: dict) -> str:
     console = Console(record=True, width=400, color_system=None)
-    console.print(doctor.render(report))
+    console.print(render_doctor(report))
     return console.export_text()
 
 
@@ -141,6 +142,6 @@ def test_doctor_import_is_cheap():
     import subprocess
     import sys
 
-    code = "import sys, memagent_cli.doctor; print('llama_cpp' in sys.modules)"
+    code = "import sys, memagent_cli.install.doctor; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from memagent_cli.export import FORMATS, export, export_html, export_jsonl, export_markdown
-from memagent_cli.protocol import INITIAL_MEMORY
+from memagent_cli.core.protocol import INITIAL_MEMORY
+from memagent_cli.traces.export import FORMATS, export, export_html, export_jsonl, export_markdown
 
 M1 = "Alice bought the boat in 1990."
 M2 = "Alice bought the boat in 1990.\nThe harbour is Kiel."

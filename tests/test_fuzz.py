@@ -45,9 +45,9 @@ from hypothesis import HealthCheck, assume, example, given, settings  # noqa: E4
 from hypothesis import strategies as st  # noqa: E402
 
 from memagent_cli import chunking, sources  # noqa: E402
+from memagent_cli.core.protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR  # noqa: E402
 from memagent_cli.errors import MemagentError  # noqa: E402
-from memagent_cli.protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR  # noqa: E402
-from memagent_cli.sources import Segment, Source, collect_sources, read_source  # noqa: E402
+from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source  # noqa: E402
 
 VOCAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
 REPRO_DIR = Path(tempfile.gettempdir()) / "memagent-fuzz"
@@ -323,8 +323,8 @@ def test_stdin_reads_like_the_file(scratch, data, block_size, reads):
 def tokenizer():
     if not VOCAB.exists():
         pytest.skip(f"{VOCAB} is not here (CI clones the repo with ../shared beside it)")
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     return load_tokenizer(read_gguf(VOCAB))
 

@@ -3,7 +3,7 @@
 import pytest
 
 from memagent_cli.errors import MemagentError
-from memagent_cli.gguf import read_gguf
+from memagent_cli.model.gguf import read_gguf
 
 
 def test_reads_metadata_and_tensors_of_a_model(models):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memagent_cli import gpu
-from memagent_cli.gguf import GGUFInfo, TensorInfo, read_gguf
-from memagent_cli.gpu import GPUDevice, ModelMemory, RawDevice
+from memagent_cli.model import gpu
+from memagent_cli.model.gguf import GGUFInfo, TensorInfo, read_gguf
+from memagent_cli.model.gpu import GPUDevice, ModelMemory, RawDevice
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -1,4 +1,4 @@
-"""memagent_cli.hub against a fake Hub (tests/fakehub.py): a real HTTP server on 127.0.0.1 that
+"""memagent_cli.install.hub against a fake Hub (tests/fakehub.py): a real HTTP server on 127.0.0.1 that
 huggingface_hub's own client talks to, so listing, downloads, resume and errors go through the
 real protocol. No test reaches the network or the user's ~/.cache (guarded below).
 
@@ -17,9 +17,9 @@ import pytest
 from fakehub import FakeHub
 from tinymodel import write_tiny_qwen2
 
-from memagent_cli import hub as hubmod
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.hub import HubFile, download, list_gguf_files, pick_file, quant_of, resolve_spec
+from memagent_cli.install import hub as hubmod
+from memagent_cli.install.hub import HubFile, download, list_gguf_files, pick_file, quant_of, resolve_spec
 
 REPO = "owner/tiny-GGUF"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}

@@ -10,8 +10,8 @@ from conftest import REPO, words
 from rich.console import Console
 
 from memagent_cli import AgentConfig, ask_events
-from memagent_cli.events import RunFinished
-from memagent_cli.live import LiveView, PlainProgress
+from memagent_cli.cli.views.live import LiveView, PlainProgress
+from memagent_cli.core.events import RunFinished
 
 
 def recording_console() -> Console:
@@ -93,7 +93,7 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
 def test_control_characters_are_shown_not_obeyed():
     import xml.etree.ElementTree as ET
 
-    from memagent_cli.textout import visible
+    from memagent_cli.cli.textout import visible
 
     hostile = "ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x17 tab\tnew\nline\x7f\x9b"
     assert visible(hostile) == "ok␛]52;c;ZXZpbA==␇ ␛[2J␗ tab\tnew\nline␡\ufffd"

@@ -7,8 +7,8 @@ import sys
 import pytest
 from conftest import REPO, run_memagent, words
 
-from memagent_cli import catalog, registry, settings
 from memagent_cli.errors import MemagentError
+from memagent_cli.install import catalog, registry, settings
 
 
 def memagent(*args, **kwargs):

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.niah import ADJECTIVES, HAYSTACK, NOUNS, make_items, write_items
+from memagent_cli.evals.niah import ADJECTIVES, HAYSTACK, NOUNS, make_items, write_items
 
 NEEDLE_RE = re.compile(r"One of the special magic numbers for ([a-z]+-[a-z]+) is: (\d{7})\.")
 QUESTION_RE = re.compile(r"What is the special magic number for ([a-z]+-[a-z]+) mentioned in the provided text\?")
@@ -16,8 +16,8 @@ QUESTION_RE = re.compile(r"What is the special magic number for ([a-z]+-[a-z]+) 
 
 @pytest.fixture(scope="module")
 def count_qwen2(qwen2_vocab):
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(read_gguf(qwen2_vocab))
     return lambda text: len(tok.encode(text))

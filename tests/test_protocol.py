@@ -5,8 +5,8 @@ import re
 import pytest
 from conftest import shared_path
 
-from memagent_cli import protocol
-from memagent_cli.protocol import (
+from memagent_cli.core import protocol
+from memagent_cli.core.protocol import (
     extract_answer,
     extract_boxed,
     final_prompt,

@@ -122,7 +122,7 @@ def in_process_hub(hub, monkeypatch, tmp_path):
 
 
 def test_an_interrupted_pull_resumes_the_stage_it_was_in(in_process_hub, memagent_home):
-    from memagent_cli import pulling, registry
+    from memagent_cli.install import pulling, registry
 
     hub = in_process_hub
     hub.cut_after = 5_000_000  # the connection drops inside the first shard
@@ -160,7 +160,7 @@ def test_an_interrupted_pull_resumes_the_stage_it_was_in(in_process_hub, memagen
 
 
 def test_two_pulls_of_one_source_do_not_share_the_staging_folder(in_process_hub, memagent_home):
-    from memagent_cli import pulling
+    from memagent_cli.install import pulling
 
     plan = pulling.plan_pull(f"hf:{REPO_ID}", quant="q8_0")
     plan.staging.mkdir(parents=True)
@@ -200,8 +200,8 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_do
 
 def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
     """RL-MemoryAgent-7B's listing (4 bf16 shards, 15.23 GB): what the user is told before the first byte."""
-    from memagent_cli import pulling
-    from memagent_cli.hub import HubFile
+    from memagent_cli.install import pulling
+    from memagent_cli.install.hub import HubFile
 
     repo = "BytedTsinghua-SIA/RL-MemoryAgent-7B"
     shards = [3_945_441_440, 3_864_726_320, 3_864_726_424, 3_556_377_672]  # about the sizes of Qwen2.5-7B's four shards

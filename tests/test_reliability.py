@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, run_memagent, words
 from typer.testing import CliRunner
 
-from memagent_cli.cli import app
+from memagent_cli.cli.app import app
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
 
@@ -102,13 +102,13 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
 
 def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_debug(doc, models):
     # A fault injected into the agent at step 2, as a bug would surface.
-    code = ("import sys, memagent_cli.agent as agent\n"
+    code = ("import sys, memagent_cli.core.agent as agent\n"
             "real = agent.memory_prompt\n"
             "def broken(q, memory, chunk):\n"
             "    if memory not in ('No previous memory', ''): raise RuntimeError('boom')  # step 2\n"
             "    return real(q, memory, chunk)\n"
             "agent.memory_prompt = broken\n"
-            "from memagent_cli.cli import main\n"
+            "from memagent_cli.cli.app import main\n"
             "sys.argv = ['memagent'] + sys.argv[1:]\n"
             "main()\n")
     base = [sys.executable, "-c", code, "ask", str(doc), "q", "-m", str(models["random"]), *SMALL]
@@ -125,7 +125,7 @@ def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_deb
 
 
 def test_disk_full_while_writing_the_trace_still_prints_the_answer(doc, models, monkeypatch):
-    from memagent_cli import store
+    from memagent_cli.traces import store
 
     def full(self, run_id, step):
         raise sqlite3.OperationalError("database or disk is full")
@@ -137,7 +137,7 @@ def test_disk_full_while_writing_the_trace_still_prints_the_answer(doc, models, 
 
 
 def test_a_locked_trace_database_runs_untraced_with_a_warning(doc, models, memagent_home, monkeypatch):
-    from memagent_cli import store
+    from memagent_cli.traces import store
 
     store.TraceStore().close()  # create it
     holder = sqlite3.connect(memagent_home / "traces.db", isolation_level=None)

@@ -1,13 +1,13 @@
 """Answer scoring: the MemAgent authors' sub_em / em / F1, checked on the reference's edge cases.
 
-Every expected value is worked out by hand from the reference's rules (see memagent_cli/scoring.py).
+Every expected value is worked out by hand from the reference's rules (see memagent_cli/evals/scoring.py).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from memagent_cli.scoring import best, em, f1, normalize, score, sub_em
+from memagent_cli.evals.scoring import best, em, f1, normalize, score, sub_em
 
 
 @pytest.mark.parametrize("text, expected", [

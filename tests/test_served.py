@@ -1,4 +1,4 @@
-"""The served engine (memagent_cli/served.py), against real sockets on 127.0.0.1.
+"""The served engine (memagent_cli/model/served/engine.py), against real sockets on 127.0.0.1.
 
 Two kinds of peer: llama-cpp-python's real OpenAI-compatible server running a tiny model (the
 replies, the sampling body, the tokenizer endpoints), and small stdlib HTTP peers that misbehave on
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from conftest import free_port, llama_server, write_clean_model
 
-from memagent_cli.chat import ChatFormat
-from memagent_cli.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
 from memagent_cli.errors import MemagentError
-from memagent_cli.gguf import read_gguf
-from memagent_cli.served import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url
-from memagent_cli.served_tokenizer import remote_tokenizer
-from memagent_cli.tokenizer import load_tokenizer
+from memagent_cli.model.chat import ChatFormat
+from memagent_cli.model.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
+from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url
+from memagent_cli.model.served.tokenizer import remote_tokenizer
+from memagent_cli.model.tokenizer import load_tokenizer
 
 GREEDY = Sampling(temperature=0.0)
 MESSAGE = "Problem: who wrote the letter?\nMemory: nothing yet."

@@ -1,4 +1,4 @@
-"""Tests for memagent_cli.sources: finding documents and streaming their text.
+"""Tests for memagent_cli.ingest.sources: finding documents and streaming their text.
 
 Everything runs on real files: text files written into tmp_path, PDFs generated here with fpdf2,
 and real-world PDFs from the shared fixtures folder beside the repository.
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from fpdf import FPDF
 
-from memagent_cli import sources
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.sources import Segment, Source, collect_sources, read_source
+from memagent_cli.ingest import sources
+from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_PDFS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-pdfs"
@@ -702,7 +702,7 @@ def test_aes_without_cryptography_asks_for_the_crypto_extra():
         "sys.modules['cryptography'] = None\n"
         "sys.modules['Crypto'] = None\n"
         "from memagent_cli.errors import MemagentError\n"
-        "from memagent_cli.sources import collect_sources, read_source\n"
+        "from memagent_cli.ingest.sources import collect_sources, read_source\n"
         f"(s,) = collect_sources([{str(REAL_PDFS / 'r6-user-password.pdf')!r}], warn=print)\n"
         "try:\n"
         "    list(read_source(s, password='asdfzxcv', warn=print))\n"

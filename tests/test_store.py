@@ -15,7 +15,8 @@ import platformdirs
 import pytest
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.store import MIGRATIONS, TraceStore, default_home, parse_age
+from memagent_cli.paths import default_home
+from memagent_cli.traces.store import MIGRATIONS, TraceStore, parse_age
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12,
@@ -432,7 +433,7 @@ def test_locked_database_names_the_other_process(tmp_path):
 WRITER = """
 import sys, time
 from pathlib import Path
-from memagent_cli.store import TraceStore
+from memagent_cli.traces.store import TraceStore
 path, go, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 while not go.exists():
     time.sleep(0.005)

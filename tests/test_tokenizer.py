@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from memagent_cli.gguf import read_gguf
-from memagent_cli.tokenizer import (
+from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.tokenizer import (
     StreamDecoder,
     decode,
     encode_template,
@@ -22,7 +22,7 @@ def tok(qwen2_vocab):
 def llama_vocab(qwen2_vocab):
     import llama_cpp
 
-    from memagent_cli.engine import quiet_llama_logs
+    from memagent_cli.model.runtime import quiet_llama_logs
 
     quiet_llama_logs()
     return llama_cpp.Llama(model_path=str(qwen2_vocab), vocab_only=True, verbose=False)
@@ -95,7 +95,7 @@ def test_vocabularies_tiktoken_cannot_run_fall_back_to_llama_cpp(gpt2_pre_model)
     import llama_cpp
     from tinymodel import LONG_TOKEN
 
-    from memagent_cli.tokenizer import LlamaTokenizer
+    from memagent_cli.model.tokenizer import LlamaTokenizer
 
     tok = load_tokenizer(read_gguf(gpt2_pre_model))
     assert isinstance(tok, LlamaTokenizer) and tok.name.startswith("llama.cpp")

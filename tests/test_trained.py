@@ -30,8 +30,8 @@ RUN = ["-m", MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-t
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import decode, load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import decode, load_tokenizer
 
     tok = load_tokenizer(read_gguf(MODEL))
     return tok.encode, lambda ids: decode(tok, ids)

@@ -407,8 +407,8 @@ def evaluate(model_path: Path, n_docs: int, doc_tokens: int, seed: int) -> dict:
     import tempfile
 
     from memagent_cli import AgentConfig, ask
-    from memagent_cli.gguf import read_gguf
-    from memagent_cli.tokenizer import decode, load_tokenizer
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import decode, load_tokenizer
 
     section = TrainConfig.section_tokens
     config = AgentConfig(chunk_tokens=section, memory_tokens=32, answer_tokens=24, temperature=0.0)

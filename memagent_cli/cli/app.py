@@ -1,0 +1,548 @@
+"""The `memagent` command line: parses options, picks a view, maps errors to exit codes.
+
+Answers go to stdout, everything else (live view, warnings, errors) to stderr, so
+`memagent ask doc.pdf "q" > answer.txt` and `--json | jq` work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from .. import __version__
+from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from .common import fail, stderr_console
+from .models import model_for_run
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
+from .textout import json_text
+
+app = typer.Typer(
+    name="memagent",
+    help="Ask questions about documents of any length, on your own machine.\n\n"
+         "MemAgent reads the text in chunks; after each chunk the model rewrites a bounded memory, and the "
+         "answer is written from the final memory alone. Context stays ~8K tokens whatever the length.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,  # main() decides what an unexpected error looks like
+)
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.",
+                                                 show_default=False, rich_help_panel="Model")]
+ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
+MemoryOpt = Annotated[int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1,
+                                        rich_help_panel="Budgets")]
+IncludeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--include", help="Only files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
+    show_default=False)]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--exclude", help="Skip files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
+    show_default=False)]
+PasswordOpt = Annotated[Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources",
+                                                    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
+
+
+def _quiet_library_logs(verbose: bool) -> None:
+    # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
+    # Python prints raw to stderr; what matters reaches the user as our own notes.
+    logging.getLogger("pypdf").setLevel(logging.WARNING if verbose else logging.ERROR)
+
+
+def _stdin_piped() -> bool:
+    try:
+        return not sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _split_question(args: list[str]) -> tuple[list[str], str]:
+    if not args:
+        raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
+    return args[:-1], args[-1]
+
+
+@app.command(no_args_is_help=True)
+def ask(
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]... QUESTION", show_default=False,
+                                                        help="PDFs, text files, folders or - for stdin, then the question. "
+                                                             "With no source, piped stdin is read.")] = None,
+    model: ModelOpt = None,
+    chunk_tokens: ChunkOpt = 5000,
+    memory_tokens: MemoryOpt = 1024,
+    answer_tokens: Annotated[int, typer.Option(help="Most tokens the final answer may use.", min=1,
+                                               rich_help_panel="Budgets")] = 1024,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0,
+                                               rich_help_panel="Sampling")] = 0.7,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0,
+                                         rich_help_panel="Sampling")] = 0.95,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling",
+                                                show_default=False)] = None,
+    final: Annotated[str, typer.Option(help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).",
+                                       rich_help_panel="Sampling")] = "boxed",
+    gpu_layers: Annotated[Optional[str], typer.Option(metavar="auto|N",
+                                                      help="Layers to offload to the GPU: auto (all that fit in free GPU "
+                                                           "memory), -1 (all), 0 (none) or a number.",
+                                                      rich_help_panel="Model", show_default=False)] = None,
+    offline: Annotated[bool, typer.Option("--offline", rich_help_panel="Model",
+                                          help="Never touch the network: a model not installed is an error "
+                                               "(also HF_HUB_OFFLINE=1).")] = False,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for generation. Default: half the available cores.", min=1,
+                                                   rich_help_panel="Model", show_default=False)] = None,
+    ctx: Annotated[Optional[int], typer.Option(help="Context size. Default: just enough for the budgets.", min=64,
+                                               rich_help_panel="Model", show_default=False)] = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    password: PasswordOpt = None,
+    resume: Annotated[Optional[str], typer.Option(metavar="ID|last", show_default=False, rich_help_panel="Traces",
+                                                  help="Continue an interrupted run from its last completed step, "
+                                                       "with its sources, question and settings.")] = None,
+    no_trace: Annotated[bool, typer.Option("--no-trace", rich_help_panel="Traces",
+                                           help="Do not record this run in the trace store.")] = False,
+    question: Annotated[Optional[list[str]], typer.Option(
+        "--question", "-q", show_default=False, rich_help_panel="Questions",
+        help="A question (repeatable): each gets its own memory and trace; every argument is then a source.")] = None,
+    questions_file: Annotated[Optional[Path], typer.Option(
+        "--questions", metavar="FILE", show_default=False, rich_help_panel="Questions",
+        help="Questions from a file: one per line, or JSONL with a \"question\" (or \"input\") field.")] = None,
+    parallel: Annotated[int, typer.Option(min=1, rich_help_panel="Questions",
+                                          help="Model calls in flight at once, with a served engine (the embedded "
+                                               "engine takes one at a time).")] = 4,
+    engine: EngineOpt = "llama",
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    served_model: ServedModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    json_out: JsonOpt = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request "
+                                                                  "sent to a served engine.")] = False,
+    svg: Annotated[Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.",
+                                                show_default=False)] = None,
+) -> None:
+    """Answer a question about documents.
+
+    Every run is recorded (see [b]memagent traces[/]); Ctrl-C stops it and prints how to resume.
+
+    [dim]Examples:[/]
+      memagent ask report.pdf "Who signed the 2019 amendment?"
+      memagent ask notes/ --include "*.md" "What did we decide about pricing?"
+      cat build.log | memagent ask "Why did the build fail?"
+      memagent ask contract.pdf -q "Who signed it?" -q "When does it end?"
+      memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
+      memagent ask --resume last
+    """
+    from ..core.config import AgentConfig
+    from ..core.pipeline import EngineOptions, SourceOptions, ask_events, ask_many_events
+    from ..install.settings import get_setting
+    from ..traces.recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
+
+    err = stderr_console()
+    _quiet_library_logs(verbose)
+    svg = svg.resolve() if svg else None  # a resumed run works from its own directory
+    recorder = None
+    try:
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        store = None if no_trace else _open_store(err, required=bool(resume))
+        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        if store is not None and stdin is not None:
+            stdin = HashingReader(stdin)
+        run = None
+        if resume:
+            if args:
+                raise MemagentError("--resume takes no sources or question: they come from the trace.",
+                                    exit_code=EXIT_USAGE)
+            if store is None:
+                raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
+            run = resume_plan(store, resume)
+            _enter(run["settings"].get("cwd"))
+            paths, questions, config = resumed_paths(run), [run["question"]], resumed_config(run["settings"])
+            model = run["model"]["path"]
+            if run["settings"].get("engine"):
+                stored = run["settings"]["engine"]
+                served = served_options("openai", stored["base_url"], api_key, stored.get("served_model"),
+                                         stored.get("tokenizer"), verbose, err)
+        else:
+            questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
+            if questions:
+                paths = list(args or [])
+            else:
+                paths, one = _split_question(args or [])
+                questions = [one]
+            try:
+                config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
+                                     temperature=temperature, top_p=top_p, seed=seed, final=final)
+            except ValueError as exc:
+                raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        if served is not None:
+            model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
+        else:
+            model = model_for_run(model, err, offline)
+        warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
+        options = dict(
+            model=model, config=config,
+            engine=served.engine if served is not None else
+            EngineOptions(n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"),
+                          verbose=verbose),
+            sources=SourceOptions(include=include or (), exclude=exclude or (), password=password, stdin=stdin,
+                                  stdin_is_piped=_stdin_piped()),
+        )
+        engine_record = served.record if served is not None else None
+        if len(questions) > 1:
+            recorders = [Recorder(store, warn=warn, stdin=stdin, engine=engine_record) if store is not None else None
+                         for _ in questions]
+            _ask_many(ask_many_events(questions, paths, parallel=parallel, **options), questions, err, recorders,
+                      quiet=quiet, json_out=json_out, raw=raw)
+            return
+        recorder = Recorder(store, warn=warn, resume=run, stdin=stdin, engine=engine_record) if store is not None else None
+        events = ask_events(questions[0], paths, done_steps=run["steps"] if run else (), **options)
+        result = _consume(events, err, recorder, quiet=quiet, svg=svg)
+    except MemagentError as exc:
+        if recorder is not None:
+            recorder.stopped("failed", str(exc))
+        fail(err, exc, _resume_hint(recorder))
+    except KeyboardInterrupt:
+        if recorder is not None:
+            recorder.stopped("interrupted")
+        err.print(Text.assemble(("interrupted", "yellow"), _resume_hint(recorder) or ""), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: the run is kept as failed (resumable), main() reports it
+        if recorder is not None:
+            recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
+        raise
+    if json_out:
+        out = result.to_dict()
+        if recorder is not None and recorder.failed_write is None:
+            out["trace"] = recorder.run_id
+        print(json_text(out))
+    else:
+        from .textout import visible
+
+        answer = result.raw_answer if raw else result.answer
+        # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
+        print(visible(answer) if sys.stdout.isatty() else answer)
+
+
+def _read_questions(path: Path) -> list[str]:
+    """One question per line, or JSONL objects with "question" or "input"; blank lines skipped."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MemagentError(f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.",
+                            exit_code=EXIT_USAGE) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
+            found = item.get("question", item.get("input")) if isinstance(item, dict) else None
+            if not isinstance(found, str):
+                raise MemagentError(f"{path} line {n} has no \"question\" or \"input\" text.", exit_code=EXIT_USAGE)
+            line = found
+        out.append(line)
+    if not out:
+        raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
+    return out
+
+
+def _ask_many(events, questions: list[str], err: Console, recorders: list, *, quiet: bool, json_out: bool,
+              raw: bool) -> None:
+    """Several questions at once: every event to its question's recorder and to the view;
+    answers printed in question order. A failed question fails the command (exit 1) after
+    the others have finished; each unfinished one can be resumed on its own."""
+    from ..core.events import RunFailed, RunFinished
+    from .textout import visible
+    from .views.multiview import MultiView
+
+    results: list = [None] * len(questions)
+    errors: list = [None] * len(questions)
+    view = MultiView(err, len(questions), live=err.is_terminal) if not quiet else None
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_sigterm_as_interrupt())
+            if view is not None:
+                stack.enter_context(view)
+            for index, event in events:
+                if index is not None and recorders[index] is not None:
+                    rec = recorders[index]
+                    if isinstance(event, RunFailed):
+                        rec.stopped("failed", str(event.error))
+                    else:
+                        rec.handle(event)
+                if isinstance(event, RunFinished):
+                    results[index] = event.result
+                elif isinstance(event, RunFailed):
+                    errors[index] = event.error
+                if view is not None:
+                    view.handle(index, event)
+    except MemagentError as exc:
+        for rec in recorders:
+            if rec is not None and rec.run_id is not None:
+                rec.stopped("failed", str(exc))
+        fail(err, exc)
+    except KeyboardInterrupt:
+        hints = []
+        for i, rec in enumerate(recorders):
+            if rec is not None and results[i] is None:
+                rec.stopped("interrupted")
+                if _resume_hint(rec):
+                    hints.append(f"Q{i + 1}: memagent ask --resume {rec.run_id[:8]}")
+        err.print(Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints))
+                                if hints else ""), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if json_out:
+        out = []
+        for i, result in enumerate(results):
+            item = result.to_dict() if result is not None else {"question": questions[i], "error": str(errors[i])}
+            rec = recorders[i]
+            if rec is not None and rec.failed_write is None and rec.run_id is not None:
+                item["trace"] = rec.run_id
+            out.append(item)
+        print(json_text(out))
+    else:
+        tty = sys.stdout.isatty()
+        for i, result in enumerate(results):
+            if result is None:
+                continue
+            answer = result.raw_answer if raw else result.answer
+            print(f"Q{i + 1}: {result.question}\n{visible(answer) if tty else answer}\n")
+    failed = [i for i, e in enumerate(errors) if e is not None]
+    for i in failed:
+        exc = errors[i]
+        if not isinstance(exc, MemagentError):  # a bug: main() reports it with the traceback on request
+            raise exc
+        hint = _resume_hint(recorders[i]) or ""
+        err.print(Text.assemble(("error: ", "bold red"), f"Q{i + 1}: {visible(str(exc))}", hint), soft_wrap=True)
+    if failed:
+        raise typer.Exit(max(errors[i].exit_code for i in failed))
+
+
+def _gpu_layers(flag: str | None) -> int | None:
+    """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
+    from ..install.settings import KEYS, get_setting
+
+    value = flag if flag is not None else get_setting("gpu_layers")
+    if value is None or value == "auto":
+        return None
+    return KEYS["gpu_layers"][0](str(value))
+
+
+def _open_store(err: Console, required: bool):
+    """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
+    from ..traces import store as trace_store
+
+    try:
+        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
+    except MemagentError as exc:
+        if required:
+            raise
+        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False, soft_wrap=True)
+        return None
+    if store.notice:
+        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+    return store
+
+
+def _enter(directory: str | None) -> None:
+    # Relative source paths, and the titles the model saw for them, are as of the run's start.
+    if directory and os.path.isdir(directory):
+        os.chdir(directory)
+
+
+def _resume_hint(recorder) -> str | None:
+    if recorder is None or recorder.run_id is None or recorder.failed_write is not None or recorder.steps == 0:
+        return None
+    return f" after step {recorder.steps}. Resume with: memagent ask --resume {recorder.run_id[:8]}"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (embedded): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
+    """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
+    and the views; returns the result."""
+    from ..core.events import RunFinished
+    from .views.live import LiveView, PlainProgress
+
+    live = not quiet and err.is_terminal
+    views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
+    if svg is not None and not live:  # draw off screen, for the picture alone
+        views.append(LiveView(Console(file=io.StringIO(), width=110, force_terminal=True), fps=1))
+    consumers = ([recorder] if recorder is not None else []) + views
+    result = None
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_as_interrupt())
+        for view in views:
+            if isinstance(view, LiveView):
+                stack.enter_context(view)
+        for event in events:
+            for consumer in consumers:
+                consumer.handle(event)
+            if isinstance(event, RunFinished):
+                result = event.result
+    if svg is not None:
+        _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
+    assert result is not None
+    return result
+
+
+def _save_svg(view, path: Path, err: Console) -> None:
+    recorder = Console(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
+    recorder.print(view.snapshot())
+    try:
+        recorder.save_svg(str(path), title="memagent ask")
+    except OSError as exc:  # the answer is worth more than the picture: warn, go on
+        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False, soft_wrap=True)
+
+
+@app.command(no_args_is_help=False)
+def inspect(
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]...", show_default=False,
+                                                           help="PDFs, text files, folders or - for stdin.")] = None,
+    model: ModelOpt = None,
+    question: Annotated[Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.",
+                                                    show_default=False)] = None,
+    show_prompt: Annotated[Optional[int], typer.Option("--show-prompt", metavar="K", min=1, show_default=False,
+                                                       help="Print exactly the text sent for memory step K "
+                                                            "(needs --question).")] = None,
+    chunk_tokens: ChunkOpt = 5000,
+    memory_tokens: MemoryOpt = 1024,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    password: PasswordOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Count what a question would cost, without loading any weights.
+
+    Shows files and pages, the exact token count in the model's own tokenizer, the number of
+    steps and an estimate of the run time; --show-prompt prints what the model would see.
+    A vocabulary-only GGUF is enough.
+    """
+    from ..core.inspection import inspect_sources, step_prompt
+    from .views.reports import render_inspection
+
+    err = stderr_console()
+    _quiet_library_logs(False)
+    try:
+        if show_prompt is not None and not question:
+            raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
+        report = inspect_sources(sources or [], model=model, question=question, chunk_tokens=chunk_tokens,
+                                 memory_tokens=memory_tokens, include=include or (), exclude=exclude or (),
+                                 password=password, stdin_is_piped=_stdin_piped(), keep_chunk=show_prompt,
+                                 warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True))
+        if show_prompt is not None:
+            text, note = step_prompt(report, show_prompt)
+            if note:
+                err.print(note, style="dim", markup=False)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+    except MemagentError as exc:
+        fail(err, exc)
+    if json_out:
+        print(json_text(report.to_dict()))
+    else:
+        Console(highlight=False).print(render_inspection(report))
+
+
+def _traces_app() -> typer.Typer:
+    from .traces import app as traces
+
+    return traces
+
+
+app.add_typer(_traces_app(), name="traces")
+
+
+def _eval_app() -> typer.Typer:
+    from .evals import app as evaluation
+
+    return evaluation
+
+
+app.add_typer(_eval_app(), name="eval")
+
+
+def _register_model_commands() -> None:
+    from .models import config_app, doctor, models_app
+
+    app.add_typer(models_app, name="models")
+    app.add_typer(config_app, name="config")
+    app.command()(doctor)
+
+
+_register_model_commands()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"memagent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Show the version and exit.")] = False,
+          debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors "
+                                                              "(may be given anywhere; or MEMAGENT_DEBUG=1).")] = False,
+          ) -> None:
+    pass
+
+
+def main() -> None:
+    # --debug is taken from anywhere on the line (people add it at the end of the command
+    # that failed), so it is removed here before typer parses the rest.
+    debug = "--debug" in sys.argv[1:] or os.environ.get("MEMAGENT_DEBUG", "") not in ("", "0")
+    sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: one line, the traceback on request
+        if debug:
+            raise
+        from .textout import visible
+
+        print(f"internal error: {visible(type(exc).__name__)}: {visible(str(exc))[:300]}\n"
+              "This is a bug in memagent. Please report it on the memagent issue tracker with the command you ran "
+              "and the output of `memagent doctor`; run again with --debug for the traceback. "
+              "A run's completed steps are kept: memagent ask --resume last", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+
+
+if __name__ == "__main__":
+    main()

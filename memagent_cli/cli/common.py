@@ -1,0 +1,39 @@
+"""What every command shares: the console for messages, one-line errors with their exit codes,
+and the guard that turns a MemagentError into them."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import MemagentError
+from .textout import visible
+
+
+def stderr_console() -> Console:
+    # Bound to the real stderr now: later redirections (llama.cpp's loader) must not catch it.
+    return Console(file=sys.stderr, stderr=True, highlight=False)
+
+
+def fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
+    # Messages quote file names, which may hold control characters: visible() shows them harmlessly.
+    err.print(Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""),
+              soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def run_guard(fn):
+    """Turns MemagentError into one line on stderr and its exit code, as `ask` does."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MemagentError as exc:
+            Console(stderr=True).print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
+            raise typer.Exit(exc.exit_code)
+    return wrapper

@@ -1,0 +1,212 @@
+"""`memagent eval DATA` and `memagent eval make-niah`: measure a model on a data set.
+
+`eval DATA` is the group's default command, so `memagent eval items.jsonl` runs it while
+`memagent eval make-niah ...` reaches the generator.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from ..errors import EXIT_USAGE, MemagentError
+from .common import fail, stderr_console
+from .models import model_for_run
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
+
+
+class _DefaultRun(TyperGroup):
+    """Treats an argument that names no subcommand as the DATA of `run`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_DefaultRun, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Measure a model: run a data set of questions and score the answers as the paper does.\n\n"
+                       "  memagent eval items.jsonl --out results.jsonl\n"
+                       "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl")
+
+
+@app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
+def run(
+    data: Annotated[Path, typer.Argument(help="JSONL (or a JSON array) of items with context, input (the question), "
+                                              "answers and optionally id: the authors' RULER-HotpotQA format.",
+                                         show_default=False)],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE.jsonl", show_default=False,
+                                                help="Write each item's result here as it finishes; a rerun skips "
+                                                     "items already in it.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", show_default=False, rich_help_panel="Model",
+                                                 help="GGUF model file (embedded engine), or the GGUF whose vocabulary "
+                                                      "chunks the text (served engine; or --tokenizer).")] = None,
+    engine: EngineOpt = "llama",
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    served_model: ServedModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
+    limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
+    chunk_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
+                                              help="Document tokens read per memory update.")] = 5000,
+    memory_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
+                                               help="Most tokens a memory update may write.")] = 1024,
+    answer_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
+                                               help="Most tokens the final answer may use.")] = 1024,
+    temperature: Annotated[float, typer.Option(min=0.0, rich_help_panel="Sampling",
+                                               help="Sampling temperature; 0 is greedy.")] = 0.7,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, rich_help_panel="Sampling",
+                                         help="Nucleus sampling, after temperature.")] = 0.95,
+    seed: Annotated[Optional[int], typer.Option(show_default=False, rich_help_panel="Sampling",
+                                                help="Seed for sampling.")] = None,
+    final: Annotated[str, typer.Option(rich_help_panel="Sampling",
+                                       help="Final prompt: answer-is (the paper's table was made with it) or boxed.")]
+    = "answer-is",
+    threads: Annotated[Optional[int], typer.Option(min=1, show_default=False, rich_help_panel="Model",
+                                                   help="CPU threads (embedded engine).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each request sent to a served engine.")] = False,
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core.config import AgentConfig
+    from ..core.events import RunFailed
+    from ..core.pipeline import EngineOptions
+    from ..evals.evaluation import done_ids, evaluate_events, summary
+    from .textout import json_text
+    err = stderr_console()
+    try:
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        try:
+            config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
+                                 temperature=temperature, top_p=top_p, seed=seed, final=final)
+        except ValueError as exc:
+            raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        if not data.is_file():
+            raise MemagentError(f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah",
+                                exit_code=EXIT_USAGE)
+        options = served.engine if served is not None else EngineOptions(threads=threads, verbose=verbose)
+        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
+        previous = done_ids(out)
+        rows = [r for r in previous.values() if "sub_em" in r]
+        failures = []
+        sink = open(out, "a", encoding="utf-8") if out is not None else None
+        progress = _Progress(err)
+        try:
+            with progress:
+                for item, event in evaluate_events(data, model=model_spec, config=config, engine=options,
+                                                   parallel=parallel, skip=set(previous), limit=limit):
+                    if isinstance(event, dict):
+                        rows.append(event)
+                        if sink is not None:
+                            sink.write(json_text(event, indent=None) + "\n")
+                            sink.flush()
+                        progress.done(event, summary(rows))
+                    elif isinstance(event, RunFailed):
+                        if not isinstance(event.error, MemagentError):
+                            raise event.error
+                        failures.append((item.id, event.error))
+                        progress.failed(item.id, event.error)
+                    else:
+                        progress.event(item.id, event)
+        finally:
+            if sink is not None:
+                sink.close()
+    except MemagentError as exc:
+        fail(err, exc)
+    except KeyboardInterrupt:
+        err.print(f"interrupted. Results so far are in {out}; run the same command to go on." if out else "interrupted")
+        raise typer.Exit(130)
+    result = summary(rows)
+    if json_out:
+        print(json_text({**result, "failed": len(failures), "out": str(out) if out else None}))
+    else:
+        table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
+        for key in ("n", "sub_em", "em", "f1"):
+            table.add_column(key, justify="right")
+        table.add_row(str(result["n"]), f"{result['sub_em']:.2f}", f"{result['em']:.2f}", f"{result['f1']:.2f}")
+        Console(highlight=False).print(table)
+    if failures:
+        err.print(f"error: {len(failures)} item(s) failed (first: {failures[0][0]}: {failures[0][1]}); "
+                  + ("run the same command again to retry them." if out else "use --out to keep results across runs."),
+                  style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+class _Progress:
+    """A progress bar with the running score on a terminal; a line per item elsewhere."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.live = console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=False) if self.live else None
+        self.task = None
+        self.count = 0
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("items", total=None)
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+    def event(self, item_id: str, event) -> None:
+        from ..core.events import Notice
+
+        if isinstance(event, Notice):
+            self.console.print(f"{item_id}: {event.message}", style="yellow", markup=False, soft_wrap=True)
+
+    def done(self, row: dict, running: dict) -> None:
+        self.count += 1
+        line = (f"{row['id']}: {'right' if row['sub_em'] else 'wrong'} ({row['steps']} steps, {row['seconds']:.1f}s); "
+                f"sub_em so far {running['sub_em']:.2f}% of {running['n']}")
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.count, description=f"sub_em {running['sub_em']:.1f}%")
+        else:
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def failed(self, item_id: str, error) -> None:
+        self.console.print(f"{item_id}: failed: {error}", style="red", markup=False, soft_wrap=True)
+
+
+@app.command("make-niah", help="Write needle-in-a-haystack items (RULER style) for a length you choose; offline.")
+def make_niah(
+    tokens: Annotated[int, typer.Option(min=1, help="Context length of each item, in tokens.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write.", show_default=False)],
+    needles: Annotated[int, typer.Option(min=1, help="Facts planted per item; one is asked for.")] = 1,
+    n: Annotated[int, typer.Option("--n", min=1, help="Number of items.")] = 20,
+    seed: Annotated[int, typer.Option(help="Same seed, same items.")] = 0,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", show_default=False,
+                                                 help="Size contexts with this GGUF's tokenizer (exact); default: "
+                                                      "an estimate for Qwen2-style vocabularies.")] = None,
+) -> None:
+    from ..evals import niah
+    err = stderr_console()
+    try:
+        count = None
+        if model is not None:
+            from ..install.registry import resolve_model
+            from ..model.gguf import read_gguf
+            from ..model.tokenizer import load_tokenizer
+
+            tok = load_tokenizer(read_gguf(resolve_model(model)))
+            count = lambda text: len(tok.encode(text))  # noqa: E731
+        items = niah.make_items(tokens, needles, n, seed, count_tokens=count)
+        niah.write_items(items, out)
+    except MemagentError as exc:
+        fail(err, exc)
+    err.print(f"wrote {len(items)} items of ~{tokens:,} tokens to {out}", markup=False, highlight=False)
+    sys.stdout.flush()

@@ -1,0 +1,318 @@
+"""`memagent models ...`, `memagent config ...` and `memagent doctor`: getting a model and
+checking the machine. Thin: the work is in registry, hub, settings, gpu and doctor."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..install import catalog, registry, settings
+from .common import run_guard
+from .textout import json_text, visible
+
+models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
+                         no_args_is_help=True, rich_markup_mode="rich")
+config_app = typer.Typer(help="Read and change settings (config.toml).", no_args_is_help=True, rich_markup_mode="rich")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
+NameArg = Annotated[str, typer.Argument(help="An installed model's name (see memagent models list).")]
+
+
+def _gb(n: int | None) -> str:
+    from ..model.gpu import format_bytes
+
+    return format_bytes(n) if n else "?"
+
+
+def offline_requested(flag: bool) -> bool:
+    from ..install.hub import offline_env
+
+    return flag or offline_env()
+
+
+QuantOpt = Annotated[Optional[str], typer.Option(
+    "--quant", "-Q", metavar="Q",
+    help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False)]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")]
+NameOpt = Annotated[Optional[str], typer.Option(
+    help="The name to use with --model. Default: the repository or folder name plus the quantization.",
+    show_default=False)]
+
+
+def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
+    """Carries out a pull or conversion plan with a progress bar per stage (speed, ETA) on stderr;
+    piped, a line per stage and every tenth of it."""
+    from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+
+    from ..install import pulling
+    from ..model.gpu import format_bytes
+
+    class Amount(ProgressColumn):
+        def render(self, task) -> Text:
+            if task.fields.get("unit") == "tensors":  # llama.cpp's quantizer reports tensors, not bytes
+                speed = f"  {task.speed:.1f} tensors/s" if task.speed else ""
+                return Text(f"{int(task.completed)}/{int(task.total or 0)} tensors{speed}")
+            speed = f"  {format_bytes(task.speed)}/s" if task.speed else ""
+            return Text(f"{format_bytes(task.completed)}/{format_bytes(task.total)}{speed}")
+
+    tasks: dict[str, int] = {}
+    tenths: dict[str, int] = {}
+    with Progress(TextColumn("[bold]{task.description:<9}"), BarColumn(), Amount(), TimeRemainingColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                unit = "tensors" if stage == "quantize" else "bytes"
+                tasks[stage] = bar.add_task(stage, total=total, unit=unit)
+                if not err.is_terminal:
+                    err.print(f"{stage}…", markup=False, highlight=False)
+            bar.update(tasks[stage], completed=done, total=total)
+            if not err.is_terminal and total:
+                tenth = done * 10 // total
+                if tenth > tenths.get(stage, 0):
+                    tenths[stage] = tenth
+                    err.print(f"{stage} {tenth * 10}%", markup=False, highlight=False)
+
+        try:
+            name, record = pulling.execute(plan, progress=progress, offline=offline)
+        except KeyboardInterrupt:
+            bar.stop()
+            stage = next(reversed(tasks), "start")
+            err.print(f"interrupted during {stage}: nothing is installed yet. Run the same command again: "
+                      "it resumes where it stopped.", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False,
+              highlight=False)
+    return name, record
+
+
+def install(plan, *, offline: bool, err: Console, json_out: bool = False) -> tuple[str, dict]:
+    """Says what a pull or conversion plan costs, carries it out, and prints the record with --json."""
+    err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
+    name, record = run_plan(plan, offline=offline, err=err)
+    if json_out:
+        print(json_text({"name": name, **record}))
+    return name, record
+
+
+@models_app.command("list")
+@run_guard
+def list_models(json_out: JsonOpt = False) -> None:
+    """Installed models and the catalog; the default is marked."""
+    installed = registry.load()
+    default = settings.get_setting("default_model") or catalog.default_alias()
+    cat = catalog.entries()
+    if json_out:
+        print(json_text({
+            "default": default,
+            "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
+            "catalog": [{"alias": f"{a}:{q}", "size": e.size(q), "base_model": e.base_model, "license": e.license,
+                         "candidates": list(e.candidates), "installed": f"{a}:{q}" in installed}
+                        for a, e in sorted(cat.items()) for q in e.quantizations],
+        }))
+        return
+    out = Console(highlight=False)
+    table = Table(title="installed", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for col in ("name", "size", "quantization", "path"):
+        table.add_column(col, overflow="fold")
+    for name, r in sorted(installed.items()):
+        mark = " (default)" if name in (default, catalog.canonical(default)) else ""
+        table.add_row(name + mark, _gb(r.get("size")), r.get("quantization") or "", r["path"])
+    out.print(table if installed else Text("No models installed yet.", style="dim"))
+    table = Table(title="catalog", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for col in ("alias", "size", "base", "installed"):
+        table.add_column(col)
+    for alias, e in sorted(cat.items()):
+        for q in e.quantizations:
+            name = f"{alias}:{q}"
+            mark = " (default)" if name == catalog.canonical(default) else ""
+            table.add_row(name + mark, _gb(e.size(q)), e.base_model, "yes" if name in installed else "")
+    out.print(table)
+
+
+@models_app.command()
+@run_guard
+def pull(
+    spec: Annotated[str, typer.Argument(metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
+                                        help="A catalog alias (memagent-7b, memagent-14b:q8_0), or a Hub repository "
+                                             "of GGUF files or of safetensors (converted here).")],
+    quant: QuantOpt = None,
+    name: Annotated[Optional[str], typer.Option(
+        help="The name to use with --model. Default: the alias with its quantization, the hf: spec, or for a "
+             "converted repository its name plus the quantization.", show_default=False)] = None,
+    offline: OfflineOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Download a model. A GGUF build is taken when the Hub has one; otherwise the published safetensors
+    are downloaded and converted here (memagent models convert). Says the download size, peak disk and
+    time first; checks free space; resumes an interrupted pull at the stage it was in; verifies checksums."""
+    from ..install import pulling
+
+    offline = offline_requested(offline)
+    plan = pulling.plan_pull(spec, quant=quant, name=name, offline=offline)
+    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
+
+
+@models_app.command()
+@run_guard
+def convert(
+    source: Annotated[str, typer.Argument(metavar="FOLDER|hf:OWNER/REPO[@REVISION]",
+                                          help="A Hugging Face checkpoint folder (config.json, tokenizer files, "
+                                               "*.safetensors) or a Hub repository holding one.")],
+    quant: QuantOpt = None,
+    name: NameOpt = None,
+    offline: OfflineOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Make a GGUF model from safetensors and install it: qwen2 (every MemAgent model) and qwen3.
+
+    Needs nothing but memagent: the GGUF is written with llama.cpp's gguf package and quantized with
+    llama.cpp's quantizer inside llama-cpp-python. Then use it with: memagent ask --model NAME."""
+    from ..install import pulling
+
+    offline = offline_requested(offline)
+    plan = pulling.plan_convert(source, quant=quant or "q4_k_m", name=name, offline=offline)
+    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
+
+
+@models_app.command()
+@run_guard
+def add(
+    path: Annotated[str, typer.Argument(help="A GGUF file on this machine (it stays where it is).")],
+    name: Annotated[Optional[str], typer.Option(help="The name to use with --model. Default: the file name.",
+                                                show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Register a local GGUF after checking it is one (architecture, size, quantization, template)."""
+    name, record = registry.add(path, name)
+    if json_out:
+        print(json_text({"name": name, **record}))
+        return
+    Console(stderr=True, highlight=False).print(
+        f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
+        f"{_gb(record['size'])}, context {record['context_length']}, "
+        f"{'with' if record['chat_template'] else 'without'} a chat template", markup=False)
+
+
+@models_app.command()
+@run_guard
+def rm(name: NameArg) -> None:
+    """Forget a model (a file memagent downloaded is deleted; one you added is kept)."""
+    record = registry.remove(name)
+    kept = " (the file is kept)" if record and record["source"] == "local" else ""
+    Console(stderr=True).print(f"removed {name}{kept}", markup=False)
+
+
+@models_app.command()
+@run_guard
+def path(name: NameArg) -> None:
+    """Print the model's file path (for scripts)."""
+    print(registry.get(name)["path"])
+
+
+@models_app.command()
+@run_guard
+def info(name: NameArg, json_out: JsonOpt = False) -> None:
+    """What an installed model is: architecture, size, quantization, context, where it came from."""
+    record = registry.get(name)
+    if json_out:
+        print(json_text(record))
+        return
+    out = Console(highlight=False)
+    for key, value in record.items():
+        out.print(Text.assemble((f"{key:15}", "bold"), str(value)))
+
+
+@config_app.command("get")
+@run_guard
+def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")]) -> None:
+    """Print one setting (nothing if unset)."""
+    settings._check_key(key)
+    value = settings.get_setting(key)
+    if value is not None:
+        print(value)
+
+
+@config_app.command("set")
+@run_guard
+def config_set(
+    key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")],
+    value: Annotated[Optional[str], typer.Argument(help="The value; leave out with --unset.", show_default=False)] = None,
+    unset: Annotated[bool, typer.Option("--unset", help="Remove the setting.")] = False,
+) -> None:
+    """Change a setting, e.g. memagent config set default_model memagent-14b."""
+    if (value is None) != unset:
+        raise MemagentError("Give a value, or --unset (one of the two).", exit_code=EXIT_USAGE)
+    settings.set_setting(key, None if unset else value)
+
+
+@config_app.command("list")
+@run_guard
+def config_list(json_out: JsonOpt = False) -> None:
+    """Every setting with its value and meaning, and where the file is."""
+    data = settings.load()
+    if json_out:
+        print(json_text({"file": str(settings.config_file()), "settings": data}))
+        return
+    out = Console(highlight=False)
+    out.print(Text(f"# {settings.config_file()}", style="dim"))
+    for key, (_, meaning) in settings.KEYS.items():
+        value = data.get(key)
+        shown = repr(value) if value is not None else "(unset)"
+        out.print(Text.assemble((f"{key} = ", "bold"), shown, (f"  # {meaning}", "dim")))
+
+
+def doctor(
+    ctx: Annotated[int, typer.Option("--ctx", help="Context size to check the fit for.", min=256)] = 8192,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check this machine: versions, compiled backends, GPU offload, paths, installed models and whether
+    they fit in GPU memory; with the exact reinstall command when offload is unsupported."""
+    from ..install import doctor as diagnosis
+    from ..paths import default_home, traces_db
+    from .views.reports import render_doctor
+
+    try:
+        installed = registry.load()
+    except MemagentError:
+        installed = {}
+    report = diagnosis.diagnose(models=[(n, Path(r["path"])) for n, r in sorted(installed.items())], n_ctx=ctx)
+    import platformdirs
+
+    report["paths"] = {
+        "data": str(default_home()), "models": str(registry.models_dir()), "traces": str(traces_db()),
+        "config": str(settings.config_file()), "cache": platformdirs.user_cache_dir("memagent"),
+    }
+    if json_out:
+        print(json_text(report))
+        return
+    Console(highlight=False).print(render_doctor(report))
+
+
+def model_for_run(model: str | None, err: Console, offline: bool) -> str:
+    """The model file; a catalog model not yet installed is offered for download on a terminal,
+    and otherwise refused with the exact pull command."""
+    from ..install.registry import NotInstalled, resolve_model
+
+    try:
+        return str(resolve_model(model))
+    except NotInstalled as missing:
+        from ..install import pulling
+
+        interactive = sys.stdin.isatty() and err.is_terminal
+        if offline_requested(offline) or not interactive:
+            raise
+        # The same plan `models pull` makes: the user sees what it costs before anything is downloaded.
+        plan = pulling.plan_pull(missing.name)
+        answer = err.input(f"{missing.name} is not installed. Getting it {plan.describe()}. Start now? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            raise
+        name, record = run_plan(plan, offline=False, err=err)
+        return record["path"]

@@ -1,0 +1,245 @@
+"""`memagent traces ...`: list, show, diff, export, search and remove recorded runs.
+
+Each command reads the TraceStore and prints for people, or JSON with --json. A run is named
+by any unique prefix of its id, or `last`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..core.chunking import describe_place
+from ..core.memdiff import changes, surviving_additions, word_diff
+from ..core.protocol import INITIAL_MEMORY
+from ..errors import EXIT_USAGE, MemagentError
+from .common import run_guard
+from .textout import json_text, visible
+
+app = typer.Typer(help="Inspect recorded runs: every memory step with where it read, and the answer.",
+                  no_args_is_help=True, rich_markup_mode="rich")
+
+RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
+
+
+def _store():
+    from ..traces.store import TraceStore
+
+    store = TraceStore()
+    if store.notice:
+        Console(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+    return store
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _where(spans: list[dict]) -> str:
+    """Span.describe for stored spans (dicts, as Span.to_dict wrote them)."""
+    return visible(", ".join(describe_place(s["path"], *(s.get("pages") or (None, None))) for s in spans)) or "layout"
+
+
+def _when(stamp: str | None) -> str:
+    return (stamp or "")[:19].replace("T", " ")
+
+
+def _clip(text: str | None, n: int) -> str:
+    text = " ".join((text or "").split())
+    return visible(text if len(text) <= n else text[: n - 1] + "…")
+
+
+def evidence_steps(run: dict) -> list[int]:
+    return surviving_additions([INITIAL_MEMORY] + [s["memory"] for s in run["steps"]])
+
+
+@app.command("list")
+@run_guard
+def list_runs(
+    status: Annotated[Optional[str], typer.Option(help="Only runs with this status: running, complete, interrupted, failed.",
+                                                  show_default=False)] = None,
+    source: Annotated[Optional[str], typer.Option(help="Only runs whose source paths contain this text.",
+                                                  show_default=False)] = None,
+    limit: Annotated[int, typer.Option(help="At most this many runs, newest first.", min=1)] = 20,
+    json_out: JsonOpt = False,
+) -> None:
+    """Recorded runs, newest first."""
+    runs = _store().list_runs(status=status, source=source, limit=limit)
+    if json_out:
+        print(json_text([{**r, "steps": r["step_count"]} for r in runs]))
+        return
+    if not runs:
+        Console(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("id", "when", "status", "steps", "question", "sources", "answer"):
+        table.add_column(name, overflow="ellipsis", no_wrap=name in ("id", "when", "status", "steps"))
+    for r in runs:
+        total = f"/{r['steps_total']}" if r.get("steps_total") else ""
+        sources = ", ".join(s["path"] for s in r["sources"][:2]) + (" …" if len(r["sources"]) > 2 else "")
+        table.add_row(r["id"][:8], _when(r["started_at"]), r["status"], f"{r['step_count']}{total}",
+                      _clip(r["question"], 40), visible(sources), _clip(r.get("answer"), 30))
+    _out().print(table)
+
+
+@app.command()
+@run_guard
+def show(
+    run_ref: RunArg,
+    step: Annotated[Optional[int], typer.Option(help="Only this step.", min=1, show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The memory's evolution step by step: where each step read and what it added and dropped."""
+    run = _store().get_run(run_ref)
+    steps = run["steps"]
+    if step is not None and not any(s["index"] == step for s in steps):
+        raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
+    evidence = evidence_steps(run)
+    if json_out:
+        shown = [s for s in steps if step is None or s["index"] == step]
+        print(json_text({**run, "steps": shown, "evidence": evidence}))
+        return
+    out = _out()
+    out.print(_header(run))
+    previous = INITIAL_MEMORY
+    for s in steps:
+        if step is None or s["index"] == step:
+            out.print(_step_panel(s, previous, s["index"] in evidence))
+        previous = s["memory"]
+    if step is None and run.get("answer") is not None:
+        out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
+
+
+def _header(run: dict) -> Text:
+    model = run.get("model") or {}
+    sources = ", ".join(f"{s['path']}" + (f" ({s['pages']} pages)" if s.get("pages") else "") for s in run["sources"])
+    total = f"/{run['steps_total']}" if run.get("steps_total") else ""
+    status_style = {"complete": "green", "running": "cyan", "interrupted": "yellow", "failed": "red"}.get(run["status"], "")
+    text = Text.assemble(("run ", "bold"), run["id"], "  ", (run["status"], status_style), f"  {_when(run['started_at'])}",
+                         f"  steps {run['step_count']}{total}\n", ("Q: ", "bold"), visible(run["question"]), "\n",
+                         ("model ", "dim"), visible(str(model.get("name", "?"))), ("  sources ", "dim"), visible(sources))
+    if run.get("error"):
+        text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
+    return text
+
+
+def _step_panel(s: dict, previous: str, evidence: bool) -> Panel:
+    added, dropped = changes(previous, s["memory"])
+    body = Text()
+    for op, text in word_diff(previous, s["memory"]):
+        if op == "equal":
+            body.append(visible(text))
+        elif op == "insert":
+            body.append(visible(text), style="green")
+        else:
+            body.append(visible(text), style="red strike")
+    stats = (f"+{sum(len(a.split()) for a in added)} −{sum(len(d.split()) for d in dropped)} words · "
+             f"{s['memory_tokens']} tok memory · {s['seconds']:.1f}s")
+    if s["finish_reason"] == "length":
+        stats += " · cut at the limit"
+    title = Text.assemble((f"step {s['index']}", "bold"), f"  {_where(s['spans'])}",
+                          ("  ★ evidence", "yellow") if evidence else "")
+    return Panel(body, title=title, title_align="left", subtitle=stats, subtitle_align="right", border_style="blue")
+
+
+@app.command()
+@run_guard
+def diff(
+    run_ref: RunArg,
+    k: Annotated[int, typer.Argument(help="A step (0 is the initial memory).", min=0)],
+    l: Annotated[Optional[int], typer.Argument(  # noqa: E741
+        help="A later step. Default: the step after K.", min=0, show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The memory between two steps: what was added (green) and dropped (red)."""
+    run = _store().get_run(run_ref)
+    memories = [INITIAL_MEMORY] + [s["memory"] for s in run["steps"]]
+    l = k + 1 if l is None else l  # noqa: E741
+    for n in (k, l):
+        if n >= len(memories):
+            raise MemagentError(f"Run {run['id'][:8]} has no step {n}; it has {len(memories) - 1}.", exit_code=EXIT_USAGE)
+    ops = word_diff(memories[k], memories[l])
+    if json_out:
+        print(json_text({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]}))
+        return
+    body = Text()
+    for op, text in ops:
+        body.append(visible(text), style={"insert": "green", "delete": "red strike"}.get(op, ""))
+    _out().print(Group(Text(f"step {k} → step {l}", style="bold"), body))
+
+
+@app.command()
+@run_guard
+def export(
+    run_ref: RunArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl, markdown or html (one self-contained page).")] = "html",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.",
+                                                   show_default=False)] = None,
+) -> None:
+    """One run as JSON lines, Markdown, or an HTML page to share."""
+    from ..traces.export import FORMATS
+    from ..traces.export import export as render
+
+    if fmt not in FORMATS:
+        raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}.", exit_code=EXIT_USAGE)
+    text = render(_store().get_run(run_ref), fmt)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MemagentError(f"Cannot write {output}: {exc.strerror}.") from None
+    Console(stderr=True).print(f"wrote {output}", markup=False)
+
+
+@app.command()
+@run_guard
+def search(
+    text: Annotated[str, typer.Argument(help="Words to find in memories, questions and answers.")],
+    limit: Annotated[int, typer.Option(help="At most this many hits.", min=1)] = 20,
+    json_out: JsonOpt = False,
+) -> None:
+    """Full-text search over every recorded memory, question and answer."""
+    hits = _store().search(text, limit=limit)
+    if json_out:
+        print(json_text(hits))
+        return
+    if not hits:
+        Console(stderr=True).print("No matches.", markup=False)
+        return
+    out = _out()
+    for hit in hits:
+        where = f"step {hit['step']}" if hit.get("step") is not None else hit["field"]
+        out.print(Text.assemble((hit["run_id"][:8], "bold"), f"  {where}  ", _clip(hit["snippet"], 160)))
+
+
+@app.command()
+@run_guard
+def rm(
+    run_ref: Annotated[Optional[str], typer.Argument(metavar="[ID|last]", show_default=False,
+                                                     help="The run to remove.")] = None,
+    older_than: Annotated[Optional[str], typer.Option(help="Remove every run started longer ago than this, e.g. 30d, 12h.",
+                                                      show_default=False)] = None,
+) -> None:
+    """Remove a run, or every run older than an age."""
+    from ..traces.store import parse_age
+
+    if (run_ref is None) == (older_than is None):
+        raise MemagentError("Name a run or give --older-than (one of the two).", exit_code=EXIT_USAGE)
+    store = _store()
+    if run_ref is not None:
+        run_id = store.resolve(run_ref)
+        store.delete(run_id)
+        Console(stderr=True).print(f"removed {run_id[:8]}", markup=False)
+    else:
+        n = store.delete_older_than(parse_age(older_than))
+        Console(stderr=True).print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)

@@ -1,0 +1,287 @@
+"""What a person watching sees on stderr: the live view, or plain progress lines.
+
+Both consume the agent's events. The live view keeps a little state and redraws at most
+`FPS` times a second from the thread that runs the model, so a fast model is never held
+up by drawing (a redraw costs milliseconds; a token costs far less on a small model).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from ...core.events import (
+    AnswerFinished,
+    AnswerStarted,
+    DocumentRead,
+    Event,
+    ModelLoaded,
+    Notice,
+    ReplyRestarted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    TokenText,
+)
+from ...core.memdiff import changes
+from ..textout import visible
+
+FPS = 8
+MEMORY_LINES = 12  # lines of the memory shown while it is written
+MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to many rows
+CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
+
+
+
+
+def evidence_line(result) -> str:
+    """Where the answer's evidence entered the memory: the steps whose additions survived."""
+    return visible(" · ".join(f"step {s.index} ({', '.join(span.describe() for span in s.chunk.spans) or 'layout'})"
+                              for s in result.evidence))
+
+
+def _words(runs: list[str]) -> int:
+    return sum(len(r.split()) for r in runs)
+
+
+def clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class LiveView:
+    """The full-screen-width live display: header, progress, the memory as it is written.
+    Everything, printed lines included, is drawn at most `fps` times a second."""
+
+    def __init__(self, console: Console, fps: float = FPS):
+        self.console = console
+        self.interval = 1.0 / fps
+        self.live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False,
+                         redirect_stderr=False)
+        self.header = Text("memagent")
+        self.started = time.perf_counter()
+        self.step = 0
+        self.total_steps: int | None = None
+        self.tokens_read = 0
+        self.document_tokens: int | None = None
+        self.writing: list[str] = []  # the reply being streamed
+        self.streamed = 0  # pieces streamed in the current reply, for the live generation rate
+        self.streaming = False
+        self.phase = "loading model"
+        self.step_started = 0.0
+        self.step_seconds: list[float] = []
+        self.prompt_rate: float | None = None
+        self.gen_rate: float | None = None
+        self.memory = ""
+        self.history: list[Text] = []  # step summaries, also kept for the snapshot
+        self.pending: list = []  # lines to print above the view at the next frame
+        self.last_draw = 0.0
+
+    # -- event handling ------------------------------------------------------------------------
+
+    def __enter__(self) -> "LiveView":
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._draw(force=True)  # the last frame, with every line still pending
+        self.live.stop()
+
+    def handle(self, event: Event) -> None:
+        method = getattr(self, "_on_" + type(event).__name__, None)
+        if method is not None:
+            method(event)
+
+    def _on_RunStarted(self, e: RunStarted) -> None:
+        sources = ", ".join(visible(s.title) for s in e.sources[:3])
+        if len(e.sources) > 3:
+            sources += f" and {len(e.sources) - 3} more"
+        self.header = Text.assemble(("memagent ", "bold"), (e.model, "cyan"), "  ", (sources, "green"), "\n",
+                                    ("Q: ", "bold"), visible(clip(e.question, 200)))
+        self._draw()
+
+    def _on_Notice(self, e: Notice) -> None:
+        style = "yellow" if e.level == "warning" else "dim"
+        self._print(Text(("warning: " if e.level == "warning" else "") + visible(e.message), style=style))
+
+    def _on_ModelLoaded(self, e: ModelLoaded) -> None:
+        self.header.append_text(Text.assemble("\n", (e.device, "magenta"),
+                                              f"  ·  context {e.n_ctx:,}  ·  loaded in {e.seconds:.1f}s", style="dim"))
+        if e.gpu_reason:
+            self.header.append_text(Text(f"\n{visible(e.gpu_reason)}", style="dim"))
+        self.phase = "reading"
+        self._draw()
+
+    def _on_DocumentRead(self, e: DocumentRead) -> None:
+        self.total_steps = e.steps
+        self.document_tokens = e.document_tokens
+
+    def _on_StepStarted(self, e: StepStarted) -> None:
+        self.step = e.index
+        self.total_steps = e.total_steps or self.total_steps
+        self.tokens_read = e.tokens_read
+        self.writing = []
+        self.streamed, self.streaming = 0, True
+        where = visible(", ".join(span.describe() for span in e.chunk.spans)) or "layout"
+        self.phase = f"step {e.index}: reading {where}"
+        self.step_started = time.perf_counter()
+        self._draw()
+
+    def _on_TokenText(self, e: TokenText) -> None:
+        self.writing.append(e.text)
+        self.streamed += 1
+        self._draw()
+
+    def _on_ReplyRestarted(self, e: ReplyRestarted) -> None:
+        self.writing = []
+        self._draw()
+
+    def _on_StepFinished(self, e: StepFinished) -> None:
+        s = e.step
+        self.streaming = False
+        self.memory = s.memory
+        self.step_seconds.append(s.seconds)
+        if s.prompt_seconds > 0:
+            self.prompt_rate = (s.prompt_tokens - s.cached_tokens) / s.prompt_seconds
+        if s.generate_seconds > 0:
+            self.gen_rate = s.generated_tokens / s.generate_seconds
+        added, dropped = changes(s.previous_memory, s.memory)
+        where = visible(", ".join(span.describe() for span in s.chunk.spans))
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        line = Text.assemble(("✓ ", "green"), (f"step {s.index}{total}", "bold"), f"  {where}  ",
+                             (f"+{_words(added)}", "green"), " ", (f"−{_words(dropped)}", "red"),
+                             f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
+                             (" (from the trace)" if e.replayed else "", "dim"),
+                             (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"))
+        if added:
+            line.append_text(Text("\n  + " + visible(clip(" … ".join(added), CHANGE_CHARS)), style="green"))
+        if dropped:
+            line.append_text(Text("\n  − " + visible(clip(" … ".join(dropped), CHANGE_CHARS)), style="red"))
+        self.history.append(line)
+        self._print(line)
+
+    def _on_AnswerStarted(self, e: AnswerStarted) -> None:
+        self.writing = []
+        self.streamed, self.streaming = 0, True
+        self.phase = "answering from the memory"
+        self.step_started = time.perf_counter()
+        self._draw()
+
+    def _on_AnswerFinished(self, e: AnswerFinished) -> None:
+        self.phase = "done"
+        self.streaming = False
+        self.writing = [e.raw]
+        self._draw()
+
+    def _on_RunFinished(self, e: RunFinished) -> None:
+        self.phase = f"done in {_duration(e.result.timings.get('total_seconds'))}"
+        if e.result.evidence:
+            self._print(Text.assemble(("evidence: ", "bold"), evidence_line(e.result)))
+        self._draw(force=True)
+
+    # -- drawing -------------------------------------------------------------------------------
+
+    def _print(self, renderable) -> None:
+        # Printed above the live area at the next frame: each print redraws the whole view,
+        # and a small model finishes several steps a second.
+        self.pending.append(renderable)
+        self._draw()
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if force or now - self.last_draw >= self.interval:
+            self.last_draw = now
+            for renderable in self.pending:
+                self.live.console.print(renderable)
+            self.pending.clear()
+            self.live.update(self.render(), refresh=True)
+
+    def _eta(self) -> float | None:
+        if not self.total_steps or not self.step_seconds:
+            return None
+        average = sum(self.step_seconds) / len(self.step_seconds)
+        return average * max(self.total_steps - len(self.step_seconds), 0)
+
+    def progress(self) -> Table:
+        total = self.total_steps
+        done = len(self.step_seconds)
+        grid = Table.grid(padding=(0, 1))
+        tokens = f"{self.tokens_read:,}/{self.document_tokens:,}" if self.document_tokens else f"{self.tokens_read:,}/…"
+        rates = []
+        if self.prompt_rate:
+            rates.append(f"prompt {self.prompt_rate:,.0f}")
+        gen = self._live_rate() or self.gen_rate
+        if gen:
+            rates.append(f"gen {gen:,.0f}" if gen >= 100 else f"gen {gen:.1f}")
+        grid.add_row(
+            Text(f"Step {self.step}/{total if total else '?'}", style="bold"),
+            ProgressBar(total=total or 100, completed=done if total else 0, width=24, pulse=not total),
+            Text(f"{tokens} tokens", style="cyan"),
+            Text(f"{_duration(time.perf_counter() - self.started)} · ETA {_duration(self._eta())}", style="dim"),
+            Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
+        )
+        return grid
+
+    def _live_rate(self) -> float | None:
+        """Pieces per second of the reply being streamed (about tokens: most pieces are one)."""
+        elapsed = time.perf_counter() - self.step_started
+        if not self.streaming or not self.streamed or elapsed <= 0:
+            return None
+        return self.streamed / elapsed
+
+    def memory_panel(self) -> Panel:
+        text = "".join(self.writing) if self.writing else self.memory
+        lines = text.splitlines() or [""]
+        shown = "\n".join(lines[-MEMORY_LINES:])
+        if len(shown) > MEMORY_CHARS:
+            shown = "…" + shown[-MEMORY_CHARS:]
+        answering = self.phase.startswith("answer") or self.phase.startswith("done")
+        title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
+        return Panel(Text(visible(shown)), title=title, title_align="left", subtitle=self.phase, subtitle_align="right",
+                     border_style="blue")
+
+    def render(self) -> Group:
+        return Group(self.header, self.progress(), self.memory_panel())
+
+    def snapshot(self) -> Group:
+        """The whole run in one picture: header, every step's summary, final state."""
+        return Group(self.header, *self.history[-8:], self.progress(), self.memory_panel())
+
+
+class PlainProgress:
+    """One line per step on stderr, for logs and pipes where a live view cannot draw."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.total: int | None = None
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, Notice):
+            self.console.print(("warning: " if event.level == "warning" else "") + visible(event.message),
+                               markup=False, highlight=False, soft_wrap=True)
+        elif isinstance(event, DocumentRead):
+            self.total = event.steps
+        elif isinstance(event, StepFinished):
+            s = event.step
+            where = visible(", ".join(span.describe() for span in s.chunk.spans))
+            again = " (from the trace)" if event.replayed else ""
+            self.console.print(f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, "
+                               f"{s.seconds:.2f}s{again}", markup=False, highlight=False, soft_wrap=True)
+        elif isinstance(event, RunFinished) and event.result.evidence:
+            self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,124 @@
+"""Reports that are data in the layers below, drawn for a terminal here: `memagent inspect`'s
+summary (core.inspection) and `memagent doctor`'s (install.doctor)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ...core.inspection import Report
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(round(seconds / 60))
+    if minutes < 1:
+        return f"{seconds:.0f}s"
+    h, m = divmod(minutes, 60)
+    return f"{h}h {m:02d}m" if h else f"{m} min"
+
+
+def render_inspection(report: Report) -> Group:
+    info = report.prep.info
+    d = report.to_dict()
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    for name, justify in (("source", "left"), ("kind", "left"), ("pages", "right"), ("tokens", "right")):
+        table.add_column(name, justify=justify)
+    for s in d["sources"]:
+        table.add_row(s["path"], s["kind"], str(s["pages"] or ""), f"{s['tokens']:,}")
+    est = report.estimate
+    lines = [
+        Text.assemble(("model     ", "bold"), info.name, ("" if info.has_weights else " (vocabulary only)", "dim"),
+                      (f"  tokenizer {report.prep.tokenizer.name}", "dim")),
+        table,
+        Text.assemble(("document  ", "bold"), f"{report.stats.document_tokens:,} tokens → ",
+                      (f"{report.steps} steps", "bold"), f" of {report.chunk_tokens:,} tokens + 1 final answer"),
+        Text.assemble(("estimate  ", "bold"), f"up to ~{_duration(est['seconds'])} on {est['device']}",
+                      (f"\n          assumes {est['assumes']}", "dim")),
+    ]
+    return Group(*lines)
+
+
+def render_doctor(report: dict) -> Group:
+    """A readable summary of a diagnose() report (plus report["paths"] when the caller added it)."""
+    from ...model.gpu import format_bytes
+
+    def heading(title: str) -> Text:
+        return Text(title, style="bold underline")
+
+    def grid() -> Table:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="dim", no_wrap=True)
+        t.add_column()
+        return t
+
+    parts: list = []
+    parts.append(heading("Python & llama-cpp-python"))
+    g = grid()
+    g.add_row("Python", f"{report.get('python', '?')} ({report.get('platform', '?')})")
+    g.add_row("llama-cpp-python", report.get("llama_cpp_python") or Text("not importable", style="red"))
+    if report.get("llama_cpp_error"):
+        g.add_row("error", Text(report["llama_cpp_error"], style="red"))
+    g.add_row("backends", ", ".join(report.get("backends") or []) or "?")
+    threads = report.get("threads") or {}
+    if threads:
+        g.add_row("threads", f"{threads.get('default_generation_threads')} for generation "
+                             f"({threads.get('available_cores')} cores available)")
+    parts.append(g)
+
+    parts.append(Text())
+    parts.append(heading("GPU"))
+    gpu = report.get("gpu") or {}
+    g = grid()
+    if gpu.get("offload_supported"):
+        g.add_row("offload", Text("supported", style="green"))
+        devices = gpu.get("devices") or []
+        if not devices:
+            g.add_row("devices", "none visible (llama.cpp will decide)")
+        for d in devices:
+            g.add_row(d.get("backend") or "GPU",
+                      f"{d.get('name')}: {format_bytes(d.get('free'))} free of {format_bytes(d.get('total'))}")
+    else:
+        g.add_row("offload", Text("not supported: this llama-cpp-python build runs on the CPU only", style="yellow"))
+        for d in gpu.get("system_devices") or []:
+            g.add_row("present", f"{d.get('name')} ({format_bytes(d.get('total'))}), unused by this build")
+    parts.append(g)
+    if not gpu.get("offload_supported") and gpu.get("reinstall"):
+        parts.append(Text("To enable it, reinstall llama-cpp-python with a GPU backend:"))
+        # Wrapped at spaces when the terminal is narrower (cropping would hide part of it);
+        # --json carries it on one line.
+        parts.append(Text("  " + gpu["reinstall"], style="bold"))
+        if gpu.get("reinstall_note"):
+            parts.append(Text(gpu["reinstall_note"], style="dim"))
+
+    paths = report.get("paths")
+    if paths:
+        parts.append(Text())
+        parts.append(heading("Paths"))
+        g = grid()
+        for key, value in paths.items():
+            g.add_row(str(key), str(value))
+        parts.append(g)
+
+    models = report.get("models")
+    if models is not None:
+        parts.append(Text())
+        parts.append(heading(f"Models (context {report.get('n_ctx', '?')} tokens)"))
+        if not models:
+            parts.append(Text("none", style="dim"))
+        else:
+            t = Table(box=None, padding=(0, 2), show_edge=False)
+            for col in ("name", "arch", "layers", "weights", "KV cache", "GPU"):
+                t.add_column(col, style="bold" if col == "name" else None, no_wrap=col != "GPU")
+            for m in models:
+                if m.get("error"):
+                    t.add_row(m.get("name", "?"), "", "", "", "", Text(f"error: {m['error']}", style="red"))
+                    continue
+                plan = m.get("plan") or {}
+                fits = m.get("fits_gpu")
+                style = "green" if fits else ("yellow" if fits is False else "dim")
+                t.add_row(m.get("name", "?"), m.get("architecture", "?"), str(m.get("layers", "?")),
+                          format_bytes(m.get("weights_bytes")), format_bytes(m.get("kv_bytes")),
+                          Text(plan.get("reason", ""), style=style))
+            parts.append(t)
+    return Group(*parts)

@@ -1,0 +1,176 @@
+"""The MemAgent loop: read each chunk into a bounded memory, then answer from it alone.
+
+Pure orchestration over an Engine and an iterator of chunks; it yields events and knows
+nothing of terminals, files or databases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable, Iterator, Sequence
+
+from ..errors import EXIT_USAGE, MemagentError
+from ..model.chat import ChatFormat
+from ..model.engine import CompletionDone, Engine, Retrying, Sampling, TextDelta
+from ..model.tokenizer import Tokenizer
+from .chunking import Chunk, IngestStats
+from .config import AgentConfig
+from .events import (
+    AnswerFinished,
+    AnswerStarted,
+    DocumentRead,
+    Event,
+    Notice,
+    ReplyRestarted,
+    StepFinished,
+    StepRecord,
+    StepStarted,
+    TokenText,
+)
+from .protocol import (
+    INITIAL_MEMORY,
+    extract_answer,
+    final_prompt,
+    memory_prompt,
+    next_memory,
+)
+
+# Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from
+# its count on its own (merges across the tag boundaries, split characters).
+CONTEXT_MARGIN = 64
+# A memory written as N tokens comes back into the next prompt as text, re-tokenized: about
+# N for a real model, but up to ~1.7N measured for text that is not canonical BPE (split
+# characters decode to U+FFFD). The KV cache this reserves is small (~58 MB per 1K tokens
+# on a 7B model); the engine still shortens a step's budget rather than fail on the rest.
+MEMORY_REPROMPT_FACTOR = 2
+
+
+def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
+    question = question.strip()
+    if not question:
+        raise MemagentError("The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"',
+                            exit_code=EXIT_USAGE)
+    n = len(tokenizer.encode(question))
+    if n > config.question_tokens:
+        raise MemagentError(f"The question is {n} tokens long; the limit is {config.question_tokens}.",
+                            "Shorten it: the models were trained with questions of at most 1024 tokens.",
+                            exit_code=EXIT_USAGE)
+    return question
+
+
+def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig) -> tuple[int, str]:
+    """The context a run needs, and how that number is made up (for error messages)."""
+    step_fixed = len(chat.encode(tokenizer, memory_prompt(question, "", "")))
+    final_fixed = len(chat.encode(tokenizer, final_prompt(question, "", config.final)))
+    memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
+    step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
+    final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
+    why = (f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
+           f" + memory {memory_in} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)")
+    if final > step:
+        why = (f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
+               f" {memory_in} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)")
+    return max(step, final), why
+
+
+def plan_context(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig,
+                 requested: int | None = None) -> int:
+    """--ctx, checked against the budgets; or just enough for them, rounded up to 256."""
+    need, why = context_needed(chat, tokenizer, question, config)
+    if requested is None:
+        return int(math.ceil(need / 256) * 256)
+    if requested < need:
+        raise MemagentError(f"--ctx {requested} is too small: {why}.",
+                            "Raise --ctx, or lower --chunk-tokens or --memory-tokens.", exit_code=EXIT_USAGE)
+    return requested
+
+
+def sampling_for(config: AgentConfig, call: int) -> Sampling:
+    # One seed per call, derived from the run's seed: step k samples the same way whether or
+    # not the run was interrupted before it.
+    seed = None if config.seed is None else config.seed + call
+    return Sampling(temperature=config.temperature, top_p=config.top_p, seed=seed)
+
+
+def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecord:
+    """A step done before an interruption, rebuilt from its trace record and its re-read chunk."""
+    if stored["index"] != chunk.index or stored["tokens"] != chunk.tokens:
+        raise MemagentError(f"The input differs from the interrupted run at step {chunk.index} "
+                            f"({chunk.tokens} tokens now, {stored['tokens']} then).",
+                            "Resume only with the same sources; start a new run otherwise.")
+    return StepRecord(index=chunk.index, chunk=chunk, memory=stored["memory"], previous_memory=previous_memory,
+                      memory_tokens=stored["memory_tokens"], prompt_tokens=stored["prompt_tokens"], cached_tokens=0,
+                      generated_tokens=stored["generated_tokens"], finish_reason=stored["finish_reason"],
+                      prompt_seconds=0.0, generate_seconds=stored["seconds"])
+
+
+def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int):
+    """One engine call as events (the streamed text, a served engine's retries); returns its CompletionDone."""
+    done = None
+    for item in engine.complete(message, max_tokens, sampling):
+        if isinstance(item, TextDelta):
+            yield TokenText(step, item.text)
+        elif isinstance(item, Retrying):
+            what = f"Step {step}" if step else "The answer"
+            yield Notice(f"{what}: {item.reason}; trying again ({item.attempt}/{item.attempts}) in {item.delay:.0f}s.")
+            yield ReplyRestarted(step, item.reason)
+        else:
+            done = item
+    assert isinstance(done, CompletionDone)
+    return done
+
+
+def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine: Engine, tokenizer: Tokenizer,
+             config: AgentConfig, done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+    """Memory updates over every chunk, then the final answer. `question` is already checked.
+    `done_steps` are the stored steps of an interrupted run: their chunks are re-read and
+    checked, not sent to the model again, and the loop goes on from the last memory."""
+    memory = INITIAL_MEMORY
+    told_total = False
+    steps = 0
+
+    def read_event() -> Iterator[Event]:
+        nonlocal told_total
+        if stats.done and not told_total:
+            told_total = True
+            yield DocumentRead(stats.document_tokens, math.ceil(stats.document_tokens / config.chunk_tokens),
+                               tuple(stats.source_tokens), tuple(stats.source_pages))
+
+    for chunk in chunks:
+        steps += 1
+        yield from read_event()
+        if chunk.index <= len(done_steps):
+            record = replayed_step(chunk, done_steps[chunk.index - 1], memory)
+            yield StepFinished(record, replayed=True)
+            memory = record.memory
+            continue
+        total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
+        yield StepStarted(chunk.index, chunk, total, chunk.end_token)
+        done = yield from _call(engine, memory_prompt(question, memory, chunk.text), config.memory_tokens,
+                                sampling_for(config, chunk.index), chunk.index)
+        if done.max_tokens < config.memory_tokens:
+            yield Notice(f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
+                         f"{done.max_tokens} memory tokens; raise --ctx to avoid this.")
+        new_memory = next_memory(done.text)
+        yield StepFinished(StepRecord(
+            index=chunk.index, chunk=chunk, memory=new_memory, previous_memory=memory,
+            memory_tokens=len(tokenizer.encode(new_memory)), prompt_tokens=done.prompt_tokens,
+            cached_tokens=done.cached_tokens, generated_tokens=done.completion_tokens,
+            finish_reason=done.finish_reason, prompt_seconds=done.prompt_seconds,
+            generate_seconds=done.generate_seconds))
+        memory = new_memory
+    if steps == 0:
+        raise MemagentError("There is no text to read in the input.",
+                            "Check the file; scanned PDFs need OCR first, which memagent does not do.")
+    yield from read_event()
+
+    yield AnswerStarted(len(tokenizer.encode(memory)))
+    started = time.perf_counter()
+    done = yield from _call(engine, final_prompt(question, memory, config.final), config.answer_tokens,
+                            sampling_for(config, 0), 0)
+    raw = done.text
+    answer, found = extract_answer(next_memory(raw), config.final)
+    yield AnswerFinished(raw=raw, answer=answer, found=found, finish_reason=done.finish_reason,
+                         prompt_tokens=done.prompt_tokens, generated_tokens=done.completion_tokens,
+                         seconds=time.perf_counter() - started)

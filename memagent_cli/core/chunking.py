@@ -1,0 +1,371 @@
+"""From source segments to token chunks with provenance, streamed.
+
+The reference tokenizes the whole document (stripped) at once and cuts consecutive slices
+of `chunk_tokens` ids. We get the same ids without holding the document: text is
+tokenized in blocks cut only where a letter is followed by a non-letter, where no
+pre-token of the byte-level BPE patterns can span the cut, so block-wise ids equal
+whole-text ids (tests check this at thousands of cuts). A block with no such place just
+grows until one comes or the input ends.
+
+Several sources are laid out as the training data was: `Document {i}:\\n{title}\\n{text}`
+blocks joined by a blank line; one source is its text alone.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..ingest.sources import Segment, Source
+from ..model.tokenizer import Tokenizer
+from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
+
+# Characters gathered before a block is tokenized: enough that tokenizer calls are few, few
+# enough that a slow pipe's text reaches the model soon (a chunk is ~20K characters).
+MIN_BLOCK_CHARS = 1 << 14
+# Past this, a block with no safe cut (a multi-megabyte run of "=" or white space, which is a
+# single pre-token) is tokenized where it stands: exact ids there would cost the whole run in
+# memory and ~0.8 us per character in BPE; the ids near such a cut may differ by a token.
+MAX_BLOCK_CHARS = 1 << 22
+
+@dataclass(frozen=True)
+class Piece:
+    """Laid-out document text. `source` is None for layout text (headers, separators)."""
+
+    text: str
+    source: int | None = None
+    page: int | None = None
+    offset: int = 0  # character offset of `text` in its source's text
+
+
+@dataclass(frozen=True)
+class Span:
+    """The part of one source a chunk covers."""
+
+    source: int
+    title: str
+    first_page: int | None
+    last_page: int | None
+    start: int  # character offsets within the source's extracted text
+    end: int
+
+    def describe(self) -> str:
+        return describe_place(self.title, self.first_page, self.last_page)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "path": self.title, "pages": _pages(self.first_page, self.last_page),
+                "start": self.start, "end": self.end}
+
+
+def describe_place(path: str, first_page: int | None, last_page: int | None) -> str:
+    """'report.pdf pp. 3-5', 'report.pdf p. 3', or the path alone for a text source."""
+    if first_page is None:
+        return path
+    pages = f"p. {first_page}" if first_page == last_page else f"pp. {first_page}-{last_page}"
+    return f"{path} {pages}"
+
+
+def _pages(first: int | None, last: int | None) -> list[int] | None:
+    return None if first is None else [first, last]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int  # 1-based, the memory step that reads it
+    text: str
+    tokens: int
+    spans: tuple[Span, ...]
+    end_token: int  # document tokens read up to and including this chunk
+
+
+@dataclass
+class IngestStats:
+    """Counts filled in while the document is read; final once `done` is set."""
+
+    document_tokens: int = 0
+    source_tokens: list[int] = field(default_factory=list)
+    source_pages: list[int] = field(default_factory=list)
+    done: bool = False
+
+    def source_records(self, sources: Sequence[Source]) -> list[dict]:
+        """Each source as --json lists it: path, kind, pages (None if not a PDF), tokens."""
+        return [{"path": s.path, "kind": s.kind, "pages": self.source_pages[i] or None, "tokens": self.source_tokens[i]}
+                for i, s in enumerate(sources)]
+
+
+def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:
+    """The document as the model reads it: stripped text, with headers for several sources."""
+    several = len(sources) > 1
+    stripper = _Stripper()
+    for i, source in enumerate(sources):
+        if several:
+            if i:
+                yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
+            header = DOCUMENT_HEADER.format(index=i + 1, title=source.title)
+            yield from stripper.feed(Piece(header), layout=True)
+            body = _Stripper()
+            for seg in read(source):
+                yield from body.feed(Piece(seg.text, i, seg.page, seg.offset))
+        else:
+            for seg in read(source):
+                yield from stripper.feed(Piece(seg.text, i, seg.page, seg.offset))
+
+
+class _Stripper:
+    """Streaming str.strip(): drops leading white space, holds trailing white space back
+    until more text proves it is not trailing."""
+
+    def __init__(self):
+        self.started = False
+        self.held: list[Piece] = []
+
+    def feed(self, piece: Piece, layout: bool = False) -> Iterator[Piece]:
+        text = piece.text
+        if layout:  # layout text is emitted as is, and ends any held white space's doubt
+            yield from self.held
+            self.held = []
+            self.started = True
+            yield piece
+            return
+        if not self.started:
+            stripped = text.lstrip()
+            piece = Piece(stripped, piece.source, piece.page, piece.offset + len(text) - len(stripped))
+            text = stripped
+            if not text:
+                return
+            self.started = True
+        body = text.rstrip()
+        if not body:
+            self.held.append(piece)
+            return
+        yield from self.held
+        self.held = []
+        yield Piece(body, piece.source, piece.page, piece.offset)
+        if len(body) < len(text):
+            self.held.append(Piece(text[len(body):], piece.source, piece.page, piece.offset + len(body)))
+
+
+def _inside(pattern: re.Pattern | None, text: str, i: int) -> bool:
+    """Whether index i falls strictly inside a match of `pattern` in text (a user-defined
+    token such as [PAD151646], which the tokenizer keeps whole wherever it appears)."""
+    if pattern is None:
+        return False
+    return any(m.start() < i < m.end() for m in pattern.finditer(text, max(0, i - 64), i + 64))
+
+
+def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern | None = None) -> int:
+    """Index in `text` of the last place where a letter is followed by a non-letter (`before`
+    is the character preceding `text`), or -1.
+
+    In the byte-level BPE pre-tokenizer patterns (Qwen2, Llama 3) a run of letters is matched
+    greedily and ends at its last letter, and no earlier match looks past it, so that place
+    is always a pre-token boundary: tokenizing the two sides apart gives the same ids."""
+    for i in range(len(text) - 1, -1, -1):
+        previous = text[i - 1] if i else before
+        if previous.isalpha() and not text[i].isalpha() and not _inside(unsplittable, text, i):  # isalpha: \p{L}
+            return i
+    return -1
+
+
+def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None,
+           unsplittable: re.Pattern | None = None) -> Iterator[list[Piece]]:
+    """Groups pieces into blocks that can be tokenized independently: a block is cut at the
+    last safe place in the newest piece once MIN_BLOCK_CHARS are gathered. Only the newest
+    piece is searched, so a huge input with no safe place (one long line) stays linear; past
+    MAX_BLOCK_CHARS it is cut anyway and `on_forced_cut` hears of it."""
+    buf: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if not piece.text:
+            continue
+        before = buf[-1].text[-1] if buf else ""
+        buf.append(piece)
+        size += len(piece.text)
+        if size < MIN_BLOCK_CHARS:
+            continue
+        cut = _last_safe_cut(piece.text, before, unsplittable)
+        if cut < 0:
+            if size >= MAX_BLOCK_CHARS:
+                if on_forced_cut is not None:
+                    on_forced_cut(size)
+                yield buf
+                buf, size = [], 0
+            continue
+        head, tail = _split_at(buf, size - len(piece.text) + cut)
+        if head:
+            yield head
+        buf, size = tail, sum(len(p.text) for p in tail)
+    if buf:
+        yield buf
+
+
+def _split_at(pieces: list[Piece], cut: int) -> tuple[list[Piece], list[Piece]]:
+    pos = 0
+    for k, p in enumerate(pieces):
+        if pos + len(p.text) > cut:
+            local = cut - pos
+            head = pieces[:k] + ([Piece(p.text[:local], p.source, p.page, p.offset)] if local else [])
+            tail = [Piece(p.text[local:], p.source, p.page, p.offset + local)] + pieces[k + 1:]
+            return head, tail
+        pos += len(p.text)
+    return pieces, []
+
+
+@dataclass
+class _Placed:
+    """A piece with its byte range in the whole document."""
+
+    piece: Piece
+    start: int
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+    def char_at(self, byte_pos: int) -> int:
+        """Character offset in the source of a document byte position inside this piece."""
+        local = min(max(byte_pos - self.start, 0), len(self.data))
+        return self.piece.offset + len(self.data[:local].decode("utf-8", errors="ignore"))
+
+
+def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int, sources: Sequence[Source],
+                stats: IngestStats | None = None, warn: Callable[[str], None] | None = None) -> Iterator[Chunk]:
+    """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded."""
+    stats = stats if stats is not None else IngestStats()
+    stats.source_tokens = [0] * len(sources)
+    stats.source_pages = [0] * len(sources)
+    pending: list[int] = []
+    placed: list[_Placed] = []  # pieces not yet wholly behind the chunk start
+    doc_bytes = 0  # bytes placed so far
+    chunk_start = 0  # byte where the pending ids begin
+    index = 0
+    tokens_done = 0
+
+    def emit(ids: list[int]) -> Chunk:
+        nonlocal chunk_start, index, tokens_done, placed
+        data = tokenizer.decode_bytes(ids)
+        start, end = chunk_start, chunk_start + len(data)
+        index += 1
+        tokens_done += len(ids)
+        chunk = Chunk(index, data.decode("utf-8", errors="replace"), len(ids),
+                      _spans(placed, start, end, sources), tokens_done)
+        chunk_start = end
+        placed = [p for p in placed if p.end > end]
+        return chunk
+
+    warned = []
+
+    def forced(size: int) -> None:
+        if warn is not None and not warned:
+            warned.append(size)
+            warn(f"The input has a run of over {size:,} characters with no word boundary; it is tokenized in "
+                 "parts, so chunk boundaries near it may differ from the reference by a token.")
+
+    for block in blocks(pieces, forced, getattr(tokenizer, "unsplittable", None)):
+        text = "".join(p.text for p in block)
+        ids = tokenizer.encode(text)
+        block_start = doc_bytes
+        for p in block:
+            data = p.text.encode("utf-8")
+            placed.append(_Placed(p, doc_bytes, data))
+            doc_bytes += len(data)
+            if p.source is not None and p.page is not None:
+                stats.source_pages[p.source] = max(stats.source_pages[p.source], p.page)
+        _count_source_tokens(stats, block, block_start, ids, tokenizer)
+        stats.document_tokens += len(ids)
+        pending += ids
+        while len(pending) >= chunk_tokens:
+            head, pending = pending[:chunk_tokens], pending[chunk_tokens:]
+            yield emit(head)
+    if pending:
+        yield emit(pending)
+    stats.done = True
+
+
+def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int],
+                         tokenizer: Tokenizer) -> None:
+    """Attributes each token to the source its first byte belongs to."""
+    lengths = tokenizer.byte_lengths[np.asarray(ids, dtype=np.int64)]
+    starts = block_start + np.cumsum(lengths) - lengths
+    pos = block_start
+    for p in block:
+        n = len(p.text.encode("utf-8"))
+        if p.source is not None:
+            lo, hi = np.searchsorted(starts, [pos, pos + n])
+            stats.source_tokens[p.source] += int(hi - lo)
+        pos += n
+
+
+def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source]) -> tuple[Span, ...]:
+    spans: list[Span] = []
+    for p in placed:
+        if p.piece.source is None or p.end <= start or p.start >= end:
+            continue
+        src, page = p.piece.source, p.piece.page
+        lo, hi = p.char_at(start), p.char_at(end)
+        if spans and spans[-1].source == src:
+            last = spans[-1]
+            first_page = last.first_page if last.first_page is not None else page
+            spans[-1] = Span(src, last.title, first_page, page if page is not None else last.last_page, last.start, hi)
+        else:
+            spans.append(Span(src, sources[src].title, page, page, lo, hi))
+    return tuple(spans)
+
+
+class ReadAhead:
+    """Runs the chunk iterator in a thread so reading and tokenizing the next part of the
+    input overlaps the model's work on the current chunk. Errors surface in the consumer."""
+
+    _END = object()
+    _UNSET = object()
+
+    def __init__(self, chunks: Iterator[Chunk]):
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._first: object = self._UNSET  # a peeked item, handed out first
+        self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True, name="memagent-ingest")
+        self._thread.start()
+
+    def _run(self, chunks: Iterator[Chunk]) -> None:
+        try:
+            for chunk in chunks:
+                if self._stop.is_set():
+                    return
+                self._queue.put(chunk)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self._queue.put(exc)
+        self._queue.put(self._END)
+
+    def peek(self) -> Chunk | None:
+        """Waits for the first chunk and keeps it for iteration; None if there is none.
+        Raises what the reader raised before producing anything."""
+        if self._first is self._UNSET:
+            self._first = self._queue.get()
+        if isinstance(self._first, BaseException):
+            raise self._first
+        return None if self._first is self._END else self._first
+
+    def _take(self) -> object:
+        if self._first is not self._UNSET:
+            item, self._first = self._first, self._UNSET
+            return item
+        return self._queue.get()
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while True:
+            item = self._take()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stops reading at the next chunk (the run ended or was abandoned)."""
+        self._stop.set()

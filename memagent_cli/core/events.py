@@ -1,0 +1,184 @@
+"""Typed events of one MemAgent run, and the result they add up to.
+
+The agent yields these; the live view, the JSON output (and later the trace store) consume
+them. Nothing here knows how it will be shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..ingest.sources import Source
+from .chunking import Chunk
+from .config import AgentConfig
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    question: str
+    model: str  # the model's name
+    model_path: str
+    sources: tuple[Source, ...]
+    config: AgentConfig
+    tokenizer: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know that does not stop the run."""
+
+    message: str
+    level: str = "warning"  # "warning" | "info"
+
+
+@dataclass(frozen=True)
+class ModelLoaded:
+    device: str  # where it runs, e.g. "GPU (28/28 layers offloaded)"
+    n_ctx: int
+    seconds: float
+    gpu_layers: int = 0  # as passed to llama.cpp: -1 all, 0 none
+    gpu_reason: str = ""  # why: what fit in how much free memory, or that the build is CPU-only
+
+
+@dataclass(frozen=True)
+class DocumentRead:
+    """The whole input has been read: totals are final from here on."""
+
+    document_tokens: int
+    steps: int
+    source_tokens: tuple[int, ...] = ()  # per source, in order: the tokens its text became
+    source_pages: tuple[int, ...] = ()  # per source: the last page read (0 for non-PDFs)
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    index: int  # 1-based
+    chunk: Chunk
+    total_steps: int | None  # None while the input is still being read
+    tokens_read: int  # document tokens read by the end of this chunk
+
+
+@dataclass(frozen=True)
+class TokenText:
+    """A piece of text as the model writes it. step 0 is the final answer."""
+
+    step: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyRestarted:
+    """A served engine lost the reply being written and asks again: its text so far is void."""
+
+    step: int  # 0 is the final answer
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    index: int
+    chunk: Chunk
+    memory: str  # the memory after this step
+    previous_memory: str
+    memory_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+    generated_tokens: int
+    finish_reason: str  # "stop" or "length" (cut at --memory-tokens)
+    prompt_seconds: float
+    generate_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.prompt_seconds + self.generate_seconds
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "tokens": self.chunk.tokens,
+            "source": [span.to_dict() for span in self.chunk.spans],
+            "memory": self.memory,
+            "memory_tokens": self.memory_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "finish_reason": self.finish_reason,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    step: StepRecord
+    replayed: bool = False  # done before an interruption, taken from the trace, not run again
+
+
+@dataclass(frozen=True)
+class AnswerStarted:
+    prompt_tokens_estimate: int  # the memory's tokens: the rest of the prompt is fixed
+
+
+@dataclass(frozen=True)
+class AnswerFinished:
+    raw: str
+    answer: str
+    found: bool  # False when the reply had no answer in the expected form (answer = whole reply)
+    finish_reason: str
+    prompt_tokens: int
+    generated_tokens: int
+    seconds: float
+
+
+@dataclass
+class RunResult:
+    question: str
+    answer: str
+    raw_answer: str
+    memory: str
+    model: str
+    model_path: str
+    device: str
+    sources: list[dict]
+    document_tokens: int
+    config: AgentConfig
+    n_ctx: int
+    steps: list[StepRecord] = field(default_factory=list)
+    evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
+    timings: dict = field(default_factory=dict)
+    gpu: dict = field(default_factory=dict)  # the offload choice: layers and why
+
+    def to_dict(self) -> dict:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "raw_answer": self.raw_answer,
+            "memory": self.memory,
+            "model": self.model,
+            "model_path": self.model_path,
+            "device": self.device,
+            "gpu": self.gpu,
+            "sources": self.sources,
+            "document_tokens": self.document_tokens,
+            "chunk_tokens": self.config.chunk_tokens,
+            "n_ctx": self.n_ctx,
+            "settings": self.config.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "evidence": [{"step": s.index, "source": [span.to_dict() for span in s.chunk.spans]} for s in self.evidence],
+            "timings": self.timings,
+        }
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    """The run stopped on an error (a served engine gone, a bug); its steps so far are kept."""
+
+    error: BaseException
+
+
+Event = Union[RunStarted, Notice, ModelLoaded, DocumentRead, StepStarted, TokenText, StepFinished,
+              AnswerStarted, AnswerFinished, RunFinished, RunFailed, ReplyRestarted]

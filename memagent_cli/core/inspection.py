@@ -1,0 +1,111 @@
+"""`memagent inspect`: what a run would read and cost, from the vocabulary alone.
+
+Counting uses the same chunking path as a real run, so the step count and the prompt
+shown by --show-prompt are exactly what `ask` would produce.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..errors import EXIT_USAGE, MemagentError
+from .chunking import IngestStats
+from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
+from .protocol import INITIAL_MEMORY, memory_prompt
+
+# Reference speeds of llama.cpp (shared/reference/engine-notes.md) that estimates scale from:
+# (model bytes, prompt tok/s, generation tok/s). Generation is memory-bound, so it scales
+# with model size; CPU prompt speed also scales with threads.
+CPU_ANCHOR = (1.9e9, 14.0, 7.7)  # 3B Q4_K_M on 2 CPU threads
+GPU_ANCHOR = (4.7e9, 6400.0, 140.0)  # 7B Q4_K_M on an H100
+DEFAULT_MODEL_BYTES = 4.68e9  # the default model, 7B at Q4_K_M, when only a vocabulary is given
+
+
+@dataclass
+class Report:
+    prep: Prepared
+    stats: IngestStats
+    chunk_tokens: int
+    memory_tokens: int
+    question: str | None
+    kept_chunk: str | None = None  # text of the chunk --show-prompt asked for
+    kept_index: int | None = None
+    estimate: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return math.ceil(self.stats.document_tokens / self.chunk_tokens)
+
+    def to_dict(self) -> dict:
+        info = self.prep.info
+        return {
+            "model": info.name,
+            "model_path": str(info.path),
+            "has_weights": info.has_weights,
+            "tokenizer": self.prep.tokenizer.name,
+            "sources": self.stats.source_records(self.prep.sources),
+            "document_tokens": self.stats.document_tokens,
+            "chunk_tokens": self.chunk_tokens,
+            "memory_tokens": self.memory_tokens,
+            "steps": self.steps,
+            "calls": self.steps + 1,
+            "estimate": self.estimate,
+        }
+
+
+def inspect_sources(paths: Sequence[str], *, model: str | None, question: str | None, chunk_tokens: int,
+                    memory_tokens: int, include: Sequence[str], exclude: Sequence[str], password: str | None,
+                    stdin_is_piped: bool, warn: Callable[[str], None], keep_chunk: int | None = None) -> Report:
+    options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped)
+    prep = prepare(model, paths, options)
+    for note in prep.notices:
+        warn(note)
+    chunks, stats = chunk_stream(prep, chunk_tokens, options, warn)
+    report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None)
+    for chunk in chunks:
+        if chunk.index == keep_chunk:
+            report.kept_chunk, report.kept_index = chunk.text, chunk.index
+    report.estimate = estimate(report)
+    return report
+
+
+def estimate(report: Report) -> dict:
+    """An upper bound on run time: every memory update writes its full budget."""
+    from ..model.runtime import available_cores, gpu_offload_supported
+
+    info = report.prep.info
+    size = float(info.file_size) if info.has_weights else DEFAULT_MODEL_BYTES
+    gpu = gpu_offload_supported()
+    cores = available_cores()
+    anchor_bytes, prompt_rate, gen_rate = GPU_ANCHOR if gpu else CPU_ANCHOR
+    gen = gen_rate * anchor_bytes / size
+    prompt = prompt_rate * anchor_bytes / size * (1 if gpu else cores / 2)
+    fixed = 250 + (len(report.prep.tokenizer.encode(report.question)) if report.question else 30)
+    per_step = (fixed + report.chunk_tokens + report.memory_tokens) / prompt + report.memory_tokens / gen
+    final = (fixed + report.memory_tokens) / prompt + report.memory_tokens / gen
+    seconds = report.steps * per_step + final if report.steps else 0.0
+    return {
+        "seconds": round(seconds, 1),
+        "device": "GPU" if gpu else f"CPU ({cores} cores)",
+        "prompt_tokens_per_second": round(prompt, 1),
+        "generation_tokens_per_second": round(gen, 2),
+        "model_bytes": int(size),
+        "assumes": "each memory update writes its full budget; speeds scaled from llama.cpp reference figures"
+                   + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)"),
+    }
+
+
+def step_prompt(report: Report, k: int) -> tuple[str, str | None]:
+    """The exact text sent for memory step k, and a note for the user (or None)."""
+    if report.steps == 0:
+        raise MemagentError("There is no text to read in the input.", exit_code=EXIT_USAGE)
+    if report.kept_chunk is None or report.kept_index != k:
+        raise MemagentError(f"There is no step {k}: the input makes {report.steps} steps.", exit_code=EXIT_USAGE)
+    note = None
+    memory = INITIAL_MEMORY
+    if k > 1:
+        memory = "{memory}"
+        note = f"The memory at step {k} is what the model writes at step {k - 1}; it is shown as {{memory}}."
+    return report.prep.chat.render(memory_prompt(report.question or "", memory, report.kept_chunk)), note

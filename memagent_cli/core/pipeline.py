@@ -1,0 +1,277 @@
+"""The library entry points: `ask_events` streams a run's events, `ask` returns its result.
+
+This is where the pieces meet: sources -> laid-out text -> token chunks (read ahead in a
+thread, so reading overlaps model loading and generation) -> the agent loop -> events.
+
+    from memagent_cli import ask_events
+    for event in ask_events("Who signed it?", ["report.pdf"], model="memagent-7b.gguf"):
+        ...
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Sequence
+
+from ..errors import MemagentError
+from ..ingest.sources import Source, collect_sources, read_source
+from ..install.registry import resolve_model
+from ..model.chat import ChatFormat
+from ..model.engine import LlamaEngine
+from ..model.gguf import GGUFInfo, read_gguf
+from ..model.tokenizer import Tokenizer, load_tokenizer
+from .agent import check_question, plan_context, run_loop
+from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
+from .config import AgentConfig
+from .events import (
+    AnswerFinished,
+    Event,
+    ModelLoaded,
+    Notice,
+    RunFailed,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepFinished,
+)
+from .memdiff import surviving_additions
+from .protocol import INITIAL_MEMORY
+from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    n_ctx: int | None = None  # None: just large enough for the budgets
+    gpu_layers: int | None = None  # None: every layer when the build can offload, else 0
+    threads: int | None = None  # None: every core this process may use
+    verbose: bool = False  # show llama.cpp's own log
+    kind: str = "llama"  # "llama": the GGUF runs in this process; "openai": a server runs the model
+    base_url: str | None = None  # kind "openai": the server's OpenAI-compatible API, e.g. http://host:8000/v1
+    api_key: str | None = None  # kind "openai": sent as a bearer token
+    served_model: str | None = None  # kind "openai": the model's name on the server; None: the one it serves
+    log: Callable[[str], None] | None = None  # kind "openai": where --verbose shows each request
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    include: Sequence[str] = ()  # glob patterns for files inside directories
+    exclude: Sequence[str] = ()
+    password: str | None = None  # for encrypted PDFs
+    stdin: BinaryIO | None = None  # read for "-", or when no source is named and stdin is piped
+    stdin_is_piped: bool = False
+
+
+@dataclass
+class Prepared:
+    """Everything known before weights are loaded: what `inspect` shows and `ask` runs."""
+
+    info: GGUFInfo | None  # None: a served model whose tokenizer is the server's own
+    tokenizer: Tokenizer
+    chat: ChatFormat | None
+    sources: list[Source]
+    notices: list[str]
+    model_name: str = ""
+    model_path: str = ""  # the GGUF, or the server's URL
+
+
+def prepare(model: str | Path | None, paths: Sequence[str], sources: SourceOptions,
+            engine: EngineOptions = EngineOptions()) -> Prepared:
+    """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
+    quantization, or a vocabulary-only file); None asks the server to tokenize."""
+    prep = prepare_model(model, engine)
+    prep.sources = collect_sources(paths, include=sources.include, exclude=sources.exclude,
+                                   stdin_is_piped=sources.stdin_is_piped, warn=prep.notices.append)
+    return prep
+
+
+def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOptions()) -> Prepared:
+    """The model's side of `prepare`: vocabulary, chat format, names; no sources yet."""
+    if engine.kind == "openai" and model is None:
+        from ..model.served.tokenizer import remote_tokenizer
+
+        info, chat = None, None
+        tokenizer = remote_tokenizer(engine.base_url, engine.api_key, engine.served_model)
+    else:
+        info = read_gguf(resolve_model(model))
+        tokenizer = load_tokenizer(info)
+        chat = ChatFormat.from_gguf(info)
+    if engine.kind == "openai":
+        name, where = engine.served_model or "served model", engine.base_url or ""
+    else:
+        name, where = info.name, str(info.path)
+    return Prepared(info, tokenizer, chat, [], [], name, where)
+
+
+def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions):
+    """The engine that runs the model: llama.cpp here, or a server."""
+    if options.kind == "openai":
+        from ..model.served.engine import OpenAIEngine
+
+        tokenizer = prep.tokenizer
+        return OpenAIEngine(options.base_url, api_key=options.api_key, model=options.served_model, log=options.log,
+                            count_tokens=lambda text: len(tokenizer.encode(text)))
+    return LlamaEngine(prep.info, prep.tokenizer, prep.chat, n_ctx=n_ctx, gpu_layers=options.gpu_layers,
+                       threads=options.threads, verbose=options.verbose)
+
+
+def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn) -> tuple[Iterator[Chunk], IngestStats]:
+    """The document's chunks, lazily, and the counts that fill in as they are read."""
+    stats = IngestStats()
+
+    def read(source: Source):
+        before = _stamp(source)
+        yield from read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
+        if before is not None and _stamp(source) != before:
+            warn(f"{source.title} changed while it was read; the answer may mix its old and new text.")
+
+    return iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats, warn), stats
+
+
+def _stamp(source: Source) -> tuple[int, int] | None:
+    """Size and modification time of a regular file, to notice it changing under us."""
+    if source.size is None:
+        return None
+    try:
+        st = os.stat(source.path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,
+               config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
+               sources: SourceOptions = SourceOptions(), done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+    """Run one question over the sources, yielding events; the last is RunFinished.
+
+    `done_steps`, the stored steps of an interrupted run (see memagent_cli.store), make this a
+    resumed run: those chunks are re-read and checked but not sent to the model again."""
+    for _, event in ask_many_events([question], paths, model=model, config=config, engine=engine, sources=sources,
+                                    done_steps=[done_steps]):
+        if isinstance(event, RunFailed):
+            raise event.error
+        yield event
+
+
+def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: str | Path | None = None,
+                    config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
+                    sources: SourceOptions = SourceOptions(), done_steps: Sequence[Sequence[dict]] = (),
+                    parallel: int = 1) -> Iterator[tuple[int | None, Event]]:
+    """Run several questions over the same sources, read once: each is its own memory stream.
+
+    Yields (question index, event); index None marks a notice about the whole input. A
+    question that fails yields RunFailed and the others go on. At most `parallel` model calls
+    are in flight (the embedded engine takes one at a time: the questions advance step by
+    step in turn)."""
+    t0 = time.perf_counter()
+    prep = prepare(model, paths, sources, engine)
+    questions = [check_question(q, prep.tokenizer, config) for q in questions]
+    served = engine.kind == "openai"
+    # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
+    n_ctx = 0 if prep.chat is None else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx)
+                                            for q in questions)
+    for i, q in enumerate(questions):
+        yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name)
+    for note in prep.notices:
+        yield None, Notice(note)
+    if prep.chat is not None and prep.chat.is_default and not served:
+        yield None, Notice("The model has no chat template; using Qwen2.5's, which the MemAgent models were trained with.",
+                           "info")
+    trained = prep.info.arch_get("context_length") if prep.info is not None and not served else None
+    if trained and n_ctx > trained:
+        yield None, Notice(f"The context ({n_ctx}) exceeds what the model was trained for ({trained}); answers may degrade.")
+
+    # Reading starts before the model loads, so both overlap; but a source that cannot be
+    # read, or holds no text, is reported before minutes go into loading weights.
+    pending: collections.deque[str] = collections.deque()
+
+    def notices() -> Iterator[tuple[None, Notice]]:  # what the reading thread noted since last time
+        while pending:
+            yield None, Notice(pending.popleft())
+
+    stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
+    chunks = ReadAhead(stream)
+    llm = None
+    stop = threading.Event()
+    try:
+        if chunks.peek() is None:
+            yield from notices()
+            raise MemagentError("There is no text to read in the input.",
+                                "Check the file; scanned PDFs need OCR first, which memagent does not do.")
+        t_load = time.perf_counter()
+        llm = open_engine(prep, n_ctx, engine)
+        load_seconds = time.perf_counter() - t_load
+        gpu_layers, gpu_reason = getattr(llm, "gpu_layers", 0), getattr(llm, "gpu_reason", "")
+        for i in range(len(questions)):
+            yield i, ModelLoaded(llm.description, n_ctx, load_seconds, gpu_layers, gpu_reason)
+        gated = GatedEngine(llm, FairGate(parallel if llm.concurrent else 1), stop)
+        tee = ChunkTee(chunks, len(questions), stop)
+
+        def job(i: int):
+            def run() -> Iterator[Event]:
+                steps, answer = [], None
+                replay = done_steps[i] if i < len(done_steps) else ()
+                reader = tee.reader(i)
+                try:
+                    for event in run_loop(questions[i], reader, stats, gated, prep.tokenizer, config, replay):
+                        if isinstance(event, StepFinished):
+                            steps.append(event.step)
+                        elif isinstance(event, AnswerFinished):
+                            answer = event
+                        yield event
+                finally:  # now, not when the error's traceback lets go of it: the others wait on it
+                    reader.close()
+                result = _result(prep, questions[i], config, llm.description, n_ctx, stats, steps, answer,
+                                 load_seconds, time.perf_counter() - t0)
+                result.gpu = {"layers": gpu_layers, "reason": gpu_reason}
+                yield RunFinished(result)
+            return run
+
+        for i, event in run_all([job(i) for i in range(len(questions))], workers=len(questions), stop=stop):
+            yield from notices()
+            yield i, RunFailed(event.error) if isinstance(event, RunError) else event
+    finally:
+        stop.set()
+        chunks.close()
+        if llm is not None:
+            llm.close()
+    yield from notices()
+
+
+def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_ctx: int, stats: IngestStats,
+            steps: list, answer: AnswerFinished, load_seconds: float, total_seconds: float) -> RunResult:
+    prompt_tokens = sum(s.prompt_tokens - s.cached_tokens for s in steps)
+    prompt_seconds = sum(s.prompt_seconds for s in steps)
+    generated = sum(s.generated_tokens for s in steps) + answer.generated_tokens
+    generate_seconds = sum(s.generate_seconds for s in steps)
+    sources = stats.source_records(prep.sources)
+    memories = [INITIAL_MEMORY] + [s.memory for s in steps]
+    evidence = [steps[k - 1] for k in surviving_additions(memories)]
+    return RunResult(
+        question=question, answer=answer.answer, raw_answer=answer.raw, memory=steps[-1].memory if steps else "",
+        model=prep.model_name, model_path=prep.model_path, device=device, sources=sources,
+        document_tokens=stats.document_tokens, config=config, n_ctx=n_ctx, steps=steps, evidence=evidence,
+        timings={
+            "total_seconds": round(total_seconds, 4),
+            "load_seconds": round(load_seconds, 4),
+            "steps_seconds": round(sum(s.seconds for s in steps), 4),
+            "answer_seconds": round(answer.seconds, 4),
+            "prompt_tokens_per_second": round(prompt_tokens / prompt_seconds, 1) if prompt_seconds else None,
+            "generation_tokens_per_second": round(generated / (generate_seconds + answer.seconds), 1)
+            if generate_seconds + answer.seconds else None,
+        },
+    )
+
+
+def ask(question: str, paths: Sequence[str], **kwargs) -> RunResult:
+    """Run one question to the end and return its result (the events are dropped)."""
+    result = None
+    for event in ask_events(question, paths, **kwargs):
+        if isinstance(event, RunFinished):
+            result = event.result
+    assert result is not None
+    return result

@@ -1,0 +1,187 @@
+"""`memagent eval`: run a data set of (context, question, answers) items and score them.
+
+Items are the authors' RULER-HotpotQA layout, JSONL or a JSON array of objects with
+`context`, `input` (the question), `answers` and optionally `id`. Each item is its own
+MemAgent run over its own context, chunked as the reference does (the stripped text,
+tokenized once, sliced); runs share one engine, several in flight on a served one. Scores are
+the reference's (memagent_cli.scoring). Results go to a JSONL file as each item finishes, so
+a rerun skips what is done; JSONL items are read one at a time, so a data set of
+multi-million-token contexts never sits in memory whole.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..core.agent import check_question, run_loop
+from ..core.chunking import IngestStats, iter_chunks, layout
+from ..core.config import AgentConfig
+from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, StepFinished
+from ..core.pipeline import EngineOptions, open_engine, prepare_model
+from ..core.scheduler import FairGate, GatedEngine, RunError, run_all
+from ..errors import EXIT_USAGE, MemagentError
+from ..ingest.sources import Segment, Source
+from .scoring import score
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    context: str
+    question: str
+    answers: list[str]
+
+
+def read_items(path: Path) -> Iterator[Item]:
+    """The data set's items, checked one by one; a bad item stops the run with its line number."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    with f:
+        head = f.read(1)
+        while head and head.isspace():
+            head = f.read(1)
+        if head == "[":  # a JSON array has to be read whole
+            f.seek(0)
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise MemagentError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}).", exit_code=EXIT_USAGE) from None
+            for n, obj in enumerate(data, 1):
+                yield _item(obj, n, f"{path} item {n}")
+            return
+        f.seek(0)
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.",
+                                    "Give JSONL (one object per line) or a JSON array.", exit_code=EXIT_USAGE) from None
+            yield _item(obj, n, f"{path} line {n}")
+
+
+def _item(obj, n: int, where: str) -> Item:
+    if not isinstance(obj, dict):
+        raise MemagentError(f"{where} is not an object.", exit_code=EXIT_USAGE)
+    context, question, answers = obj.get("context"), obj.get("input"), obj.get("answers")
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(context, str) or not isinstance(question, str) or not isinstance(answers, list) or not answers \
+            or not all(isinstance(a, str) for a in answers):
+        raise MemagentError(f"{where} needs \"context\" and \"input\" texts and a non-empty \"answers\" list.",
+                            exit_code=EXIT_USAGE)
+    return Item(str(obj.get("id", n)), context, question, answers)
+
+
+def done_ids(out: Path | None) -> dict[str, dict]:
+    """Results already in --out, by item id (a cut-off last line is ignored: it is redone)."""
+    if out is None or not out.exists():
+        return {}
+    found = {}
+    for line in out.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "id" in row:
+            found[str(row["id"])] = row
+    return found
+
+
+def _text_chunks(item: Item, tokenizer, chunk_tokens: int):
+    source = Source(path=f"item {item.id}", title=f"item {item.id}", kind="text", size=None)
+    stats = IngestStats()
+
+    def read(_source: Source):
+        yield Segment(0, item.context, None, 0)
+
+    return iter_chunks(layout([source], read), tokenizer, chunk_tokens, [source], stats), stats
+
+
+def summary(rows: list[dict]) -> dict:
+    """Percentages over the scored items, as the paper's table reports them."""
+    n = len(rows)
+
+    def pct(key: str) -> float:
+        return round(100.0 * sum(r[key] for r in rows) / n, 2) if n else 0.0
+
+    return {"n": n, "sub_em": pct("sub_em"), "em": pct("em"), "f1": pct("f1")}
+
+
+def evaluate_events(data: Path, *, model: str | None, config: AgentConfig, engine: EngineOptions, parallel: int,
+                    skip: set[str], limit: int | None = None) -> Iterator[tuple[Item, Event | dict]]:
+    """Runs every item not in `skip`; yields (item, event) while it runs and (item, result row)
+    when it is scored. A failed item yields RunFailed and is left for the next run."""
+    prep = prepare_model(model, engine)
+    stop = threading.Event()
+    llm = open_engine(prep, 0, engine) if engine.kind == "openai" else None
+    running: dict[int, Item] = {}  # only the items in flight: a context may be megabytes
+
+    def wanted() -> Iterator[Item]:
+        count = 0
+        for item in read_items(data):
+            if item.id in skip:
+                continue
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield item
+
+    try:
+        if llm is None:  # the embedded engine: sized for the largest step these budgets make
+            from ..core.agent import plan_context
+
+            # Questions differ per item: room for the longest one allowed (question_tokens).
+            n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, None) + config.question_tokens
+            if engine.n_ctx is not None:
+                n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, engine.n_ctx)
+            llm = open_engine(prep, n_ctx, engine)
+        gated = GatedEngine(llm, FairGate(parallel if llm.concurrent else 1), stop)
+
+        def job(item: Item):
+            def run() -> Iterator[Event]:
+                started = time.perf_counter()
+                question = check_question(item.question, prep.tokenizer, config)
+                chunks, stats = _text_chunks(item, prep.tokenizer, config.chunk_tokens)
+                steps, answer = 0, None
+                for event in run_loop(question, chunks, stats, gated, prep.tokenizer, config):
+                    if isinstance(event, StepFinished):
+                        steps += 1
+                    elif isinstance(event, AnswerFinished):
+                        answer = event
+                    yield event
+                scores = score(answer.answer if answer.found else "", item.answers)
+                yield RunFinished({"id": item.id, "question": item.question, "answers": item.answers,  # type: ignore[arg-type]
+                                   "prediction": answer.answer if answer.found else "", "found": answer.found,
+                                   "raw": answer.raw, **scores, "steps": steps, "document_tokens": stats.document_tokens,
+                                   "seconds": round(time.perf_counter() - started, 3)})
+            return run
+
+        def jobs():
+            for k, item in enumerate(wanted()):
+                running[k] = item
+                yield job(item)
+
+        workers = parallel if llm.concurrent else 1
+        for index, event in run_all(jobs(), workers=workers, stop=stop):
+            item = running[index]
+            if isinstance(event, RunError):
+                del running[index]
+                yield item, RunFailed(event.error)
+            elif isinstance(event, RunFinished):
+                del running[index]
+                yield item, event.result  # the scored row
+            else:
+                yield item, event
+    finally:
+        stop.set()
+        if llm is not None:
+            llm.close()

@@ -1,0 +1,144 @@
+"""Installed models: where they are, what they are called, and which one a run uses.
+
+Pulled models live in `<home>/models/` (home: MEMAGENT_HOME or the user data directory);
+`models add` registers a GGUF where it already is. The registry is one small JSON file,
+written atomically. Resolution order for a run: --model > MEMAGENT_MODEL > the configured
+default (memagent config set default_model ...) > the catalog's default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import paths
+from ..errors import EXIT_USAGE, MemagentError
+from ..model.gguf import GGUFInfo, read_gguf
+from . import catalog
+
+ENV_MODEL = "MEMAGENT_MODEL"
+
+
+def models_dir() -> Path:
+    return paths.models_dir()
+
+
+def _registry_file() -> Path:
+    return models_dir() / "registry.json"
+
+
+def load() -> dict[str, dict]:
+    try:
+        return json.loads(_registry_file().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise MemagentError(f"The model registry {_registry_file()} cannot be read ({exc}).",
+                            "Fix or remove it; the model files themselves are untouched.") from None
+
+
+def _save(entries: dict[str, dict]) -> None:
+    path = _registry_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename: a crash never leaves a half-written registry.
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as fh:
+        json.dump(entries, fh, indent=2, sort_keys=True)
+    os.replace(fh.name, path)
+
+
+def describe(info: GGUFInfo) -> dict:
+    """What `models add` and `models info` say about a GGUF, read from its header."""
+    from ..model.gpu import model_memory
+
+    file_type = info.get("general.file_type")
+    return {
+        "architecture": info.architecture,
+        "model_name": info.name,
+        "size": info.file_size,
+        "layers": info.arch_get("block_count"),
+        "context_length": info.arch_get("context_length"),
+        "quantization": _FILE_TYPES.get(file_type, f"type {file_type}" if file_type is not None else None),
+        "chat_template": info.chat_template is not None,
+        "weights_bytes": model_memory(info).weights_total if info.has_weights else 0,
+    }
+
+
+# llama.cpp's llama_ftype names for general.file_type (the common ones).
+_FILE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
+               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",
+               19: "iq2_xxs", 20: "iq2_xs", 30: "iq4_xs", 32: "bf16"}
+
+
+def add(path: str | Path, name: str | None = None, *, source: str = "local", sha256: str | None = None) -> tuple[str, dict]:
+    """Registers a GGUF after reading its header (a non-GGUF file is refused)."""
+    path = Path(path).expanduser().resolve()
+    info = read_gguf(path)
+    if not info.has_weights:
+        raise MemagentError(f"{path.name} holds only a vocabulary, no weights.", "Register a full model.",
+                            exit_code=EXIT_USAGE)
+    name = name or path.stem
+    record = {**describe(info), "path": str(path), "source": source, "sha256": sha256,
+              "added": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    entries = load()
+    entries[name] = record
+    _save(entries)
+    return name, record
+
+
+def remove(name: str) -> dict:
+    """Forgets a model; a file memagent downloaded is deleted, a file you added is left alone."""
+    entries = load()
+    record = entries.pop(_known(name, entries), None)
+    if record and record["source"] != "local":
+        Path(record["path"]).unlink(missing_ok=True)
+    _save(entries)
+    return record
+
+
+def get(name: str) -> dict:
+    entries = load()
+    key = _known(name, entries)
+    return {"name": key, **entries[key]}
+
+
+def _known(name: str, entries: dict) -> str:
+    for candidate in (name, catalog.canonical(name)):
+        if candidate in entries:
+            return candidate
+    raise MemagentError(f"No installed model is called {name!r}.", "See memagent models list.", exit_code=EXIT_USAGE)
+
+
+class NotInstalled(MemagentError):
+    """A catalog model was asked for (or is the default) but has not been pulled."""
+
+    def __init__(self, name: str):
+        self.name = catalog.canonical(name)
+        super().__init__(f"The model {self.name} is not installed.", f"Run: memagent models pull {self.name}",
+                         exit_code=EXIT_USAGE)
+
+
+def resolve_model(model: str | os.PathLike | None) -> Path:
+    """The GGUF file a run uses. Raises NotInstalled for a catalog model not yet pulled."""
+    from .settings import get_setting
+
+    chosen = str(model) if model else os.environ.get(ENV_MODEL) or get_setting("default_model") or catalog.default_alias()
+    path = Path(chosen).expanduser()
+    if path.is_file():
+        return path
+    entries = load()
+    for name in (chosen, catalog.canonical(chosen)):
+        if name in entries:
+            stored = Path(entries[name]["path"])
+            if not stored.is_file():
+                raise MemagentError(f"The model {name} is registered at {stored}, which is gone.",
+                                    f"Pull it again, or run: memagent models rm {name}")
+            return stored
+    if catalog.lookup(chosen) is not None:
+        raise NotInstalled(chosen)
+    if path.suffix.lower() == ".gguf" or os.sep in chosen:
+        raise MemagentError(f"Model file not found: {path}", f"Check --model or {ENV_MODEL}.", exit_code=EXIT_USAGE)
+    raise MemagentError(f"Unknown model {chosen!r}: not a file, an installed model or a catalog alias.",
+                        "See memagent models list.", exit_code=EXIT_USAGE)

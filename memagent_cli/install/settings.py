@@ -1,0 +1,87 @@
+"""User settings: `memagent config get|set|list`, kept in config.toml.
+
+The file lives in the platformdirs user config directory, or in MEMAGENT_HOME when that is set
+(tests, portable installs). Only known keys are accepted, each with its type checked, so a typo
+is an error now rather than a silent no-op later.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import paths
+from ..errors import EXIT_USAGE, MemagentError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def _gpu_layers(value: str) -> str | int:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise MemagentError(f"gpu_layers must be auto or a number, not {value!r}.", exit_code=EXIT_USAGE) from None
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise MemagentError(f"threads must be a whole number of at least 1, not {value!r}.", exit_code=EXIT_USAGE)
+    return n
+
+
+# key -> (parse a command-line value, what it means)
+KEYS = {
+    "default_model": (str, "model used when --model and MEMAGENT_MODEL are not given (an alias, a name or a path)"),
+    "gpu_layers": (_gpu_layers, "layers offloaded to the GPU: auto (default), -1 (all), 0 (none) or a number"),
+    "threads": (_positive, "CPU threads for generation"),
+}
+
+
+def config_file() -> Path:
+    return paths.config_file()
+
+
+def load() -> dict:
+    try:
+        return tomllib.loads(config_file().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MemagentError(f"{config_file()} cannot be read ({exc}).", "Fix it, or remove it to start over.") from None
+
+
+def get_setting(key: str):
+    return load().get(key)
+
+
+def _check_key(key: str) -> None:
+    if key not in KEYS:
+        raise MemagentError(f"Unknown setting {key!r}.", f"Known: {', '.join(KEYS)}.", exit_code=EXIT_USAGE)
+
+
+def set_setting(key: str, value: str | None) -> None:
+    """Sets key to the parsed value; None removes it."""
+    import tomli_w
+
+    _check_key(key)
+    data = load()
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = KEYS[key][0](value)
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        tomli_w.dump(data, fh)
+    os.replace(fh.name, path)

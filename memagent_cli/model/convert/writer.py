@@ -1,0 +1,251 @@
+"""safetensors -> GGUF in bounded memory: the tensors are streamed, a window of rows at a time.
+
+The header (metadata and tensor table) is written with gguf's `GGUFWriter`, llama.cpp's own writer,
+and tensor names come from gguf's tensor-name tables, so the file is laid out exactly as
+convert_hf_to_gguf.py lays it out. The tensor data is then written window by window: each window is
+read through a memory map of the shard, widened to float32 and narrowed to the output type with
+gguf's `quants.quantize` (the converter's own conversion, so f16 output is bit-identical), written,
+and its pages released. A bf16 embedding of 1 GB is never widened whole; peak memory is a few
+windows, whatever the model size (`benchmarks/convert.py` measures it).
+
+The output appears only when complete: it is written to `dest`.partial and renamed.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import MemagentError
+from .checkpoint import Checkpoint, Tensor
+from .metadata import add_general, add_hyperparameters, add_vocabulary
+
+# Output types the converter writes itself; anything smaller goes through llama.cpp's quantizer.
+OUTTYPES = ("f32", "f16", "bf16")
+_WINDOW = 32 * 1024 * 1024  # source bytes converted at once
+# Checkpoint tensors that carry nothing llama.cpp uses.
+_SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Planned:
+    source: Tensor
+    name: str  # the GGUF name, e.g. "blk.0.attn_q.weight"
+    qtype: int  # GGMLQuantizationType
+    nbytes: int  # bytes in the GGUF
+
+
+def _ggml_types():
+    from gguf import GGMLQuantizationType as T
+
+    return {"f32": T.F32, "f16": T.F16, "bf16": T.BF16}
+
+
+def file_type(outtype: str) -> int:
+    from gguf import LlamaFileType as F
+
+    return {"f32": F.ALL_F32, "f16": F.MOSTLY_F16, "bf16": F.MOSTLY_BF16}[outtype]
+
+
+def plan(checkpoint: Checkpoint, outtype: str) -> list[Planned]:
+    """Every tensor's GGUF name, type and size; a tensor the architecture has no place for is refused."""
+    import gguf
+
+    arch = {"qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3}[checkpoint.architecture]
+    blocks = int(checkpoint.config["num_hidden_layers"])
+    names = gguf.get_tensor_name_map(arch, blocks)
+    out_type = _ggml_types()[outtype]
+    planned = []
+    seen: dict[str, str] = {}
+    for tensor in checkpoint.tensors.values():
+        if tensor.name.endswith(_SKIPPED):
+            continue
+        name = names.get_name(tensor.name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise MemagentError(f"The checkpoint has a tensor {tensor.name} that a {checkpoint.architecture} model "
+                                "has no place for", "Is config.json's architecture right for these weights?")
+        if name in seen:
+            raise MemagentError(f"Tensors {seen[name]} and {tensor.name} both map to {name}")
+        seen[name] = tensor.name
+        # As in the converter: vectors and norms stay float32, matrices take the output type.
+        qtype = gguf.GGMLQuantizationType.F32 if len(tensor.shape) <= 1 or name.endswith("_norm.weight") else out_type
+        itemsize = 4 if qtype == gguf.GGMLQuantizationType.F32 else 2
+        planned.append(Planned(tensor, name, int(qtype), tensor.count * itemsize))
+    _check_complete(planned, checkpoint)
+    return planned
+
+
+def _check_complete(planned: list[Planned], checkpoint: Checkpoint) -> None:
+    """The tensors llama.cpp will ask for when it loads the file: a missing one is a load error later."""
+    have = {p.name for p in planned}
+    need = ["token_embd.weight", "output_norm.weight"]
+    for i in range(int(checkpoint.config["num_hidden_layers"])):
+        need += [f"blk.{i}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                                                   "ffn_gate", "ffn_up", "ffn_down")]
+    missing = [n for n in need if n not in have]
+    if missing:
+        raise MemagentError(f"The checkpoint lacks {len(missing)} tensor(s) a {checkpoint.architecture} model needs, "
+                            f"e.g. {missing[0]}", "Download the checkpoint again: a shard may be missing")
+
+
+def output_bytes(planned: list[Planned]) -> int:
+    return sum(p.nbytes for p in planned)
+
+
+def convert(checkpoint: Checkpoint, dest: Path, outtype: str = "f16", *, progress: Progress | None = None) -> Path:
+    """Writes the checkpoint as a GGUF of `outtype` (f32, f16 or bf16) at exactly `dest`."""
+    import gguf
+
+    if outtype not in OUTTYPES:
+        raise MemagentError(f"{outtype!r} is not an output type of the converter", f"Use one of {', '.join(OUTTYPES)}")
+    planned = plan(checkpoint, outtype)
+    dest = Path(dest)
+    partial = dest.with_name(dest.name + ".partial")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(path=None, arch=checkpoint.architecture)
+    for p in planned:
+        # Shapes go in PyTorch order; the writer reverses them into ggml's, as the converter's do.
+        writer.add_tensor_info(p.name, p.source.shape, np.dtype(np.float32 if p.qtype == 0 else np.float16), p.nbytes,
+                               raw_dtype=gguf.GGMLQuantizationType(p.qtype))
+    add_general(writer, checkpoint, sum(p.source.count for p in planned))
+    add_hyperparameters(writer, checkpoint, file_type(outtype))
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_vocabulary(writer, checkpoint.folder, checkpoint.config)
+    total = output_bytes(planned)
+    done = 0
+    try:
+        writer.write_header_to_file(path=partial)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        out = writer.fout[0]
+        writer.write_padding(out, out.tell())
+        maps: dict[Path, tuple[object, mmap.mmap]] = {}
+        try:
+            for p in planned:
+                for block in _windows(p, maps):
+                    out.write(block)
+                    done += block.nbytes
+                    block = None  # a view into the map must be gone before the map is closed
+                    if progress is not None:
+                        progress(done, total)
+                writer.write_padding(out, p.nbytes)
+        finally:
+            for fh, mm in maps.values():
+                mm.close()
+                fh.close()
+        out.flush()
+        os.fsync(out.fileno())
+        writer.close()
+    except BaseException:
+        if writer.fout:
+            for fh in writer.fout:
+                fh.close()
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, dest)
+    return dest
+
+
+def write_vocabulary(folder: str | Path, dest: Path) -> Path:
+    """A vocabulary-only GGUF (no tensors) from a checkpoint folder's config and tokenizer files,
+    as llama.cpp's converter writes with --vocab-only: enough for `--tokenizer` and for tests."""
+    import gguf
+
+    from .checkpoint import REQUIRED_FILES, architecture_of, read_config
+
+    folder = Path(folder).expanduser()
+    config = read_config(folder)
+    architecture = architecture_of(config)
+    for name in REQUIRED_FILES[1:]:
+        if not (folder / name).is_file():
+            raise MemagentError(f"{folder} has no {name}", "The tokenizer files come with the checkpoint")
+    checkpoint = Checkpoint(folder=folder, config=config, architecture=architecture, tensors={}, shards=())
+    writer = gguf.GGUFWriter(path=None, arch=architecture)
+    add_general(writer, checkpoint, 0)
+    add_hyperparameters(writer, checkpoint, file_type("f16"))
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_vocabulary(writer, folder, config)
+    partial = Path(dest).with_name(Path(dest).name + ".partial")
+    try:
+        writer.write_header_to_file(path=partial)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        writer.close()
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, dest)
+    return Path(dest)
+
+
+def _windows(p: Planned, maps: dict):
+    """The tensor's GGUF bytes, a window of whole rows at a time (as memoryviews or arrays)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import quantize
+
+    src = p.source
+    if src.path not in maps:
+        fh = open(src.path, "rb")
+        maps[src.path] = (fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+    mm = maps[src.path][1]
+    itemsize = src.nbytes // max(src.count, 1)
+    row = itemsize * (src.shape[-1] if src.shape else 1)
+    rows_per_window = max(1, _WINDOW // max(row, 1))
+    same = (src.dtype, p.qtype) in (("F32", T.F32), ("F16", T.F16), ("BF16", T.BF16))
+    start, end = src.offset, src.offset + src.nbytes
+    while start < end:
+        stop = min(end, start + rows_per_window * row)
+        raw = np.frombuffer(mm, dtype=np.uint8, count=stop - start, offset=start)
+        if same:
+            # Already in the output type (bf16 -> bf16 is the converter's rounding of an exact value).
+            yield raw
+        elif src.dtype == "BF16" and p.qtype == T.F16:
+            yield np.take(_bf16_to_f16(), raw.view(np.uint16))
+        else:
+            yield quantize(_widen(raw, src.dtype), T(p.qtype))
+        del raw
+        _release(mm, start, stop)
+        start = stop
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_to_f16() -> np.ndarray:
+    """The f16 bits of every bf16 bit pattern, made by the same widening and the converter's own
+    narrowing: a lookup gives identical bits at twice the speed of converting each window (the
+    f16 stage was CPU-bound at 0.43x a file copy; see benchmarks/convert.py)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import quantize
+
+    with np.errstate(all="ignore"):  # NaN and infinity patterns are converted as the converter would
+        every = _widen(np.arange(1 << 16, dtype=np.uint16).view(np.uint8), "BF16")
+        return quantize(every, T.F16).view(np.uint16)
+
+
+def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values of raw little-endian bytes; what torch's .to(float32) gives the converter."""
+    if dtype == "BF16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype == "F16":
+        return raw.view(np.float16).astype(np.float32)
+    return raw.view(np.float32)
+
+
+def _release(mm: mmap.mmap, start: int, stop: int) -> None:
+    """Drops the window's pages from this process (the page cache keeps them), so resident memory
+    stays at a window however large the shard."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if advice is None:
+        return
+    first = start - start % mmap.PAGESIZE
+    try:
+        mm.madvise(advice, first, stop - first)
+    except (OSError, ValueError):
+        pass

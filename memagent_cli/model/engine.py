@@ -1,0 +1,218 @@
+"""The model engine: one chat request in, streamed text out.
+
+The agent loop sees only the `Engine` protocol (a user message, a token budget, sampling
+settings), so a served model (vLLM, llama-server) can stand in for the embedded llama.cpp
+engine here. llama_cpp is imported only when a model is loaded.
+
+Why we drive llama.cpp ourselves rather than through `Llama.generate`:
+- llama-cpp-python's sampler chain applies top-p before temperature; the reference (vLLM)
+  applies temperature first. We build the chain temp -> top-p -> dist, nothing else.
+- its text path drops tokens longer than 32 bytes; we decode ids with our own tables.
+- we need prompt and generation timed apart, and an exact stop/length finish reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Union
+
+from ..errors import MemagentError
+from .chat import ChatFormat
+from .gguf import GGUFInfo
+from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
+from .tokenizer import StreamDecoder, Tokenizer
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.7  # 0 = greedy
+    top_p: float = 0.95
+    seed: int | None = None  # None = a fresh random seed
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class CompletionDone:
+    text: str
+    finish_reason: str  # "stop": the model ended its turn; "length": the token budget ran out
+    prompt_tokens: int
+    completion_tokens: int
+    max_tokens: int  # the generation budget used: less than asked when the prompt left less room
+    cached_tokens: int  # prompt tokens reused from the previous call's cache
+    prompt_seconds: float
+    generate_seconds: float
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A served engine lost a reply (refused, cut, timed out) and will ask again: the text
+    streamed so far for this reply is void."""
+
+    reason: str  # one line: what went wrong
+    attempt: int  # the attempt about to start, from 2
+    attempts: int  # the most there will be
+    delay: float  # seconds it waits first
+
+
+Completion = Union[TextDelta, Retrying, CompletionDone]
+
+
+class Engine(Protocol):
+    """What the agent loop needs from a model."""
+
+    description: str  # one line for headers: where the model runs
+    concurrent: bool  # whether calls may overlap (a server batches them; llama.cpp here cannot)
+
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        """Stream the reply to a single user message; the last item is CompletionDone."""
+
+    def close(self) -> None: ...
+
+
+def _load_hint(reason: str, info: GGUFInfo, n_ctx: int) -> str:
+    """What to do about a failed load, by its cause in llama.cpp's log."""
+    lowered = reason.lower()
+    if "alloc" in lowered or "memory" in lowered:
+        return (f"Not enough memory: lower --ctx (now {n_ctx:,}) or --gpu-layers, or use a smaller quantization "
+                "(e.g. q4_k_m); memagent doctor shows what fits.")
+    if "unknown model architecture" in lowered:
+        return (f"This llama-cpp-python cannot run {info.architecture!r} models: upgrade it "
+                "(pip install -U llama-cpp-python) or use a GGUF of a supported architecture.")
+    return ("Check that the file is complete (a download may have been cut); --verbose shows llama.cpp's log.")
+
+
+# --- the embedded engine -------------------------------------------------------------------
+
+class LlamaEngine:
+    """A GGUF model run in-process by llama.cpp."""
+
+    concurrent = False  # one llama_context: calls run one at a time
+
+    def __init__(self, info: GGUFInfo, tokenizer: Tokenizer, chat: ChatFormat, *, n_ctx: int,
+                 gpu_layers: int | None = None, threads: int | None = None, verbose: bool = False):
+        import llama_cpp
+
+        if not info.has_weights:
+            raise MemagentError(f"{info.path} holds only a vocabulary, no weights.",
+                                "It can count tokens (memagent inspect) but not answer; pass a full model to --model.")
+        quiet_llama_logs(verbose)
+        self.info = info
+        self.tokenizer = tokenizer
+        self.chat = chat
+        self.n_ctx = n_ctx
+        offload = llama_cpp.llama_supports_gpu_offload()
+        n_layer = info.arch_get("block_count", 0)
+        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory
+            from .gpu import plan_layers
+
+            plan = plan_layers(info, n_ctx, offload_supported=bool(offload))
+            self.gpu_layers, self.gpu_reason = plan.layers, plan.reason
+        else:
+            self.gpu_layers = gpu_layers if offload else 0
+            self.gpu_reason = f"--gpu-layers {gpu_layers}" if offload else "CPU only: this build cannot offload to a GPU"
+        self.threads = threads or default_threads()
+        self.on_gpu = bool(offload) and self.gpu_layers != 0
+        if self.on_gpu:
+            layers = n_layer if self.gpu_layers < 0 else min(self.gpu_layers, n_layer)
+            self.description = f"GPU ({layers}/{n_layer} layers offloaded)"
+        else:
+            self.description = f"CPU ({self.threads} thread{'s' if self.threads > 1 else ''})"
+        # verbose=True keeps llama-cpp-python from redirecting file descriptors 1 and 2 to
+        # /dev/null during the load (which would swallow our live view); its Python-side
+        # chatter goes to a buffer, and llama.cpp's own log goes through our callback.
+        chatter = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
+                self._llm = llama_cpp.Llama(
+                    model_path=str(info.path), n_ctx=n_ctx, n_batch=min(2048, n_ctx), n_ubatch=512,
+                    n_gpu_layers=self.gpu_layers, n_threads=self.threads,
+                    n_threads_batch=max(self.threads, available_cores()),
+                    verbose=True,
+                )
+        except ValueError as exc:
+            reason = log_reason()
+            raise MemagentError(f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
+                                _load_hint(reason, info, n_ctx)) from None
+        self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
+
+    def close(self) -> None:
+        llm, self._llm = getattr(self, "_llm", None), None
+        if llm is not None:
+            llm.close()
+
+    def _sampler(self, sampling: Sampling):
+        import llama_cpp
+
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if sampling.temperature <= 0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            seed = llama_cpp.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
+            if sampling.top_p < 1.0:
+                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
+        return chain
+
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        import llama_cpp
+
+        llm = self._llm
+        prompt = self.chat.encode(self.tokenizer, user_message)
+        # An unusually long prompt shortens this reply rather than losing the run so far.
+        max_tokens = min(max_tokens, self.n_ctx - len(prompt))
+        if max_tokens < 1:
+            raise MemagentError(
+                f"A prompt of {len(prompt)} tokens leaves no room to generate in a context of {self.n_ctx}.",
+                "Raise --ctx, or lower --chunk-tokens or --memory-tokens.")
+        start = time.perf_counter()
+        cached = self._reuse_prefix(prompt)
+        llm.eval(prompt[cached:])
+        prompt_done = time.perf_counter()
+        chain = self._sampler(sampling)
+        decoder = StreamDecoder(self.tokenizer)
+        ids: list[int] = []
+        finish = "length"
+        try:
+            while len(ids) < max_tokens:
+                token = llama_cpp.llama_sampler_sample(chain, llm.ctx, -1)
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    finish = "stop"
+                    break
+                ids.append(token)
+                piece = decoder.feed(token)
+                if piece:
+                    yield TextDelta(piece)
+                if len(ids) < max_tokens:
+                    llm.eval([token])
+        finally:
+            llama_cpp.llama_sampler_free(chain)
+        tail = decoder.flush()
+        if tail:
+            yield TextDelta(tail)
+        end = time.perf_counter()
+        yield CompletionDone(
+            text=self.tokenizer.decode_bytes(ids).decode("utf-8", errors="replace"),
+            finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(ids), max_tokens=max_tokens,
+            cached_tokens=cached,
+            prompt_seconds=prompt_done - start, generate_seconds=end - prompt_done,
+        )
+
+    def _reuse_prefix(self, prompt: list[int]) -> int:
+        """Keeps the KV cache of the longest common prefix with the last call (the
+        instruction and question repeat at every step); `eval` drops the rest."""
+        llm = self._llm
+        old = llm.input_ids[: llm.n_tokens]
+        n = min(len(old), len(prompt) - 1)  # at least one token must be evaluated for fresh logits
+        keep = 0
+        while keep < n and old[keep] == prompt[keep]:
+            keep += 1
+        llm.n_tokens = keep
+        return keep

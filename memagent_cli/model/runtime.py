@@ -1,0 +1,79 @@
+"""llama.cpp as a library in this process: its log (kept for error messages, shown with
+--verbose, listened to by the quantizer for progress), whether this build can offload to a GPU,
+and how many cores there are to use."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections import deque
+
+_LOG_TAIL: deque[str] = deque(maxlen=40)  # recent llama.cpp log lines, for error messages
+_log_state = {"verbose": False, "callback": None}
+_LOG_LISTENERS: list = []  # functions called with each log line (the quantizer's progress reads them)
+
+
+def quiet_llama_logs(verbose: bool = False) -> None:
+    """Route llama.cpp's log through us: kept for error messages, shown only with --verbose."""
+    import ctypes
+
+    import llama_cpp
+
+    _log_state["verbose"] = verbose
+    if _log_state["callback"] is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", errors="replace")
+        _LOG_TAIL.append(line)
+        for listener in list(_LOG_LISTENERS):
+            listener(line)
+        if _log_state["verbose"]:
+            sys.__stderr__.write(line)
+
+    _log_state["callback"] = _callback  # ctypes callbacks must outlive their registration
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+@contextlib.contextmanager
+def llama_log_listener(listener):
+    """Calls `listener` with every llama.cpp log line while the block runs."""
+    quiet_llama_logs(_log_state["verbose"])
+    _LOG_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LOG_LISTENERS.remove(listener)
+
+
+def log_reason() -> str:
+    """The most specific failure llama.cpp logged: its 'error ...' lines name the cause,
+    the 'failed to load' line that follows them does not."""
+    lines = [line.strip() for line in _LOG_TAIL]
+    for words in ("error loading model:", "error", "failed"):
+        found = [line for line in lines if words in line.lower()]
+        if found:
+            return found[-1].split(words, 1)[-1].strip() if words.endswith(":") else found[-1]
+    return ""
+
+
+def gpu_offload_supported() -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    # Generation is memory-bound: half the logical cores (about the physical ones) is as
+    # fast as all of them, and llama.cpp's spinning threads collapse when they outnumber
+    # the cores left free by other work (measured: 0.1 s steps became 19 s).
+    return max(1, available_cores() // 2)

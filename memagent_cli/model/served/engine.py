@@ -1,0 +1,451 @@
+"""A served model: memagent driving vLLM, SGLang, llama-server (C++) or llama-cpp-python's server
+through their OpenAI-compatible HTTP API instead of the embedded llama.cpp.
+
+This module owns `OpenAIEngine`, the `Engine` protocol over POST {base}/chat/completions, streamed
+as server-sent events: one user message per call (the server applies the model's chat template, as
+the authors' runner did), every sampling knob pinned so no server default changes the output, and
+transient faults (refused, timed out, 5xx/429, a stream cut mid-reply) retried from scratch with
+backoff; and the HTTP plumbing (client, faults, retries) that served_tokenizer.py shares.
+
+How the base URL, key and model name are chosen on the command line is the caller's business.
+httpx2 (the HTTP client memagent already has through huggingface_hub) is imported inside functions,
+so importing this module loads no HTTP client until a server is used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Iterator
+
+from ...errors import MemagentError
+from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
+
+# Every sampling parameter the servers know besides temperature and top_p, set to "off". A field a
+# server does not know is ignored by it (vLLM logs a warning; SGLang, llama-server and
+# llama-cpp-python drop it silently), so one body suits them all. Sent on every request because each
+# server has defaults that are not off, and the reference sampled with nothing but temperature and
+# top_p (reference/memagent-protocol.md, "Chunking and budgets").
+NEUTRAL_SAMPLING: dict[str, Any] = {
+    # Top-k off. No smaller value is "off" everywhere: llama-cpp-python rejects -1 (its schema has
+    # ge=0), vLLM before 0.8 and SGLang reject 0 ("top_k must be -1 (disable), or at least 1"). A k
+    # above any vocabulary is off on all of them: it is SGLang's own "whole vocabulary" value
+    # (TOP_K_ALL = 1 << 30), vLLM treats k >= vocab size as no top-k, and llama.cpp clamps k to the
+    # vocabulary. It replaces: llama-cpp-python 40, llama-server 40 (or --top-k, or the GGUF's
+    # general.sampling.top_k), vLLM >= 0.8 and SGLang the model's generation_config (Qwen2.5: 20).
+    "top_k": 1 << 30,
+    # Min-p off: llama-cpp-python and llama-server default to 0.05; vLLM and SGLang take
+    # generation_config's value when there is one.
+    "min_p": 0.0,
+    # The llama.cpp name of the repetition penalty: llama-cpp-python's server defaults to 1.1 (and,
+    # unlike llama.cpp's own sampler, applies it at temperature 0 too); llama-server to 1.0, or
+    # --repeat-penalty, or the GGUF's general.sampling.penalty_repeat.
+    "repeat_penalty": 1.0,
+    # The Hugging Face name of the same thing, for vLLM >= 0.8 and SGLang, which otherwise take it
+    # from generation_config (Qwen2.5-Instruct's has 1.05).
+    "repetition_penalty": 1.0,
+    # OpenAI's own penalties, 0 by default everywhere, but llama-server's --presence-penalty and
+    # --frequency-penalty change that default.
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    # llama-server only: samplers that are off by default but can be switched on for every request
+    # by its command line (--typical, --mirostat, --dry-multiplier, --xtc-probability) or, for
+    # mirostat and XTC, by the GGUF's general.sampling.* metadata.
+    "typical_p": 1.0,
+    "mirostat": 0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    # llama-cpp-python's name for mirostat (default 0, kept off in case a build changes that).
+    "mirostat_mode": 0,
+}
+
+MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
+MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
+CONNECT_TIMEOUT = 10.0  # a host that does not answer a TCP connect in this long is not coming
+
+
+def normalize_base_url(base_url: str) -> str:
+    """'http://host:8000', 'http://host:8000/', 'host:8000/v1' -> 'http://host:8000/v1'."""
+    url = base_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return url
+
+
+def server_root(base_url: str) -> str:
+    """The base URL without its /v1: where vLLM and llama-server put /tokenize and /detokenize."""
+    return normalize_base_url(base_url)[: -len("/v1")]
+
+
+# --- faults --------------------------------------------------------------------------------
+
+class Fault(Exception):
+    """One failed attempt. `reason` is the one line a Retrying item or the final error shows."""
+
+    def __init__(self, reason: str, hint: str, *, transient: bool, retry_after: float | None = None,
+                 status: int | None = None, undecodable: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.transient = transient
+        self.retry_after = retry_after
+        self.status = status  # the HTTP status when the server answered, None when it did not
+        self.undecodable = undecodable  # llama-cpp-python could not turn these ids into UTF-8 text
+        self.attempts = 1  # how many attempts had failed when we gave up
+
+    def error(self) -> MemagentError:
+        tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
+        return MemagentError(self.reason + tries, self.hint)
+
+
+_RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or check --base-url."
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_message(response) -> str:
+    """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
+    llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
+    try:
+        payload = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return shorten(response.text)
+    return _message_of(payload) or shorten(response.text)
+
+
+def _message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        for key in ("error", "message", "detail"):
+            value = payload.get(key)
+            if isinstance(value, dict):
+                value = value.get("message") or value.get("msg")
+            if isinstance(value, list):  # FastAPI validation errors: a list of {"msg", "loc"}
+                value = "; ".join(str(item.get("msg", item)) if isinstance(item, dict) else str(item) for item in value)
+            if value:
+                return shorten(str(value))
+    return ""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _status_fault(base: str, response) -> Fault:
+    status = response.status_code
+    message = _server_message(response)
+    said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
+    if status == 429:
+        return Fault(said, "The server is turning requests away (rate limit or full queue); try again later.",
+                      transient=True, retry_after=_retry_after(response.headers.get("Retry-After")), status=status)
+    if status >= 500:
+        # llama-cpp-python's /extras/detokenize answers 500 when the ids end inside a character:
+        # retrying cannot help, the caller decodes around it.
+        undecodable = "can't decode" in message
+        return Fault(said, "Check the server's log.", transient=not undecodable,
+                      retry_after=_retry_after(response.headers.get("Retry-After")), status=status, undecodable=undecodable)
+    if status in (401, 403):
+        hint = "Check --api-key: it must be the key the server was started with."
+    elif status == 404:
+        hint = (f"Check --served-model (GET {base}/models lists the names the server answers to) "
+                "and --base-url (the OpenAI API is under /v1).")
+    elif re.search(r"context|too long|maximum|length|tokens", message, re.IGNORECASE):
+        hint = ("The prompt may not fit the server's context: start it with a longer one (vLLM --max-model-len, "
+                "llama-server --ctx-size) or lower --chunk-tokens / --memory-tokens.")
+    else:
+        hint = "The server rejected the request; check --served-model and --base-url."
+    return Fault(said, hint, transient=False, status=status)
+
+
+def _transport_fault(base: str, error: Exception, timeout: float) -> Fault:
+    import httpx2
+
+    if isinstance(error, httpx2.ConnectTimeout):
+        return Fault(f"The server at {base} did not accept a connection within {min(timeout, CONNECT_TIMEOUT):g} s",
+                      _RUNNING_HINT, transient=True)
+    if isinstance(error, httpx2.TimeoutException):  # read, write or pool timeout
+        return Fault(f"The server at {base} sent nothing for {timeout:g} s (timed out)",
+                      "It may be overloaded or stuck; check its log.", transient=True)
+    if isinstance(error, httpx2.ConnectError):
+        if "refused" in str(error).lower():
+            return Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
+        return Fault(f"The server at {base} could not be reached ({shorten(str(error), 120) or type(error).__name__})",
+                      _RUNNING_HINT, transient=True)
+    # RemoteProtocolError, ReadError...: the connection broke while the answer was coming.
+    return Fault(f"The server at {base} cut the reply off mid-stream ({type(error).__name__})",
+                  "The server may have crashed or restarted; check its log.", transient=True)
+
+
+def _backoff(fault: Fault, backoff: float, attempt: int) -> float:
+    """Seconds to wait before attempt `attempt + 1`: the server's Retry-After, else backoff * 2^(attempt-1)."""
+    if fault.retry_after is not None:
+        return fault.retry_after
+    return min(backoff * (2 ** (attempt - 1)), MAX_BACKOFF)
+
+
+def make_client(api_key: str | None, timeout: float):
+    import httpx2
+
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    # The read timeout bounds the silence between two bytes (a long prefill sends nothing), the
+    # connect timeout is short: an absent server should be reported at once, not after minutes.
+    return httpx2.Client(headers=headers, timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)))
+
+
+def post_json(client, base: str, url: str, body: dict | None, timeout: float, *, method: str = "POST") -> Any:
+    """One JSON request; raises Fault for anything but a 2xx answer with a JSON body."""
+    import httpx2
+
+    try:
+        response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+    except httpx2.TransportError as error:
+        raise _transport_fault(base, error, timeout) from None
+    if not response.is_success:
+        raise _status_fault(base, response)
+    try:
+        return response.json()
+    except ValueError:
+        raise Fault(f"The server at {base} answered {url} with something that is not JSON",
+                     "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+
+
+def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Callable[[str], None] | None) -> Any:
+    """Runs `call` until it succeeds or fails for good (raising the last Fault); for requests that
+    stream nothing (the model list, the tokenizer), where there is no caller to hand Retrying items to."""
+    attempts = retries + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Fault as fault:
+            if not fault.transient or attempt == attempts:
+                fault.attempts = attempt
+                raise
+            delay = _backoff(fault, backoff, attempt)
+            if log is not None:
+                log(f"{fault.reason}; attempt {attempt + 1} of {attempts} in {delay:.1f} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+# --- the engine ----------------------------------------------------------------------------
+
+class OpenAIEngine:
+    """A model behind an OpenAI-compatible server (vLLM, SGLang, llama-server, llama-cpp-python)."""
+
+    concurrent = True  # a server queues or batches overlapping requests itself
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout: float = 600.0,
+                 retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None,
+                 count_tokens: Callable[[str], int] | None = None):
+        self.base_url = normalize_base_url(base_url)
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self._log = log
+        self._count = count_tokens
+        self._client = make_client(api_key, timeout)
+        try:
+            self.model = model if model else self._first_model()
+        except BaseException:
+            self.close()
+            raise
+        self.description = f"served: {self.model} at {self.base_url}"
+
+    def close(self) -> None:
+        client, self._client = getattr(self, "_client", None), None
+        if client is not None:
+            client.close()
+
+    def _first_model(self) -> str:
+        """The model the server serves, when none was named: one GET /v1/models."""
+        url = f"{self.base_url}/models"
+        try:
+            listing = with_retries(lambda: post_json(self._client, self.base_url, url, None, self.timeout, method="GET"),
+                                    self.retries, self.backoff, self._log)
+        except Fault as fault:
+            raise fault.error() from None
+        data = listing.get("data") if isinstance(listing, dict) else None
+        ids = [m.get("id") for m in data or [] if isinstance(m, dict) and m.get("id")]
+        if not ids:
+            raise MemagentError(f"The server at {self.base_url} lists no models at {url}",
+                                "Pass the model's name with --served-model.")
+        return str(ids[0])
+
+    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": user_message}],
+            "stream": True,
+            "stream_options": {"include_usage": True},  # vLLM and SGLang send usage only when asked
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            **NEUTRAL_SAMPLING,
+        }
+        if sampling.seed is not None:
+            # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
+            body["seed"] = sampling.seed & 0xFFFFFFFF
+        return body
+
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        url = f"{self.base_url}/chat/completions"
+        body = self.request_body(user_message, max_tokens, sampling)
+        if self._log is not None:
+            shown = dict(body, messages=f"<1 user message, {len(user_message)} chars>")
+            self._log(f"POST {url} {json.dumps(shown)}")
+        attempts = self.retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                yield from self._attempt(url, body, user_message, max_tokens)
+                return
+            except Fault as fault:
+                if not fault.transient or attempt == attempts:
+                    fault.attempts = attempt
+                    raise fault.error() from None
+                delay = _backoff(fault, self.backoff, attempt)
+                # The text streamed so far is void: the caller drops it on this item.
+                yield Retrying(fault.reason, attempt + 1, attempts, delay)
+                time.sleep(delay)
+
+    def _attempt(self, url: str, body: dict, user_message: str, max_tokens: int) -> Iterator[Completion]:
+        """One request, streamed; raises Fault when the reply is lost or refused."""
+        import httpx2
+
+        start = time.perf_counter()
+        first: float | None = None
+        pieces: list[str] = []
+        deltas = 0
+        finish: str | None = None
+        usage: dict | None = None
+        timings: dict | None = None
+        done = False
+        try:
+            with self._client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _status_fault(self.base_url, response)
+                if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
+                    # A server that ignored stream: true answers with one JSON completion.
+                    response.read()
+                    yield from self._whole(response, user_message, max_tokens, start)
+                    return
+                for line in response.iter_lines():
+                    # SSE: "data: {...}" lines; blank lines end events; ": ping" comments and "event:"
+                    # lines carry nothing for us. llama-server reports a failure as "error: {...}".
+                    field, _, value = line.partition(":")
+                    value = value.strip()
+                    if field == "error":
+                        raise self._stream_error(value)
+                    if field != "data" or not value:
+                        continue
+                    if value == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(value)
+                    except ValueError:
+                        raise Fault(f"The server at {self.base_url} sent a broken stream event",
+                                     "A proxy between us may be cutting the stream; check --base-url.",
+                                     transient=True) from None
+                    if not isinstance(chunk, dict):
+                        continue
+                    if chunk.get("error") or chunk.get("object") == "error":
+                        raise self._stream_error(value)
+                    usage = chunk.get("usage") or usage  # vLLM/SGLang: a last chunk with no choices
+                    timings = chunk.get("timings") or timings  # llama-server's own counters
+                    for choice in chunk.get("choices") or []:
+                        # Only `content` is the reply: a reasoning parser's `reasoning_content` is not.
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            if first is None:
+                                first = time.perf_counter()
+                            deltas += 1
+                            pieces.append(text)
+                            yield TextDelta(text)
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+        except httpx2.TransportError as error:
+            raise _transport_fault(self.base_url, error, self.timeout) from None
+        if finish == "abort" or (not done and finish is None):
+            # SGLang says "abort" when it drops a request; otherwise the connection ended before the reply did.
+            raise Fault(f"The server at {self.base_url} cut the reply off mid-stream",
+                         "The server may have crashed or restarted; check its log.", transient=True)
+        if finish is None:
+            # Every server names why a finished reply ended; [DONE] without it is a reply dropped, as
+            # llama-cpp-python's server drops one when another request arrives (its interrupt_requests).
+            raise Fault(f"The server at {self.base_url} ended a reply without finishing it",
+                         "llama-cpp-python's server drops a reply when another request comes: start it with "
+                         "--interrupt_requests false, or use --parallel 1.", transient=True)
+        yield self._done("".join(pieces), finish, usage, timings, deltas, user_message, max_tokens, start, first)
+
+    def _whole(self, response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
+        try:
+            payload = response.json()
+            choice = payload["choices"][0]
+            text = (choice.get("message") or {}).get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise Fault(f"The server at {self.base_url} answered with something that is not a chat completion",
+                         "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+        first = time.perf_counter()
+        if text:
+            yield TextDelta(text)
+        yield self._done(text, choice.get("finish_reason"), payload.get("usage"), payload.get("timings"),
+                         1 if text else 0, user_message, max_tokens, start, first)
+
+    def _stream_error(self, value: str) -> Fault:
+        """An error the server sent inside the stream (vLLM, SGLang: a data event; llama-server: an error event)."""
+        try:
+            payload = json.loads(value)
+        except ValueError:
+            payload = value
+        message = _message_of(payload) or shorten(str(value))
+        error = payload.get("error") if isinstance(payload, dict) else None
+        code = (error if isinstance(error, dict) else payload if isinstance(payload, dict) else {}).get("code")
+        code = code if isinstance(code, int) else None
+        transient = code is None or code == 429 or code >= 500
+        hint = "Check the server's log." if transient else "The server rejected the request; check --served-model."
+        return Fault(f"The server at {self.base_url} reported an error mid-stream: {message}", hint, transient=transient)
+
+    def _done(self, text: str, finish: str | None, usage: dict | None, timings: dict | None, deltas: int,
+              user_message: str, max_tokens: int, start: float, first: float | None) -> CompletionDone:
+        end = time.perf_counter()
+        first = first if first is not None else end
+        if usage and usage.get("completion_tokens") is not None:
+            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            completion_tokens = int(usage["completion_tokens"])
+            details = usage.get("prompt_tokens_details") or {}
+            cached = int(details.get("cached_tokens") or 0)
+        else:
+            # No usage (llama-cpp-python never sends it when streaming): count the message and the
+            # reply ourselves when we can, else a content delta stands for a token; the prompt is then unknown.
+            if self._count is not None:
+                prompt_tokens, completion_tokens = self._count(user_message), self._count(text)
+            else:
+                prompt_tokens, completion_tokens = 0, deltas
+            cached = 0
+        if not cached and timings:
+            cached = int(timings.get("cache_n") or 0)  # llama-server: prompt tokens reused from its cache
+        if finish not in ("stop", "length"):
+            # [DONE] with no finish reason (or "tool_calls", "eos"...): by the budget, as the embedded engine does.
+            finish = "length" if finish is None and completion_tokens >= max_tokens else "stop"
+        return CompletionDone(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens, max_tokens=max_tokens, cached_tokens=cached,
+                              prompt_seconds=first - start, generate_seconds=end - first)

@@ -1,0 +1,371 @@
+"""Exporting one recorded run (a trace dict from the store) as JSONL, Markdown or HTML.
+
+This module owns the three export formats and nothing else: it reads the plain dict the store
+gives, never the store itself, and writes text for the caller to save or print.
+
+- JSONL is for machines: the run's fields on the first line, one line per step, nothing derived.
+- Markdown is for reading and pasting: metadata, then every step's provenance, stats, memory and
+  what the step added and dropped.
+- HTML is one self-contained page (inline CSS, no script, no URL of any kind) with the memory
+  timeline diffed step against step. Everything that came from a document, a model or a user is
+  escaped; a Content-Security-Policy that forbids scripts and loads is a second line of defence.
+
+"Evidence" steps are those whose added words are still in the final memory
+(memdiff.surviving_additions): the answer is written from that memory alone, so those are the
+steps whose reading the answer can rest on.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any, Callable
+
+from ..core.memdiff import DELETE, EQUAL, INSERT, split_changes, surviving_additions, word_diff
+from ..core.protocol import INITIAL_MEMORY
+
+FORMATS = ("jsonl", "markdown", "html")
+
+EVIDENCE_MARK = "★ evidence"
+EVIDENCE_MEANING = "the step added words that are still in the final memory"
+
+
+def export(run: dict, fmt: str) -> str:
+    """`run` in format `fmt`, one of FORMATS."""
+    writers: dict[str, Callable[[dict], str]] = {"jsonl": export_jsonl, "markdown": export_markdown, "html": export_html}
+    if fmt not in writers:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return writers[fmt](run)
+
+
+# --- JSONL ------------------------------------------------------------------------------------
+
+
+def export_jsonl(run: dict) -> str:
+    """A "run" line with every field but the steps, then one "step" line per step."""
+    lines = [_json_line({"type": "run", **{k: v for k, v in run.items() if k != "steps"}})]
+    lines += [_json_line({"type": "step", **step}) for step in _steps(run)]
+    return "\n".join(lines) + "\n"
+
+
+def _json_line(obj: dict) -> str:
+    text = json.dumps(obj, ensure_ascii=False)
+    # U+2028/2029 are legal inside JSON strings, but str.splitlines() and some JSONL readers cut
+    # lines there; escaped they are the same JSON value. They can only occur inside strings.
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+# --- shared views ------------------------------------------------------------------------------
+
+
+def _steps(run: dict) -> list[dict]:
+    return list(run.get("steps") or [])
+
+
+def _memories(run: dict) -> list[str]:
+    """The memory before step 1, then after every step."""
+    return [INITIAL_MEMORY] + [step.get("memory") or "" for step in _steps(run)]
+
+
+def _evidence(run: dict) -> set[int]:
+    """Indices of the evidence steps (step dicts carry their own 1-based index)."""
+    steps = _steps(run)
+    return {steps[k - 1].get("index", k) for k in surviving_additions(_memories(run))}
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _provenance(step: dict) -> str:
+    """Where a step's chunk came from, e.g. "report.pdf pp. 1–11"; several sources joined by "; "."""
+    parts = []
+    for span in step.get("spans") or []:
+        path = str(span.get("path", "?"))
+        pages = span.get("pages")
+        if pages:
+            first, last = pages[0], pages[-1]
+            parts.append(f"{path} p. {first}" if first == last else f"{path} pp. {first}–{last}")
+        elif span.get("start") is not None and span.get("end") is not None:
+            # Text without pages: the span's character offsets in the source's extracted text.
+            parts.append(f"{path} chars {span['start']:,}–{span['end']:,}")
+        else:
+            parts.append(path)
+    return "; ".join(parts) or "(unknown source)"
+
+
+CUT_NOTE = "cut at the memory budget"  # a memory update that ran out of tokens (finish_reason "length")
+
+
+def _stats(step: dict) -> str:
+    items = [f"{_num(step.get('tokens'))} tokens read",
+             f"memory {_num(step.get('memory_tokens'))} tokens",
+             f"prompt {_num(step.get('prompt_tokens'))}",
+             f"generated {_num(step.get('generated_tokens'))}"]
+    if step.get("seconds") is not None:
+        items.append(f"{_num(float(step['seconds']))} s")
+    return " · ".join(items)
+
+
+def _model(run: dict) -> str:
+    model = run.get("model") or {}
+    return str(model.get("name") or model.get("path") or "?")
+
+
+def _source_line(source: dict) -> str:
+    bits = [str(source.get("kind") or "")]
+    if source.get("pages"):
+        bits.append(f"{_num(source['pages'])} pages")
+    if source.get("tokens") is not None:
+        bits.append(f"{_num(source['tokens'])} tokens")
+    detail = ", ".join(b for b in bits if b)
+    return f"{source.get('path', '?')} ({detail})" if detail else str(source.get("path", "?"))
+
+
+def _settings(run: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (run.get("settings") or {}).items()) or "(none recorded)"
+
+
+def _progress(run: dict) -> str:
+    done = run.get("step_count", len(_steps(run)))
+    total = run.get("steps_total")
+    return f"{_num(done)} of {_num(total)} steps" if total is not None else f"{_num(done)} steps (total not known yet)"
+
+
+def _status_note(run: dict) -> str | None:
+    """A sentence for a run that did not complete, None for one that did."""
+    status = run.get("status")
+    if status == "complete":
+        return None
+    progress = _progress(run)
+    if status == "running":
+        return f"This run was still running when it was exported: {progress} recorded, no answer yet."
+    if status == "interrupted":
+        return (f"This run was interrupted after {progress}; it has no answer, and the memory shown last "
+                "is not the final one. Evidence marks are relative to the last recorded memory.")
+    if status == "failed":
+        error = run.get("error") or "no error recorded"
+        return f"This run failed after {progress}: {error}"
+    return f"This run's status is {status!r} ({progress})."
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+_MD_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~&#"})
+
+
+def _md_inline(text: Any) -> str:
+    """One line of text that Markdown shows as is: white space collapsed, punctuation escaped.
+
+    Backslash escapes (CommonMark allows one before any ASCII punctuation) keep "<script>" in a
+    question from becoming HTML in a renderer, while the raw file stays readable.
+    """
+    return " ".join(str(text).split()).translate(_MD_ESCAPES)
+
+
+def _md_fence(text: str, info: str = "text") -> str:
+    """A fenced code block holding `text` verbatim: the fence is longer than any backtick run in
+    it, so no line of the text can close the block early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def export_markdown(run: dict) -> str:
+    steps = _steps(run)
+    memories = _memories(run)
+    evidence = _evidence(run)
+    out = [f"# {_md_inline(run.get('question') or '(no question)')}", ""]
+    note = _status_note(run)
+    if note:
+        out += [f"> **Note:** {_md_inline(note)}", ""]
+    out += [
+        f"- **Run:** {_md_inline(run.get('id', '?'))}",
+        f"- **Status:** {_md_inline(run.get('status', '?'))} ({_md_inline(_progress(run))})",
+        f"- **Started:** {_md_inline(run.get('started_at') or '?')}; **ended:** {_md_inline(run.get('ended_at') or '-')}",
+        f"- **Model:** {_md_inline(_model(run))}",
+        "- **Sources:**",
+    ]
+    out += [f"  - {_md_inline(_source_line(s))}" for s in run.get("sources") or []] or ["  - (none recorded)"]
+    out += [f"- **Document:** {_num(run.get('document_tokens'))} tokens",
+            f"- **Settings:** {_md_inline(_settings(run))}"]
+    if evidence:
+        listed = ", ".join(str(k) for k in sorted(evidence))
+        out.append(f"- **{EVIDENCE_MARK}** ({EVIDENCE_MEANING}): steps {listed}")
+    out += ["", "## Answer", ""]
+    answer = run.get("answer")
+    out.append(_md_fence(answer) if answer is not None else "(no answer)")
+    raw = run.get("raw_answer")
+    if raw is not None and raw != answer:
+        out += ["", "Raw answer:", "", _md_fence(raw)]
+    for n, step in enumerate(steps, 1):
+        index = step.get("index", n)
+        mark = f" {EVIDENCE_MARK}" if index in evidence else ""
+        added, dropped = split_changes(word_diff(memories[n - 1], memories[n]))
+        out += ["", f"## Step {index}{mark}", "",
+                f"*{_md_inline(_provenance(step))}*", "",
+                _md_inline(_stats(step)) + (f" · **{CUT_NOTE}**" if step.get("finish_reason") == "length" else ""), "",
+                _md_fence(memories[n]), ""]
+        for label, runs in (("Added", added), ("Dropped", dropped)):
+            if runs:
+                out += [f"**{label}:**", ""] + [f"- {_md_inline(r)}" for r in runs] + [""]
+            else:
+                out += [f"**{label}:** nothing", ""]
+        out.pop()  # the blank line after the last list
+    return "\n".join(out) + "\n"
+
+
+# --- HTML --------------------------------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# No url(), @import or web fonts: the page must load nothing.
+_CSS = """
+:root { --fg: #1d1f23; --muted: #5f6670; --line: #d9dce1; --card: #fff; --bg: #f4f5f7;
+        --ins: #d7f5dd; --ins-fg: #0b5d1e; --del: #fbdcdc; --del-fg: #8a1c1c; --star: #b8860b; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+       font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+header, main { max-width: 60rem; margin: 0 auto; padding: 1rem 1.25rem; }
+h1 { font-size: 1.4rem; margin: .5rem 0 1rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
+.answer { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .75rem 1rem;
+          white-space: pre-wrap; overflow-wrap: anywhere; font-weight: 600; }
+.answer.none { font-weight: normal; color: var(--muted); font-style: italic; }
+details.raw { margin-top: .5rem; color: var(--muted); }
+details.raw pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: 1rem 0; }
+dl.meta dt { color: var(--muted); }
+dl.meta dd { margin: 0; overflow-wrap: anywhere; }
+dl.meta ul { margin: 0; padding-left: 1.1rem; }
+code { font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.note { background: #fff4d6; border: 1px solid #e8c96b; border-radius: 6px; padding: .6rem 1rem; margin: 1rem 0;
+        white-space: pre-wrap; overflow-wrap: anywhere; }
+.status { display: inline-block; padding: 0 .5rem; border-radius: 999px; background: var(--line); }
+.status.complete { background: var(--ins); color: var(--ins-fg); }
+.status.failed, .status.interrupted { background: var(--del); color: var(--del-fg); }
+.legend { color: var(--muted); font-size: .9rem; }
+.legend ins, .legend del { padding: 0 .25rem; }
+#hide-del:checked ~ ol del { display: none; }
+ol.timeline { list-style: none; padding: 0; margin: 1rem 0; }
+.step { background: var(--card); border: 1px solid var(--line); border-left: 4px solid var(--line);
+        border-radius: 6px; padding: .75rem 1rem; margin: 0 0 .75rem; }
+.step.evidence { border-left-color: var(--star); box-shadow: 0 0 0 1px #f0dca0; }
+.step .head { display: flex; flex-wrap: wrap; gap: .25rem .75rem; align-items: baseline; }
+.step .idx { font-weight: 700; }
+.step .badge { color: var(--star); font-weight: 600; }
+.step .prov { overflow-wrap: anywhere; }
+.step .stats { color: var(--muted); font-size: .85rem; }
+.step .cut { color: var(--del-fg); }
+pre.memory { white-space: pre-wrap; overflow-wrap: anywhere; margin: .5rem 0 0; padding: .5rem .75rem;
+             background: #fafbfc; border: 1px solid var(--line); border-radius: 4px;
+             font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+ins { background: var(--ins); color: var(--ins-fg); text-decoration: none; }
+del { background: var(--del); color: var(--del-fg); }
+.step .changes { font-size: .85rem; color: var(--muted); margin-top: .35rem; }
+footer { max-width: 60rem; margin: 0 auto; padding: 1rem 1.25rem 2rem; color: var(--muted); font-size: .85rem; }
+"""
+
+# Defence in depth: should a value ever slip through unescaped, the browser still runs no script
+# and fetches nothing. Only the inline <style> is allowed.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+def _words(runs: list[str]) -> str:
+    n = sum(len(r.split()) for r in runs)
+    return f"{n:,} word" + ("" if n == 1 else "s")
+
+
+def _diff_html(before: str, after: str) -> tuple[str, tuple[list[str], list[str]]]:
+    """The new memory with the old one's dropped text inline: <ins> added, <del> dropped."""
+    ops = word_diff(before, after)
+    tags = {EQUAL: "{}", INSERT: "<ins>{}</ins>", DELETE: "<del>{}</del>"}
+    return "".join(tags[kind].format(_e(text)) for kind, text in ops), split_changes(ops)
+
+
+def export_html(run: dict) -> str:
+    steps = _steps(run)
+    memories = _memories(run)
+    evidence = _evidence(run)
+    question = str(run.get("question") or "(no question)")
+    title = " ".join(question.split())
+    title = title if len(title) <= 80 else title[:79] + "…"
+    status = str(run.get("status") or "?")
+    model = run.get("model") or {}
+
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>memagent: {_e(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>", "<header>",
+           f"<h1>{_e(question)}</h1>"]
+    answer = run.get("answer")
+    if answer is not None:
+        out.append(f'<div class="answer">{_e(answer)}</div>')
+    else:
+        out.append('<div class="answer none">No answer.</div>')
+    raw = run.get("raw_answer")
+    if raw is not None and raw != answer:
+        out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{_e(raw)}</pre></details>')
+    note = _status_note(run)
+    if note:
+        out.append(f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>')
+
+    sources = "".join(f"<li>{_e(_source_line(s))}"
+                      + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
+                      + "</li>" for s in run.get("sources") or [])
+    settings = "".join(f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>"
+                       for k, v in (run.get("settings") or {}).items())
+    meta = [("Status", f'<span class="status {_e(status)}">{_e(status)}</span> ({_e(_progress(run))})'),
+            ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
+            ("Started", _e(run.get("started_at") or "?")),
+            ("Ended", _e(run.get("ended_at") or "-")),
+            ("Model", f'<span title="{_e(model.get("path") or "")}">{_e(_model(run))}</span>'),
+            ("Sources", f"<ul>{sources}</ul>" if sources else "(none recorded)"),
+            ("Document", f"{_e(_num(run.get('document_tokens')))} tokens"),
+            ("Settings", f"<ul>{settings}</ul>" if settings else "(none recorded)")]
+    if run.get("error"):
+        meta.append(("Error", _e(run["error"])))
+    out.append('<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>")
+    out += ["</header>", "<main>", "<h2>Memory timeline</h2>"]
+    # A CSS-only switch (no script): the checkbox hides the struck-out text of every step.
+    out.append('<input type="checkbox" id="hide-del"> <label for="hide-del">hide dropped text</label>')
+    out.append(f'<p class="legend"><ins>added</ins> <del>dropped</del> against the memory before the step; '
+               f'<span class="badge">{EVIDENCE_MARK}</span>: {EVIDENCE_MEANING}.</p>')
+    out.append('<ol class="timeline">')
+    for n, step in enumerate(steps, 1):
+        index = step.get("index", n)
+        is_evidence = index in evidence
+        body, (added, dropped) = _diff_html(memories[n - 1], memories[n])
+        head = [f'<span class="idx">Step {_e(index)}</span>']
+        if is_evidence:
+            head.append(f'<span class="badge">{EVIDENCE_MARK}</span>')
+        head.append(f'<span class="prov">{_e(_provenance(step))}</span>')
+        stats = _e(_stats(step))
+        if step.get("finish_reason") == "length":
+            stats += f' · <span class="cut">{CUT_NOTE}</span>'
+        step_id = f"step-{index}" if isinstance(index, int) else f"step-n{n}"
+        out += [f'<li class="step{" evidence" if is_evidence else ""}" id="{_e(step_id)}">',
+                f'<div class="head">{"".join(head)}</div>',
+                f'<div class="stats">{stats}</div>',
+                f'<pre class="memory">{body}</pre>',
+                f'<div class="changes">{_words(added)} added, {_words(dropped)} dropped</div>',
+                "</li>"]
+    out.append("</ol>")
+    if not steps:
+        out.append("<p>No steps recorded.</p>")
+    out += ["</main>",
+            f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>",
+            "</body>", "</html>"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,179 @@
+"""Recording a run as a trace while it happens, and what resuming one needs.
+
+The Recorder consumes the agent's events like any view and writes them to the TraceStore:
+each step is committed as it ends, so an interrupted two-hour run keeps every step it paid
+for. Sources are fingerprinted (size, sha256) so a resumed run can prove it reads the same
+text; document text itself is never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from dataclasses import fields
+from pathlib import Path
+from typing import BinaryIO, Callable, Sequence
+
+from ..core.config import AgentConfig
+from ..core.events import DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, StepRecord
+from ..errors import EXIT_USAGE, MemagentError
+from ..ingest.sources import STDIN_PATH, Source
+from .store import TraceStore
+
+
+class HashingReader:
+    """A binary stream that hashes what passes through it (stdin cannot be read twice)."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._sha = hashlib.sha256()
+        self.size = 0
+
+    def _seen(self, data: bytes) -> bytes:
+        self._sha.update(data)
+        self.size += len(data)
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        return self._seen(self._raw.read(n))
+
+    def read1(self, n: int = -1) -> bytes:
+        read1 = getattr(self._raw, "read1", None) or self._raw.read
+        return self._seen(read1(n))
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def fingerprint(source: Source) -> dict:
+    record = {"path": source.path, "title": source.title, "kind": source.kind, "size": source.size,
+              "sha256": None, "pages": None, "tokens": None}
+    if source.path != STDIN_PATH and source.size is not None:  # a regular file, hashed now
+        record["sha256"] = file_sha256(source.path)
+        record["abspath"] = os.path.abspath(source.path)
+    return record
+
+
+def step_record(step: StepRecord) -> dict:
+    return {
+        "index": step.index, "spans": [span.to_dict() for span in step.chunk.spans], "tokens": step.chunk.tokens,
+        "memory": step.memory, "memory_tokens": step.memory_tokens, "prompt_tokens": step.prompt_tokens,
+        "generated_tokens": step.generated_tokens, "seconds": round(step.seconds, 4),
+        "finish_reason": step.finish_reason,
+    }
+
+
+class Recorder:
+    """Writes one run to the store as its events arrive.
+
+    A store that fails mid-run (disk full, database locked) costs the trace, not the answer:
+    recording stops with one warning and the run goes on."""
+
+    def __init__(self, store: TraceStore, *, warn: Callable[[str], None], resume: dict | None = None,
+                 stdin: HashingReader | None = None, engine: dict | None = None):
+        self.store = store
+        self.warn = warn
+        self.resume = resume
+        self.stdin = stdin
+        self.run_id: str | None = resume["id"] if resume else None
+        self.sources: list[dict] = list(resume["sources"]) if resume else []
+        self.settings: dict = dict(resume["settings"]) if resume else {}
+        self.steps = len(resume["steps"]) if resume else 0
+        self.failed_write: str | None = None
+        self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
+
+    def _write(self, action: Callable[[], object]) -> None:
+        if self.failed_write is not None:
+            return
+        try:
+            action()
+        except (sqlite3.Error, OSError, MemagentError) as exc:
+            self.failed_write = str(exc)
+            self.warn(f"The trace could not be written ({exc}); the run goes on without it.")
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif isinstance(event, ModelLoaded):
+            self.settings.update(n_ctx=event.n_ctx, device=event.device)
+            self._write(lambda: self.store.update_run(self.run_id, settings=self.settings))
+        elif isinstance(event, DocumentRead):
+            self._document_read(event)
+        elif isinstance(event, StepFinished) and not event.replayed:
+            self.steps = event.step.index
+            self._write(lambda: self.store.add_step(self.run_id, step_record(event.step)))
+        elif isinstance(event, RunFinished):
+            result = event.result
+            self._write(lambda: self.store.finish_run(self.run_id, "complete", answer=result.answer,
+                                                      raw_answer=result.raw_answer))
+
+    def _started(self, e: RunStarted) -> None:
+        if self.resume:
+            self._write(lambda: self.store.update_run(self.run_id, status="running", ended_at=None, error=None))
+            return
+        self.sources = [fingerprint(s) for s in e.sources]
+        self.settings = {**e.config.to_dict(), "cwd": os.getcwd(), **({"engine": self.engine} if self.engine else {})}
+        if os.path.isfile(e.model_path):
+            model = {"path": os.path.abspath(e.model_path), "name": e.model, "size": os.path.getsize(e.model_path)}
+        else:  # a served model: where it was served
+            model = {"path": e.model_path, "name": e.model, "size": None}
+
+        def create() -> None:
+            self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model,
+                                                settings=self.settings)
+        self._write(create)
+
+    def _document_read(self, e: DocumentRead) -> None:
+        for record, tokens, pages in zip(self.sources, e.source_tokens, e.source_pages):
+            record["tokens"], record["pages"] = tokens, pages or None
+            if record["kind"] == "stdin" and self.stdin is not None:
+                digest = self.stdin.hexdigest()
+                if self.resume and record.get("sha256") and record["sha256"] != digest:
+                    raise MemagentError("Standard input differs from the interrupted run's.",
+                                        "Pipe the same text again to resume it.")
+                record["sha256"], record["size"] = digest, self.stdin.size
+        self._write(lambda: self.store.update_run(self.run_id, sources=self.sources, document_tokens=e.document_tokens,
+                                                  steps_total=e.steps))
+
+    def stopped(self, status: str, error: str | None = None) -> None:
+        """The run ended early: `interrupted` (Ctrl-C, SIGTERM) or `failed`."""
+        if self.run_id is not None:
+            self._write(lambda: self.store.finish_run(self.run_id, status, error=error))
+
+
+def resume_plan(store: TraceStore, ref: str) -> dict:
+    """The stored run to resume, after checking it can be: not complete, sources unchanged."""
+    run = store.get_run(ref)
+    if run["status"] == "complete":
+        raise MemagentError(f"Run {run['id'][:8]} is already complete.",
+                            f"See it with: memagent traces show {run['id'][:8]}", exit_code=EXIT_USAGE)
+    for source in run["sources"]:
+        if source["kind"] == "stdin" or not source.get("sha256"):
+            continue
+        path = source.get("abspath") or source["path"]
+        if not Path(path).is_file():
+            raise MemagentError(f"{source['path']} is gone, so run {run['id'][:8]} cannot be resumed.",
+                                "Put it back where it was, or start a new run.")
+        if file_sha256(path) != source["sha256"]:
+            raise MemagentError(f"{source['path']} has changed since run {run['id'][:8]} read it.",
+                                "Resuming would mix two versions of the document; start a new run.")
+    return run
+
+
+def resumed_config(settings: dict) -> AgentConfig:
+    names = {f.name for f in fields(AgentConfig)}
+    return AgentConfig(**{k: v for k, v in settings.items() if k in names})
+
+
+def resumed_paths(run: dict) -> Sequence[str]:
+    """The sources as first named: relative paths resolve from the run's own directory."""
+    return [STDIN_PATH if s["kind"] == "stdin" else s["path"] for s in run["sources"]]

@@ -1,0 +1,485 @@
+"""The trace store: every MemAgent run recorded in SQLite, step by step.
+
+This module owns the database file (`traces.db` under $MEMAGENT_HOME, else the platform's
+user data directory), its schema and numbered migrations, and every read and write of it.
+A run row holds the question, where the input came from (paths, sizes, hashes: never the
+document's text), the model, the settings and the answer; a step row holds the memory after
+each chunk and what the step cost. The rest of memagent only calls TraceStore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import time
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import EXIT_USAGE, MemagentError
+from ..paths import default_home
+
+DB_NAME = "traces.db"
+BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's write to finish
+STATUSES = ("running", "complete", "interrupted", "failed")
+
+# Numbered migrations: MIGRATIONS[k] brings a database from version k to k + 1. Never edit
+# one that has shipped; append a new one instead. Each runs in one transaction, recorded in
+# schema_migrations (which _migrate creates, so a migration never has to).
+MIGRATIONS: list[str] = [
+    # 1: runs and their steps.
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,            -- 12 lowercase hex characters
+        started_at TEXT NOT NULL,       -- ISO 8601 UTC, one format so text order is time order
+        ended_at TEXT,
+        status TEXT NOT NULL,           -- running | complete | interrupted | failed
+        error TEXT,
+        question TEXT NOT NULL,
+        sources TEXT NOT NULL,          -- JSON list of {path, kind, size, sha256, pages, tokens}
+        model TEXT NOT NULL,            -- JSON {path, name, size}
+        settings TEXT NOT NULL,         -- JSON of every setting
+        document_tokens INTEGER,
+        steps_total INTEGER,
+        raw_answer TEXT,
+        answer TEXT
+    );
+    CREATE INDEX runs_started_at ON runs (started_at);
+    CREATE TABLE steps (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        "index" INTEGER NOT NULL,       -- 1-based
+        spans TEXT NOT NULL,            -- JSON list of {source, path, pages, start, end}
+        tokens INTEGER,
+        memory TEXT NOT NULL,           -- the memory after this step
+        memory_tokens INTEGER,
+        prompt_tokens INTEGER,
+        generated_tokens INTEGER,
+        seconds REAL,
+        finish_reason TEXT,
+        PRIMARY KEY (run_id, "index")
+    );
+    """,
+    # 2: full-text search over memories, questions and answers.
+    # search_docs is the searchable text with a stable integer key: the FTS index needs one,
+    # and neither table has it (the implicit rowid of runs and steps may change on VACUUM).
+    # Triggers keep search_docs in step with runs and steps, and the index with search_docs.
+    """
+    CREATE TABLE search_docs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        step INTEGER,                   -- NULL for the run's question and answer
+        field TEXT NOT NULL,            -- memory | question | answer
+        body TEXT NOT NULL
+    );
+    CREATE INDEX search_docs_run ON search_docs (run_id, step);
+    CREATE VIRTUAL TABLE search_fts USING fts5 (body, content = 'search_docs', content_rowid = 'id');
+
+    CREATE TRIGGER search_docs_ai AFTER INSERT ON search_docs BEGIN
+        INSERT INTO search_fts (rowid, body) VALUES (new.id, new.body);
+    END;
+    CREATE TRIGGER search_docs_ad AFTER DELETE ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', old.id, old.body);
+    END;
+
+    CREATE TRIGGER runs_search_ai AFTER INSERT ON runs BEGIN
+        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.id, NULL, 'question', new.question);
+        INSERT INTO search_docs (run_id, step, field, body)
+            SELECT new.id, NULL, 'answer', new.answer WHERE new.answer IS NOT NULL;
+    END;
+    CREATE TRIGGER runs_search_au AFTER UPDATE OF id, question, answer ON runs BEGIN
+        DELETE FROM search_docs WHERE run_id = old.id AND step IS NULL;
+        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.id, NULL, 'question', new.question);
+        INSERT INTO search_docs (run_id, step, field, body)
+            SELECT new.id, NULL, 'answer', new.answer WHERE new.answer IS NOT NULL;
+    END;
+    -- Explicit rather than a foreign key, so a run deleted with foreign keys off (the sqlite3
+    -- shell's default) still leaves no orphaned search rows.
+    CREATE TRIGGER runs_search_ad AFTER DELETE ON runs BEGIN
+        DELETE FROM search_docs WHERE run_id = old.id;
+    END;
+
+    CREATE TRIGGER steps_search_ai AFTER INSERT ON steps BEGIN
+        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.run_id, new."index", 'memory', new.memory);
+    END;
+    CREATE TRIGGER steps_search_au AFTER UPDATE OF run_id, "index", memory ON steps BEGIN
+        DELETE FROM search_docs WHERE run_id = old.run_id AND step = old."index";
+        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.run_id, new."index", 'memory', new.memory);
+    END;
+    CREATE TRIGGER steps_search_ad AFTER DELETE ON steps BEGIN
+        DELETE FROM search_docs WHERE run_id = old.run_id AND step = old."index";
+    END;
+
+    -- Backfill what was recorded before this migration (the triggers above index it).
+    INSERT INTO search_docs (run_id, step, field, body) SELECT id, NULL, 'question', question FROM runs;
+    INSERT INTO search_docs (run_id, step, field, body)
+        SELECT id, NULL, 'answer', answer FROM runs WHERE answer IS NOT NULL;
+    INSERT INTO search_docs (run_id, step, field, body) SELECT run_id, "index", 'memory', memory FROM steps;
+    """,
+]
+
+RUN_COLUMNS = ("id", "started_at", "ended_at", "status", "error", "question", "sources", "model", "settings",
+               "document_tokens", "steps_total", "raw_answer", "answer")
+JSON_COLUMNS = ("sources", "model", "settings", "spans")
+UPDATABLE = ("document_tokens", "steps_total", "sources", "settings", "status", "error", "raw_answer", "answer",
+             "ended_at")
+STEP_FIELDS = ("index", "spans", "tokens", "memory", "memory_tokens", "prompt_tokens", "generated_tokens", "seconds",
+               "finish_reason")
+_RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
+_STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class TraceStore:
+    """One connection to the trace database. `notice` is a line for the user, or None."""
+
+    def __init__(self, path: Path | str | None = None, *, timeout: float = BUSY_TIMEOUT):
+        self.path = Path(path) if path is not None else default_home() / DB_NAME
+        self.timeout = timeout
+        self.notice: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MemagentError(f"Cannot create {self.path.parent}: {e.strerror}",
+                                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace") from e
+        self._conn: sqlite3.Connection | None = None
+        try:
+            try:
+                self._conn = self._open()
+            except _Damaged as damaged:
+                self._conn = self._open()
+                self.notice = (f"The trace database was damaged; it was moved to {damaged.moved_to}"
+                               " and a new one started.")
+        except sqlite3.Error as e:
+            self._raise_for(e)
+
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; writes use BEGIN IMMEDIATE below.
+        # `timeout` installs SQLite's busy timeout, so concurrent writers wait their turn.
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.create_function("icontains", 2, _icontains, deterministic=True)
+            conn.execute("PRAGMA foreign_keys = ON")
+            # WAL: readers never block the writer, and each commit is one append.
+            self._enable_wal(conn)
+            _migrate(conn)
+        except sqlite3.DatabaseError as e:
+            if _error_code(e) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                conn.close()
+                raise
+            # Keep the damaged files (they are the user's data) and let the caller start afresh.
+            raise _Damaged(self._move_aside(conn)) from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new database to WAL takes an exclusive lock, and SQLite answers "locked"
+        # at once, without its busy handler, when another process is doing the same: two runs
+        # started together on a fresh machine. Retry for as long as the busy timeout allows.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _move_aside(self, conn: sqlite3.Connection) -> Path:
+        """Moves the database to traces.db.corrupt-<UTC time>, with its -wal and -shm files."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            target, n = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}"), n + 1
+        # The -wal may hold the last writes, and closing the connection deletes it: copy first.
+        for suffix in ("-wal", "-shm"):
+            if Path(f"{self.path}{suffix}").exists():
+                shutil.copyfile(f"{self.path}{suffix}", f"{target}{suffix}")
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):  # left behind, a stale -wal would poison the new file
+            try:
+                os.replace(f"{self.path}{suffix}", f"{target}{suffix}")
+            except FileNotFoundError:  # already gone, or another process moved it first
+                pass
+        return target
+
+    def _raise_for(self, e: sqlite3.Error):
+        """Raises the MemagentError a user can act on for a SQLite error, else the error itself."""
+        code = _error_code(e)
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise MemagentError(f"Another memagent process holds the trace database {self.path}",
+                                hint="wait for it to finish, or run with --no-trace") from e
+        if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
+            raise MemagentError(f"Cannot write the trace database {self.path}: {e}",
+                                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace") from e
+        raise e
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One committed write transaction. IMMEDIATE takes the write lock up front, waiting
+        for it under the busy timeout; a deferred transaction that upgrades to writing later
+        gets SQLITE_BUSY at once when another process wrote meanwhile, without waiting."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            self._raise_for(e)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError):
+                self._raise_for(e)
+            raise
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """Reads that see one state of the database (a run and its steps agree)."""
+        self._conn.execute("BEGIN")
+        try:
+            yield self._conn
+        finally:
+            self._conn.execute("COMMIT")
+
+    # Writing a run ---------------------------------------------------------------------
+
+    def create_run(self, *, question: str, sources: list[dict], model: dict, settings: dict,
+                   started_at: str | None = None) -> str:
+        with self._write() as conn:
+            run_id = secrets.token_hex(6)
+            while conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                run_id = secrets.token_hex(6)  # 1 in 2**48 per existing run; cheap to be sure
+            conn.execute(
+                "INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
+                " VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings)))
+        return run_id
+
+    def add_step(self, run_id: str, step: dict) -> None:
+        """Records one step and commits it. Adding an index again replaces that step."""
+        unknown = sorted(set(step) - set(STEP_FIELDS))
+        if unknown or "index" not in step or "memory" not in step:
+            raise ValueError(f"step needs index and memory, may have {', '.join(STEP_FIELDS)}; got {sorted(step)}")
+        values = [step.get(name) for name in STEP_FIELDS]
+        values[STEP_FIELDS.index("spans")] = _json(step.get("spans") or [])
+        updates = ", ".join(f'"{name}" = excluded."{name}"' for name in STEP_FIELDS[1:])
+        with self._write() as conn:
+            self._require(conn, run_id)
+            conn.execute(
+                f'INSERT INTO steps (run_id, {_STEP_SELECT}) VALUES (?{", ?" * len(STEP_FIELDS)})'
+                f' ON CONFLICT (run_id, "index") DO UPDATE SET {updates}', [run_id, *values])
+
+    def update_run(self, run_id: str, **fields) -> None:
+        unknown = sorted(set(fields) - set(UPDATABLE))
+        if unknown:
+            raise ValueError(f"cannot update {', '.join(unknown)}; fields are {', '.join(UPDATABLE)}")
+        if not fields:
+            return
+        if "status" in fields and fields["status"] not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}")
+        if fields.get("ended_at") is not None:
+            fields["ended_at"] = _timestamp(fields["ended_at"])
+        values = [_json(v) if isinstance(v, (dict, list)) else v for v in fields.values()]
+        assignments = ", ".join(f"{name} = ?" for name in fields)  # names checked above
+        with self._write() as conn:
+            self._require(conn, run_id)
+            conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", [*values, run_id])
+
+    def finish_run(self, run_id: str, status: str, *, answer: str | None = None, raw_answer: str | None = None,
+                   error: str | None = None) -> None:
+        if status not in STATUSES or status == "running":
+            raise ValueError("a run finishes complete, interrupted or failed")
+        given = {"answer": answer, "raw_answer": raw_answer, "error": error}
+        self.update_run(run_id, status=status, ended_at=_timestamp(None),
+                        **{k: v for k, v in given.items() if v is not None})
+
+    def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
+        # A run can vanish mid-way when `memagent traces delete` runs from another terminal.
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            raise MemagentError(f"Trace {run_id} no longer exists (deleted while it was running?)",
+                                hint="run again, or use --no-trace")
+
+    # Reading ---------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> str:
+        """A full run id from "last" or a unique prefix of one."""
+        key = ref.strip().lower()
+        if key == "last":
+            row = self._conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
+            if row is None:
+                raise MemagentError("No traces recorded yet", hint="`memagent ask` records one for every run")
+            return row[0]
+        # Ids are hex, so a hex prefix is also a safe GLOB pattern (and uses the primary key).
+        ids = ([r[0] for r in self._conn.execute("SELECT id FROM runs WHERE id GLOB ? ORDER BY started_at DESC",
+                                                 (key + "*",))]
+               if re.fullmatch(r"[0-9a-f]+", key) else [])
+        if not ids:
+            raise MemagentError(f"No trace matches '{ref}'", hint="`memagent traces list` shows the ids")
+        if len(ids) > 1:
+            more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+            raise MemagentError(f"'{ref}' matches {len(ids)} traces: {', '.join(ids[:5])}{more}",
+                                hint="give more characters of the id")
+        return ids[0]
+
+    def get_run(self, ref: str, *, with_steps: bool = True) -> dict:
+        with self._snapshot() as conn:
+            run_id = self.resolve(ref)
+            run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
+            if with_steps:
+                run["steps"] = [_decode(row) for row in conn.execute(
+                    f'SELECT {_STEP_SELECT} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))]
+        return run
+
+    def list_runs(self, *, status: str | None = None, source: str | None = None,
+                  limit: int | None = 20) -> list[dict]:
+        """Runs newest first; `source` keeps those with a source path containing the text."""
+        where, params = [], []
+        if status is not None:
+            if status not in STATUSES:
+                raise MemagentError(f"Unknown status '{status}'", hint=f"use one of {', '.join(STATUSES)}",
+                                    exit_code=EXIT_USAGE)
+            where.append("status = ?")
+            params.append(status)
+        if source:
+            where.append("EXISTS (SELECT 1 FROM json_each(runs.sources) AS s"
+                         " WHERE icontains(json_extract(s.value, '$.path'), ?))")
+            params.append(source)
+        sql = f"SELECT {_RUN_SELECT} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, rowid DESC LIMIT ?"
+        rows = self._conn.execute(sql, [*params, -1 if limit is None else limit])
+        return [_decode(row) for row in rows]
+
+    def search(self, text: str, *, limit: int = 20) -> list[dict]:
+        """Runs and steps whose memory, question or answer holds every word of `text`."""
+        words = text.split()
+        if not words:
+            raise MemagentError("Nothing to search for", hint="give a word or phrase", exit_code=EXIT_USAGE)
+        # Each word as an FTS5 string: the user's quotes, operators and stars are just text.
+        query = " ".join('"' + word.replace('"', '""') + '"' for word in words)
+        rows = self._conn.execute(
+            "SELECT d.run_id, d.step, d.field, snippet(search_fts, 0, '[', ']', '…', 16) AS snippet,"
+            " r.question, r.started_at"
+            " FROM search_fts JOIN search_docs AS d ON d.id = search_fts.rowid JOIN runs AS r ON r.id = d.run_id"
+            " WHERE search_fts MATCH ? ORDER BY search_fts.rank LIMIT ?", (query, limit))
+        return [dict(row) for row in rows]
+
+    # Deleting --------------------------------------------------------------------------
+
+    def delete(self, ref: str) -> int:
+        run_id = self.resolve(ref)
+        with self._write() as conn:  # steps go by ON DELETE CASCADE, search rows by trigger
+            return conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount
+
+    def delete_older_than(self, seconds: float) -> int:
+        if seconds < 0:
+            raise ValueError("seconds must be 0 or more")
+        cutoff = _timestamp(datetime.now(timezone.utc) - timedelta(seconds=seconds))
+        with self._write() as conn:
+            return conn.execute("DELETE FROM runs WHERE started_at < ?", (cutoff,)).rowcount
+
+
+class _Damaged(Exception):
+    """The database file was damaged and has been moved to `moved_to`."""
+
+    def __init__(self, moved_to: Path):
+        super().__init__(str(moved_to))
+        self.moved_to = moved_to
+
+
+def parse_age(text: str) -> float:
+    """"30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
+    if match is None:
+        raise MemagentError(f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)",
+                            exit_code=EXIT_USAGE)
+    return float(match.group(1)) * AGE_UNITS[match.group(2)]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = _schema_version(conn)
+    if version > len(MIGRATIONS):
+        raise MemagentError(
+            f"The trace database was written by a newer memagent (schema {version}, this one knows {len(MIGRATIONS)})",
+            hint="upgrade memagent, or run with --no-trace")
+    for number in range(version + 1, len(MIGRATIONS) + 1):
+        # The version row goes in first: when two processes open a new database at once, the
+        # second one waits for the write lock and then fails on it instead of on the schema.
+        script = (f"BEGIN IMMEDIATE;"
+                  f" CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT);"
+                  f" INSERT INTO schema_migrations VALUES ({number}, '{_timestamp(None)}');"
+                  f" {MIGRATIONS[number - 1]}; COMMIT;")
+        try:
+            conn.executescript(script)
+        except sqlite3.IntegrityError:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if _schema_version(conn) < number:  # not a concurrent open: a real failure
+                raise
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone():
+        return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    return 0
+
+
+def _timestamp(moment: str | datetime | None) -> str:
+    """ISO 8601 UTC in one fixed format, so that comparing the text compares the times."""
+    if moment is None:
+        moment = datetime.now(timezone.utc)
+    elif isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    if moment.tzinfo is None:  # a naive time is taken as UTC
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _json(value) -> str:
+    # ASCII escapes: a path from a non-UTF-8 file name holds lone surrogates, which SQLite's
+    # UTF-8 text cannot store but a \udcXX escape round-trips exactly (resume reopens it).
+    return json.dumps(value, ensure_ascii=True, default=str)  # default: Paths become text
+
+
+def _decode(row: sqlite3.Row) -> dict:
+    out = dict(row)
+    for name in JSON_COLUMNS:
+        if out.get(name) is not None:
+            out[name] = json.loads(out[name])
+    return out
+
+
+def _icontains(haystack: str | None, needle: str) -> bool:
+    return haystack is not None and needle.casefold() in str(haystack).casefold()
+
+
+def _error_code(e: sqlite3.Error) -> int | None:
+    code = getattr(e, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF  # the primary code, without extended bits
