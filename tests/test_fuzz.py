@@ -44,9 +44,10 @@ pytest.importorskip("hypothesis", reason="hypothesis is not installed (it is in 
 from hypothesis import HealthCheck, assume, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from memagent_cli import chunking, sources  # noqa: E402
+from memagent_cli.core import chunking  # noqa: E402
 from memagent_cli.core.protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR  # noqa: E402
 from memagent_cli.errors import MemagentError  # noqa: E402
+from memagent_cli.ingest import sources  # noqa: E402
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source  # noqa: E402
 
 VOCAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
