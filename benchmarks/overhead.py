@@ -60,8 +60,8 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
 
     from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import quiet_llama_logs
     from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.runtime import quiet_llama_logs
     from memagent_cli.model.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
