@@ -127,3 +127,17 @@ def test_the_package_has_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert cycles == [], "\n".join(cycles)
+
+
+def test_the_command_line_starts_without_heavy_libraries():
+    """`memagent --help` pays for typer and rich only: numpy, llama_cpp, huggingface_hub, pypdf and
+    gguf are imported by the commands that use them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, memagent_cli.cli.app; "
+            "print(' '.join(m for m in ('numpy', 'llama_cpp', 'huggingface_hub', 'pypdf', 'gguf', 'tiktoken') "
+            "if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == []

@@ -16,9 +16,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..core.chunking import describe_place
 from ..core.memdiff import changes, surviving_additions, word_diff
 from ..core.protocol import INITIAL_MEMORY
+from ..core.provenance import describe_place
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
 from .textout import json_text, visible

@@ -24,6 +24,7 @@ import numpy as np
 from ..ingest.sources import Segment, Source
 from ..model.tokenizer import Tokenizer
 from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
+from .provenance import describe_place
 
 # Characters gathered before a block is tokenized: enough that tokenizer calls are few, few
 # enough that a slow pipe's text reaches the model soon (a chunk is ~20K characters).
@@ -60,14 +61,6 @@ class Span:
     def to_dict(self) -> dict:
         return {"source": self.source, "path": self.title, "pages": _pages(self.first_page, self.last_page),
                 "start": self.start, "end": self.end}
-
-
-def describe_place(path: str, first_page: int | None, last_page: int | None) -> str:
-    """'report.pdf pp. 3-5', 'report.pdf p. 3', or the path alone for a text source."""
-    if first_page is None:
-        return path
-    pages = f"p. {first_page}" if first_page == last_page else f"pp. {first_page}-{last_page}"
-    return f"{path} {pages}"
 
 
 def _pages(first: int | None, last: int | None) -> list[int] | None:
