@@ -24,7 +24,7 @@ from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
 from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
-from .textout import json_text
+from .textout import SafeConsole, json_text
 
 app = typer.Typer(
     name="memagent",
@@ -400,7 +400,7 @@ def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
     live = not quiet and err.is_terminal
     views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
     if svg is not None and not live:  # draw off screen, for the picture alone
-        views.append(LiveView(Console(file=io.StringIO(), width=110, force_terminal=True), fps=1))
+        views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
     consumers = ([recorder] if recorder is not None else []) + views
     result = None
     with contextlib.ExitStack() as stack:
@@ -420,7 +420,7 @@ def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
 
 
 def _save_svg(view, path: Path, err: Console) -> None:
-    recorder = Console(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
+    recorder = SafeConsole(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
     recorder.print(view.snapshot())
     try:
         recorder.save_svg(str(path), title="memagent ask")
@@ -475,7 +475,7 @@ def inspect(
     if json_out:
         print(json_text(report.to_dict()))
     else:
-        Console(highlight=False).print(render_inspection(report))
+        SafeConsole(highlight=False).print(render_inspection(report))
 
 
 def _traces_app() -> typer.Typer:

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import MemagentError
-from .textout import visible
+from .textout import SafeConsole, visible
 
 
 def stderr_console() -> Console:
     # Bound to the real stderr now: later redirections (llama.cpp's loader) must not catch it.
-    return Console(file=sys.stderr, stderr=True, highlight=False)
+    return SafeConsole(file=sys.stderr, stderr=True, highlight=False)
 
 
 def fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
@@ -34,6 +34,6 @@ def run_guard(fn):
         try:
             return fn(*args, **kwargs)
         except MemagentError as exc:
-            Console(stderr=True).print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
+            SafeConsole(stderr=True).print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
             raise typer.Exit(exc.exit_code)
     return wrapper

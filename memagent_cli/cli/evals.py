@@ -17,6 +17,7 @@ from ..errors import EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
 from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
+from .textout import SafeConsole
 
 
 class _DefaultRun(TyperGroup):
@@ -73,7 +74,6 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each request sent to a served engine.")] = False,
 ) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..core.config import AgentConfig
@@ -132,7 +132,7 @@ def run(
         for key in ("n", "sub_em", "em", "f1"):
             table.add_column(key, justify="right")
         table.add_row(str(result["n"]), f"{result['sub_em']:.2f}", f"{result['em']:.2f}", f"{result['f1']:.2f}")
-        Console(highlight=False).print(table)
+        SafeConsole(highlight=False).print(table)
     if failures:
         err.print(f"error: {len(failures)} item(s) failed (first: {failures[0][0]}: {failures[0][1]}); "
                   + ("run the same command again to retry them." if out else "use --out to keep results across runs."),

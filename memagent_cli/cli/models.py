@@ -15,7 +15,7 @@ from rich.text import Text
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
 from .common import run_guard
-from .textout import json_text, visible
+from .textout import SafeConsole, json_text, visible
 
 models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
                          no_args_is_help=True, rich_markup_mode="rich")
@@ -118,7 +118,7 @@ def list_models(json_out: JsonOpt = False) -> None:
                         for a, e in sorted(cat.items()) for q in e.quantizations],
         }))
         return
-    out = Console(highlight=False)
+    out = SafeConsole(highlight=False)
     table = Table(title="installed", title_justify="left", box=None, header_style="bold", pad_edge=False)
     for col in ("name", "size", "quantization", "path"):
         table.add_column(col, overflow="fold")
@@ -157,7 +157,7 @@ def pull(
 
     offline = offline_requested(offline)
     plan = pulling.plan_pull(spec, quant=quant, name=name, offline=offline)
-    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
+    install(plan, offline=offline, err=SafeConsole(stderr=True, highlight=False), json_out=json_out)
 
 
 @models_app.command()
@@ -179,7 +179,7 @@ def convert(
 
     offline = offline_requested(offline)
     plan = pulling.plan_convert(source, quant=quant or "q4_k_m", name=name, offline=offline)
-    install(plan, offline=offline, err=Console(stderr=True, highlight=False), json_out=json_out)
+    install(plan, offline=offline, err=SafeConsole(stderr=True, highlight=False), json_out=json_out)
 
 
 @models_app.command()
@@ -195,7 +195,7 @@ def add(
     if json_out:
         print(json_text({"name": name, **record}))
         return
-    Console(stderr=True, highlight=False).print(
+    SafeConsole(stderr=True, highlight=False).print(
         f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
         f"{_gb(record['size'])}, context {record['context_length']}, "
         f"{'with' if record['chat_template'] else 'without'} a chat template", markup=False)
@@ -207,7 +207,7 @@ def rm(name: NameArg) -> None:
     """Forget a model (a file memagent downloaded is deleted; one you added is kept)."""
     record = registry.remove(name)
     kept = " (the file is kept)" if record and record["source"] == "local" else ""
-    Console(stderr=True).print(f"removed {name}{kept}", markup=False)
+    SafeConsole(stderr=True).print(f"removed {name}{kept}", markup=False)
 
 
 @models_app.command()
@@ -225,7 +225,7 @@ def info(name: NameArg, json_out: JsonOpt = False) -> None:
     if json_out:
         print(json_text(record))
         return
-    out = Console(highlight=False)
+    out = SafeConsole(highlight=False)
     for key, value in record.items():
         out.print(Text.assemble((f"{key:15}", "bold"), str(value)))
 
@@ -261,7 +261,7 @@ def config_list(json_out: JsonOpt = False) -> None:
     if json_out:
         print(json_text({"file": str(settings.config_file()), "settings": data}))
         return
-    out = Console(highlight=False)
+    out = SafeConsole(highlight=False)
     out.print(Text(f"# {settings.config_file()}", style="dim"))
     for key, (_, meaning) in settings.KEYS.items():
         value = data.get(key)
@@ -293,7 +293,7 @@ def doctor(
     if json_out:
         print(json_text(report))
         return
-    Console(highlight=False).print(render_doctor(report))
+    SafeConsole(highlight=False).print(render_doctor(report))
 
 
 def model_for_run(model: str | None, err: Console, offline: bool) -> str:

@@ -4,20 +4,44 @@ from __future__ import annotations
 
 import json
 
-# Model and document text is shown, never obeyed: control characters (escape sequences could
-# move the cursor, retitle the window or write the clipboard; they also make SVG invalid)
-# become their visible Unicode "control pictures", ␛ for ESC. Tab and newline stay.
-_VISIBLE = {c: 0x2400 + c for c in range(32) if c not in (9, 10)}
-_VISIBLE.update({0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}})
-# Lone surrogates (from file names that are not UTF-8) cannot be written to a terminal at all.
-_VISIBLE.update({c: 0xFFFD for c in range(0xD800, 0xE000)})
+from rich.console import Console, Group
+from rich.text import Text
 
-
-def visible(text: str) -> str:
-    return text.translate(_VISIBLE)
+from ..core.display import json_controls_escaped, visible
 
 
 def json_text(value, indent: int | None = 2) -> str:
     """JSON for stdout. A path from a file name that is not UTF-8 holds lone surrogates, which
     no stream can encode; as \\udcXX escapes they are valid JSON and name the file exactly."""
-    return json.dumps(value, ensure_ascii=False, indent=indent).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = json_controls_escaped(json.dumps(value, ensure_ascii=False, indent=indent))
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class SafeConsole(Console):
+    """A rich Console through which outside text (file names, documents, model output, server
+    messages, trace content) cannot reach the terminal as control sequences: plain strings and
+    Text are passed through visible() (one character for one, so styles keep their places)."""
+
+    def print(self, *objects, **kwargs) -> None:  # type: ignore[override]
+        super().print(*(_safe(o) for o in objects), **kwargs)
+
+    def render_str(self, text: str, **kwargs) -> Text:  # type: ignore[override]
+        # Every plain string a renderable holds (table cells, panel titles) is made a Text here.
+        return super().render_str(visible(text), **kwargs)
+
+    def input(self, prompt="", **kwargs) -> str:  # type: ignore[override]
+        return super().input(_safe(prompt), **kwargs)
+
+
+def _safe(obj):
+    if isinstance(obj, str):
+        return visible(obj)
+    if isinstance(obj, Text):
+        shown = visible(obj.plain)
+        if shown != obj.plain:
+            obj = obj.copy()
+            obj.plain = shown
+        return obj
+    if isinstance(obj, Group):
+        return Group(*(_safe(r) for r in obj.renderables))
+    return obj

@@ -21,7 +21,7 @@ from ..core.protocol import INITIAL_MEMORY
 from ..core.provenance import describe_place
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
-from .textout import json_text, visible
+from .textout import SafeConsole, json_text, visible
 
 app = typer.Typer(help="Inspect recorded runs: every memory step with where it read, and the answer.",
                   no_args_is_help=True, rich_markup_mode="rich")
@@ -35,12 +35,12 @@ def _store():
 
     store = TraceStore()
     if store.notice:
-        Console(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+        SafeConsole(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
     return store
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return SafeConsole(highlight=False, soft_wrap=False)
 
 
 def _where(spans: list[dict]) -> str:
@@ -77,7 +77,7 @@ def list_runs(
         print(json_text([{**r, "steps": r["step_count"]} for r in runs]))
         return
     if not runs:
-        Console(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
+        SafeConsole(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("id", "when", "status", "steps", "question", "sources", "answer"):
@@ -198,7 +198,7 @@ def export(
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise MemagentError(f"Cannot write {output}: {exc.strerror}.") from None
-    Console(stderr=True).print(f"wrote {output}", markup=False)
+    SafeConsole(stderr=True).print(f"wrote {output}", markup=False)
 
 
 @app.command()
@@ -214,7 +214,7 @@ def search(
         print(json_text(hits))
         return
     if not hits:
-        Console(stderr=True).print("No matches.", markup=False)
+        SafeConsole(stderr=True).print("No matches.", markup=False)
         return
     out = _out()
     for hit in hits:
@@ -239,7 +239,7 @@ def rm(
     if run_ref is not None:
         run_id = store.resolve(run_ref)
         store.delete(run_id)
-        Console(stderr=True).print(f"removed {run_id[:8]}", markup=False)
+        SafeConsole(stderr=True).print(f"removed {run_id[:8]}", markup=False)
     else:
         n = store.delete_older_than(parse_age(older_than))
-        Console(stderr=True).print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)
+        SafeConsole(stderr=True).print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)

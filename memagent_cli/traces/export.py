@@ -22,6 +22,7 @@ import json
 import re
 from typing import Any, Callable
 
+from ..core.display import json_controls_escaped, visible
 from ..core.memdiff import DELETE, EQUAL, INSERT, split_changes, surviving_additions, word_diff
 from ..core.protocol import INITIAL_MEMORY
 
@@ -36,7 +37,10 @@ def export(run: dict, fmt: str) -> str:
     writers: dict[str, Callable[[dict], str]] = {"jsonl": export_jsonl, "markdown": export_markdown, "html": export_html}
     if fmt not in writers:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    return writers[fmt](run)
+    text = writers[fmt](run)
+    # Markdown is read in terminals (cat, less): control characters become visible symbols there.
+    # JSONL escapes them as JSON does; HTML escapes what it must and browsers show no controls.
+    return visible(text) if fmt == "markdown" else text
 
 
 # --- JSONL ------------------------------------------------------------------------------------
@@ -53,7 +57,7 @@ def _json_line(obj: dict) -> str:
     text = json.dumps(obj, ensure_ascii=False)
     # U+2028/2029 are legal inside JSON strings, but str.splitlines() and some JSONL readers cut
     # lines there; escaped they are the same JSON value. They can only occur inside strings.
-    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return json_controls_escaped(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 # --- shared views ------------------------------------------------------------------------------
