@@ -39,6 +39,9 @@ def test_catalog_is_in_an_installed_wheel(tmp_path):
     (wheel,) = tmp_path.glob("memagent_cli-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "memagent_cli/models/catalog.toml" in names and "memagent_cli/models/README.md" in names
+    # Every module of every subpackage ships (pyproject lists the packages one by one).
+    modules = {str(p.relative_to(REPO)) for p in (REPO / "memagent_cli").rglob("*.py")}
+    assert modules - set(names) == set()
 
 
 def test_add_info_path_rm_of_a_local_model(models, tmp_path):
