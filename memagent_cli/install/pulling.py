@@ -177,7 +177,7 @@ def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None,
                 repo_name=folder.name)
     weights = checkpoint.weight_bytes
     dtype = _main_dtype(checkpoint)
-    _size_conversion(plan, weights, params=checkpoint.parameters, dtype=dtype, downloaded_deletable=False)
+    _size_conversion(plan, weights, params=checkpoint.parameters, dtype=dtype)
     return plan
 
 
@@ -219,7 +219,7 @@ def _convert_plan_hub(repo: str, files, quant: str, name: str | None) -> Plan:
                 source=f"hf:{repo}@{commit}", files=wanted, folder=folder, staging=staging, repo_name=repo_name)
     weights = sum(f.size or 0 for f in wanted if f.filename.endswith(".safetensors"))
     # Published checkpoints are bf16 (2 bytes a parameter); the estimate assumes so before config.json is read.
-    _size_conversion(plan, weights, params=weights // 2, dtype="BF16", downloaded_deletable=True)
+    _size_conversion(plan, weights, params=weights // 2, dtype="BF16")
     return plan
 
 
@@ -246,8 +246,10 @@ def intermediate_type(dtype: str, quant: str) -> str:
     return "bf16" if dtype == "BF16" else "f16"
 
 
-def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downloaded_deletable: bool) -> None:
-    """Fills in the plan's sizes and times. What a stage already finished is neither counted nor timed."""
+def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str) -> None:
+    """Fills in the plan's sizes and times. What a stage already finished is neither counted nor timed.
+    Downloaded shards are deleted once the intermediate is whole; a local folder is the user's and
+    is neither counted nor touched."""
     from ..model.convert.quantize import BITS_PER_WEIGHT
 
     quant = plan.quant or catalog.DEFAULT_QUANT
@@ -273,25 +275,25 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str, downl
     if plan.files:
         plan.download_bytes = download
         plan.seconds["download"] = download / DOWNLOAD_RATE
-    shards = sum(f.size or 0 for f in plan.files)  # what is downloaded counts; a local folder is the user's
+    shards = sum(f.size or 0 for f in plan.files)
     written = intermediate if quantizing else result
     if quantizing:
         # The shards sit beside the intermediate until it is whole; then the intermediate beside the result.
-        plan.peak_disk = max(shards + written, written + result + (0 if downloaded_deletable else shards))
+        plan.peak_disk = max(shards + written, written + result)
     else:
         plan.peak_disk = shards + written
     if converted:
         plan.disk_needed = result if quantizing else 0
     else:
-        plan.disk_needed = max(download + written, written + result - (have if downloaded_deletable else 0)) \
-            if quantizing else download + written
+        plan.disk_needed = max(download + written, written + result - have) if quantizing else download + written
         plan.seconds["convert"] = CONVERT_FIXED + weights / CONVERT_RATE
     if quantizing:
         plan.seconds["quantize"] = params * 2 / (QUANTIZE_RATE_PER_CORE * (os.cpu_count() or 1))
 
 
 def _converted(plan: Plan) -> bool:
-    """Whether the convert stage is finished (its output, the intermediate or the result, is whole)."""
+    """Whether the convert stage is finished: its intermediate is whole. (A result it wrote directly
+    is made again: only a stage whose output is then used is worth resuming from.)"""
     inter = _intermediate_path(plan, plan.outtype or "f16")
     return inter is not None and inter.exists()
 
