@@ -97,8 +97,12 @@ def stage_convert(src: Path, dest: Path, outtype: str) -> dict:
     checkpoint = open_checkpoint(src)
     convert(checkpoint, dest, outtype, progress=progress)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "bytes": sum(s.stat().st_size for s in checkpoint.shards),
-            "output_bytes": dest.stat().st_size, "progress_calls": calls}
+    return {
+        "seconds": seconds,
+        "bytes": sum(s.stat().st_size for s in checkpoint.shards),
+        "output_bytes": dest.stat().st_size,
+        "progress_calls": calls,
+    }
 
 
 def stage_quantize(src: Path, dest: Path, quant: str) -> dict:
@@ -171,16 +175,18 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
     result = json.loads(result_file.read_text())
     result_file.unlink()
     memory = result.pop("memory")
-    result.update({
-        "process_seconds": round(wall, 2),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-        "peak_rss_mb": round(memory["VmHWM"], 1),
-        "peak_rss_anon_mb_sampled": round(peaks.get("RssAnon", 0.0), 1),
-        "peak_rss_file_mb_sampled": round(peaks.get("RssFile", 0.0), 1),
-        "mb_per_s": round(result["bytes"] / result["seconds"] / MB, 1),
-        "seconds": round(result["seconds"], 2),
-        "cache_dropped": cache_dropped,
-    })
+    result.update(
+        {
+            "process_seconds": round(wall, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mb": round(memory["VmHWM"], 1),
+            "peak_rss_anon_mb_sampled": round(peaks.get("RssAnon", 0.0), 1),
+            "peak_rss_file_mb_sampled": round(peaks.get("RssFile", 0.0), 1),
+            "mb_per_s": round(result["bytes"] / result["seconds"] / MB, 1),
+            "seconds": round(result["seconds"], 2),
+            "cache_dropped": cache_dropped,
+        }
+    )
     return result
 
 
@@ -195,8 +201,9 @@ def build_checkpoint(folder: Path, shape_name: str) -> dict:
         return {"reused": True, "seconds": None, "bytes": _shard_bytes(folder)}
     shutil.rmtree(folder, ignore_errors=True)
     start = time.perf_counter()
-    hfcheckpoint.write_checkpoint(folder, shape, seed=SEED, dtype="BF16", shards=SHARDS,
-                                  tokenizer=hfcheckpoint.QWEN25_TOKENIZER, fast=True)
+    hfcheckpoint.write_checkpoint(
+        folder, shape, seed=SEED, dtype="BF16", shards=SHARDS, tokenizer=hfcheckpoint.QWEN25_TOKENIZER, fast=True
+    )
     os.sync()
     seconds = time.perf_counter() - start
     marker.write_text(json.dumps(key))
@@ -220,10 +227,17 @@ def machine() -> dict:
         except Exception:
             return None
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-               if line.startswith("MemTotal"))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     return {
         "cores": len(os.sched_getaffinity(0)),
         "cpu": cpu,
@@ -243,8 +257,13 @@ def summarize(results: dict) -> dict:
         runs = results[kind]
         speed = statistics.median(r["mb_per_s"] for r in runs)
         rss = max(r["peak_rss_mb"] for r in runs)
-        out[kind] = {"mb_per_s": round(speed, 1), "ratio_to_copy": round(speed / copy, 3),
-                     "peak_rss_mb": rss, "speed_ok": speed / copy >= SPEED_TARGET, "rss_ok": rss <= RSS_TARGET_MB}
+        out[kind] = {
+            "mb_per_s": round(speed, 1),
+            "ratio_to_copy": round(speed / copy, 3),
+            "peak_rss_mb": rss,
+            "speed_ok": speed / copy >= SPEED_TARGET,
+            "rss_ok": rss <= RSS_TARGET_MB,
+        }
     return out
 
 
@@ -253,12 +272,30 @@ def print_table(results: dict) -> None:
     rows = [("stage", "seconds", "MB/s", "× copy", "peak RSS MB", "anon/file MB (sampled)", "CPU s")]
 
     def row(name, r, ratio=""):
-        rows.append((name, f"{r['seconds']}", f"{r.get('mb_per_s', '')}", ratio, f"{r['peak_rss_mb']}",
-                     f"{r['peak_rss_anon_mb_sampled']}/{r['peak_rss_file_mb_sampled']}", f"{r['cpu_seconds']}"))
+        rows.append(
+            (
+                name,
+                f"{r['seconds']}",
+                f"{r.get('mb_per_s', '')}",
+                ratio,
+                f"{r['peak_rss_mb']}",
+                f"{r['peak_rss_anon_mb_sampled']}/{r['peak_rss_file_mb_sampled']}",
+                f"{r['cpu_seconds']}",
+            )
+        )
 
     build = results["build"]
-    rows.append(("build checkpoint", "reused" if build["reused"] else f"{build['seconds']}",
-                 f"{build.get('mb_per_s', '')}", "", "", "", ""))
+    rows.append(
+        (
+            "build checkpoint",
+            "reused" if build["reused"] else f"{build['seconds']}",
+            f"{build.get('mb_per_s', '')}",
+            "",
+            "",
+            "",
+            "",
+        )
+    )
     for i in range(len(results["copy"])):
         row(f"copy #{i + 1}", results["copy"][i])
         for kind in ("bf16", "f16"):
@@ -273,8 +310,10 @@ def print_table(results: dict) -> None:
     print()
     for kind in ("bf16", "f16"):
         k = s[kind]
-        print(f"bf16→{kind}: {k['ratio_to_copy']} × copy (target ≥ {SPEED_TARGET}: {'met' if k['speed_ok'] else 'MISSED'}), "
-              f"peak RSS {k['peak_rss_mb']} MB (target ≤ {RSS_TARGET_MB}: {'met' if k['rss_ok'] else 'MISSED'})")
+        print(
+            f"bf16→{kind}: {k['ratio_to_copy']} × copy (target ≥ {SPEED_TARGET}: {'met' if k['speed_ok'] else 'MISSED'}), "
+            f"peak RSS {k['peak_rss_mb']} MB (target ≤ {RSS_TARGET_MB}: {'met' if k['rss_ok'] else 'MISSED'})"
+        )
     if results.get("quantize"):
         q = results["quantize"]
         print(f"quantize: {q['seconds']} s, peak RSS {q['peak_rss_mb']} MB, output {q['output_bytes'] / MB:.0f} MB")
@@ -308,8 +347,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     folder = work / "checkpoint"
     bf16_out, f16_out, q_out = work / "model-bf16.gguf", work / "model-f16.gguf", work / "model-q4_k_m.gguf"
     print(f"work folder {work}; free disk {shutil.disk_usage(work).free / 1e9:.1f} GB", flush=True)
-    results: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "shape": args.shape,
-                     "machine": machine(), "copy": [], "bf16": [], "f16": []}
+    results: dict = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "shape": args.shape,
+        "machine": machine(),
+        "copy": [],
+        "bf16": [],
+        "f16": [],
+    }
     try:
         print("building the checkpoint…", flush=True)
         results["build"] = build_checkpoint(folder, args.shape)

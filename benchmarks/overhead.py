@@ -69,8 +69,14 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
     info = read_gguf(model)
     tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
     ids = tok.encode(doc.read_text(encoding="utf-8").strip())
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=chunk + 2 * memory_tokens + 1024, n_batch=2048, n_threads=1,
-                          n_threads_batch=os.cpu_count(), verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(model),
+        n_ctx=chunk + 2 * memory_tokens + 1024,
+        n_batch=2048,
+        n_threads=1,
+        n_threads_batch=os.cpu_count(),
+        verbose=False,
+    )
     memory, generated = INITIAL_MEMORY, 0
 
     def run(prompt: str, budget: int) -> str:
@@ -84,8 +90,10 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
         return llm.detokenize(out).decode("utf-8", errors="replace")
 
     for start in range(0, len(ids), chunk):
-        memory = run(memory_prompt(question, memory, tok.decode_bytes(ids[start:start + chunk]).decode("utf-8", "replace")),
-                     memory_tokens)
+        memory = run(
+            memory_prompt(question, memory, tok.decode_bytes(ids[start : start + chunk]).decode("utf-8", "replace")),
+            memory_tokens,
+        )
     run(final_prompt(question, memory), answer_tokens)
     llm.close()
     return {"seconds": time.perf_counter() - t0, "generated": generated}
@@ -94,17 +102,53 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
 def bare_process(model: Path, doc: Path, question: str, args) -> dict:
     """The bare loop in a fresh Python process, so it pays interpreter start-up like memagent."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--bare-run", str(model), str(doc), question, "--chunk",
-                          str(args.chunk), "--memory", str(args.memory), "--answer", str(args.answer)],
-                         capture_output=True, text=True, check=True, cwd=REPO).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--bare-run",
+            str(model),
+            str(doc),
+            question,
+            "--chunk",
+            str(args.chunk),
+            "--memory",
+            str(args.memory),
+            "--answer",
+            str(args.answer),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    ).stdout
     return {**json.loads(out), "seconds": time.perf_counter() - t0}
 
 
-def memagent(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, answer_tokens: int,
-             live: bool, home: Path) -> dict:
-    args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), question, "-m", str(model), "--threads", "1",
-            "--chunk-tokens", str(chunk), "--memory-tokens", str(memory_tokens), "--answer-tokens", str(answer_tokens),
-            "--temperature", "0", "--json"]
+def memagent(
+    model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, answer_tokens: int, live: bool, home: Path
+) -> dict:
+    args = [
+        sys.executable,
+        "-m",
+        "memagent_cli",
+        "ask",
+        str(doc),
+        question,
+        "-m",
+        str(model),
+        "--threads",
+        "1",
+        "--chunk-tokens",
+        str(chunk),
+        "--memory-tokens",
+        str(memory_tokens),
+        "--answer-tokens",
+        str(answer_tokens),
+        "--temperature",
+        "0",
+        "--json",
+    ]
     env = {**os.environ, "MEMAGENT_HOME": str(home), "COLUMNS": "110"}
     t0 = time.perf_counter()
     if live:
@@ -140,10 +184,15 @@ def measure(steps: int, chunk: int, memory: int, answer: int, repeat: int) -> di
     generated = runs["bare"][0]["generated"]
     assert all(r["generated"] == generated for v in runs.values() for r in v), "the runs did different work"
     median = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
-    return {"steps": steps, "chunk_tokens": chunk, "memory_tokens": memory, "generated_tokens": generated,
-            **{f"{k}_seconds": round(v, 3) for k, v in median.items()},
-            "quiet_ratio": round(median["quiet"] / median["bare"], 3),
-            "live_ratio": round(median["live"] / median["bare"], 3)}
+    return {
+        "steps": steps,
+        "chunk_tokens": chunk,
+        "memory_tokens": memory,
+        "generated_tokens": generated,
+        **{f"{k}_seconds": round(v, 3) for k, v in median.items()},
+        "quiet_ratio": round(median["quiet"] / median["bare"], 3),
+        "live_ratio": round(median["live"] / median["bare"], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -33,9 +33,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a smaller PDF, for a first look")
     parser.add_argument("--doc-only", action="store_true", help="rewrite docs/PERFORMANCE.md from benchmarks/results.json")
-    parser.add_argument("--convert", action="store_true",
-                        help="also run B5, the 7B conversion (about 25 minutes and 50 GB of disk); without it the "
-                             "last B5 in results.json is kept")
+    parser.add_argument(
+        "--convert",
+        action="store_true",
+        help="also run B5, the 7B conversion (about 25 minutes and 50 GB of disk); without it the "
+        "last B5 in results.json is kept",
+    )
     args = parser.parse_args(argv)
     if args.doc_only:
         results = json.loads((HERE / "results.json").read_text(encoding="utf-8"))
@@ -46,8 +49,13 @@ def main(argv: list[str] | None = None) -> dict:
     b1 = overhead.main(["--repeat", "1" if args.quick else "3"])
     b3 = scale.main(["--steps", "8" if args.quick else "12", "--pages", "300" if args.quick else "1000"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    results = {"when": started, "machine": f"{platform.machine()}, Python {platform.python_version()}, {cores} cores",
-               "B1": b1, "B2": b2, "B3": b3}
+    results = {
+        "when": started,
+        "machine": f"{platform.machine()}, Python {platform.python_version()}, {cores} cores",
+        "B1": b1,
+        "B2": b2,
+        "B3": b3,
+    }
     if args.convert:
         results["B5"] = convert.main(["--shape", "7b"])
     elif (HERE / "results.json").exists():
@@ -64,41 +72,61 @@ def write_doc(results: dict) -> None:
     b1, b2, b3, started = results["B1"], results["B2"], results["B3"], results["when"]
     large, pdf = b1["large"], b3["pdf"]
     rows = [
-        ("B1", "memagent --quiet / bare engine, reference budgets", check(large["quiet_ratio"], large["quiet_ratio"] <= 1.10),
-         "≤ 1.10"),
-        ("B1", "memagent with live view / bare engine, reference budgets",
-         check(large["live_ratio"], large["live_ratio"] <= 1.10), "≤ 1.10"),
-        ("B1", "overhead per generated token, quiet / live (µs)", f"{b1['quiet_us_per_token']} / {b1['live_us_per_token']}",
-         "—"),
-        ("B1", "fixed overhead, quiet / live (ms: start-up, imports)", f"{b1['quiet_fixed_ms']} / {b1['live_fixed_ms']}",
-         "—"),
+        (
+            "B1",
+            "memagent --quiet / bare engine, reference budgets",
+            check(large["quiet_ratio"], large["quiet_ratio"] <= 1.10),
+            "≤ 1.10",
+        ),
+        (
+            "B1",
+            "memagent with live view / bare engine, reference budgets",
+            check(large["live_ratio"], large["live_ratio"] <= 1.10),
+            "≤ 1.10",
+        ),
+        ("B1", "overhead per generated token, quiet / live (µs)", f"{b1['quiet_us_per_token']} / {b1['live_us_per_token']}", "—"),
+        ("B1", "fixed overhead, quiet / live (ms: start-up, imports)", f"{b1['quiet_fixed_ms']} / {b1['live_fixed_ms']}", "—"),
         ("B2", "tokenizer ids identical to llama.cpp", check(b2["identical_ids"], b2["identical_ids"]), "yes"),
         ("B2", "tokenizer speed-up over llama.cpp through Python", check(b2["speedup"], b2["speedup"] >= 5), "≥ 5"),
-        ("B2", "vocabulary load, memagent / llama.cpp (s)",
-         f"{b2['memagent_load_seconds']} / {b2['llama_cpp_load_seconds']}", "—"),
+        (
+            "B2",
+            "vocabulary load, memagent / llama.cpp (s)",
+            f"{b2['memagent_load_seconds']} / {b2['llama_cpp_load_seconds']}",
+            "—",
+        ),
         ("B3", "seconds per step, 5M / 50K tokens", check(b3["step_time_ratio"], b3["step_time_ratio"] <= 1.1), "≤ 1.1"),
         ("B3", "peak RSS growth 50K → 5M tokens (MB)", check(b3["rss_growth_mb"], b3["rss_growth_mb"] <= 100), "≤ 100"),
-        ("B3", "start to first step, largest input (s)",
-         check(b3["max_first_step_seconds"], b3["max_first_step_seconds"] <= 2), "≤ 2"),
-        ("B3", f"PDF ingestion ({pdf['pages']} pages) / pypdf's own loop",
-         check(pdf["throughput_ratio"], pdf["throughput_ratio"] >= 0.95), "≥ 0.95"),
+        (
+            "B3",
+            "start to first step, largest input (s)",
+            check(b3["max_first_step_seconds"], b3["max_first_step_seconds"] <= 2),
+            "≤ 2",
+        ),
+        (
+            "B3",
+            f"PDF ingestion ({pdf['pages']} pages) / pypdf's own loop",
+            check(pdf["throughput_ratio"], pdf["throughput_ratio"] >= 0.95),
+            "≥ 0.95",
+        ),
     ]
     b5 = results.get("B5")
     if b5:
         summary = b5["summary"]
         for kind, what in (("bf16", "bf16 → bf16 GGUF (what a q4_k_m pull writes)"), ("f16", "bf16 → f16 GGUF")):
             row = summary[kind]
-            rows.append(("B5", f"convert {what}, speed / a file copy", check(row["ratio_to_copy"], row["ratio_to_copy"] >= 0.5),
-                         "≥ 0.5"))
-            rows.append(("B5", f"convert {what}, peak RSS (MB)", check(row["peak_rss_mb"], row["peak_rss_mb"] <= 1500),
-                         "≤ 1500"))
+            rows.append(
+                ("B5", f"convert {what}, speed / a file copy", check(row["ratio_to_copy"], row["ratio_to_copy"] >= 0.5), "≥ 0.5")
+            )
+            rows.append(("B5", f"convert {what}, peak RSS (MB)", check(row["peak_rss_mb"], row["peak_rss_mb"] <= 1500), "≤ 1500"))
     steps = next(iter(b3["sizes"].values()))["steps_run"]
     table = "\n".join(f"| {b} | {what} | {value} | {target} |" for b, what, value, target in rows)
-    sizes = "\n".join(f"| {int(n):,} | {r['tokens']:,} | {r['seconds_per_step']} | {r['peak_rss_mb']} | "
-                      f"{r['first_step_start_seconds']} |" for n, r in sorted(b3["sizes"].items(), key=lambda kv: int(kv[0])))
+    sizes = "\n".join(
+        f"| {int(n):,} | {r['tokens']:,} | {r['seconds_per_step']} | {r['peak_rss_mb']} | {r['first_step_start_seconds']} |"
+        for n, r in sorted(b3["sizes"].items(), key=lambda kv: int(kv[0]))
+    )
     doc = f"""# Performance
 
-Generated by `python benchmarks/run.py` on {started} ({results['machine']}); the raw numbers
+Generated by `python benchmarks/run.py` on {started} ({results["machine"]}); the raw numbers
 are in `benchmarks/results.json`. Every ratio compares two things measured side by side in the
 same run, interleaved, because this machine is shared and noisy; absolute times are only
 indicative, and no test asserts on time.
@@ -117,8 +145,8 @@ imports, reading) from the cost per generated token:
 
 | size | generated tokens | bare (s) | quiet (s) | live (s) |
 |---|---|---|---|---|
-| short budgets (1000-token chunks, 256-token memory) | {b1['small']['generated_tokens']} | {b1['small']['bare_seconds']} | {b1['small']['quiet_seconds']} | {b1['small']['live_seconds']} |
-| reference budgets (5000-token chunks, 1024-token memory) | {b1['large']['generated_tokens']} | {b1['large']['bare_seconds']} | {b1['large']['quiet_seconds']} | {b1['large']['live_seconds']} |
+| short budgets (1000-token chunks, 256-token memory) | {b1["small"]["generated_tokens"]} | {b1["small"]["bare_seconds"]} | {b1["small"]["quiet_seconds"]} | {b1["small"]["live_seconds"]} |
+| reference budgets (5000-token chunks, 1024-token memory) | {b1["large"]["generated_tokens"]} | {b1["large"]["bare_seconds"]} | {b1["large"]["quiet_seconds"]} | {b1["large"]["live_seconds"]} |
 
 The per-token and fixed figures are a two-point fit between the sizes and swing by tens of µs
 between runs on this shared 2-core machine (they can come out negative); the ratios are the
@@ -164,28 +192,32 @@ def _b5_section(b5: dict | None) -> str:
     s, q = b5["summary"], b5.get("quantize") or {}
     runs = {kind: " / ".join(f"{r['mb_per_s']}" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
     times = {kind: " / ".join(f"{r['seconds']:.0f} s" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
-    quant = (f"| quantize bf16 → q4_k_m (llama.cpp; {q['output_bytes'] / 1e9:.2f} GB out) | {q['seconds']:.0f} s | "
-             f"{q['mb_per_s']} | — | {q['peak_rss_mb']} |\n" if q else "")
+    quant = (
+        f"| quantize bf16 → q4_k_m (llama.cpp; {q['output_bytes'] / 1e9:.2f} GB out) | {q['seconds']:.0f} s | "
+        f"{q['mb_per_s']} | — | {q['peak_rss_mb']} |\n"
+        if q
+        else ""
+    )
     return f"""## B5: converting a 7B checkpoint (`memagent models convert`)
 
-`python benchmarks/convert.py --shape 7b` ({b5['when']}; `python benchmarks/run.py --convert` runs it
+`python benchmarks/convert.py --shape 7b` ({b5["when"]}; `python benchmarks/run.py --convert` runs it
 too): a checkpoint with Qwen2.5-7B-Instruct's exact tensor names and shapes (random bf16,
-{b5['build']['bytes'] / 1e9:.2f} GB in 4 shards), converted stage by stage, each stage in a fresh
+{b5["build"]["bytes"] / 1e9:.2f} GB in 4 shards), converted stage by stage, each stage in a fresh
 process with the page cache emptied first. The yardstick is a plain copy of the same bytes in the
-same run, interleaved with the conversions ({len(b5['copy'])} rounds; medians). Speeds are MB (10^6 B)
+same run, interleaved with the conversions ({len(b5["copy"])} rounds; medians). Speeds are MB (10^6 B)
 of the checkpoint read per second.
 
 | stage | time | MB/s (each round) | × copy | peak RSS (MB) |
 |---|---|---|---|---|
-| plain file copy | {times['copy']} | {runs['copy']} | 1 | — |
-| convert bf16 → bf16 GGUF | {times['bf16']} | {runs['bf16']} | {s['bf16']['ratio_to_copy']} | {s['bf16']['peak_rss_mb']} |
-| convert bf16 → f16 GGUF | {times['f16']} | {runs['f16']} | {s['f16']['ratio_to_copy']} | {s['f16']['peak_rss_mb']} |
+| plain file copy | {times["copy"]} | {runs["copy"]} | 1 | — |
+| convert bf16 → bf16 GGUF | {times["bf16"]} | {runs["bf16"]} | {s["bf16"]["ratio_to_copy"]} | {s["bf16"]["peak_rss_mb"]} |
+| convert bf16 → f16 GGUF | {times["f16"]} | {runs["f16"]} | {s["f16"]["ratio_to_copy"]} | {s["f16"]["peak_rss_mb"]} |
 {quant}
 The converter's memory does not grow with the model: it holds a 32 MB window of one tensor at a
 time and releases the pages it has read. bf16 → f16 goes through a 65,536-entry table made by
 the converter's own conversion (bit-identical output; before it, the stage was CPU-bound at 0.43×
 a copy on these 2 cores). The quantizer's time and memory are llama.cpp's own, reported as
-measured: it maps its whole input, so part of its RSS is file pages. {b5.get('note', '')}
+measured: it maps its whole input, so part of its RSS is file pages. {b5.get("note", "")}
 
 """
 

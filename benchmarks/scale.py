@@ -56,11 +56,36 @@ def _peak_rss_mb(pid: int) -> float | None:
 
 
 def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
-    args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(model), "--chunk-tokens", "5000",
-            "--memory-tokens", "32", "--answer-tokens", "4", "--temperature", "0", "--no-trace", "--threads", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "memagent_cli",
+        "ask",
+        str(doc),
+        "q",
+        "-m",
+        str(model),
+        "--chunk-tokens",
+        "5000",
+        "--memory-tokens",
+        "32",
+        "--answer-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "--no-trace",
+        "--threads",
+        "1",
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "MEMAGENT_HOME": str(home)}, cwd=REPO)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MEMAGENT_HOME": str(home)},
+        cwd=REPO,
+    )
     seconds, first, first_done, peak = [], None, None, None
     for line in proc.stderr:  # plain progress: "step k/N path: M memory tokens, S.Ss" (N is "?" while reading)
         m = re.match(r"step (\d+)/(\S+) .*, ([\d.]+)s$", line.strip())
@@ -117,8 +142,12 @@ def pdf_ingestion(folder: Path, pages: int) -> dict:
             fn()
             times[name].append(time.perf_counter() - t)
     best = {k: statistics.median(v) for k, v in times.items()}
-    return {"pages": pages, "pypdf_seconds": round(best["bare"], 2), "memagent_seconds": round(best["ours"], 2),
-            "throughput_ratio": round(best["bare"] / best["ours"], 3)}
+    return {
+        "pages": pages,
+        "pypdf_seconds": round(best["bare"], 2),
+        "memagent_seconds": round(best["ours"], 2),
+        "throughput_ratio": round(best["bare"] / best["ours"], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -22,10 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 def corpus(n_chars: int, seed: int = 0) -> str:
     """Mixed text: this repository's code, prose, CJK, numbers, white space runs, emoji."""
     code = "".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "memagent_cli").glob("*.py")))
-    pieces = [code[i:i + 2000] for i in range(0, len(code), 2000)] + [
+    pieces = [code[i : i + 2000] for i in range(0, len(code), 2000)] + [
         "The committee met on 12 March 2019 and signed the amendment. ",
         "中文文本测试，这是一个句子。日本語のテキスト。한국어 텍스트 ",
-        "    indented line\n\t\ttabs\n\n\n", "🦙🚀👍🏽 ", "3.14159 2,718 0xFF 1e-10 ", "=" * 60 + "\n",
+        "    indented line\n\t\ttabs\n\n\n",
+        "🦙🚀👍🏽 ",
+        "3.14159 2,718 0xFF 1e-10 ",
+        "=" * 60 + "\n",
     ]
     rng = random.Random(seed)
     out, size = [], 0

@@ -31,9 +31,29 @@ def main() -> None:
             pdf.add_page()
             pdf.multi_cell(0, 5, f"Page {page}. " + " ".join(rng.choice(vocab) for _ in range(150)))
         pdf.output(str(Path(tmp) / "report.pdf"))
-        subprocess.run([sys.executable, "-m", "memagent_cli", "ask", "report.pdf", "Who signed the 2019 amendment?",
-                        "-m", str(model), "--memory-tokens", "60", "--answer-tokens", "40", "--temperature", "0", "--quiet",
-                        "--svg", str(REPO / "docs" / "live-view.svg")], cwd=tmp, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memagent_cli",
+                "ask",
+                "report.pdf",
+                "Who signed the 2019 amendment?",
+                "-m",
+                str(model),
+                "--memory-tokens",
+                "60",
+                "--answer-tokens",
+                "40",
+                "--temperature",
+                "0",
+                "--quiet",
+                "--svg",
+                str(REPO / "docs" / "live-view.svg"),
+            ],
+            cwd=tmp,
+            check=True,
+        )
 
 
 if __name__ == "__main__":

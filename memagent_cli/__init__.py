@@ -1,7 +1,8 @@
 """memagent: answer questions about documents of any length with MemAgent's bounded memory.
 
-The library API: `ask_events` yields a run's typed events (memagent_cli.events); `ask`
-returns the final RunResult. The command line (memagent_cli.cli) is one consumer of it.
+The library API: `ask_events` yields a run's typed events (memagent_cli.core.events); `ask`
+returns the final RunResult. The command line (memagent_cli.cli) is one consumer of it;
+the README's Development section maps the subpackages.
 Importing this package loads no model code: llama_cpp is imported when a model loads.
 """
 

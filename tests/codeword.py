@@ -17,22 +17,33 @@ from dataclasses import dataclass
 QUESTION = "What is the code word?"
 NO_ANSWER = "unknown"
 
-VALUE_ADJECTIVES = ("amber crimson silver golden violet scarlet azure ivory copper jade coral indigo "
-                    "olive russet cobalt ebony").split()
+VALUE_ADJECTIVES = (
+    "amber crimson silver golden violet scarlet azure ivory copper jade coral indigo olive russet cobalt ebony"
+).split()
 VALUE_NOUNS = "falcon otter heron lynx badger raven marten osprey bison gecko walrus condor ferret jackal mantis puffin".split()
 
-_SUBJECTS = ("the river|the old mill|the council|a traveller|the lighthouse|the market|a young clerk|the village|"
-             "the north road|the quiet garden|the library|the harbour|a tired porter|the school|the baker|the night guard|"
-             "the mayor|a small boat|the station|the weaver|the orchard|the choir|the tower clock|a stranger").split("|")
-_VERBS = ("runs past|looks over|waits near|stands beside|opens onto|turns toward|leans against|sits under|"
-          "reaches|follows|passes|watches|crosses|guards|faces|circles").split("|")
-_OBJECTS = ("the stone bridge|a green field|the east wall|an empty cart|the morning train|the old well|"
-            "the square|a row of houses|the chapel|the salt marsh|the hill path|the fishing fleet|"
-            "the long table|the front gate|a pile of letters|the open window|the wheat store|the ferry").split("|")
-_TAILS = ("|| in the spring| after the rain| every evening| before noon| at first light| in the cold months|"
-          "| without a word| once a week| for many years| as usual").split("|")
-_COUNTS = ("There were {n} {things} in the {place}.|The report lists {n} {things} near the {place}.|"
-           "By the end of the year the {place} held {n} {things}.").split("|")
+_SUBJECTS = (
+    "the river|the old mill|the council|a traveller|the lighthouse|the market|a young clerk|the village|"
+    "the north road|the quiet garden|the library|the harbour|a tired porter|the school|the baker|the night guard|"
+    "the mayor|a small boat|the station|the weaver|the orchard|the choir|the tower clock|a stranger"
+).split("|")
+_VERBS = (
+    "runs past|looks over|waits near|stands beside|opens onto|turns toward|leans against|sits under|"
+    "reaches|follows|passes|watches|crosses|guards|faces|circles"
+).split("|")
+_OBJECTS = (
+    "the stone bridge|a green field|the east wall|an empty cart|the morning train|the old well|"
+    "the square|a row of houses|the chapel|the salt marsh|the hill path|the fishing fleet|"
+    "the long table|the front gate|a pile of letters|the open window|the wheat store|the ferry"
+).split("|")
+_TAILS = (
+    "|| in the spring| after the rain| every evening| before noon| at first light| in the cold months|"
+    "| without a word| once a week| for many years| as usual"
+).split("|")
+_COUNTS = (
+    "There were {n} {things} in the {place}.|The report lists {n} {things} near the {place}.|"
+    "By the end of the year the {place} held {n} {things}."
+).split("|")
 _THINGS = "lamps|boats|sheep|letters|chairs|barrels|windows|trees|carts|bells".split("|")
 _PLACES = "square|harbour|yard|hall|valley|market|cellar|garden".split("|")
 
@@ -98,7 +109,7 @@ def cut_by_boundary(doc: Document, encode, decode, chunk_tokens: int) -> bool:
         return False
     ids = encode(doc.text.strip())
     fact = fact_sentence(doc.value)
-    return not any(fact in decode(ids[k:k + chunk_tokens]) for k in range(0, len(ids), chunk_tokens))
+    return not any(fact in decode(ids[k : k + chunk_tokens]) for k in range(0, len(ids), chunk_tokens))
 
 
 def _join(rng: random.Random, sentences: list[str]) -> str:

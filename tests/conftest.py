@@ -21,8 +21,15 @@ def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",)
     and none of the caller's own model choice (`drop` names variables not passed on)."""
     full = {k: v for k, v in os.environ.items() if k not in drop}
     full.update({"NO_COLOR": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], input=input, capture_output=True,
-                          text=True, env=full, cwd=cwd or REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "memagent_cli", *map(str, args)],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=cwd or REPO,
+        timeout=300,
+    )
 
 
 def shared_path(*parts: str) -> Path:
@@ -114,12 +121,31 @@ def llama_server(model: Path, workdir: Path, *extra: str, port: int | None = Non
     port = port or free_port()
     log = workdir / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-                                 "--n_threads", "1", "--n_threads_batch", "1",
-                                 # by default it drops a streaming reply when another request arrives
-                                 "--interrupt_requests", "false", *extra],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "2048",
+                "--n_threads",
+                "1",
+                "--n_threads_batch",
+                "1",
+                # by default it drops a streaming reply when another request arrives
+                "--interrupt_requests",
+                "false",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     llama_server.proc = proc
     base = f"http://127.0.0.1:{port}/v1"
     try:

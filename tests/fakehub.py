@@ -185,8 +185,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"Not Found", head=head)
 
-    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, *, head: bool = False,
-              content_type: str = "text/plain; charset=utf-8") -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        *,
+        head: bool = False,
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         for key, value in (headers or {}).items():
@@ -201,8 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str, head: bool, extra: dict[str, str] | None = None) -> None:
         headers = {"X-Error-Code": code, "X-Error-Message": message, **(extra or {})}
-        self._send(status, json.dumps({"error": message}).encode(), headers, head=head,
-                   content_type="application/json; charset=utf-8")
+        self._send(
+            status, json.dumps({"error": message}).encode(), headers, head=head, content_type="application/json; charset=utf-8"
+        )
 
     def _authorized(self) -> bool:
         return self.headers.get("Authorization") == f"Bearer {self.hub.token}"
@@ -242,13 +250,27 @@ class _Handler(BaseHTTPRequestHandler):
                     entry["lfs"] = {"sha256": self.hub.sha256(repo.name, filename), "size": len(data), "pointerSize": 135}
             siblings.append(entry)
         owner = repo.name.split("/")[0]
-        self._json({
-            "_id": repo.commit[:24], "id": repo.name, "modelId": repo.name, "author": owner, "sha": repo.commit,
-            "lastModified": _DATE, "createdAt": _DATE, "private": False,
-            "gated": "manual" if repo.gated else False, "disabled": False, "downloads": 0, "likes": 0,
-            "tags": ["gguf"], "library_name": "gguf", "siblings": siblings,
-            "usedStorage": sum(len(d) for d in repo.files.values()),
-        }, head)
+        self._json(
+            {
+                "_id": repo.commit[:24],
+                "id": repo.name,
+                "modelId": repo.name,
+                "author": owner,
+                "sha": repo.commit,
+                "lastModified": _DATE,
+                "createdAt": _DATE,
+                "private": False,
+                "gated": "manual" if repo.gated else False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": ["gguf"],
+                "library_name": "gguf",
+                "siblings": siblings,
+                "usedStorage": sum(len(d) for d in repo.files.values()),
+            },
+            head,
+        )
 
     def _tree(self, repo: _Repo, revision: str, prefix: str, query: dict[str, str], head: bool) -> None:
         if not self._revision_ok(repo, revision):
@@ -260,18 +282,20 @@ class _Handler(BaseHTTPRequestHandler):
         for filename in sorted(repo.files):
             if not filename.startswith(base):
                 continue
-            rel = filename[len(base):]
+            rel = filename[len(base) :]
             if "/" in rel and not recursive:
                 folder = base + rel.split("/")[0]
-                entries.setdefault(folder, {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(),
-                                            "size": 0, "path": folder})
+                entries.setdefault(
+                    folder, {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0, "path": folder}
+                )
                 continue
             if recursive:  # the folders on the way are listed too
                 bits = rel.split("/")[:-1]
                 for i in range(1, len(bits) + 1):
                     folder = base + "/".join(bits[:i])
-                    entries.setdefault(folder, {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(),
-                                                "size": 0, "path": folder})
+                    entries.setdefault(
+                        folder, {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0, "path": folder}
+                    )
             data = repo.files[filename]
             entry: dict = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": filename}
             if repo.is_lfs(filename):
@@ -295,9 +319,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
         if repo.gated and not self._authorized():
             return self._error(
-                401, "GatedRepo",
+                401,
+                "GatedRepo",
                 f"Access to model {repo.name} is restricted. You must have access to it and be authenticated to access it."
-                " Please log in.", head)
+                " Please log in.",
+                head,
+            )
         if filename not in repo.files:
             return self._error(404, "EntryNotFound", "Entry not found", head, {"X-Repo-Commit": repo.commit})
         data = repo.files[filename]
@@ -305,8 +332,11 @@ class _Handler(BaseHTTPRequestHandler):
             sha = self.hub.sha256(repo.name, filename)
             # An LFS file is a redirect to the CDN, with the LFS metadata in X-Linked-* headers.
             headers = {
-                "X-Repo-Commit": repo.commit, "ETag": f'"{git_blob_id(data)}"', "X-Linked-Etag": f'"{sha}"',
-                "X-Linked-Size": str(len(data)), "Location": f"{self.hub.cdn_url}/cdn/{quote(sha)}",
+                "X-Repo-Commit": repo.commit,
+                "ETag": f'"{git_blob_id(data)}"',
+                "X-Linked-Etag": f'"{sha}"',
+                "X-Linked-Size": str(len(data)),
+                "Location": f"{self.hub.cdn_url}/cdn/{quote(sha)}",
             }
             return self._send(302, b"", headers, head=head)
         self._send_bytes(data, {"X-Repo-Commit": repo.commit, "ETag": f'"{git_blob_id(data)}"'}, head)
@@ -331,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
             if start >= size or start > end:
                 return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
             status = 206
-        body = data[start:end + 1]
+        body = data[start : end + 1]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")

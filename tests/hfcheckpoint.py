@@ -57,8 +57,7 @@ class Shape:
 
 TINY = Shape()
 # Qwen2.5-7B-Instruct (and so RL-MemoryAgent-7B): the tensors the benchmark converts.
-QWEN25_7B = Shape(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                  num_key_value_heads=4)
+QWEN25_7B = Shape(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4)
 
 
 def tensor_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:

@@ -15,8 +15,19 @@ from conftest import REPO
 
 PACKAGE = REPO / "memagent_cli"
 # Higher imports lower; equal ranks are siblings and may not import each other.
-RANKS = {"__main__": 6, "cli": 5, "evals": 4, "traces": 4, "core": 3, "install": 2, "model": 1, "ingest": 1,
-         "paths": 0, "errors": 0, "models": 0}
+RANKS = {
+    "__main__": 6,
+    "cli": 5,
+    "evals": 4,
+    "traces": 4,
+    "core": 3,
+    "install": 2,
+    "model": 1,
+    "ingest": 1,
+    "paths": 0,
+    "errors": 0,
+    "models": 0,
+}
 UI_LIBRARIES = ("typer", "rich", "click")
 
 
@@ -118,7 +129,7 @@ def test_the_package_has_no_import_cycles():
         state[node] = 1
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(" → ".join(stack[stack.index(dep):] + [dep]) if dep in stack else f"{node} → {dep}")
+                cycles.append(" → ".join(stack[stack.index(dep) :] + [dep]) if dep in stack else f"{node} → {dep}")
             elif dep not in state:
                 visit(dep, stack + [dep])
         state[node] = 2
@@ -135,9 +146,11 @@ def test_the_command_line_starts_without_heavy_libraries():
     import subprocess
     import sys
 
-    code = ("import sys, memagent_cli.cli.app; "
-            "print(' '.join(m for m in ('numpy', 'llama_cpp', 'huggingface_hub', 'pypdf', 'gguf', 'tiktoken') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, memagent_cli.cli.app; "
+        "print(' '.join(m for m in ('numpy', 'llama_cpp', 'huggingface_hub', 'pypdf', 'gguf', 'tiktoken') "
+        "if m in sys.modules))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.split() == []

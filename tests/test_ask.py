@@ -108,8 +108,9 @@ def test_greedy_runs_repeat_and_seeds_decide_sampling(doc, models):
 
 
 def test_tokens_longer_than_32_bytes_reach_the_memory(doc, models):
-    result = ask("q", [str(doc)], model=models["long"], config=AgentConfig(chunk_tokens=2000, memory_tokens=5,
-                                                                          answer_tokens=3, **GREEDY))
+    result = ask(
+        "q", [str(doc)], model=models["long"], config=AgentConfig(chunk_tokens=2000, memory_tokens=5, answer_tokens=3, **GREEDY)
+    )
     assert result.memory == LONG_TOKEN * 5  # llama-cpp-python's own detokenize would give ""
     step = result.steps[0]
     assert step.generated_tokens == 5 and step.finish_reason == "length"
@@ -186,17 +187,22 @@ def test_first_step_starts_before_the_input_is_read_whole(models):
 
     def writer():
         with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
-            pipe.write(text[:len(text) // 2] + "\n")
+            pipe.write(text[: len(text) // 2] + "\n")
             pipe.flush()
             waited.append(first_step.wait(timeout=60))  # True only if the run did not wait for the rest
-            pipe.write(text[len(text) // 2:])
+            pipe.write(text[len(text) // 2 :])
 
     thread = threading.Thread(target=writer)
     thread.start()
     with os.fdopen(read_fd, "rb", buffering=0) as stdin:
         steps = 0
-        for event in ask_events("q", [], model=models["stop"], config=AgentConfig(chunk_tokens=500, temperature=0),
-                                sources=SourceOptions(stdin=stdin, stdin_is_piped=True)):
+        for event in ask_events(
+            "q",
+            [],
+            model=models["stop"],
+            config=AgentConfig(chunk_tokens=500, temperature=0),
+            sources=SourceOptions(stdin=stdin, stdin_is_piped=True),
+        ):
             if isinstance(event, StepStarted):
                 first_step.set()
             if isinstance(event, StepFinished):
@@ -207,8 +213,9 @@ def test_first_step_starts_before_the_input_is_read_whole(models):
 
 
 def test_ask_runs_through_the_llama_cpp_tokenizer_fallback(doc, gpt2_pre_model):
-    result = ask("q", [str(doc)], model=gpt2_pre_model, config=AgentConfig(chunk_tokens=800, memory_tokens=6,
-                                                                          answer_tokens=4, **GREEDY))
+    result = ask(
+        "q", [str(doc)], model=gpt2_pre_model, config=AgentConfig(chunk_tokens=800, memory_tokens=6, answer_tokens=4, **GREEDY)
+    )
     tok = load_tokenizer(read_gguf(gpt2_pre_model))
     assert result.document_tokens == len(tok.encode(doc.read_text().strip()))
     assert len(result.steps) == math.ceil(result.document_tokens / 800)
@@ -240,8 +247,16 @@ def test_a_prompt_that_leaves_little_room_shortens_the_step_not_the_run(models):
     prompt = len(chat.encode(tok, memory_prompt("q", INITIAL_MEMORY, text)))
     engine = LlamaEngine(info, tok, chat, n_ctx=prompt + 30)  # room for 30 tokens, not 200
     try:
-        events = list(run_loop("q", [chunk], IngestStats(document_tokens=chunk.tokens, done=True), engine, tok,
-                               AgentConfig(memory_tokens=200, answer_tokens=5, **GREEDY)))
+        events = list(
+            run_loop(
+                "q",
+                [chunk],
+                IngestStats(document_tokens=chunk.tokens, done=True),
+                engine,
+                tok,
+                AgentConfig(memory_tokens=200, answer_tokens=5, **GREEDY),
+            )
+        )
     finally:
         engine.close()
     notes = [e.message for e in events if type(e).__name__ == "Notice"]

@@ -33,11 +33,13 @@ def source(title: str, kind: str = "text") -> Source:
 
 def reader(texts: dict[str, list[tuple[str, int | None]]]):
     """Reads sources from memory: each is a list of (text, page) segments."""
+
     def read(src: Source):
         offset = 0
         for text, page in texts[src.title]:
             yield Segment(source=0, text=text, page=page, offset=offset)
             offset += len(text)
+
     return read
 
 
@@ -53,13 +55,13 @@ def run(tok, texts, chunk_tokens, block_chars=None, monkeypatch=None):
 @pytest.mark.parametrize("block_chars", [1, 97, 1000, 1 << 18])
 def test_streamed_ids_equal_whole_text_ids(tok, monkeypatch, block_chars):
     text = prose(1, 600)
-    segments = [(text[i:i + 333], None) for i in range(0, len(text), 333)]
+    segments = [(text[i : i + 333], None) for i in range(0, len(text), 333)]
     chunks, stats, _ = run(tok, {"a.txt": segments}, 100, block_chars, monkeypatch)
     whole = tok.encode(text.strip())
     assert stats.done and stats.document_tokens == len(whole)
     assert len(chunks) == math.ceil(len(whole) / 100)
     for k, chunk in enumerate(chunks):
-        ids = whole[k * 100:(k + 1) * 100]
+        ids = whole[k * 100 : (k + 1) * 100]
         assert chunk.tokens == len(ids)
         assert chunk.text == decode(tok, ids)  # the reference's slice, decoded
     assert chunks[-1].end_token == len(whole)
@@ -90,7 +92,7 @@ def test_provenance_spans_map_back_to_pages_and_offsets(tok):
     assert first.describe().startswith("r.pdf p")
     for chunk in chunks:
         (span,) = chunk.spans
-        assert full[span.start:span.end] == chunk.text
+        assert full[span.start : span.end] == chunk.text
     assert chunks[0].spans[0].start == 0 and chunks[-1].spans[0].end == len(full.strip())
 
 
@@ -98,8 +100,8 @@ def test_split_character_is_replaced_like_the_reference(tok):
     text = "🦙" * 40
     chunks, _, _ = run(tok, {"a": [(text, None)]}, 3)
     whole = tok.encode(text)
-    assert [c.text for c in chunks] == [decode(tok, whole[i:i + 3]) for i in range(0, len(whole), 3)]
-    assert b"".join(tok.decode_bytes(whole[i:i + 3]) for i in range(0, len(whole), 3)) == text.encode()
+    assert [c.text for c in chunks] == [decode(tok, whole[i : i + 3]) for i in range(0, len(whole), 3)]
+    assert b"".join(tok.decode_bytes(whole[i : i + 3]) for i in range(0, len(whole), 3)) == text.encode()
 
 
 def test_empty_input_gives_no_chunks(tok):
@@ -111,6 +113,7 @@ def test_read_ahead_hands_errors_to_the_consumer():
     def broken():
         yield 1
         raise ValueError("boom")
+
     got = []
     with pytest.raises(ValueError, match="boom"):
         for item in ReadAhead(broken()):
@@ -121,7 +124,7 @@ def test_read_ahead_hands_errors_to_the_consumer():
 def test_blocks_cut_only_between_a_letter_and_a_non_letter(monkeypatch):
     monkeypatch.setattr(chunking, "MIN_BLOCK_CHARS", 50)
     text = prose(2, 300)
-    pieces = [chunking.Piece(text[i:i + 40], 0, None, i) for i in range(0, len(text), 40)]
+    pieces = [chunking.Piece(text[i : i + 40], 0, None, i) for i in range(0, len(text), 40)]
     found = list(chunking.blocks(pieces))
     assert len(found) > 20
     assert "".join(p.text for block in found for p in block) == text
@@ -136,9 +139,16 @@ def test_a_huge_run_with_no_word_boundary_is_cut_with_one_warning(tok, monkeypat
     text = "intro words\n" + "=" * 200_000 + "\nend"
     notes = []
     sources = [source("a")]
-    chunks = list(iter_chunks(layout(sources, reader({"a": [(text[i:i + 10_000], None)
-                                                        for i in range(0, len(text), 10_000)]})),
-                              tok, 1000, sources, IngestStats(), notes.append))
+    chunks = list(
+        iter_chunks(
+            layout(sources, reader({"a": [(text[i : i + 10_000], None) for i in range(0, len(text), 10_000)]})),
+            tok,
+            1000,
+            sources,
+            IngestStats(),
+            notes.append,
+        )
+    )
     assert len(notes) == 1 and "no word boundary" in notes[0]
     assert "".join(c.text for c in chunks) == text  # nothing lost, only ids near the cuts may differ
     whole = len(tok.encode(text))

@@ -29,8 +29,18 @@ def test_json_output_as_documented(doc, models):
     proc = memagent("ask", doc, "Where did the fox run?", "-m", models["random"], "--json", *FAST)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    for key in ("question", "answer", "raw_answer", "memory", "model", "sources", "document_tokens", "chunk_tokens",
-                "steps", "timings"):
+    for key in (
+        "question",
+        "answer",
+        "raw_answer",
+        "memory",
+        "model",
+        "sources",
+        "document_tokens",
+        "chunk_tokens",
+        "steps",
+        "timings",
+    ):
         assert key in out
     assert out["question"] == "Where did the fox run?" and out["chunk_tokens"] == 300
     assert out["sources"] == [{"path": str(doc), "kind": "text", "pages": None, "tokens": out["document_tokens"]}]
@@ -80,20 +90,25 @@ def test_directory_and_pdf_sources(tmp_path, models):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [(s["path"], s["kind"], s["pages"]) for s in out["sources"]] == [
-        (os.path.join("notes", "a.md"), "text", None), (os.path.join("notes", "sub", "b.txt"), "text", None),
-        ("report.pdf", "pdf", 3)]
+        (os.path.join("notes", "a.md"), "text", None),
+        (os.path.join("notes", "sub", "b.txt"), "text", None),
+        ("report.pdf", "pdf", 3),
+    ]
     assert ".hidden" in proc.stderr  # skipped, with a note
     pages = [span["pages"] for step in out["steps"] for span in step["source"] if span["path"] == "report.pdf"]
     assert pages[0][0] == 1 and pages[-1][1] == 3
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["ask", "doc.txt", "q"], 2, "is not installed. Run: memagent models pull memagent-7b:q4_k_m"),
-    (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
-    (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
-    (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
-    (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["ask", "doc.txt", "q"], 2, "is not installed. Run: memagent models pull memagent-7b:q4_k_m"),
+        (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
+        (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
+        (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
+        (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
+    ],
+)
 def test_errors_are_one_line_with_exit_codes(doc, models, args, code, message):
     args = [str(models["random"]) if a == "MODEL" else a for a in args]
     proc = memagent(*args, cwd=doc.parent)
@@ -133,19 +148,21 @@ def test_inspect_counts_with_a_vocabulary_only_gguf(doc, qwen2_vocab):
 
 
 def test_inspect_show_prompt_is_exactly_what_the_model_sees(doc, models):
-    proc = memagent("inspect", doc, "-m", models["random"], "--question", " Where? ", "--show-prompt", "1",
-                    "--chunk-tokens", "50")
+    proc = memagent(
+        "inspect", doc, "-m", models["random"], "--question", " Where? ", "--show-prompt", "1", "--chunk-tokens", "50"
+    )
     assert proc.returncode == 0, proc.stderr
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import decode, load_tokenizer
 
     tok = load_tokenizer(read_gguf(models["random"]))
     first = decode(tok, tok.encode(doc.read_text().strip())[:50])
-    expected = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-                "<|im_start|>user\n" + memory_prompt("Where?", INITIAL_MEMORY, first) + "<|im_end|>\n<|im_start|>assistant\n")
+    expected = (
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\n" + memory_prompt("Where?", INITIAL_MEMORY, first) + "<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert proc.stdout == expected
-    later = memagent("inspect", doc, "-m", models["random"], "--question", "Where?", "--show-prompt", "2",
-                     "--chunk-tokens", "50")
+    later = memagent("inspect", doc, "-m", models["random"], "--question", "Where?", "--show-prompt", "2", "--chunk-tokens", "50")
     assert "<memory>\n{memory}\n</memory>" in later.stdout and "step 2" in later.stderr
     beyond = memagent("inspect", doc, "-m", models["random"], "--question", "Where?", "--show-prompt", "999")
     assert beyond.returncode == 2 and "There is no step 999" in beyond.stderr
@@ -160,8 +177,20 @@ def test_a_300_page_pdf_end_to_end(tmp_path, models):
         pdf.add_page()
         pdf.multi_cell(0, 5, f"Page {page}. " + words(120, seed=page))
     pdf.output(str(tmp_path / "big.pdf"))
-    proc = memagent("ask", tmp_path / "big.pdf", "What happened?", "-m", models["random"], "--json",
-                    "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0")
+    proc = memagent(
+        "ask",
+        tmp_path / "big.pdf",
+        "What happened?",
+        "-m",
+        models["random"],
+        "--json",
+        "--memory-tokens",
+        "8",
+        "--answer-tokens",
+        "4",
+        "--temperature",
+        "0",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["sources"][0]["pages"] == 300
@@ -199,9 +228,27 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models, spawned)
     doc = tmp_path / "long.txt"
     doc.write_text(words(60000), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
-                             "--chunk-tokens", "200", "--memory-tokens", "64"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memagent_cli",
+            "ask",
+            str(doc),
+            "q",
+            "-m",
+            str(models["random"]),
+            "--chunk-tokens",
+            "200",
+            "--memory-tokens",
+            "64",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     spawned.append(proc)
     first = proc.stderr.readline()  # the first step is done: we are mid-run
     assert first.startswith("step 1/")

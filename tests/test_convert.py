@@ -83,9 +83,17 @@ def gguf_record(path: Path) -> dict:
         else:
             entry["value"] = value
         kvs.append(entry)
-    tensors = [{"name": t.name, "type": t.tensor_type.name, "shape": [int(d) for d in t.shape], "n_bytes": int(t.n_bytes),
-                "offset": int(t.data_offset - reader.data_offset),
-                "sha256": hashlib.sha256(np.ascontiguousarray(t.data).tobytes()).hexdigest()} for t in reader.tensors]
+    tensors = [
+        {
+            "name": t.name,
+            "type": t.tensor_type.name,
+            "shape": [int(d) for d in t.shape],
+            "n_bytes": int(t.n_bytes),
+            "offset": int(t.data_offset - reader.data_offset),
+            "sha256": hashlib.sha256(np.ascontiguousarray(t.data).tobytes()).hexdigest(),
+        }
+        for t in reader.tensors
+    ]
     return {"kv": kvs, "tensors": tensors, "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
@@ -138,8 +146,12 @@ def test_llama_cpp_logits_from_our_file_match_the_checkpoints_own(arch, converte
     subset = logits["vocab_subset"]
     for i in range(len(REFERENCE["made_with"]["prompts"])):
         ids = logits[f"{arch}_p{i}_ids"]
-        proc = subprocess.run([sys.executable, "-c", _LOGITS_SCRIPT, str(converted[arch, "f32"]), json.dumps(ids.tolist())],
-                              capture_output=True, timeout=300, cwd=REPO)
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOGITS_SCRIPT, str(converted[arch, "f32"]), json.dumps(ids.tolist())],
+            capture_output=True,
+            timeout=300,
+            cwd=REPO,
+        )
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         got = np.frombuffer(proc.stdout, dtype=np.float32).reshape(len(ids), -1)
         assert np.array_equal(got.argmax(axis=1), logits[f"{arch}_p{i}_argmax_hf"])
@@ -201,8 +213,11 @@ def _leftovers(home: Path) -> list[str]:
     """Files a failed conversion must not leave: models, partial files, intermediates."""
     if not home.exists():
         return []
-    return sorted(str(p.relative_to(home)) for p in home.rglob("*")
-                  if p.is_file() and (p.suffix in (".gguf", ".partial") or ".staging" in p.parts))
+    return sorted(
+        str(p.relative_to(home))
+        for p in home.rglob("*")
+        if p.is_file() and (p.suffix in (".gguf", ".partial") or ".staging" in p.parts)
+    )
 
 
 def test_convert_a_folder_to_q8_0_then_ask(checkpoints, memagent_home, tmp_path):
@@ -219,8 +234,22 @@ def test_convert_a_folder_to_q8_0_then_ask(checkpoints, memagent_home, tmp_path)
     assert run_memagent("models", "path", "qwen2:q8_0").stdout.strip() == record["path"]
     doc = tmp_path / "doc.txt"
     doc.write_text(words(200), encoding="utf-8")
-    asked = run_memagent("ask", doc, "What is it about?", "--model", "qwen2:q8_0", "--json", "--temperature", "0",
-                         "--chunk-tokens", "200", "--memory-tokens", "8", "--answer-tokens", "8")
+    asked = run_memagent(
+        "ask",
+        doc,
+        "What is it about?",
+        "--model",
+        "qwen2:q8_0",
+        "--json",
+        "--temperature",
+        "0",
+        "--chunk-tokens",
+        "200",
+        "--memory-tokens",
+        "8",
+        "--answer-tokens",
+        "8",
+    )
     assert asked.returncode == 0, asked.stderr
     result = json.loads(asked.stdout)
     assert result["model_path"] == record["path"] and len(result["steps"]) >= 2
@@ -286,14 +315,14 @@ def test_a_dtype_it_cannot_read_is_refused(tmp_path, memagent_home, tokenizer_fo
     shard = folder / "model.safetensors"
     raw = shard.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     name = "model.layers.0.mlp.up_proj.weight"
     start, end = header[name]["data_offsets"]
     header[name]["dtype"] = "F8_E4M3"  # one byte a value: the same tensor needs half the bytes
     header[name]["data_offsets"] = [start, start + (end - start) // 2]
     new = json.dumps(header).encode()
     new += b" " * (-len(new) % 8)
-    shard.write_bytes(len(new).to_bytes(8, "little") + new + raw[8 + n:])
+    shard.write_bytes(len(new).to_bytes(8, "little") + new + raw[8 + n :])
     _bad_input(folder, memagent_home, "has dtype F8_E4M3, which memagent cannot read")
 
 
@@ -305,8 +334,7 @@ def test_too_little_disk_is_refused_before_writing(checkpoints, memagent_home, m
     plan = pulling.plan_convert(str(checkpoints["qwen2"]), quant="q8_0")
     assert plan.peak_disk > plan.result_bytes > 0
     real = shutil.disk_usage
-    monkeypatch.setattr(pulling.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=plan.peak_disk // 2))
+    monkeypatch.setattr(pulling.shutil, "disk_usage", lambda p: real(p)._replace(free=plan.peak_disk // 2))
     with pytest.raises(MemagentError, match="Not enough disk space"):
         pulling.execute(plan)
     assert _leftovers(memagent_home) == []

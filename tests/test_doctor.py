@@ -78,8 +78,17 @@ def test_render_mentions_versions_backends_reinstall_and_models(tmp_path, tiny, 
     report = doctor.diagnose(models=[("tiny", tiny), ("broken", broken)])
     report["paths"] = {"data": "/home/u/.local/share/memagent", "config": "/home/u/.config/memagent/config.toml"}
     text = rendered(report)
-    for needle in ("Python & llama-cpp-python", report["llama_cpp_python"], "CPU", "GPU", "Paths",
-                   "/home/u/.config/memagent/config.toml", "tiny", "qwen2", "not a GGUF model file"):
+    for needle in (
+        "Python & llama-cpp-python",
+        report["llama_cpp_python"],
+        "CPU",
+        "GPU",
+        "Paths",
+        "/home/u/.config/memagent/config.toml",
+        "tiny",
+        "qwen2",
+        "not a GGUF model file",
+    ):
         assert needle in text, needle
     if not offload:
         assert report["gpu"]["reinstall"] in text
@@ -87,15 +96,35 @@ def test_render_mentions_versions_backends_reinstall_and_models(tmp_path, tiny, 
 
 def test_render_of_a_gpu_machine():
     report = {
-        "python": "3.11.7", "platform": "Linux", "llama_cpp_python": "0.3.36", "backends": ["CUDA", "CPU"],
-        "gpu": {"offload_supported": True, "reinstall": None,
-                "devices": [{"name": "NVIDIA H100 80GB HBM3", "total": 80 * 1024 ** 3, "free": 79 * 1024 ** 3,
-                             "backend": "CUDA"}]},
-        "threads": {"available_cores": 16, "default_generation_threads": 8}, "n_ctx": 8192,
-        "models": [{"name": "qwen2.5-7b", "path": "/m/7b.gguf", "size": 4_683_073_536, "architecture": "qwen2",
-                    "layers": 28, "weights_bytes": 4_680_000_000, "kv_bytes": 469_762_048, "fits_gpu": True,
-                    "plan": {"layers": -1, "reason": "all 28 layers fit: 5.4 GiB needed, 79.0 GiB free on NVIDIA H100",
-                             "need_bytes": 5_800_000_000, "free_bytes": 79 * 1024 ** 3}}],
+        "python": "3.11.7",
+        "platform": "Linux",
+        "llama_cpp_python": "0.3.36",
+        "backends": ["CUDA", "CPU"],
+        "gpu": {
+            "offload_supported": True,
+            "reinstall": None,
+            "devices": [{"name": "NVIDIA H100 80GB HBM3", "total": 80 * 1024**3, "free": 79 * 1024**3, "backend": "CUDA"}],
+        },
+        "threads": {"available_cores": 16, "default_generation_threads": 8},
+        "n_ctx": 8192,
+        "models": [
+            {
+                "name": "qwen2.5-7b",
+                "path": "/m/7b.gguf",
+                "size": 4_683_073_536,
+                "architecture": "qwen2",
+                "layers": 28,
+                "weights_bytes": 4_680_000_000,
+                "kv_bytes": 469_762_048,
+                "fits_gpu": True,
+                "plan": {
+                    "layers": -1,
+                    "reason": "all 28 layers fit: 5.4 GiB needed, 79.0 GiB free on NVIDIA H100",
+                    "need_bytes": 5_800_000_000,
+                    "free_bytes": 79 * 1024**3,
+                },
+            }
+        ],
     }
     text = rendered(report)
     assert "CUDA, CPU" in text and "79.0 GiB free of 80.0 GiB" in text
@@ -128,8 +157,10 @@ def test_reinstall_uses_the_pip_of_this_interpreter(monkeypatch, tmp_path):
 
 
 def test_backends_parsed_from_system_info():
-    cuda = ("CUDA : ARCHS = 500,610,700,750,800,860,890 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | "
-            "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | LLAMAFILE = 1 | OPENMP = 1 | ")
+    cuda = (
+        "CUDA : ARCHS = 500,610,700,750,800,860,890 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | "
+        "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | LLAMAFILE = 1 | OPENMP = 1 | "
+    )
     assert doctor.parse_system_info_backends(cuda) == ["CUDA", "CPU"]
     import llama_cpp
 

@@ -11,8 +11,9 @@ BUDGETS = ["--chunk-tokens", "128", "--memory-tokens", "6", "--answer-tokens", "
 
 def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
     items = tmp_path / "niah.jsonl"
-    made = run_memagent("eval", "make-niah", "--tokens", "300", "--needles", "2", "--n", "3", "--seed", "4", "-o", items,
-                        "-m", models["random"])
+    made = run_memagent(
+        "eval", "make-niah", "--tokens", "300", "--needles", "2", "--n", "3", "--seed", "4", "-o", items, "-m", models["random"]
+    )
     assert made.returncode == 0, made.stderr
     rows = [json.loads(line) for line in items.read_text().splitlines()]
     assert len(rows) == 3 and all(r["answers"][0] in r["context"] for r in rows)
@@ -39,8 +40,14 @@ def test_eval_scores_like_the_reference(models, tmp_path):
     """A model that writes garbage scores 0; gold answers that are substrings of everything
     (an empty-normalizing answer) must not score either."""
     data = tmp_path / "items.json"
-    data.write_text(json.dumps([{"id": "a", "context": "The sky is blue. " * 40, "input": "What colour?", "answers": ["blue"]},
-                                {"context": "Nothing here. " * 30, "input": "What?", "answers": ["The."]}]))
+    data.write_text(
+        json.dumps(
+            [
+                {"id": "a", "context": "The sky is blue. " * 40, "input": "What colour?", "answers": ["blue"]},
+                {"context": "Nothing here. " * 30, "input": "What?", "answers": ["The."]},
+            ]
+        )
+    )
     done = run_memagent("eval", data, "-m", models["random"], *BUDGETS, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"n": 2, "sub_em": 0.0, "em": 0.0, "f1": 0.0, "failed": 0, "out": None}
@@ -51,8 +58,9 @@ def test_bad_data_is_one_line(models, tmp_path):
     data.write_text('{"context": "x", "input": "q", "answers": ["a"]}\n{"context": "x"}\n')
     done = run_memagent("eval", data, "-m", models["random"], *BUDGETS)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (f'error: {data} line 2 needs "context" and "input" texts and a '
-                                                    'non-empty "answers" list.')
+    assert done.stderr.strip().splitlines()[-1] == (
+        f'error: {data} line 2 needs "context" and "input" texts and a non-empty "answers" list.'
+    )
     nothing = run_memagent("eval", tmp_path / "none.jsonl", "-m", models["random"])
     assert nothing.returncode == 2 and "is not a file" in nothing.stderr
     small = run_memagent("eval", "make-niah", "--tokens", "5", "--needles", "3", "-o", tmp_path / "x.jsonl")

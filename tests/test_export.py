@@ -20,25 +20,60 @@ M3 = "The harbour is Kiel.\n  Nothing else so far: ünï ✓."  # drops step 1's
 def make_run(**changes) -> dict:
     """A complete three-step run over a PDF and a text file; step 3 drops what step 1 added."""
     run = {
-        "id": "3f9a1c2b7d4e", "started_at": "2026-11-21T13:56:48+00:00", "ended_at": "2026-11-21T14:01:02+00:00",
-        "status": "complete", "error": None,
-        "question": "Where is the boat kept?", "answer": "Kiel", "raw_answer": "The boat is in \\boxed{Kiel}.",
-        "sources": [{"path": "report.pdf", "kind": "pdf", "size": 12345, "sha256": "ab" * 32, "pages": 300, "tokens": 150000},
-                    {"path": "notes.txt", "kind": "text", "size": 900, "sha256": "cd" * 32, "pages": None, "tokens": 210}],
+        "id": "3f9a1c2b7d4e",
+        "started_at": "2026-11-21T13:56:48+00:00",
+        "ended_at": "2026-11-21T14:01:02+00:00",
+        "status": "complete",
+        "error": None,
+        "question": "Where is the boat kept?",
+        "answer": "Kiel",
+        "raw_answer": "The boat is in \\boxed{Kiel}.",
+        "sources": [
+            {"path": "report.pdf", "kind": "pdf", "size": 12345, "sha256": "ab" * 32, "pages": 300, "tokens": 150000},
+            {"path": "notes.txt", "kind": "text", "size": 900, "sha256": "cd" * 32, "pages": None, "tokens": 210},
+        ],
         "model": {"path": "/m/x.gguf", "name": "x", "size": 123},
         "settings": {"chunk_tokens": 5000, "memory_tokens": 1024, "temperature": 0.7},
-        "document_tokens": 150210, "steps_total": 3, "step_count": 3,
+        "document_tokens": 150210,
+        "steps_total": 3,
+        "step_count": 3,
         "steps": [
-            {"index": 1, "spans": [{"source": 0, "path": "report.pdf", "pages": [1, 11], "start": 0, "end": 20100}],
-             "tokens": 5000, "memory": M1, "memory_tokens": 9, "prompt_tokens": 5530, "generated_tokens": 10,
-             "seconds": 3.2, "finish_reason": "stop"},
-            {"index": 2, "spans": [{"source": 0, "path": "report.pdf", "pages": [12, 12], "start": 20100, "end": 40000}],
-             "tokens": 5000, "memory": M2, "memory_tokens": 15, "prompt_tokens": 5540, "generated_tokens": 16,
-             "seconds": 3.4, "finish_reason": "stop"},
-            {"index": 3, "spans": [{"source": 0, "path": "report.pdf", "pages": [13, 300], "start": 40000, "end": 600000},
-                                   {"source": 1, "path": "notes.txt", "pages": None, "start": 0, "end": 900}],
-             "tokens": 210, "memory": M3, "memory_tokens": 14, "prompt_tokens": 760, "generated_tokens": 15,
-             "seconds": 1.1, "finish_reason": "length"},
+            {
+                "index": 1,
+                "spans": [{"source": 0, "path": "report.pdf", "pages": [1, 11], "start": 0, "end": 20100}],
+                "tokens": 5000,
+                "memory": M1,
+                "memory_tokens": 9,
+                "prompt_tokens": 5530,
+                "generated_tokens": 10,
+                "seconds": 3.2,
+                "finish_reason": "stop",
+            },
+            {
+                "index": 2,
+                "spans": [{"source": 0, "path": "report.pdf", "pages": [12, 12], "start": 20100, "end": 40000}],
+                "tokens": 5000,
+                "memory": M2,
+                "memory_tokens": 15,
+                "prompt_tokens": 5540,
+                "generated_tokens": 16,
+                "seconds": 3.4,
+                "finish_reason": "stop",
+            },
+            {
+                "index": 3,
+                "spans": [
+                    {"source": 0, "path": "report.pdf", "pages": [13, 300], "start": 40000, "end": 600000},
+                    {"source": 1, "path": "notes.txt", "pages": None, "start": 0, "end": 900},
+                ],
+                "tokens": 210,
+                "memory": M3,
+                "memory_tokens": 14,
+                "prompt_tokens": 760,
+                "generated_tokens": 15,
+                "seconds": 1.1,
+                "finish_reason": "length",
+            },
         ],
     }
     run.update(changes)
@@ -116,10 +151,19 @@ def test_markdown_has_every_step_memory_and_provenance():
     run = make_run()
     md = export_markdown(run)
     assert md.splitlines()[0] == "# Where is the boat kept?"
-    for needle in ("3f9a1c2b7d4e", "complete", "x", "report.pdf (pdf, 300 pages, 150,000 tokens)",
-                   "notes.txt (text, 210 tokens)", "chunk\\_tokens=5000", "report.pdf pp. 1–11",
-                   "report.pdf p. 12", "report.pdf pp. 13–300; notes.txt chars 0–900",
-                   "5,000 tokens read · memory 9 tokens · prompt 5,530 · generated 10 · 3.2 s", "cut at the memory budget"):
+    for needle in (
+        "3f9a1c2b7d4e",
+        "complete",
+        "x",
+        "report.pdf (pdf, 300 pages, 150,000 tokens)",
+        "notes.txt (text, 210 tokens)",
+        "chunk\\_tokens=5000",
+        "report.pdf pp. 1–11",
+        "report.pdf p. 12",
+        "report.pdf pp. 13–300; notes.txt chars 0–900",
+        "5,000 tokens read · memory 9 tokens · prompt 5,530 · generated 10 · 3.2 s",
+        "cut at the memory budget",
+    ):
         assert needle in md, needle
     blocks = fenced_blocks(md)
     assert blocks[0] == "Kiel"  # the answer
@@ -151,7 +195,12 @@ def test_markdown_fences_hold_memories_with_backticks():
     # Nothing of the memory leaked out of its block: the headings outside blocks are ours alone.
     outside = split_fences(md)[1]
     assert [line for line in outside if line.startswith("#")] == [
-        "# Where is the boat kept?", "## Answer", "## Step 1", "## Step 2", "## Step 3 ★ evidence"]
+        "# Where is the boat kept?",
+        "## Answer",
+        "## Step 1",
+        "## Step 2",
+        "## Step 3 ★ evidence",
+    ]
 
 
 def test_markdown_escapes_inline_fields():
@@ -232,9 +281,18 @@ def test_html_is_one_well_formed_page():
     assert "white-space: pre-wrap" in page
     assert [s["id"] for s in parsed.steps()] == ["step-1", "step-2", "step-3"]
     text = "".join(parsed.text)
-    for needle in ("Where is the boat kept?", "Kiel", "complete", "report.pdf (pdf, 300 pages, 150,000 tokens)",
-                   "chunk_tokens", "1024", "report.pdf pp. 1–11", "report.pdf p. 12",
-                   "report.pdf pp. 13–300; notes.txt chars 0–900", "cut at the memory budget"):
+    for needle in (
+        "Where is the boat kept?",
+        "Kiel",
+        "complete",
+        "report.pdf (pdf, 300 pages, 150,000 tokens)",
+        "chunk_tokens",
+        "1024",
+        "report.pdf pp. 1–11",
+        "report.pdf p. 12",
+        "report.pdf pp. 13–300; notes.txt chars 0–900",
+        "cut at the memory budget",
+    ):
         assert needle in text, needle
 
 
@@ -256,9 +314,13 @@ def test_html_loads_nothing_even_when_a_memory_holds_urls():
 
 def test_html_escapes_user_and_document_text():
     hostile = 'a" onmouseover="x'
-    run = make_run(question="<script>alert(1)</script>", answer="<b>bold</b> & co", error="<i>oops</i>",
-                   model={"path": hostile, "name": hostile, "size": 1},
-                   settings={"chunk_tokens": 5000, "note": "<svg onload=alert(2)>"})
+    run = make_run(
+        question="<script>alert(1)</script>",
+        answer="<b>bold</b> & co",
+        error="<i>oops</i>",
+        model={"path": hostile, "name": hostile, "size": 1},
+        settings={"chunk_tokens": 5000, "note": "<svg onload=alert(2)>"},
+    )
     run["sources"][0]["path"] = hostile
     for step in run["steps"]:
         step["spans"][0]["path"] = hostile
@@ -269,13 +331,45 @@ def test_html_escapes_user_and_document_text():
     assert "a&quot; onmouseover=&quot;x" in page
     parsed = parse(page)
     assert not [t for t in parsed.tags if any(name.startswith("on") for name in t[1])]
-    assert {tag for tag, _ in parsed.tags} <= {"html", "head", "meta", "title", "style", "body", "header", "h1", "h2",
-                                               "div", "details", "summary", "pre", "dl", "dt", "dd", "ul", "li",
-                                               "span", "code", "strong", "main", "input", "label", "p", "ol",
-                                               "ins", "del", "footer"}
+    assert {tag for tag, _ in parsed.tags} <= {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "header",
+        "h1",
+        "h2",
+        "div",
+        "details",
+        "summary",
+        "pre",
+        "dl",
+        "dt",
+        "dd",
+        "ul",
+        "li",
+        "span",
+        "code",
+        "strong",
+        "main",
+        "input",
+        "label",
+        "p",
+        "ol",
+        "ins",
+        "del",
+        "footer",
+    }
     text = "".join(parsed.text)
-    for shown in ("<script>alert(1)</script>", "<b>bold</b> & co", "<svg onload=alert(2)>", hostile,
-                  "</pre><img src=x onerror=alert(3)>"):
+    for shown in (
+        "<script>alert(1)</script>",
+        "<b>bold</b> & co",
+        "<svg onload=alert(2)>",
+        hostile,
+        "</pre><img src=x onerror=alert(3)>",
+    ):
         assert shown in text, shown
 
 

@@ -188,21 +188,60 @@ BOMS = [b"", codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.B
 
 FRAGMENTS = [
     # newlines, to be split between blocks
-    b"\r", b"\n", b"\r\n", b"\n\r", b"\r\r\n", b"\r\r",
+    b"\r",
+    b"\n",
+    b"\r\n",
+    b"\n\r",
+    b"\r\r\n",
+    b"\r\r",
     # NULs (binary in UTF-8 files, normal in UTF-16/32)
-    b"\0", b"\0\0", b"\0\0\0",
-    b"a", b"word ", b"%PDF-", "é€😀中".encode(),
+    b"\0",
+    b"\0\0",
+    b"\0\0\0",
+    b"a",
+    b"word ",
+    b"%PDF-",
+    "é€😀中".encode(),
     # surrogates encoded as UTF-8 (CESU-8, WTF-8), which UTF-8 forbids
-    b"\xed\xa0\x80", b"\xed\xb0\x80", b"\xed\xa0\xbd\xed\xb8\x80", b"\xed\xbf\xbf",
+    b"\xed\xa0\x80",
+    b"\xed\xb0\x80",
+    b"\xed\xa0\xbd\xed\xb8\x80",
+    b"\xed\xbf\xbf",
     # overlong forms and code points past U+10FFFF
-    b"\xc0\x80", b"\xc0\xaf", b"\xc1\xbf", b"\xe0\x80\xaf", b"\xe0\x9f\xbf", b"\xf0\x80\x80\xaf",
-    b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xf8\x88\x80\x80\x80",
+    b"\xc0\x80",
+    b"\xc0\xaf",
+    b"\xc1\xbf",
+    b"\xe0\x80\xaf",
+    b"\xe0\x9f\xbf",
+    b"\xf0\x80\x80\xaf",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\xf5\x80\x80\x80",
+    b"\xf8\x88\x80\x80\x80",
     # truncated sequences and stray continuation or never-valid bytes
-    b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\x80", b"\xbf", b"\xfe", b"\xff",
+    b"\xc3",
+    b"\xe2\x82",
+    b"\xf0\x9f\x98",
+    b"\x80",
+    b"\xbf",
+    b"\xfe",
+    b"\xff",
     # UTF-16 / UTF-32 pieces: pairs, lone surrogates, wide newlines, out-of-range values
-    "😀".encode("utf-16-le"), "😀".encode("utf-16-be"), b"\x00\xd8", b"\xd8\x00", b"\x00\xdc", b"\xdc\x00",
-    "x\r\n".encode("utf-16-le"), "x\r\n".encode("utf-16-be"), "\r".encode("utf-16-le"), "\r".encode("utf-16-be"),
-    "é\r\n".encode("utf-32-le"), "é\r".encode("utf-32-be"), b"\x00\x00\x11\x00", b"\x00\xd8\x00\x00", b"\xff\xff\xff\xff",
+    "😀".encode("utf-16-le"),
+    "😀".encode("utf-16-be"),
+    b"\x00\xd8",
+    b"\xd8\x00",
+    b"\x00\xdc",
+    b"\xdc\x00",
+    "x\r\n".encode("utf-16-le"),
+    "x\r\n".encode("utf-16-be"),
+    "\r".encode("utf-16-le"),
+    "\r".encode("utf-16-be"),
+    "é\r\n".encode("utf-32-le"),
+    "é\r".encode("utf-32-be"),
+    b"\x00\x00\x11\x00",
+    b"\x00\xd8\x00\x00",
+    b"\xff\xff\xff\xff",
 ]
 
 
@@ -217,8 +256,12 @@ def tricky_bytes(draw) -> bytes:
 def wide_text(draw) -> bytes:
     """Real UTF-16/32 text with a BOM, sometimes cut at an odd byte or given a stray tail."""
     codec = draw(st.sampled_from(["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"]))
-    bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE,
-           "utf-32-le": codecs.BOM_UTF32_LE, "utf-32-be": codecs.BOM_UTF32_BE}[codec]
+    bom = {
+        "utf-16-le": codecs.BOM_UTF16_LE,
+        "utf-16-be": codecs.BOM_UTF16_BE,
+        "utf-32-le": codecs.BOM_UTF32_LE,
+        "utf-32-be": codecs.BOM_UTF32_BE,
+    }[codec]
     text = draw(st.text(alphabet=st.sampled_from("ab \r\n\0é€😀中\U0010ffff"), max_size=40))
     data = text.encode(codec)
     cut = draw(st.integers(0, 3))
@@ -335,10 +378,50 @@ def tokenizer():
 # U+1E4D0 Nag Mundari, U+1DF25 Latin, U+31350 CJK Ext. H), combining marks, joiners, digits,
 # control-token texts (never recognised in documents), odd white space.
 CHUNK_FRAGMENTS = [
-    "'s", "'LL", "'t", "don't", "it's", "e\u0301", "a\u200db", "👨\u200d👩\u200d👧", "12345", "ab", "Éé", "中文",
-    "\U00011f04", "\U0001e4d0", "\U0001df25", "\U00031350", "<|im_end|>", "<|endoftext|>",
-    " ", "  ", "\t", "\n", "\n\n", "\r", "\r\n", "\u00a0", "\u3000", "\x0b", "\x0c", "\x1c", "\x85", "\u2028",
-    ".", ",", "!!", "...", "-", "_", "\ufffd", "\x00", "x", "word", " word", "Word.",
+    "'s",
+    "'LL",
+    "'t",
+    "don't",
+    "it's",
+    "e\u0301",
+    "a\u200db",
+    "👨\u200d👩\u200d👧",
+    "12345",
+    "ab",
+    "Éé",
+    "中文",
+    "\U00011f04",
+    "\U0001e4d0",
+    "\U0001df25",
+    "\U00031350",
+    "<|im_end|>",
+    "<|endoftext|>",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\n\n",
+    "\r",
+    "\r\n",
+    "\u00a0",
+    "\u3000",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x85",
+    "\u2028",
+    ".",
+    ",",
+    "!!",
+    "...",
+    "-",
+    "_",
+    "\ufffd",
+    "\x00",
+    "x",
+    "word",
+    " word",
+    "Word.",
 ]
 chunk_text = st.lists(st.one_of(st.sampled_from(CHUNK_FRAGMENTS), st.text(max_size=6)), max_size=40).map("".join)
 
@@ -477,9 +560,25 @@ def _mutate(data: bytes, op: tuple) -> bytes:
 fraction = st.floats(0, 1, allow_nan=False)
 garbage = st.one_of(
     st.binary(max_size=64),
-    st.sampled_from([b"%%EOF", b"xref\n0 1\n0000000000 65535 f \n", b"trailer\n<< /Root 1 0 R >>\n",
-                     b"startxref\n999999\n%%EOF\n", b"1 0 obj\n<< /Type /Pages /Kids [1 0 R] /Count 1 >>\nendobj\n",
-                     b"stream\n", b"endstream", b"<<", b">>", b"(", b")", b"[", b"]", b"\\", b"/"]),
+    st.sampled_from(
+        [
+            b"%%EOF",
+            b"xref\n0 1\n0000000000 65535 f \n",
+            b"trailer\n<< /Root 1 0 R >>\n",
+            b"startxref\n999999\n%%EOF\n",
+            b"1 0 obj\n<< /Type /Pages /Kids [1 0 R] /Count 1 >>\nendobj\n",
+            b"stream\n",
+            b"endstream",
+            b"<<",
+            b">>",
+            b"(",
+            b")",
+            b"[",
+            b"]",
+            b"\\",
+            b"/",
+        ]
+    ),
 )
 mutation = st.one_of(
     st.tuples(st.just("flip"), fraction, st.integers(1, 255)),
@@ -491,8 +590,11 @@ mutation = st.one_of(
     st.tuples(st.just("after_header"), garbage),
     st.tuples(st.just("dup_xref")),
     st.tuples(st.just("splice"), fraction, fraction, st.integers(1, 200)),
-    st.tuples(st.just("number"), fraction,
-              st.sampled_from([b"0", b"1", b"2", b"-1", b"7", b"99999", b"2147483648", b"99999999999999999999", b"1.5"])),
+    st.tuples(
+        st.just("number"),
+        fraction,
+        st.sampled_from([b"0", b"1", b"2", b"-1", b"7", b"99999", b"2147483648", b"99999999999999999999", b"1.5"]),
+    ),
 )
 
 
@@ -628,15 +730,36 @@ def to_unicode_cmap(mappings: list[tuple[int, bytes]]) -> bytes:
     return (
         b"/CIDInit /ProcSet findresource begin\n12 dict begin\nbegincmap\n/CMapName /Fuzz def\n"
         b"1 begincodespacerange\n<00> <FF>\nendcodespacerange\n"
-        b"%d beginbfchar\n%s\nendbfchar\n" % (len(mappings), lines)
+        b"%d beginbfchar\n%s\nendbfchar\n"
+        % (len(mappings), lines)
         + b"endcmap\nCMapName currentdict /CMapResource defineresource pop\nend\nend"
     )
 
 
 # Destinations in UTF-16BE hex: lone and paired surrogates, noncharacters, NUL, CR, controls.
 unicode_dest = st.one_of(
-    st.sampled_from([b"D800", b"DC00", b"DBFF", b"DFFF", b"D83DDE00", b"DE00D83D", b"D800D800", b"FFFE", b"FFFF",
-                     b"0000", b"000D", b"000A", b"001B", b"0041", b"00E9", b"00410042", b"D8", b"DBFFDFFF"]),
+    st.sampled_from(
+        [
+            b"D800",
+            b"DC00",
+            b"DBFF",
+            b"DFFF",
+            b"D83DDE00",
+            b"DE00D83D",
+            b"D800D800",
+            b"FFFE",
+            b"FFFF",
+            b"0000",
+            b"000D",
+            b"000A",
+            b"001B",
+            b"0041",
+            b"00E9",
+            b"00410042",
+            b"D8",
+            b"DBFFDFFF",
+        ]
+    ),
     st.integers(0, 0xFFFF).map(lambda v: b"%04X" % v),
     st.integers(0, 0xFFFFFFFF).map(lambda v: b"%08X" % v),
 )
@@ -683,7 +806,8 @@ names = st.one_of(
     st.binary(min_size=1, max_size=8).map(os.fsdecode),
     # near the 255-byte limit of a name
     st.tuples(st.sampled_from(["a", "é", "中", "😀"]), st.integers(0, 3)).map(
-        lambda t: t[0] * ((255 - t[1]) // len(t[0].encode()))),
+        lambda t: t[0] * ((255 - t[1]) // len(t[0].encode()))
+    ),
 ).filter(_name_ok)
 
 file_contents = st.one_of(
@@ -768,8 +892,10 @@ def expected_files(root: str, include: tuple[str, ...], exclude: tuple[str, ...]
 
 
 patterns = st.lists(
-    st.one_of(st.sampled_from(["*", "*.txt", "*.pdf", "a*", "[", "[!a]*", "*/", "ch?", "**/x", "[z-a]"]),
-              st.text(alphabet=st.sampled_from("a*?[]!/-."), max_size=5)),
+    st.one_of(
+        st.sampled_from(["*", "*.txt", "*.pdf", "a*", "[", "[!a]*", "*/", "ch?", "**/x", "[z-a]"]),
+        st.text(alphabet=st.sampled_from("a*?[]!/-."), max_size=5),
+    ),
     max_size=2,
 )
 
@@ -813,14 +939,16 @@ def _stays_inside(path: str) -> bool:
 
 
 @fuzz_settings(max_examples=100, deadline_s=2)
-@given(paths=st.lists(
-    st.one_of(
-        st.text(max_size=12),
-        st.sampled_from(["-", "", ".", "doc.txt", "sub", "sub/", "sub/a.txt", "\0", "a\0b", "\ud800", "x" * 5000]),
-        st.binary(min_size=1, max_size=8).map(os.fsdecode),
-    ).filter(_stays_inside),
-    max_size=3,
-))
+@given(
+    paths=st.lists(
+        st.one_of(
+            st.text(max_size=12),
+            st.sampled_from(["-", "", ".", "doc.txt", "sub", "sub/", "sub/a.txt", "\0", "a\0b", "\ud800", "x" * 5000]),
+            st.binary(min_size=1, max_size=8).map(os.fsdecode),
+        ).filter(_stays_inside),
+        max_size=3,
+    )
+)
 @example(paths=["a\0b"])  # os.stat raises ValueError, not OSError, for a NUL in a path
 @example(paths=["\ud800"])  # ... and UnicodeEncodeError for a surrogate that no file name byte gives
 def test_any_named_path_gives_sources_or_memagent_error(scratch, paths):

@@ -25,15 +25,18 @@ def test_vocabulary_only_file_has_no_tensors(qwen2_vocab):
 def test_truncated_files_are_refused_in_one_line(models, tmp_path, cut):
     data = models["random"].read_bytes()
     broken = tmp_path / "broken.gguf"
-    broken.write_bytes(data[:cut] if cut > 0 else data[:len(data) // 40])
+    broken.write_bytes(data[:cut] if cut > 0 else data[: len(data) // 40])
     with pytest.raises(MemagentError, match="truncated or damaged GGUF"):
         read_gguf(broken)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "not a GGUF model file"),
-    (b"PK\x03\x04" + b"\0" * 100, "not a GGUF model file"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "not a GGUF model file"),
+        (b"PK\x03\x04" + b"\0" * 100, "not a GGUF model file"),
+    ],
+)
 def test_other_files_are_refused(tmp_path, content, message):
     path = tmp_path / "model.gguf"
     path.write_bytes(content)

@@ -11,14 +11,19 @@ from memagent_cli.model import gpu
 from memagent_cli.model.gguf import GGUFInfo, TensorInfo, read_gguf
 from memagent_cli.model.gpu import GPUDevice, ModelMemory, RawDevice
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 
 
 def fake_info(n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, tensors=(), file_size=0, **extra) -> GGUFInfo:
     """A GGUFInfo with Qwen2.5-7B's hyper-parameters (by default) and the given tensor table."""
-    meta = {"general.architecture": "qwen2", "qwen2.block_count": n_layer, "qwen2.embedding_length": n_embd,
-            "qwen2.attention.head_count": n_head, "qwen2.attention.head_count_kv": n_head_kv}
+    meta = {
+        "general.architecture": "qwen2",
+        "qwen2.block_count": n_layer,
+        "qwen2.embedding_length": n_embd,
+        "qwen2.attention.head_count": n_head,
+        "qwen2.attention.head_count_kv": n_head_kv,
+    }
     meta.update({f"qwen2.{k}": v for k, v in extra.items()})
     return GGUFInfo(path=Path("fake.gguf"), version=3, metadata=meta, tensors=list(tensors), file_size=file_size)
 
@@ -32,11 +37,26 @@ def tiny(tmp_path_factory) -> Path:
 
 # --- type sizes ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("type_id, expected", [
-    (0, (1, 4)), (1, (1, 2)), (2, (32, 18)), (3, (32, 20)), (8, (32, 34)), (9, (32, 36)),
-    (10, (256, 84)), (12, (256, 144)), (13, (256, 176)), (14, (256, 210)), (23, (256, 136)),
-    (30, (1, 2)), (34, (256, 54)), (39, (32, 17)),
-])
+
+@pytest.mark.parametrize(
+    "type_id, expected",
+    [
+        (0, (1, 4)),
+        (1, (1, 2)),
+        (2, (32, 18)),
+        (3, (32, 20)),
+        (8, (32, 34)),
+        (9, (32, 36)),
+        (10, (256, 84)),
+        (12, (256, 144)),
+        (13, (256, 176)),
+        (14, (256, 210)),
+        (23, (256, 136)),
+        (30, (1, 2)),
+        (34, (256, 54)),
+        (39, (32, 17)),
+    ],
+)
 def test_ggml_type_sizes_spot_checks(type_id, expected):
     assert gpu.GGML_TYPE_SIZES[type_id] == expected
 
@@ -69,6 +89,7 @@ def test_tensor_bytes_counts_blocks_per_row():
 
 # --- model memory -------------------------------------------------------------------------------
 
+
 def test_model_memory_of_a_written_model_matches_its_tensors_and_file(tiny):
     import gguf
     import numpy as np
@@ -92,10 +113,12 @@ def test_model_memory_of_a_written_model_matches_its_tensors_and_file(tiny):
 
 
 def test_unknown_tensor_type_is_sized_from_the_file_layout():
-    tensors = [TensorInfo("token_embd.weight", (64, 10), 0, 0),            # 2560 bytes
-               TensorInfo("blk.0.attn_q.weight", (64, 64), 77, 2560),      # unknown: gap to the next
-               TensorInfo("blk.0.ffn_up.weight", (64, 64), 1, 2560 + 5000),
-               TensorInfo("output.weight", (64, 10), 78, 2560 + 5000 + 8192)]  # unknown and last
+    tensors = [
+        TensorInfo("token_embd.weight", (64, 10), 0, 0),  # 2560 bytes
+        TensorInfo("blk.0.attn_q.weight", (64, 64), 77, 2560),  # unknown: gap to the next
+        TensorInfo("blk.0.ffn_up.weight", (64, 64), 1, 2560 + 5000),
+        TensorInfo("output.weight", (64, 10), 78, 2560 + 5000 + 8192),
+    ]  # unknown and last
     info = fake_info(n_layer=1, n_embd=64, n_head=4, n_head_kv=4, tensors=tensors, file_size=1_000_000)
     mem = gpu.model_memory(info)
     assert mem.per_layer == [5000 + 8192]
@@ -119,8 +142,11 @@ def test_kv_cache_for_qwen25_7b_and_14b():
 
 
 def test_kv_uses_key_and_value_length_and_per_layer_heads():
-    mem = gpu.model_memory(fake_info(n_layer=2, n_embd=1024, n_head=8, n_head_kv=[2, 0],
-                                     **{"attention.key_length": 192, "attention.value_length": 128}))
+    mem = gpu.model_memory(
+        fake_info(
+            n_layer=2, n_embd=1024, n_head=8, n_head_kv=[2, 0], **{"attention.key_length": 192, "attention.value_length": 128}
+        )
+    )
     assert mem.kv_per_layer == [(192 + 128) * 2 * 2, 0]  # a layer without KV heads (recurrent) costs nothing
     assert mem.kv_bytes_per_token == 1280
 
@@ -135,8 +161,10 @@ NVIDIA H100 80GB HBM3, 81559, [N/A]
 
 def test_parse_nvidia_smi():
     devices = gpu.parse_nvidia_smi(NVIDIA_SMI)
-    assert devices == [GPUDevice("NVIDIA GeForce RTX 4090", 24564 * MIB, 23897 * MIB, "CUDA"),
-                       GPUDevice("NVIDIA H100 80GB HBM3", 81559 * MIB, None, "CUDA")]
+    assert devices == [
+        GPUDevice("NVIDIA GeForce RTX 4090", 24564 * MIB, 23897 * MIB, "CUDA"),
+        GPUDevice("NVIDIA H100 80GB HBM3", 81559 * MIB, None, "CUDA"),
+    ]
     assert gpu.parse_nvidia_smi("") == []
     assert gpu.parse_nvidia_smi("No devices were found") == []
 
@@ -186,23 +214,32 @@ def test_gpu_devices_falls_back_to_nvidia_smi_and_never_raises(monkeypatch):
 
 # --- the plan -----------------------------------------------------------------------------------
 
+
 def qwen7b_like() -> ModelMemory:
     """Qwen2.5-7B Q4_K_M in round numbers: 28 blocks of 150 MiB, a 450 MiB output layer."""
     kv = [2 * 4 * 128 * 2] * 28
-    return ModelMemory(weights_total=28 * 150 * MIB + 750 * MIB, per_layer=[150 * MIB] * 28, non_layer=750 * MIB,
-                       n_layer=28, kv_bytes_per_token=sum(kv), output_bytes=450 * MIB, kv_per_layer=kv, n_vocab=152064)
+    return ModelMemory(
+        weights_total=28 * 150 * MIB + 750 * MIB,
+        per_layer=[150 * MIB] * 28,
+        non_layer=750 * MIB,
+        n_layer=28,
+        kv_bytes_per_token=sum(kv),
+        output_bytes=450 * MIB,
+        kv_per_layer=kv,
+        n_vocab=152064,
+    )
 
 
 def test_cpu_only_build_plans_no_layers():
-    plan = gpu.plan_layers(qwen7b_like(), 8192, devices=[GPUDevice("X", 24 * GIB, 24 * GIB, "CUDA")],
-                           offload_supported=False)
+    plan = gpu.plan_layers(qwen7b_like(), 8192, devices=[GPUDevice("X", 24 * GIB, 24 * GIB, "CUDA")], offload_supported=False)
     assert plan.layers == 0 and plan.reason.startswith("CPU only") and plan.free_bytes is None
 
 
 def test_everything_fits_in_plenty_of_memory():
     mem = qwen7b_like()
-    plan = gpu.plan_layers(mem, 8192, devices=[GPUDevice("NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB, "CUDA")],
-                           offload_supported=True)
+    plan = gpu.plan_layers(
+        mem, 8192, devices=[GPUDevice("NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB, "CUDA")], offload_supported=True
+    )
     assert plan.layers == -1 and plan.free_bytes == 23 * GIB
     assert "all 28 layers fit" in plan.reason and "NVIDIA GeForce RTX 4090" in plan.reason
     kv = 469_762_048
@@ -227,16 +264,23 @@ def test_limited_memory_offloads_the_largest_number_of_layers_that_fits():
 def test_partial_plan_also_fits_older_llama_cpp_that_counts_blocks_only():
     # blocks bigger than the output layer: older llama.cpp (k = the last k blocks) needs more
     kv = [1000] * 10
-    mem = ModelMemory(weights_total=0, per_layer=[500 * MIB] * 10, non_layer=0, n_layer=10,
-                      kv_bytes_per_token=sum(kv), output_bytes=10 * MIB, kv_per_layer=kv, n_vocab=1000)
+    mem = ModelMemory(
+        weights_total=0,
+        per_layer=[500 * MIB] * 10,
+        non_layer=0,
+        n_layer=10,
+        kv_bytes_per_token=sum(kv),
+        output_bytes=10 * MIB,
+        kv_per_layer=kv,
+        n_vocab=1000,
+    )
     plan = gpu.plan_layers(mem, 1024, devices=[GPUDevice("g", 4 * GIB, 3 * GIB, "CUDA")], offload_supported=True)
     assert plan.layers * (500 * MIB + 1000 * 1024) + gpu.compute_buffer_bytes(mem) <= 0.9 * 3 * GIB
     assert (plan.layers + 1) * (500 * MIB + 1000 * 1024) + gpu.compute_buffer_bytes(mem) > 0.9 * 3 * GIB
 
 
 def test_nothing_fits_plans_zero_layers():
-    plan = gpu.plan_layers(qwen7b_like(), 8192, devices=[GPUDevice("tiny", GIB, 300 * MIB, "Vulkan")],
-                           offload_supported=True)
+    plan = gpu.plan_layers(qwen7b_like(), 8192, devices=[GPUDevice("tiny", GIB, 300 * MIB, "Vulkan")], offload_supported=True)
     assert plan.layers == 0 and plan.reason.startswith("0 of 28 layers")
 
 

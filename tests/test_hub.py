@@ -107,22 +107,40 @@ def leftovers(folder) -> list[str]:
 # -- spec and quantization tables ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("hf:a/b", ("a/b", None, None)),
-    ("hf:a/b:Q8_0", ("a/b", "q8_0", None)),
-    ("hf:bartowski/Qwen2.5-7B-Instruct-GGUF:q4_k_m", ("bartowski/Qwen2.5-7B-Instruct-GGUF", "q4_k_m", None)),
-    ("hf:a/b/x.gguf", ("a/b", None, "x.gguf")),
-    ("hf:a/b/sub/x.GGUF", ("a/b", None, "sub/x.GGUF")),
-    ("HF:a/b", ("a/b", None, None)),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("hf:a/b", ("a/b", None, None)),
+        ("hf:a/b:Q8_0", ("a/b", "q8_0", None)),
+        ("hf:bartowski/Qwen2.5-7B-Instruct-GGUF:q4_k_m", ("bartowski/Qwen2.5-7B-Instruct-GGUF", "q4_k_m", None)),
+        ("hf:a/b/x.gguf", ("a/b", None, "x.gguf")),
+        ("hf:a/b/sub/x.GGUF", ("a/b", None, "sub/x.GGUF")),
+        ("HF:a/b", ("a/b", None, None)),
+    ],
+)
 def test_resolve_spec(spec, expected):
     assert resolve_spec(spec) == expected
 
 
-@pytest.mark.parametrize("spec", [
-    "a/b", "hf:", "hf:a", "hf:a/", "hf:/b", "hf:a/b:", "hf:a/b:Q4 K", "hf:a/b/x.bin", "hf:a/b/x.gguf:Q4_0",
-    "hf:a/b/../x.gguf", "hf:a/b//x.gguf", "hf:a..c/b", "hf:-a/b", "hf:a/b c",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "a/b",
+        "hf:",
+        "hf:a",
+        "hf:a/",
+        "hf:/b",
+        "hf:a/b:",
+        "hf:a/b:Q4 K",
+        "hf:a/b/x.bin",
+        "hf:a/b/x.gguf:Q4_0",
+        "hf:a/b/../x.gguf",
+        "hf:a/b//x.gguf",
+        "hf:a..c/b",
+        "hf:-a/b",
+        "hf:a/b c",
+    ],
+)
 def test_resolve_spec_rejects(spec):
     with pytest.raises(MemagentError) as caught:
         resolve_spec(spec)
@@ -130,22 +148,25 @@ def test_resolve_spec_rejects(spec):
     assert "hf:OWNER/REPO:QUANT" in caught.value.hint and "FILE.gguf" in caught.value.hint
 
 
-@pytest.mark.parametrize("name, quant", [
-    ("x-Q4_K_M.gguf", "q4_k_m"),
-    ("x.q8_0.gguf", "q8_0"),
-    ("x-f16.gguf", "f16"),
-    ("x-IQ4_XS.gguf", "iq4_xs"),
-    ("x-BF16.gguf", "bf16"),
-    ("Qwen2.5-7B-Instruct-Q5_K_S.gguf", "q5_k_s"),
-    ("sub/RL-MemoryAgent-7B-Q4_K_M.gguf", "q4_k_m"),
-    ("x-UD-Q4_K_XL.gguf", "q4_k_xl"),
-    ("x-IQ2_XXS.gguf", "iq2_xxs"),
-    ("x-Q4_0_4_4.gguf", "q4_0_4_4"),
-    ("x-F16-00001-of-00002.gguf", "f16"),
-    ("x.gguf", None),
-    ("Qwen2-7B.gguf", None),
-    ("model-7B-instruct.gguf", None),
-])
+@pytest.mark.parametrize(
+    "name, quant",
+    [
+        ("x-Q4_K_M.gguf", "q4_k_m"),
+        ("x.q8_0.gguf", "q8_0"),
+        ("x-f16.gguf", "f16"),
+        ("x-IQ4_XS.gguf", "iq4_xs"),
+        ("x-BF16.gguf", "bf16"),
+        ("Qwen2.5-7B-Instruct-Q5_K_S.gguf", "q5_k_s"),
+        ("sub/RL-MemoryAgent-7B-Q4_K_M.gguf", "q4_k_m"),
+        ("x-UD-Q4_K_XL.gguf", "q4_k_xl"),
+        ("x-IQ2_XXS.gguf", "iq2_xxs"),
+        ("x-Q4_0_4_4.gguf", "q4_0_4_4"),
+        ("x-F16-00001-of-00002.gguf", "f16"),
+        ("x.gguf", None),
+        ("Qwen2-7B.gguf", None),
+        ("model-7B-instruct.gguf", None),
+    ],
+)
 def test_quant_of(name, quant):
     assert quant_of(name) == quant
 
@@ -351,8 +372,7 @@ def test_disk_space_checked_before_any_get(hub, ggufs, tmp_path, monkeypatch):
     assert leftovers(tmp_path) == []
     # with a partial already there, only the rest has to fit
     (tmp_path / "tiny.gguf.partial").write_bytes(ggufs["tiny-Q4_K_M.gguf"][:100_000])
-    monkeypatch.setattr(hubmod.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=file.size - 100_000 + hubmod.DISK_MARGIN))
+    monkeypatch.setattr(hubmod.shutil, "disk_usage", lambda p: real(p)._replace(free=file.size - 100_000 + hubmod.DISK_MARGIN))
     download(file, tmp_path / "tiny.gguf")
     assert (tmp_path / "tiny.gguf").read_bytes() == ggufs["tiny-Q4_K_M.gguf"]
 

@@ -24,8 +24,12 @@ def test_live_view_renders_steps_memory_and_answer(tmp_path, models):
     console = recording_console()
     view = LiveView(console, fps=1000)
     with view:
-        for event in ask_events("Where?", [str(doc)], model=models["long"],
-                                config=AgentConfig(chunk_tokens=200, memory_tokens=3, answer_tokens=2, temperature=0)):
+        for event in ask_events(
+            "Where?",
+            [str(doc)],
+            model=models["long"],
+            config=AgentConfig(chunk_tokens=200, memory_tokens=3, answer_tokens=2, temperature=0),
+        ):
             view.handle(event)
             if isinstance(event, RunFinished):
                 steps = len(event.result.steps)
@@ -64,10 +68,31 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
     env = {**os.environ, "COLUMNS": "100", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]),
-         "--chunk-tokens", "200", "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0",
-         "--svg", str(picture)],
-        stdout=subprocess.PIPE, stderr=follower, cwd=REPO, env=env)
+        [
+            sys.executable,
+            "-m",
+            "memagent_cli",
+            "ask",
+            str(doc),
+            "Where?",
+            "-m",
+            str(models["random"]),
+            "--chunk-tokens",
+            "200",
+            "--memory-tokens",
+            "8",
+            "--answer-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--svg",
+            str(picture),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=REPO,
+        env=env,
+    )
     spawned.append(proc)
     os.close(follower)
     drawn = b""
@@ -112,8 +137,23 @@ def test_answer_is_made_visible_on_a_terminal_and_kept_as_data_in_a_pipe(tmp_pat
     esc = write_tiny_qwen2(tmp_path / "esc.gguf", constant=True, bias={build_vocab().token_id(b"\x1b"): 30.0})
     doc = tmp_path / "d.txt"
     doc.write_text(words(50), encoding="utf-8")
-    args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(esc), "--quiet",
-            "--memory-tokens", "2", "--answer-tokens", "3", "--temperature", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "memagent_cli",
+        "ask",
+        str(doc),
+        "q",
+        "-m",
+        str(esc),
+        "--quiet",
+        "--memory-tokens",
+        "2",
+        "--answer-tokens",
+        "3",
+        "--temperature",
+        "0",
+    ]
     piped = subprocess.run(args, capture_output=True, cwd=REPO, timeout=120)
     assert piped.stdout == b"\x1b\x1b\x1b\n"
     leader, follower = pty.openpty()

@@ -40,7 +40,10 @@ def test_questions_file_lines_and_jsonl(models, tmp_path):
     done = run_memagent("ask", "-m", models["random"], doc, "--questions", qfile, *BUDGETS)
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stdout.splitlines() if line.startswith("Q")] == [
-        "Q1: What happened?", "Q2: Who was there?", "Q3: When?"]
+        "Q1: What happened?",
+        "Q2: Who was there?",
+        "Q3: When?",
+    ]
     # Not a terminal: one progress line per question and step, numbered.
     assert "Q3 step 1/" in done.stderr and "Q1 answered:" in done.stderr
     listed = run_memagent("traces", "list", "--json")

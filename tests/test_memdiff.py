@@ -13,8 +13,30 @@ from memagent_cli.core.protocol import INITIAL_MEMORY
 
 # Pieces that make hard cases: repeated words, every kind of white space (Unicode ones too,
 # which \s and str.split() both count), punctuation glued to words, non-ASCII letters.
-PIECES = ["the", "the", "of", "cat", "sat", "mat", "Alice", "ünï", "x.", "(3)", "`", "```",
-          " ", " ", "  ", "\n", "\n\n", "\t", " \n ", "\u00a0", "\u2028", "\r\n"]
+PIECES = [
+    "the",
+    "the",
+    "of",
+    "cat",
+    "sat",
+    "mat",
+    "Alice",
+    "ünï",
+    "x.",
+    "(3)",
+    "`",
+    "```",
+    " ",
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    "\t",
+    " \n ",
+    "\u00a0",
+    "\u2028",
+    "\r\n",
+]
 
 
 def _random_text(rng: random.Random, n: int) -> str:
@@ -66,8 +88,14 @@ def test_word_diff_reconstructs_long_related_memories(seed):
 
 def test_word_diff_keeps_words_and_white_space_as_written():
     ops = word_diff("the cat sat on the mat", "the cat slept on the red mat")
-    assert ops == [("equal", "the cat "), ("delete", "sat"), ("insert", "slept"), ("equal", " on the "),
-                   ("insert", "red "), ("equal", "mat")]
+    assert ops == [
+        ("equal", "the cat "),
+        ("delete", "sat"),
+        ("insert", "slept"),
+        ("equal", " on the "),
+        ("insert", "red "),
+        ("equal", "mat"),
+    ]
 
 
 def test_word_diff_edge_cases():
@@ -99,20 +127,19 @@ def test_changes_examples():
 
 
 def test_fact_added_and_kept_to_the_end_is_evidence():
-    memories = [INITIAL_MEMORY,
-                "Nothing relevant yet.",
-                "Nothing relevant yet. Alice bought the boat in 1990.",
-                "Nothing relevant yet. Alice bought the boat in 1990. Harbour is in Kiel.",
-                "Alice bought the boat in 1990. Harbour is in Kiel."]
+    memories = [
+        INITIAL_MEMORY,
+        "Nothing relevant yet.",
+        "Nothing relevant yet. Alice bought the boat in 1990.",
+        "Nothing relevant yet. Alice bought the boat in 1990. Harbour is in Kiel.",
+        "Alice bought the boat in 1990. Harbour is in Kiel.",
+    ]
     # Step 1's words are all dropped at step 4; steps 2 and 3 added what the final memory says.
     assert surviving_additions(memories) == [2, 3]
 
 
 def test_fact_added_then_dropped_is_not_evidence():
-    memories = [INITIAL_MEMORY,
-                "Zebra stripes: 42.",
-                "Zebra stripes: 42. Lions roar.",
-                "Lions roar."]
+    memories = [INITIAL_MEMORY, "Zebra stripes: 42.", "Zebra stripes: 42. Lions roar.", "Lions roar."]
     assert surviving_additions(memories) == [2]
 
 
@@ -127,10 +154,12 @@ def test_a_step_that_only_changes_white_space_is_not_evidence():
 
 
 def test_a_re_added_word_counts_for_the_later_step():
-    memories = [INITIAL_MEMORY,
-                "base zebra",  # step 1 adds "zebra" (and "base")
-                "base",  # step 2 drops it
-                "base zebra"]  # step 3 writes it again: the final "zebra" is step 3's
+    memories = [
+        INITIAL_MEMORY,
+        "base zebra",  # step 1 adds "zebra" (and "base")
+        "base",  # step 2 drops it
+        "base zebra",
+    ]  # step 3 writes it again: the final "zebra" is step 3's
     assert surviving_additions(memories) == [1, 3]  # 1 for "base", not for its dropped "zebra"
     memories[1] = "zebra"  # now step 1's only word is the dropped one
     memories[2] = "base"
@@ -207,16 +236,16 @@ def _synthetic_trace(rng: random.Random, steps: int, words: int, rewrite: float)
     out = [INITIAL_MEMORY]
     for _ in range(steps):
         if rng.random() < rewrite:
-            sentences = [memory[i:i + 15] for i in range(0, len(memory), 15)]
+            sentences = [memory[i : i + 15] for i in range(0, len(memory), 15)]
             rng.shuffle(sentences)
-            memory = [w for s in sentences[:len(sentences) // 2] for w in s] + text(words // 2)
+            memory = [w for s in sentences[: len(sentences) // 2] for w in s] + text(words // 2)
         for _ in range(rng.randint(1, 20)):
             pos = rng.randrange(len(memory))
             what = rng.random()
             if what < 0.4:
                 memory[pos:pos] = text(rng.randint(1, 12))
             elif what < 0.8:
-                del memory[pos:pos + rng.randint(1, 12)]
+                del memory[pos : pos + rng.randint(1, 12)]
             else:
                 memory[pos] = text(1)[0]
         del memory[words:]

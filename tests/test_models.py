@@ -31,8 +31,12 @@ def test_catalog_ships_in_the_package_and_parses():
 
 def test_catalog_is_in_an_installed_wheel(tmp_path):
     """Not only in a checkout: build the wheel and look inside."""
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                          str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     import zipfile
 
@@ -57,10 +61,13 @@ def test_add_info_path_rm_of_a_local_model(models, tmp_path):
         registry.get("tiny")
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"not a model at all", "not a GGUF model file"),
-    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 40, "truncated or damaged"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"not a model at all", "not a GGUF model file"),
+        (b"GGUF\x03\x00\x00\x00" + b"\xff" * 40, "truncated or damaged"),
+    ],
+)
 def test_add_refuses_what_is_not_a_gguf(tmp_path, content, message):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(content)
@@ -110,8 +117,9 @@ def test_without_a_terminal_a_missing_model_gives_the_pull_command(tmp_path):
     doc.write_text(words(100), encoding="utf-8")
     proc = memagent("ask", doc, "q")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: The model memagent-7b:q4_k_m is not installed. "
-                                   "Run: memagent models pull memagent-7b:q4_k_m")
+    assert proc.stderr.strip() == (
+        "error: The model memagent-7b:q4_k_m is not installed. Run: memagent models pull memagent-7b:q4_k_m"
+    )
 
 
 def test_models_list_shows_installed_and_catalog(models):

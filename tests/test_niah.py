@@ -53,7 +53,7 @@ def test_needles_and_answer(needles):
         assert len(planted) == needles
         keys = [key for key, _ in planted]
         values = [value for _, value in planted]
-        assert len(set(keys)) == needles and len(set(values)) == needles   # distractors differ from the asked needle
+        assert len(set(keys)) == needles and len(set(values)) == needles  # distractors differ from the asked needle
         (asked,) = QUESTION_RE.fullmatch(item["input"]).groups()
         (answer,) = item["answers"]
         assert context.count(f"One of the special magic numbers for {asked} is: {answer}.") == 1
@@ -105,7 +105,7 @@ def test_counted_lengths_with_qwen2(count_qwen2, tokens, needles):
 def test_estimate_is_right_for_qwen2(count_qwen2, tokens):
     estimated = make_items(tokens, 4, 3, seed=6)
     for item in estimated:
-        assert abs(count_qwen2(item["context"]) - item["length"]) <= 4 * 2   # a needle is 20 to 23 tokens, estimated 21
+        assert abs(count_qwen2(item["context"]) - item["length"]) <= 4 * 2  # a needle is 20 to 23 tokens, estimated 21
         assert abs(count_qwen2(item["context"]) - tokens) <= 0.05 * tokens
     # A tokenizer changes the amount of filler only: the same seed plants the same needles.
     counted = make_items(tokens, 4, 3, seed=6, count_tokens=count_qwen2)
@@ -132,17 +132,17 @@ def test_jsonl_round_trip(tmp_path):
     path.write_text("old content\n", encoding="utf-8")
     write_items(items, path)
     raw = path.read_bytes()
-    assert "Café — 東京".encode() in raw            # written as UTF-8, not \u escapes
+    assert "Café — 東京".encode() in raw  # written as UTF-8, not \u escapes
     lines = raw.decode("utf-8").split("\n")
     assert lines[-1] == "" and len(lines) == len(items) + 1
     assert [json.loads(line) for line in lines[:-1]] == items
-    assert [p.name for p in tmp_path.iterdir()] == ["niah.jsonl"]   # no temporary file left
+    assert [p.name for p in tmp_path.iterdir()] == ["niah.jsonl"]  # no temporary file left
 
 
 def test_failed_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "niah.jsonl"
     path.write_text("old content\n", encoding="utf-8")
-    items = make_items(1000, 1, 2, seed=1) + [{"id": object()}]   # not JSON: fails after the first lines
+    items = make_items(1000, 1, 2, seed=1) + [{"id": object()}]  # not JSON: fails after the first lines
     with pytest.raises(TypeError):
         write_items(items, path)
     assert path.read_text(encoding="utf-8") == "old content\n"
@@ -155,14 +155,17 @@ def test_write_into_missing_folder(tmp_path):
     assert "nowhere" in str(caught.value)
 
 
-@pytest.mark.parametrize("tokens, needles, n, words", [
-    (1000, 0, 5, "--needles"),
-    (1000, -2, 5, "--needles"),
-    (1000, 2, 0, "--n "),
-    (30, 2, 5, "--tokens 30"),      # two needles (about 42 tokens) and a question do not fit
-    (0, 1, 1, "--tokens 0"),
-    (10**7, 2000, 1, "--needles 2000"),
-])
+@pytest.mark.parametrize(
+    "tokens, needles, n, words",
+    [
+        (1000, 0, 5, "--needles"),
+        (1000, -2, 5, "--needles"),
+        (1000, 2, 0, "--n "),
+        (30, 2, 5, "--tokens 30"),  # two needles (about 42 tokens) and a question do not fit
+        (0, 1, 1, "--tokens 0"),
+        (10**7, 2000, 1, "--needles 2000"),
+    ],
+)
 def test_bad_arguments(tokens, needles, n, words):
     with pytest.raises(MemagentError) as caught:
         make_items(tokens, needles, n, seed=0)
@@ -179,7 +182,8 @@ def test_too_small_for_the_counted_needles(count_qwen2):
     with pytest.raises(MemagentError) as caught:
         make_items(60, 2, 1, seed=1, count_tokens=count_qwen2)
     assert caught.value.exit_code == EXIT_USAGE
-    assert str(caught.value) == ("--tokens 60 is too small to hold 2 needles and the question (about 61 tokens). "
-                                 "Use --tokens 61 or more.")
+    assert str(caught.value) == (
+        "--tokens 60 is too small to hold 2 needles and the question (about 61 tokens). Use --tokens 61 or more."
+    )
     (item,) = make_items(61, 2, 1, seed=1, count_tokens=count_qwen2)
     assert len(NEEDLE_RE.findall(item["context"])) == 2 and item["length"] == count_qwen2(item["context"]) <= 61

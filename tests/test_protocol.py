@@ -53,34 +53,43 @@ def test_fields_are_filled_once_and_braces_in_documents_survive():
     assert final_prompt("Q", "M").endswith("<memory>\nM\n</memory>\n\nYour answer:\n")
 
 
-@pytest.mark.parametrize("reply, memory", [
-    ("plain memory", "plain memory"),
-    ("<think>reasoning</think>kept", "kept"),
-    ("a</think>b</think> last", " last"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "reply, memory",
+    [
+        ("plain memory", "plain memory"),
+        ("<think>reasoning</think>kept", "kept"),
+        ("a</think>b</think> last", " last"),
+        ("", ""),
+    ],
+)
 def test_think_rule(reply, memory):
     assert next_memory(reply) == memory
 
 
-@pytest.mark.parametrize("reply, answer, found", [
-    ("The answer is \\boxed{42}.", "42", True),
-    ("\\boxed{1} then \\boxed{\\frac{a}{b}}", "\\frac{a}{b}", True),  # last box, nested braces
-    ("\\boxed{{a}{b{c}}} tail", "{a}{b{c}}", True),
-    ("no box here", "no box here", False),  # falls back to the whole reply
-    ("\\boxed{unclosed", "\\boxed{unclosed", False),
-    ("\\fbox{7}", "7", True),
-    ("$\\boxed 12$", "12", True),
-])
+@pytest.mark.parametrize(
+    "reply, answer, found",
+    [
+        ("The answer is \\boxed{42}.", "42", True),
+        ("\\boxed{1} then \\boxed{\\frac{a}{b}}", "\\frac{a}{b}", True),  # last box, nested braces
+        ("\\boxed{{a}{b{c}}} tail", "{a}{b{c}}", True),
+        ("no box here", "no box here", False),  # falls back to the whole reply
+        ("\\boxed{unclosed", "\\boxed{unclosed", False),
+        ("\\fbox{7}", "7", True),
+        ("$\\boxed 12$", "12", True),
+    ],
+)
 def test_boxed_extraction(reply, answer, found):
     assert extract_answer(reply, "boxed") == (answer, found)
 
 
-@pytest.mark.parametrize("reply, answer, found", [
-    ("Therefore, the answer is **Paris**.", "Paris", True),
-    ("the answer is a. Therefore, the answer is b...", "b", True),
-    ("I do not know", "I do not know", False),
-])
+@pytest.mark.parametrize(
+    "reply, answer, found",
+    [
+        ("Therefore, the answer is **Paris**.", "Paris", True),
+        ("the answer is a. Therefore, the answer is b...", "b", True),
+        ("I do not know", "I do not know", False),
+    ],
+)
 def test_answer_is_extraction(reply, answer, found):
     assert extract_answer(reply, "answer-is") == (answer, found)
 

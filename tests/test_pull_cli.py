@@ -27,14 +27,19 @@ def hub(models, tmp_path):
 
 def env_for(hub, tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if k not in ("MEMAGENT_MODEL", "HF_HUB_OFFLINE", "HF_TOKEN")}
-    env.update(NO_COLOR="1", HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1",
-               **extra)
+    env.update(NO_COLOR="1", HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1", **extra)
     return env
 
 
 def memagent(hub, tmp_path, *args, **extra):
-    return subprocess.run([sys.executable, "-m", "memagent_cli", *map(str, args)], capture_output=True, text=True,
-                          env=env_for(hub, tmp_path, **extra), cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "memagent_cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env_for(hub, tmp_path, **extra),
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -71,8 +76,14 @@ def test_pull_any_hub_gguf_by_quantization(hub, tmp_path, doc):
 
 def test_first_run_offers_the_download_on_a_terminal(hub, tmp_path, doc, spawned):
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", *FAST], stdin=follower,
-                            stdout=subprocess.PIPE, stderr=follower, env=env_for(hub, tmp_path), cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", *FAST],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env_for(hub, tmp_path),
+        cwd=REPO,
+    )
     spawned.append(proc)
     os.close(follower)
     seen = b""
@@ -105,8 +116,10 @@ def test_no_build_and_no_weights_on_the_hub_says_both(hub, tmp_path):
 
 
 def test_offline_refuses_before_touching_the_network(hub, tmp_path, doc):
-    for args, extra in ((["models", "pull", "memagent-7b", "--offline"], {}),
-                        (["models", "pull", "memagent-7b"], {"HF_HUB_OFFLINE": "1"})):
+    for args, extra in (
+        (["models", "pull", "memagent-7b", "--offline"], {}),
+        (["models", "pull", "memagent-7b"], {"HF_HUB_OFFLINE": "1"}),
+    ):
         proc = memagent(hub, tmp_path, *args, **extra)
         assert proc.returncode == 1 and "Downloads are off" in proc.stderr
     assert hub.requests == []  # refused before any listing or download

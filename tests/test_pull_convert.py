@@ -27,8 +27,9 @@ WEIGHTS_14B = "BytedTsinghua-SIA/RL-MemoryAgent-14B"  # the catalog's `weights` 
 
 @pytest.fixture(scope="session")
 def checkpoint_files(tmp_path_factory) -> dict[str, bytes]:
-    folder = write_checkpoint(tmp_path_factory.mktemp("hubckpt") / "ck", TINY, seed=7, shards=2,
-                              tokenizer=shared_path("fixtures", "hf", "qwen2.5"))
+    folder = write_checkpoint(
+        tmp_path_factory.mktemp("hubckpt") / "ck", TINY, seed=7, shards=2, tokenizer=shared_path("fixtures", "hf", "qwen2.5")
+    )
     files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
     files["README.md"] = b"# a tiny checkpoint\n"
     return files
@@ -66,9 +67,12 @@ def test_pull_a_safetensors_repository_then_ask(hub, tmp_path, doc, memagent_hom
     assert record["name"] == "tiny-qwen2:q8_0" and record["quantization"] == "q8_0"
     plan_line = pulled.stderr.splitlines()[0]
     # Said before the first byte: what it downloads, the peak disk and the time, per stage.
-    assert re.match(r"tiny-qwen2:q8_0: downloads 4\d MiB; converts and quantizes to q8_0 \(~\d+ MiB\); "
-                    r"needs \d+ MiB of free disk at its peak; takes about \d+ s "
-                    r"\(download \d+ s at 50 MB/s, convert \d+ s, quantize \d+ s\)$", plan_line), plan_line
+    assert re.match(
+        r"tiny-qwen2:q8_0: downloads 4\d MiB; converts and quantizes to q8_0 \(~\d+ MiB\); "
+        r"needs \d+ MiB of free disk at its peak; takes about \d+ s "
+        r"\(download \d+ s at 50 MB/s, convert \d+ s, quantize \d+ s\)$",
+        plan_line,
+    ), plan_line
     for stage in ("download", "convert", "quantize"):
         assert f"{stage} 100%" in pulled.stderr
     assert record["source"].startswith(f"hf:{REPO_ID}@")
@@ -178,9 +182,14 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_do
     from conftest import REPO
     from test_pull_cli import env_for
 
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "models", "pull", f"hf:{REPO_ID}", "--quant", "q8_0"],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env_for(hub, tmp_path), cwd=REPO,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "models", "pull", f"hf:{REPO_ID}", "--quant", "q8_0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env_for(hub, tmp_path),
+        cwd=REPO,
+        text=True,
+    )
     spawned.append(proc)
     seen = []
     for line in proc.stderr:
@@ -205,10 +214,11 @@ def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
 
     repo = "BytedTsinghua-SIA/RL-MemoryAgent-7B"
     shards = [3_945_441_440, 3_864_726_320, 3_864_726_424, 3_556_377_672]  # about the sizes of Qwen2.5-7B's four shards
-    files = [HubFile(repo, f"model-{i + 1:05d}-of-00004.safetensors", size, "0" * 64, "c" * 40)
-             for i, size in enumerate(shards)]
-    files += [HubFile(repo, name, 1000, None, "c" * 40) for name in ("config.json", "tokenizer.json",
-                                                                    "tokenizer_config.json", "model.safetensors.index.json")]
+    files = [HubFile(repo, f"model-{i + 1:05d}-of-00004.safetensors", size, "0" * 64, "c" * 40) for i, size in enumerate(shards)]
+    files += [
+        HubFile(repo, name, 1000, None, "c" * 40)
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json")
+    ]
     plan = pulling._convert_plan_hub(repo, files, "q4_k_m", "memagent-7b:q4_k_m")
     assert plan.download_bytes == sum(shards) + 4000
     assert 4.5e9 < plan.result_bytes < 4.9e9  # the real Q4_K_M is 4.68 GB
@@ -216,5 +226,6 @@ def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
     assert 30.3e9 < plan.peak_disk < 31e9 and plan.disk_needed == plan.peak_disk
     assert set(plan.seconds) == {"download", "convert", "quantize"}
     line = plan.describe()
-    assert line.startswith("downloads 14.2 GiB; converts and quantizes to q4_k_m (~4.4 GiB); "
-                           "needs 28.4 GiB of free disk at its peak; takes about ")
+    assert line.startswith(
+        "downloads 14.2 GiB; converts and quantizes to q4_k_m (~4.4 GiB); needs 28.4 GiB of free disk at its peak; takes about "
+    )

@@ -52,7 +52,7 @@ def test_an_architecture_this_llama_cpp_cannot_load(doc, models, tmp_path):
     data = models["random"].read_bytes()
     at = data.index(b"qwen2", data.index(b"general.architecture"))
     alien = tmp_path / "alien.gguf"
-    alien.write_bytes(data[:at] + b"qwenx" + data[at + 5:])
+    alien.write_bytes(data[:at] + b"qwenx" + data[at + 5 :])
     proc = run("ask", doc, "q", "-m", alien, "--no-trace")
     assert proc.returncode == 1 and "unknown model architecture: 'qwenx'" in proc.stderr
     assert "upgrade it (pip install -U llama-cpp-python)" in proc.stderr and proc.stderr.count("\n") == 1
@@ -71,8 +71,14 @@ def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_h
     doc = tmp_path / "long.txt"
     doc.write_text(words(30000), encoding="utf-8")  # seconds of work: the signal lands mid-run
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
-                             *SMALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     spawned.append(proc)
     deadline = time.monotonic() + 30
     while not (memagent_home / "traces.db").exists() and time.monotonic() < deadline:
@@ -87,9 +93,29 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
     doc = tmp_path / "short.txt"
     doc.write_text(words(60), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]),
-                             "--memory-tokens", "4", "--answer-tokens", "20000", "--temperature", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memagent_cli",
+            "ask",
+            str(doc),
+            "q",
+            "-m",
+            str(models["random"]),
+            "--memory-tokens",
+            "4",
+            "--answer-tokens",
+            "20000",
+            "--temperature",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     spawned.append(proc)
     assert proc.stderr.readline().startswith("step 1/1")  # the only step is done: now the answer
     time.sleep(0.5)
@@ -102,15 +128,17 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
 
 def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_debug(doc, models):
     # A fault injected into the agent at step 2, as a bug would surface.
-    code = ("import sys, memagent_cli.core.agent as agent\n"
-            "real = agent.memory_prompt\n"
-            "def broken(q, memory, chunk):\n"
-            "    if memory not in ('No previous memory', ''): raise RuntimeError('boom')  # step 2\n"
-            "    return real(q, memory, chunk)\n"
-            "agent.memory_prompt = broken\n"
-            "from memagent_cli.cli.app import main\n"
-            "sys.argv = ['memagent'] + sys.argv[1:]\n"
-            "main()\n")
+    code = (
+        "import sys, memagent_cli.core.agent as agent\n"
+        "real = agent.memory_prompt\n"
+        "def broken(q, memory, chunk):\n"
+        "    if memory not in ('No previous memory', ''): raise RuntimeError('boom')  # step 2\n"
+        "    return real(q, memory, chunk)\n"
+        "agent.memory_prompt = broken\n"
+        "from memagent_cli.cli.app import main\n"
+        "sys.argv = ['memagent'] + sys.argv[1:]\n"
+        "main()\n"
+    )
     base = [sys.executable, "-c", code, "ask", str(doc), "q", "-m", str(models["random"]), *SMALL]
     env = {k: v for k, v in os.environ.items() if k not in ("MEMAGENT_MODEL", "MEMAGENT_DEBUG")}
     proc = subprocess.run(base, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
@@ -166,9 +194,31 @@ def test_a_file_that_changes_while_it_is_read(tmp_path, models, spawned):
     path = tmp_path / "growing.txt"
     path.write_text(words(3000), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(path), "q", "-m", str(models["random"]),
-                             "--chunk-tokens", "100", "--memory-tokens", "4", "--answer-tokens", "2", "--temperature", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memagent_cli",
+            "ask",
+            str(path),
+            "q",
+            "-m",
+            str(models["random"]),
+            "--chunk-tokens",
+            "100",
+            "--memory-tokens",
+            "4",
+            "--answer-tokens",
+            "2",
+            "--temperature",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     spawned.append(proc)
     with open(path, "a", encoding="utf-8") as fh:  # appended while memagent reads it
         for _ in range(50):

@@ -10,25 +10,28 @@ import pytest
 from memagent_cli.evals.scoring import best, em, f1, normalize, score, sub_em
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("The Eiffel Tower", "eiffel tower"),
-    ("an apple a day", "apple day"),
-    ("A-team", "ateam"),                       # punctuation goes first, so this "a" is no article
-    ("theatre and anthem", "theatre and anthem"),  # articles only as whole words
-    ("U.S.A.!", "usa"),
-    ("  New\tYork\n City  ", "new york city"),
-    ("Paris\u00a0France", "paris france"),      # str.split() treats NBSP as white space
-    ("THE END", "end"),
-    ("the", ""),
-    ("...", ""),
-    ("", ""),
-    ("1,000,000", "1000000"),
-    ("3.5 km", "35 km"),
-    ("Café Müller", "café müller"),
-    ("“Paris”", "“paris”"),                     # only ASCII punctuation is removed
-    ("東京 the タワー", "東京 タワー"),
-    ("rock_and_roll", "rockandroll"),          # "_" is in string.punctuation
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The Eiffel Tower", "eiffel tower"),
+        ("an apple a day", "apple day"),
+        ("A-team", "ateam"),  # punctuation goes first, so this "a" is no article
+        ("theatre and anthem", "theatre and anthem"),  # articles only as whole words
+        ("U.S.A.!", "usa"),
+        ("  New\tYork\n City  ", "new york city"),
+        ("Paris\u00a0France", "paris france"),  # str.split() treats NBSP as white space
+        ("THE END", "end"),
+        ("the", ""),
+        ("...", ""),
+        ("", ""),
+        ("1,000,000", "1000000"),
+        ("3.5 km", "35 km"),
+        ("Café Müller", "café müller"),
+        ("“Paris”", "“paris”"),  # only ASCII punctuation is removed
+        ("東京 the タワー", "東京 タワー"),
+        ("rock_and_roll", "rockandroll"),  # "_" is in string.punctuation
+    ],
+)
 def test_normalize(text, expected):
     assert normalize(text) == expected
 
@@ -36,14 +39,14 @@ def test_normalize(text, expected):
 def test_em_ignores_case_articles_punctuation_and_spacing():
     assert em("The  Eiffel tower.", "eiffel Tower") == 1.0
     assert em("Eiffel", "Eiffel Tower") == 0.0
-    assert em("3.5", "35") == 1.0             # the reference's normalization makes these equal
+    assert em("3.5", "35") == 1.0  # the reference's normalization makes these equal
     assert em("1,000", "1000") == 1.0
-    assert em("“Paris”", "Paris") == 0.0      # curly quotes survive normalization
+    assert em("“Paris”", "Paris") == 0.0  # curly quotes survive normalization
 
 
 def test_sub_em_contains_both_ways():
-    assert sub_em("It is the city of Paris, France.", "Paris") == 1.0   # gold in prediction
-    assert sub_em("Paris", "Paris, France") == 1.0                      # prediction in gold
+    assert sub_em("It is the city of Paris, France.", "Paris") == 1.0  # gold in prediction
+    assert sub_em("Paris", "Paris, France") == 1.0  # prediction in gold
     assert sub_em("London", "Paris") == 0.0
     assert sub_em("“Paris”", "Paris") == 1.0
     # Characters, not words: the reference finds "12" in "2012" and "par" in "paris".
@@ -62,37 +65,40 @@ def test_empty_prediction_never_scores():
     assert em("", "") == 0.0
 
 
-@pytest.mark.parametrize("prediction, gold, expected", [
-    ("Eiffel Tower", "the Eiffel Tower", 1.0),
-    ("the Eiffel Tower in Paris", "Eiffel Tower", 2 / 3),    # P 2/4, R 2/2
-    ("Eiffel", "Eiffel Tower", 2 / 3),                       # P 1/1, R 1/2
-    ("paris paris", "paris", 2 / 3),                         # repeated token counted once: P 1/2, R 1
-    ("new york city", "york new", 0.8),                      # order free: P 2/3, R 1 -> 0.8
-    ("London", "Paris", 0.0),
-    ("", "Paris", 0.0),
-    ("1990 to 2000", "2000", 0.5),                           # P 1/3, R 1 -> 0.5
-])
+@pytest.mark.parametrize(
+    "prediction, gold, expected",
+    [
+        ("Eiffel Tower", "the Eiffel Tower", 1.0),
+        ("the Eiffel Tower in Paris", "Eiffel Tower", 2 / 3),  # P 2/4, R 2/2
+        ("Eiffel", "Eiffel Tower", 2 / 3),  # P 1/1, R 1/2
+        ("paris paris", "paris", 2 / 3),  # repeated token counted once: P 1/2, R 1
+        ("new york city", "york new", 0.8),  # order free: P 2/3, R 1 -> 0.8
+        ("London", "Paris", 0.0),
+        ("", "Paris", 0.0),
+        ("1990 to 2000", "2000", 0.5),  # P 1/3, R 1 -> 0.5
+    ],
+)
 def test_f1(prediction, gold, expected):
     assert f1(prediction, gold) == pytest.approx(expected)
 
 
 def test_f1_yes_no_special_case():
     assert f1("yes", "yes") == 1.0
-    assert f1("Yes.", "yes") == 1.0               # equal once normalized
-    assert f1("no", "no way") == 0.0              # would be 2/3 by tokens; a "no" answer differs
-    assert f1("no way", "no") == 0.0              # the gold side triggers it too
+    assert f1("Yes.", "yes") == 1.0  # equal once normalized
+    assert f1("no", "no way") == 0.0  # would be 2/3 by tokens; a "no" answer differs
+    assert f1("no way", "no") == 0.0  # the gold side triggers it too
     assert f1("yes it is", "yes") == 0.0
     assert f1("noanswer", "noanswer") == 1.0
     assert f1("no answer", "no") == 0.0
     # "no answer" normalizes to two tokens, not "noanswer", so plain token F1 applies: P 1/2, R 1/1.
     assert f1("no answer", "answer") == pytest.approx(2 / 3)
-    assert sub_em("no", "no way") == 1.0          # the special case is F1's alone
+    assert sub_em("no", "no way") == 1.0  # the special case is F1's alone
 
 
 def test_best_takes_the_closest_gold():
     golds = ["Barack Obama", "Obama", "the 44th president"]
     assert best(em, "obama", golds) == 1.0
-    assert best(f1, "president Obama", golds) == pytest.approx(2 / 3)   # vs "Obama": P 1/2, R 1; the others give 1/2
+    assert best(f1, "president Obama", golds) == pytest.approx(2 / 3)  # vs "Obama": P 1/2, R 1; the others give 1/2
     assert best(f1, "44th president", golds) == 1.0
     assert best(sub_em, "Michelle", golds) == 0.0
     with pytest.raises(ValueError):
@@ -101,18 +107,18 @@ def test_best_takes_the_closest_gold():
 
 def test_score_keys_and_values():
     assert score("The Eiffel Tower in Paris", ["Eiffel Tower", "La tour Eiffel"]) == pytest.approx(
-        {"sub_em": 1.0, "em": 0.0, "f1": 2 / 3})
+        {"sub_em": 1.0, "em": 0.0, "f1": 2 / 3}
+    )
     assert score("Eiffel Tower", ["eiffel tower"]) == {"sub_em": 1.0, "em": 1.0, "f1": 1.0}
 
 
 def test_unicode():
-    assert em("Müller", "MÜLLER") == 1.0                  # str.lower() handles non-ASCII letters
+    assert em("Müller", "MÜLLER") == 1.0  # str.lower() handles non-ASCII letters
     assert sub_em("東京タワーです", "東京タワー") == 1.0
     assert f1("東京 タワー", "東京") == pytest.approx(2 / 3)
-    assert em("Ｐaris", "Paris") == 0.0                    # full-width letters are not folded
+    assert em("Ｐaris", "Paris") == 0.0  # full-width letters are not folded
 
 
 def test_numbers():
     assert score("The answer is 1,234,567.", ["1234567"]) == pytest.approx({"sub_em": 1.0, "em": 0.0, "f1": 0.5})
     assert score("7654321", ["1234567"]) == {"sub_em": 0.0, "em": 0.0, "f1": 0.0}
-

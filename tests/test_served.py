@@ -30,6 +30,7 @@ MESSAGE = "Problem: who wrote the letter?\nMemory: nothing yet."
 
 # --- llama-cpp-python's server -------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def clean_model(tmp_path_factory):
     return write_clean_model(tmp_path_factory.mktemp("served") / "clean.gguf")
@@ -78,8 +79,11 @@ def test_greedy_reply_equals_the_embedded_engine(server, embedded, clean_model):
     assert served.text == "".join(i.text for i in items if isinstance(i, TextDelta))
     # The neutral parameters are what makes them equal: with the server's own defaults (repeat
     # penalty 1.1, applied even at temperature 0) the greedy reply is another text.
-    plain = httpx2.post(f"{server}/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": MESSAGE}], "max_tokens": 32, "temperature": 0})
+    plain = httpx2.post(
+        f"{server}/chat/completions",
+        timeout=60,
+        json={"messages": [{"role": "user", "content": MESSAGE}], "max_tokens": 32, "temperature": 0},
+    )
     assert plain.status_code == 200
     assert plain.json()["choices"][0]["message"]["content"] != local.text
 
@@ -133,8 +137,12 @@ def test_remote_tokenizer_matches_the_local_one(server, local):
     remote = remote_tokenizer(server)
     try:
         assert remote.dialect.name == "llama-cpp-python"
-        texts = ["Hello world", "The quick brown fox.\nJumps over 12 lazy dogs!", "  Document 1:\nreport.txt\n\tend  ",
-                 "café naïve 中文"]
+        texts = [
+            "Hello world",
+            "The quick brown fox.\nJumps over 12 lazy dogs!",
+            "  Document 1:\nreport.txt\n\tend  ",
+            "café naïve 中文",
+        ]
         for text in texts:
             ids = remote.encode(text)
             assert ids == tokenizer.encode(text)
@@ -161,6 +169,7 @@ def test_remote_tokenizer_matches_the_local_one(server, local):
 
 
 # --- scripted peers ------------------------------------------------------------------------
+
 
 class Peer:
     """An HTTP peer on 127.0.0.1; `script(n, handler, body)` answers its n-th request (from 1)."""
@@ -226,8 +235,16 @@ WHOLE_REPLY = [
     _chunk({"content": "Hello"}),
     _chunk({"content": " world"}),
     _chunk({}, "stop"),
-    {"object": "chat.completion.chunk", "choices": [],
-     "usage": {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44, "prompt_tokens_details": {"cached_tokens": 40}}},
+    {
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 42,
+            "completion_tokens": 2,
+            "total_tokens": 44,
+            "prompt_tokens_details": {"cached_tokens": 40},
+        },
+    },
     "[DONE]",
 ]
 CUT_REPLY = [_chunk({"role": "assistant"}), _chunk({"content": "Hel"})]
@@ -311,6 +328,7 @@ def test_a_reply_cut_mid_stream_is_asked_again():
 def test_a_reply_dropped_with_done_is_not_taken_as_finished():
     """llama-cpp-python's server drops a streaming reply when another request comes in: it
     sends [DONE] with no finish reason. That reply is void, never an (empty) memory."""
+
     def script(n, handler, body):
         send_sse(handler, [_chunk({"role": "assistant"}), "[DONE]"] if n == 1 else WHOLE_REPLY)
 
@@ -398,8 +416,11 @@ def test_model_lookup_and_base_urls():
     assert normalize_base_url("h:8000") == "http://h:8000/v1"
 
     def script(n, handler, body):
-        send_json(handler, 200, {"object": "list", "data": [{"id": "qwen2.5-7b"}, {"id": "other"}]} if n == 1
-                  else {"object": "list", "data": []})
+        send_json(
+            handler,
+            200,
+            {"object": "list", "data": [{"id": "qwen2.5-7b"}, {"id": "other"}]} if n == 1 else {"object": "list", "data": []},
+        )
 
     with Peer(script) as peer:
         engine = OpenAIEngine(peer.url.removesuffix("/v1") + "/")
@@ -412,6 +433,7 @@ def test_model_lookup_and_base_urls():
 
 
 # --- tokenizer dialects --------------------------------------------------------------------
+
 
 def _dialect_peer(kind: str) -> Peer:
     """A server whose tokens are the characters' code points, speaking one tokenizer dialect."""

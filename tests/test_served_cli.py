@@ -49,13 +49,13 @@ def test_served_run_equals_the_embedded_one(clean, url, doc):
 def test_four_questions_at_once(clean, url, doc):
     questions = ["Who?", "What?", "Where?", "Why not?"]
     args = [a for q in questions for a in ("-q", q)]
-    done = run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, *args, "--parallel", "4", *BUDGETS,
-                        "--json", "--verbose")
+    done = run_memagent(
+        "ask", *_served(url, "--tokenizer", str(clean)), doc, *args, "--parallel", "4", *BUDGETS, "--json", "--verbose"
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert [r["question"] for r in results] == questions
-    alone = json.loads(run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, "Where?", *BUDGETS,
-                                    "--json").stdout)
+    alone = json.loads(run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, "Where?", *BUDGETS, "--json").stdout)
     assert [s["memory"] for s in results[2]["steps"]] == [s["memory"] for s in alone["steps"]]
     # --verbose shows each request, with the neutral sampling values and without the document.
     sent = [line for line in done.stderr.splitlines() if line.startswith("POST ")]
@@ -72,8 +72,12 @@ def test_server_gone_mid_run_fails_clearly_and_resumes(clean, doc, tmp_path):
         assert whole.returncode == 0, whole.stderr
         expected = json.loads(whole.stdout)
         port = base.split(":")[2].split("/")[0]
-        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", *args[:1], *_served(base, "--tokenizer", str(clean)),
-                                 *args[1:], "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memagent_cli", *args[:1], *_served(base, "--tokenizer", str(clean)), *args[1:], "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             for line in proc.stderr:
                 if line.startswith("step 3/"):
@@ -105,8 +109,9 @@ def test_eval_on_a_served_engine_in_parallel(clean, url, tmp_path):
     assert run_memagent("eval", "make-niah", "--tokens", "250", "--n", "4", "-o", items, "-m", clean).returncode == 0
     out_served, out_here = tmp_path / "served.jsonl", tmp_path / "here.jsonl"
     started = time.monotonic()
-    served = run_memagent("eval", items, *_served(url, "--tokenizer", str(clean)), *BUDGETS, "--parallel", "4",
-                          "-o", out_served, "--json")
+    served = run_memagent(
+        "eval", items, *_served(url, "--tokenizer", str(clean)), *BUDGETS, "--parallel", "4", "-o", out_served, "--json"
+    )
     assert served.returncode == 0, served.stderr
     assert time.monotonic() - started < 120
     here = run_memagent("eval", items, "-m", clean, *BUDGETS, "--threads", "1", "-o", out_here, "--json")
@@ -130,8 +135,17 @@ def test_one_question_failing_leaves_the_others(clean, doc):
             send_sse(handler, WHOLE_REPLY)
 
     with Peer(script) as peer:
-        done = run_memagent("ask", *_served(peer.url, "--tokenizer", str(clean), "--served-model", "m"), doc,
-                            "-q", "Fine question?", "-q", "Forbidden topic?", *BUDGETS, "--json")
+        done = run_memagent(
+            "ask",
+            *_served(peer.url, "--tokenizer", str(clean), "--served-model", "m"),
+            doc,
+            "-q",
+            "Fine question?",
+            "-q",
+            "Forbidden topic?",
+            *BUDGETS,
+            "--json",
+        )
     assert done.returncode == 1
     fine, bad = json.loads(done.stdout)
     assert fine["answer"] == "Hello world" and fine["question"] == "Fine question?"
@@ -141,14 +155,21 @@ def test_one_question_failing_leaves_the_others(clean, doc):
     assert runs == {"Fine question?": "complete", "Forbidden topic?": "failed"}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--engine", "vllm"], "error: Unknown engine 'vllm'. Use --engine llama (the default) or --engine openai."),
-    (["--engine", "openai"], "error: --engine openai needs --base-url. e.g. --base-url http://127.0.0.1:8000/v1 for a "
-                             "local vLLM or llama-server."),
-    (["--engine", "openai", "--base-url", "gpu-box:8000"], "error: --base-url 'gpu-box:8000' is not an http(s) URL. "
-                                                           "e.g. http://127.0.0.1:8000/v1"),
-    (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--engine", "vllm"], "error: Unknown engine 'vllm'. Use --engine llama (the default) or --engine openai."),
+        (
+            ["--engine", "openai"],
+            "error: --engine openai needs --base-url. e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
+        ),
+        (
+            ["--engine", "openai", "--base-url", "gpu-box:8000"],
+            "error: --base-url 'gpu-box:8000' is not an http(s) URL. e.g. http://127.0.0.1:8000/v1",
+        ),
+        (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
+    ],
+)
 @pytest.mark.parametrize("command", ["ask", "eval"])
 def test_served_options_are_checked_first(doc, command, args, message):
     done = run_memagent(command, *args, doc, *(["Who?"] if command == "ask" else []))

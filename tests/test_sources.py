@@ -75,9 +75,7 @@ def read_stdin(data: bytes, notes) -> str:
     return read_all(source, notes, stdin=io.BytesIO(data))[0]
 
 
-def make_pdf(
-    path: Path, pages: list[str], *, owner_password: str | None = None, user_password: str = ""
-) -> Path:
+def make_pdf(path: Path, pages: list[str], *, owner_password: str | None = None, user_password: str = "") -> Path:
     """Write a PDF with one page per entry; an empty entry makes a page with only a drawing."""
     pdf = FPDF()
     pdf.set_font("Helvetica", size=12)
@@ -346,9 +344,7 @@ def test_permission_denied_is_reported(tmp_path, notes, monkeypatch):
     assert str(locked) in caught.value.message
 
 
-@pytest.mark.skipif(
-    os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions and a non-root user"
-)
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions and a non-root user")
 def test_unreadable_file_really_refused(tmp_path, notes):
     locked = tmp_path / "locked.txt"
     locked.write_text("secret")
@@ -482,9 +478,7 @@ def test_include_matches_bare_names_at_any_depth(tree, notes):
 
 
 def test_exclude_wins_and_prunes_folders(tree, notes):
-    found = collect_sources(
-        ["proj"], include=["*.md"], exclude=["build/", "drafts", "README.md"], warn=notes.append
-    )
+    found = collect_sources(["proj"], include=["*.md"], exclude=["build/", "drafts", "README.md"], warn=notes.append)
     assert titles(found) == ["docs/guide.md"]
 
 
@@ -580,9 +574,7 @@ def test_pdf_with_no_text_at_all_says_so(tmp_path, notes):
 def test_pdf_page_that_fails_is_skipped_with_note(tmp_path, notes, monkeypatch):
     import pypdf
 
-    path = make_pdf(
-        tmp_path / "bad-page.pdf", ["Page one is fine.", "Page two explodes.", "Page three is fine."]
-    )
+    path = make_pdf(tmp_path / "bad-page.pdf", ["Page one is fine.", "Page two explodes.", "Page three is fine."])
     original = pypdf.PageObject.extract_text
 
     def exploding(self, *args, **kwargs):
@@ -615,9 +607,7 @@ def test_unreadable_pdf_is_an_error(tmp_path, notes, content, reason):
 
 
 def test_encrypted_pdf_made_here(tmp_path, notes):
-    path = make_pdf(
-        tmp_path / "locked.pdf", ["Behind a password."], owner_password="owner", user_password="user"
-    )
+    path = make_pdf(tmp_path / "locked.pdf", ["Behind a password."], owner_password="owner", user_password="user")
     source = only_source(path, notes)
     with pytest.raises(MemagentError, match="is encrypted") as caught:
         read_all(source, notes)
@@ -710,8 +700,6 @@ def test_aes_without_cryptography_asks_for_the_crypto_extra():
         "    print('ERROR', e.message, '|', e.hint)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert "ERROR" in result.stdout, result.stdout + result.stderr
     assert "cryptography" in result.stdout and "pypdf[crypto]" in result.stdout

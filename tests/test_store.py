@@ -19,16 +19,24 @@ from memagent_cli.paths import default_home
 from memagent_cli.traces.store import MIGRATIONS, TraceStore, parse_age
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12,
-            "tokens": 9000}]
+SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12, "tokens": 9000}]
 MODEL = {"path": "/models/memagent-7b.gguf", "name": "memagent-7b", "size": 4_680_000_000}
 SETTINGS = {"chunk_tokens": 5000, "memory_tokens": 1024, "temperature": 0.7, "seed": None}
 
 
 def step(index: int, memory: str = "nothing yet", **extra) -> dict:
-    return {"index": index, "spans": [{"source": 0, "path": "/docs/a.txt", "pages": None, "start": 0, "end": 10}],
-            "tokens": 5000, "memory": memory, "memory_tokens": 40, "prompt_tokens": 5400, "generated_tokens": 41,
-            "seconds": 1.25, "finish_reason": "stop", **extra}
+    return {
+        "index": index,
+        "spans": [{"source": 0, "path": "/docs/a.txt", "pages": None, "start": 0, "end": 10}],
+        "tokens": 5000,
+        "memory": memory,
+        "memory_tokens": 40,
+        "prompt_tokens": 5400,
+        "generated_tokens": 41,
+        "seconds": 1.25,
+        "finish_reason": "stop",
+        **extra,
+    }
 
 
 def new_run(store: TraceStore, question: str = "Who flooded the mills?", **kw) -> str:
@@ -95,9 +103,10 @@ def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
         "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer)"
         " VALUES ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
         " '[]', '{}', '{}', 'Downstream past the weir');"
-        "INSERT INTO steps (run_id, \"index\", spans, tokens, memory) VALUES"
+        'INSERT INTO steps (run_id, "index", spans, tokens, memory) VALUES'
         " ('0123456789ab', 1, '[]', 10, 'The otter swam by the granary'),"
-        " ('0123456789ab', 2, '[]', 10, 'The otter reached the weir');")
+        " ('0123456789ab', 2, '[]', 10, 'The otter reached the weir');"
+    )
     conn.close()
 
     with TraceStore(path) as s:
@@ -145,8 +154,23 @@ def test_run_round_trip(store):
     assert run["settings"] == {**SETTINGS, "seed": 7}
     assert (run["document_tokens"], run["steps_total"], run["step_count"]) == (12000, 3, 3)
     assert run["steps"] == [step(i, f"memory after step {i}") for i in (1, 2, 3)]
-    assert set(run) == {"id", "started_at", "ended_at", "status", "error", "question", "sources", "model",
-                        "settings", "document_tokens", "steps_total", "raw_answer", "answer", "step_count", "steps"}
+    assert set(run) == {
+        "id",
+        "started_at",
+        "ended_at",
+        "status",
+        "error",
+        "question",
+        "sources",
+        "model",
+        "settings",
+        "document_tokens",
+        "steps_total",
+        "raw_answer",
+        "answer",
+        "step_count",
+        "steps",
+    }
     assert "steps" not in store.get_run(run_id, with_steps=False)
 
 
@@ -192,8 +216,7 @@ def test_a_step_is_committed_when_added(store):
     run_id = new_run(store)
     store.add_step(run_id, step(1, "kept even if we crash now"))
     other = raw(store.path)
-    assert other.execute("SELECT memory FROM steps WHERE run_id = ?", (run_id,)).fetchall() == [
-        ("kept even if we crash now",)]
+    assert other.execute("SELECT memory FROM steps WHERE run_id = ?", (run_id,)).fetchall() == [("kept even if we crash now",)]
     assert other.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone() == ("running",)
 
 
@@ -249,8 +272,7 @@ def test_ambiguous_prefix_lists_at_most_five(store):
 
 def test_list_runs_order_and_filters(store):
     old = new_run(store, "Old question", started_at=ago(days=3), sources=[{"path": "/x/Minutes-2019.txt"}])
-    mid = new_run(store, "Mid question", started_at=ago(days=2), sources=[{"path": "/x/ledger.pdf"},
-                                                                          {"path": "/y/ÄRGER.md"}])
+    mid = new_run(store, "Mid question", started_at=ago(days=2), sources=[{"path": "/x/ledger.pdf"}, {"path": "/y/ÄRGER.md"}])
     new = new_run(store, "New question", started_at=ago(days=1), sources=[{"path": "/x/minutes-2020.txt"}])
     store.add_step(mid, step(1))
     store.add_step(mid, step(2))
@@ -290,8 +312,7 @@ def test_search_finds_memories_questions_and_answers(store):
     assert all(h["run_id"] == run_id and h["question"] == "Why did the heron leave?" for h in hits)
     assert all("[heron]" in h["snippet"] for h in hits)
     assert set(hits[0]) == {"run_id", "step", "field", "snippet", "question", "started_at"}
-    assert {(h["field"], h["step"]) for h in store.search("froze")} == {("memory", 1), ("memory", 2),
-                                                                        ("answer", None)}
+    assert {(h["field"], h["step"]) for h in store.search("froze")} == {("memory", 1), ("memory", 2), ("answer", None)}
     # Every word must be there, anywhere in the text.
     assert [(h["field"], h["step"]) for h in store.search("froze heron")] == [("memory", 2)]
     assert [h["run_id"] for h in store.search("LEDGERS")] == [other]
@@ -299,9 +320,31 @@ def test_search_finds_memories_questions_and_answers(store):
     assert store.search("kingfisher") == []
 
 
-@pytest.mark.parametrize("text", ['foo" OR bar', '"', '""', "a-b", "*", "heron*", "-heron", "(heron",
-                                  "heron)", "NEAR(heron mill)", "heron AND", "OR", "NOT mill", "^heron",
-                                  "body:heron", "{body}: x", "'", ";DROP TABLE runs;--", "a:b:c", "+"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'foo" OR bar',
+        '"',
+        '""',
+        "a-b",
+        "*",
+        "heron*",
+        "-heron",
+        "(heron",
+        "heron)",
+        "NEAR(heron mill)",
+        "heron AND",
+        "OR",
+        "NOT mill",
+        "^heron",
+        "body:heron",
+        "{body}: x",
+        "'",
+        ";DROP TABLE runs;--",
+        "a:b:c",
+        "+",
+    ],
+)
 def test_search_never_chokes_on_user_text(store, text):
     run_id = new_run(store)
     store.add_step(run_id, step(1, "A heron stood by the mill; a-b testing."))
@@ -372,8 +415,19 @@ def test_started_at_is_normalised_to_utc(store):
     assert store.resolve("last") == other
 
 
-@pytest.mark.parametrize("text,seconds", [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45),
-                                          ("2w", 14 * 86400), ("1.5h", 5400), (" 7 d ", 7 * 86400), ("0d", 0)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("30d", 30 * 86400),
+        ("12h", 43200),
+        ("90m", 5400),
+        ("45s", 45),
+        ("2w", 14 * 86400),
+        ("1.5h", 5400),
+        (" 7 d ", 7 * 86400),
+        ("0d", 0),
+    ],
+)
 def test_parse_age(text, seconds):
     assert parse_age(text) == seconds
 
@@ -395,8 +449,9 @@ def test_damaged_database_is_moved_aside_and_replaced(tmp_path):
     path.write_bytes(garbage)
     (tmp_path / "traces.db-wal").write_bytes(b"stale wal")
     with TraceStore(path) as s:
-        moved = [p for p in tmp_path.iterdir() if p.name.startswith("traces.db.corrupt-")
-                 and not p.name.endswith(("-wal", "-shm"))]
+        moved = [
+            p for p in tmp_path.iterdir() if p.name.startswith("traces.db.corrupt-") and not p.name.endswith(("-wal", "-shm"))
+        ]
         assert len(moved) == 1 and moved[0].read_bytes() == garbage  # kept, byte for byte
         assert (tmp_path / f"{moved[0].name}-wal").read_bytes() == b"stale wal"
         assert s.notice is not None and str(moved[0]) in s.notice and "damaged" in s.notice
@@ -415,8 +470,10 @@ def test_locked_database_names_the_other_process(tmp_path):
     TraceStore(path).close()
     holder = raw(path)
     holder.execute("BEGIN IMMEDIATE")
-    holder.execute("INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
-                   " VALUES ('aaaaaaaaaaaa', '2024-01-01', 'running', 'q', '[]', '{}', '{}')")
+    holder.execute(
+        "INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
+        " VALUES ('aaaaaaaaaaaa', '2024-01-01', 'running', 'q', '[]', '{}', '{}')"
+    )
     try:
         with TraceStore(path, timeout=0.2) as s:
             assert s.list_runs() == []  # readers still read under WAL
@@ -455,8 +512,10 @@ def test_two_processes_writing_at_once(tmp_path):
     # Both start on a database that does not exist yet, so they also race to create it.
     path, go = tmp_path / "traces.db", tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(go), name], env=env,
-                                stderr=subprocess.PIPE, text=True) for name in ("alpha", "beta")]
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(go), name], env=env, stderr=subprocess.PIPE, text=True)
+        for name in ("alpha", "beta")
+    ]
     time.sleep(0.3)  # let both import, then release them together
     go.touch()
     for writer in writers:
@@ -469,11 +528,13 @@ def test_two_processes_writing_at_once(tmp_path):
             run = s.get_run(r["id"])
             assert run["status"] == "complete" and run["step_count"] == 50
             assert [st["memory"] for st in run["steps"]] == [f"{r['question']} memory {i}" for i in range(1, 51)]
-        assert [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations")] == list(
-            range(1, len(MIGRATIONS) + 1))
+        assert [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
         assert len(s.search("memory")) == 20 and fts_consistent(s)
         # They really did write at the same time: their steps went in interleaved.
-        order = [r[0] for r in s._conn.execute(
-            "SELECT r.question FROM search_docs AS d JOIN runs AS r ON r.id = d.run_id"
-            " WHERE d.field = 'memory' ORDER BY d.id")]
+        order = [
+            r[0]
+            for r in s._conn.execute(
+                "SELECT r.question FROM search_docs AS d JOIN runs AS r ON r.id = d.run_id WHERE d.field = 'memory' ORDER BY d.id"
+            )
+        ]
         assert sum(a != b for a, b in zip(order, order[1:])) >= 2

@@ -36,8 +36,7 @@ def hostile_folder(tmp_path):
 def test_ask_and_inspect_show_hostile_names_harmlessly(hostile_folder, models):
     _clean(run_memagent("inspect", hostile_folder, "--model", models["random"]), "inspect")
     # --show-prompt piped is data, like a piped answer: stdout keeps the exact text the model sees.
-    shown = run_memagent("inspect", hostile_folder, "--model", models["random"], "--question", HOSTILE,
-                         "--show-prompt", "1")
+    shown = run_memagent("inspect", hostile_folder, "--model", models["random"], "--question", HOSTILE, "--show-prompt", "1")
     assert HOSTILE in shown.stdout
     shown.stdout = ""
     _clean(shown, "inspect --show-prompt")
@@ -52,9 +51,15 @@ def test_traces_show_hostile_text_harmlessly(hostile_folder, models):
     assert asked.returncode == 0, asked.stderr
     _clean(asked, "ask --json")  # JSON escapes control characters
     run_id = json.loads(asked.stdout)["trace"]
-    for args in (["traces", "list"], ["traces", "show", run_id], ["traces", "show", run_id, "--json"],
-                 ["traces", "diff", run_id, "1", "2"], ["traces", "search", "red"],
-                 ["traces", "export", run_id, "--format", "markdown"], ["traces", "export", run_id, "--format", "jsonl"]):
+    for args in (
+        ["traces", "list"],
+        ["traces", "show", run_id],
+        ["traces", "show", run_id, "--json"],
+        ["traces", "diff", run_id, "1", "2"],
+        ["traces", "search", "red"],
+        ["traces", "export", run_id, "--format", "markdown"],
+        ["traces", "export", run_id, "--format", "jsonl"],
+    ):
         proc = run_memagent(*args)
         assert proc.returncode == 0, (args, proc.stderr)
         _clean(proc, " ".join(args))
@@ -73,6 +78,8 @@ def test_models_and_doctor_show_hostile_names_harmlessly(models):
 
 def test_eval_shows_hostile_items_harmlessly(tmp_path, models):
     data = tmp_path / "items.jsonl"
-    data.write_text(json.dumps({"id": HOSTILE, "context": words(200) + HOSTILE, "input": HOSTILE,
-                                "answers": [HOSTILE]}) + "\n", encoding="utf-8")
+    data.write_text(
+        json.dumps({"id": HOSTILE, "context": words(200) + HOSTILE, "input": HOSTILE, "answers": [HOSTILE]}) + "\n",
+        encoding="utf-8",
+    )
     _clean(run_memagent("eval", data, "-m", models["random"], *FAST), "eval")

@@ -42,10 +42,17 @@ def varied_text(seed: int, n: int) -> str:
     pieces = [
         open(__file__, encoding="utf-8").read()[:3000],
         "中文文本测试，这是一个句子。日本語のテキスト。한국어 텍스트 ",
-        "   \t\t  \n\n\n   ", "\r\n", "🦙🚀👍🏽 emoji with ZWJ 👨‍👩‍👧 ",
-        "1234567890 3.14159 1e-10 0xFF 2024-01-01 ", "Ünïcödé àccents — “quotes” ‘x’ ",
-        "=" * 80, "-" * 50, " " * 100, "\tdef f(x):\n\t\treturn x  # comment\n",
-        "<|im_end|> <|im_start|>user <|endoftext|>", "don't I'LL we've ",
+        "   \t\t  \n\n\n   ",
+        "\r\n",
+        "🦙🚀👍🏽 emoji with ZWJ 👨‍👩‍👧 ",
+        "1234567890 3.14159 1e-10 0xFF 2024-01-01 ",
+        "Ünïcödé àccents — “quotes” ‘x’ ",
+        "=" * 80,
+        "-" * 50,
+        " " * 100,
+        "\tdef f(x):\n\t\treturn x  # comment\n",
+        "<|im_end|> <|im_start|>user <|endoftext|>",
+        "don't I'LL we've ",
     ]
     rng = random.Random(seed)
     return "".join(rng.choice(pieces) for _ in range(n))

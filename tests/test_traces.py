@@ -34,8 +34,14 @@ def doc(tmp_path):
 def start_and_stop(args, sig, after_steps=2, cwd=None):
     """Starts `memagent ask`, waits for `after_steps` step lines, sends `sig`."""
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd or REPO,
+        env=env,
+    )
     try:
         for _ in range(after_steps):
             assert proc.stderr.readline().startswith("step ")
@@ -114,8 +120,15 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
     piped.write_text(text, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
     with open(piped, "rb") as stdin:
-        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"]), *SMALL],
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"]), *SMALL],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
         spawned.append(proc)
         for _ in range(2):
             assert proc.stderr.readline().startswith("step ")
@@ -131,8 +144,10 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
 def test_two_runs_at_once_are_both_recorded(doc, models):
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
     args = [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), "--json", *SMALL]
-    procs = [subprocess.Popen(args + ["--seed", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=REPO, env=env) for n in (1, 2)]
+    procs = [
+        subprocess.Popen(args + ["--seed", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        for n in (1, 2)
+    ]
     outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     runs = {r["id"]: r for r in as_json("traces", "list")}

@@ -24,8 +24,20 @@ from conftest import REPO, run_memagent
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"
-RUN = ["-m", MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24", "--temperature", "0",
-       "--threads", "1"]
+RUN = [
+    "-m",
+    MODEL,
+    "--chunk-tokens",
+    "64",
+    "--memory-tokens",
+    "32",
+    "--answer-tokens",
+    "24",
+    "--temperature",
+    "0",
+    "--threads",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +76,7 @@ def test_llama_cpp_computes_what_torch_trained():
         ids, expected = ref[f"ids{k}"].tolist(), ref[f"logits{k}"]
         llm.reset()
         llm.eval(ids)
-        got = np.array(llm.scores[: len(ids)])[-len(expected):]
+        got = np.array(llm.scores[: len(ids)])[-len(expected) :]
         assert np.abs(got - expected).max() < 0.05
         assert (got.argmax(-1) == expected.argmax(-1)).all()
         assert expected.std() > 1.0  # trained logits are far from uniform: agreement means something
@@ -155,9 +167,13 @@ def test_interrupted_after_the_fact_then_resumed(tokenizer, tmp_path):
     doc = whole_fact_document(tokenizer, 8000, 0.05, seed=60)  # ~125 steps: far from done when stopped
     path = tmp_path / "doc.txt"
     path.write_text(doc.text)
-    proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", "ask", str(path), QUESTION, *map(str, RUN)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**__import__("os").environ, "NO_COLOR": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(path), QUESTION, *map(str, RUN)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "NO_COLOR": "1"},
+    )
     try:
         seen = 0
         for line in proc.stderr:

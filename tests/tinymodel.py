@@ -239,11 +239,7 @@ def bytes_to_unicode() -> dict[int, str]:
     The dict's insertion order (printable bytes first) is also the id order
     of the 256 single-byte tokens in Qwen2's vocabulary.
     """
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -275,10 +271,7 @@ class TinyVocab:
 
     def gguf_tokens(self) -> list[str]:
         """Token strings as written to ``tokenizer.ggml.tokens``."""
-        return [
-            tok.decode("utf-8") if ttype == 3 else _render(tok)
-            for tok, ttype in zip(self.tokens, self.token_types)
-        ]
+        return [tok.decode("utf-8") if ttype == 3 else _render(tok) for tok, ttype in zip(self.tokens, self.token_types)]
 
     def gguf_merges(self) -> list[str]:
         """Merges as written to ``tokenizer.ggml.merges`` ("A B")."""
@@ -532,8 +525,16 @@ def write_tiny_qwen2(
         bias=bias,
         constant=constant,
     )
-    return write_qwen2_gguf(path, vocab=vocab, tensors=tensors, n_head=n_head, n_head_kv=n_head_kv,
-                            context_length=context_length, chat_template=chat_template, pre=pre)
+    return write_qwen2_gguf(
+        path,
+        vocab=vocab,
+        tensors=tensors,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        context_length=context_length,
+        chat_template=chat_template,
+        pre=pre,
+    )
 
 
 def write_qwen2_gguf(

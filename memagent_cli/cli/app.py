@@ -29,8 +29,8 @@ from .textout import SafeConsole, json_text
 app = typer.Typer(
     name="memagent",
     help="Ask questions about documents of any length, on your own machine.\n\n"
-         "MemAgent reads the text in chunks; after each chunk the model rewrites a bounded memory, and the "
-         "answer is written from the final memory alone. Context stays ~8K tokens whatever the length.",
+    "MemAgent reads the text in chunks; after each chunk the model rewrites a bounded memory, and the "
+    "answer is written from the final memory alone. Context stays ~8K tokens whatever the length.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
@@ -38,19 +38,35 @@ app = typer.Typer(
     pretty_exceptions_enable=False,  # main() decides what an unexpected error looks like
 )
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.",
-                                                 show_default=False, rich_help_panel="Model")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.", show_default=False, rich_help_panel="Model"),
+]
 ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
-MemoryOpt = Annotated[int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1,
-                                        rich_help_panel="Budgets")]
-IncludeOpt = Annotated[Optional[list[str]], typer.Option(
-    "--include", help="Only files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
-    show_default=False)]
-ExcludeOpt = Annotated[Optional[list[str]], typer.Option(
-    "--exclude", help="Skip files matching this glob inside folders (repeatable).", rich_help_panel="Sources",
-    show_default=False)]
-PasswordOpt = Annotated[Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources",
-                                                    show_default=False)]
+MemoryOpt = Annotated[
+    int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1, rich_help_panel="Budgets")
+]
+IncludeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--include",
+        help="Only files matching this glob inside folders (repeatable).",
+        rich_help_panel="Sources",
+        show_default=False,
+    ),
+]
+ExcludeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--exclude",
+        help="Skip files matching this glob inside folders (repeatable).",
+        rich_help_panel="Sources",
+        show_default=False,
+    ),
+]
+PasswordOpt = Annotated[
+    Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources", show_default=False)
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
 
 
@@ -75,50 +91,110 @@ def _split_question(args: list[str]) -> tuple[list[str], str]:
 
 @app.command(no_args_is_help=True)
 def ask(
-    args: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]... QUESTION", show_default=False,
-                                                        help="PDFs, text files, folders or - for stdin, then the question. "
-                                                             "With no source, piped stdin is read.")] = None,
+    args: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="[SOURCE]... QUESTION",
+            show_default=False,
+            help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
+        ),
+    ] = None,
     model: ModelOpt = None,
     chunk_tokens: ChunkOpt = 5000,
     memory_tokens: MemoryOpt = 1024,
-    answer_tokens: Annotated[int, typer.Option(help="Most tokens the final answer may use.", min=1,
-                                               rich_help_panel="Budgets")] = 1024,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0,
-                                               rich_help_panel="Sampling")] = 0.7,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0,
-                                         rich_help_panel="Sampling")] = 0.95,
-    seed: Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling",
-                                                show_default=False)] = None,
-    final: Annotated[str, typer.Option(help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).",
-                                       rich_help_panel="Sampling")] = "boxed",
-    gpu_layers: Annotated[Optional[str], typer.Option(metavar="auto|N",
-                                                      help="Layers to offload to the GPU: auto (all that fit in free GPU "
-                                                           "memory), -1 (all), 0 (none) or a number.",
-                                                      rich_help_panel="Model", show_default=False)] = None,
-    offline: Annotated[bool, typer.Option("--offline", rich_help_panel="Model",
-                                          help="Never touch the network: a model not installed is an error "
-                                               "(also HF_HUB_OFFLINE=1).")] = False,
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads for generation. Default: half the available cores.", min=1,
-                                                   rich_help_panel="Model", show_default=False)] = None,
-    ctx: Annotated[Optional[int], typer.Option(help="Context size. Default: just enough for the budgets.", min=64,
-                                               rich_help_panel="Model", show_default=False)] = None,
+    answer_tokens: Annotated[
+        int, typer.Option(help="Most tokens the final answer may use.", min=1, rich_help_panel="Budgets")
+    ] = 1024,
+    temperature: Annotated[
+        float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, rich_help_panel="Sampling")
+    ] = 0.7,
+    top_p: Annotated[
+        float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0, rich_help_panel="Sampling")
+    ] = 0.95,
+    seed: Annotated[
+        Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling", show_default=False)
+    ] = None,
+    final: Annotated[
+        str,
+        typer.Option(
+            help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).", rich_help_panel="Sampling"
+        ),
+    ] = "boxed",
+    gpu_layers: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="auto|N",
+            help="Layers to offload to the GPU: auto (all that fit in free GPU memory), -1 (all), 0 (none) or a number.",
+            rich_help_panel="Model",
+            show_default=False,
+        ),
+    ] = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            rich_help_panel="Model",
+            help="Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).",
+        ),
+    ] = False,
+    threads: Annotated[
+        Optional[int],
+        typer.Option(
+            help="CPU threads for generation. Default: half the available cores.",
+            min=1,
+            rich_help_panel="Model",
+            show_default=False,
+        ),
+    ] = None,
+    ctx: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Context size. Default: just enough for the budgets.", min=64, rich_help_panel="Model", show_default=False
+        ),
+    ] = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
-    resume: Annotated[Optional[str], typer.Option(metavar="ID|last", show_default=False, rich_help_panel="Traces",
-                                                  help="Continue an interrupted run from its last completed step, "
-                                                       "with its sources, question and settings.")] = None,
-    no_trace: Annotated[bool, typer.Option("--no-trace", rich_help_panel="Traces",
-                                           help="Do not record this run in the trace store.")] = False,
-    question: Annotated[Optional[list[str]], typer.Option(
-        "--question", "-q", show_default=False, rich_help_panel="Questions",
-        help="A question (repeatable): each gets its own memory and trace; every argument is then a source.")] = None,
-    questions_file: Annotated[Optional[Path], typer.Option(
-        "--questions", metavar="FILE", show_default=False, rich_help_panel="Questions",
-        help="Questions from a file: one per line, or JSONL with a \"question\" (or \"input\") field.")] = None,
-    parallel: Annotated[int, typer.Option(min=1, rich_help_panel="Questions",
-                                          help="Model calls in flight at once, with a served engine (the embedded "
-                                               "engine takes one at a time).")] = 4,
+    resume: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="ID|last",
+            show_default=False,
+            rich_help_panel="Traces",
+            help="Continue an interrupted run from its last completed step, with its sources, question and settings.",
+        ),
+    ] = None,
+    no_trace: Annotated[
+        bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Do not record this run in the trace store.")
+    ] = False,
+    question: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--question",
+            "-q",
+            show_default=False,
+            rich_help_panel="Questions",
+            help="A question (repeatable): each gets its own memory and trace; every argument is then a source.",
+        ),
+    ] = None,
+    questions_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--questions",
+            metavar="FILE",
+            show_default=False,
+            rich_help_panel="Questions",
+            help='Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
+        ),
+    ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            rich_help_panel="Questions",
+            help="Model calls in flight at once, with a served engine (the embedded engine takes one at a time).",
+        ),
+    ] = 4,
     engine: EngineOpt = "llama",
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -127,10 +203,12 @@ def ask(
     json_out: JsonOpt = False,
     raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request "
-                                                                  "sent to a served engine.")] = False,
-    svg: Annotated[Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.",
-                                                show_default=False)] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request sent to a served engine.")
+    ] = False,
+    svg: Annotated[
+        Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.", show_default=False)
+    ] = None,
 ) -> None:
     """Answer a question about documents.
 
@@ -162,8 +240,7 @@ def ask(
         run = None
         if resume:
             if args:
-                raise MemagentError("--resume takes no sources or question: they come from the trace.",
-                                    exit_code=EXIT_USAGE)
+                raise MemagentError("--resume takes no sources or question: they come from the trace.", exit_code=EXIT_USAGE)
             if store is None:
                 raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
             run = resume_plan(store, resume)
@@ -172,8 +249,9 @@ def ask(
             model = run["model"]["path"]
             if run["settings"].get("engine"):
                 stored = run["settings"]["engine"]
-                served = served_options("openai", stored["base_url"], api_key, stored.get("served_model"),
-                                         stored.get("tokenizer"), verbose, err)
+                served = served_options(
+                    "openai", stored["base_url"], api_key, stored.get("served_model"), stored.get("tokenizer"), verbose, err
+                )
         else:
             questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
             if questions:
@@ -182,8 +260,15 @@ def ask(
                 paths, one = _split_question(args or [])
                 questions = [one]
             try:
-                config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
-                                     temperature=temperature, top_p=top_p, seed=seed, final=final)
+                config = AgentConfig(
+                    chunk_tokens=chunk_tokens,
+                    memory_tokens=memory_tokens,
+                    answer_tokens=answer_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=seed,
+                    final=final,
+                )
             except ValueError as exc:
                 raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
         if served is not None:
@@ -192,19 +277,31 @@ def ask(
             model = model_for_run(model, err, offline)
         warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
         options = dict(
-            model=model, config=config,
-            engine=served.engine if served is not None else
-            EngineOptions(n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"),
-                          verbose=verbose),
-            sources=SourceOptions(include=include or (), exclude=exclude or (), password=password, stdin=stdin,
-                                  stdin_is_piped=_stdin_piped()),
+            model=model,
+            config=config,
+            engine=served.engine
+            if served is not None
+            else EngineOptions(
+                n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"), verbose=verbose
+            ),
+            sources=SourceOptions(
+                include=include or (), exclude=exclude or (), password=password, stdin=stdin, stdin_is_piped=_stdin_piped()
+            ),
         )
         engine_record = served.record if served is not None else None
         if len(questions) > 1:
-            recorders = [Recorder(store, warn=warn, stdin=stdin, engine=engine_record) if store is not None else None
-                         for _ in questions]
-            _ask_many(ask_many_events(questions, paths, parallel=parallel, **options), questions, err, recorders,
-                      quiet=quiet, json_out=json_out, raw=raw)
+            recorders = [
+                Recorder(store, warn=warn, stdin=stdin, engine=engine_record) if store is not None else None for _ in questions
+            ]
+            _ask_many(
+                ask_many_events(questions, paths, parallel=parallel, **options),
+                questions,
+                err,
+                recorders,
+                quiet=quiet,
+                json_out=json_out,
+                raw=raw,
+            )
             return
         recorder = Recorder(store, warn=warn, resume=run, stdin=stdin, engine=engine_record) if store is not None else None
         events = ask_events(questions[0], paths, done_steps=run["steps"] if run else (), **options)
@@ -242,8 +339,9 @@ def _read_questions(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise MemagentError(f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.",
-                            exit_code=EXIT_USAGE) from None
+        raise MemagentError(
+            f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.", exit_code=EXIT_USAGE
+        ) from None
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -256,7 +354,7 @@ def _read_questions(path: Path) -> list[str]:
                 raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
             found = item.get("question", item.get("input")) if isinstance(item, dict) else None
             if not isinstance(found, str):
-                raise MemagentError(f"{path} line {n} has no \"question\" or \"input\" text.", exit_code=EXIT_USAGE)
+                raise MemagentError(f'{path} line {n} has no "question" or "input" text.', exit_code=EXIT_USAGE)
             line = found
         out.append(line)
     if not out:
@@ -264,8 +362,7 @@ def _read_questions(path: Path) -> list[str]:
     return out
 
 
-def _ask_many(events, questions: list[str], err: Console, recorders: list, *, quiet: bool, json_out: bool,
-              raw: bool) -> None:
+def _ask_many(events, questions: list[str], err: Console, recorders: list, *, quiet: bool, json_out: bool, raw: bool) -> None:
     """Several questions at once: every event to its question's recorder and to the view;
     answers printed in question order. A failed question fails the command (exit 1) after
     the others have finished; each unfinished one can be resumed on its own."""
@@ -306,8 +403,10 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
                 rec.stopped("interrupted")
                 if _resume_hint(rec):
                     hints.append(f"Q{i + 1}: memagent ask --resume {rec.run_id[:8]}")
-        err.print(Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints))
-                                if hints else ""), soft_wrap=True)
+        err.print(
+            Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints)) if hints else ""),
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
         out = []
@@ -377,6 +476,7 @@ def _resume_hint(recorder) -> str | None:
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
@@ -430,14 +530,24 @@ def _save_svg(view, path: Path, err: Console) -> None:
 
 @app.command(no_args_is_help=False)
 def inspect(
-    sources: Annotated[Optional[list[str]], typer.Argument(metavar="[SOURCE]...", show_default=False,
-                                                           help="PDFs, text files, folders or - for stdin.")] = None,
+    sources: Annotated[
+        Optional[list[str]],
+        typer.Argument(metavar="[SOURCE]...", show_default=False, help="PDFs, text files, folders or - for stdin."),
+    ] = None,
     model: ModelOpt = None,
-    question: Annotated[Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.",
-                                                    show_default=False)] = None,
-    show_prompt: Annotated[Optional[int], typer.Option("--show-prompt", metavar="K", min=1, show_default=False,
-                                                       help="Print exactly the text sent for memory step K "
-                                                            "(needs --question).")] = None,
+    question: Annotated[
+        Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.", show_default=False)
+    ] = None,
+    show_prompt: Annotated[
+        Optional[int],
+        typer.Option(
+            "--show-prompt",
+            metavar="K",
+            min=1,
+            show_default=False,
+            help="Print exactly the text sent for memory step K (needs --question).",
+        ),
+    ] = None,
     chunk_tokens: ChunkOpt = 5000,
     memory_tokens: MemoryOpt = 1024,
     include: IncludeOpt = None,
@@ -459,10 +569,19 @@ def inspect(
     try:
         if show_prompt is not None and not question:
             raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
-        report = inspect_sources(sources or [], model=model, question=question, chunk_tokens=chunk_tokens,
-                                 memory_tokens=memory_tokens, include=include or (), exclude=exclude or (),
-                                 password=password, stdin_is_piped=_stdin_piped(), keep_chunk=show_prompt,
-                                 warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True))
+        report = inspect_sources(
+            sources or [],
+            model=model,
+            question=question,
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            include=include or (),
+            exclude=exclude or (),
+            password=password,
+            stdin_is_piped=_stdin_piped(),
+            keep_chunk=show_prompt,
+            warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True),
+        )
         if show_prompt is not None:
             text, note = step_prompt(report, show_prompt)
             if note:
@@ -514,11 +633,14 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Show the version and exit.")] = False,
-          debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors "
-                                                              "(may be given anywhere; or MEMAGENT_DEBUG=1).")] = False,
-          ) -> None:
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks of internal errors (may be given anywhere; or MEMAGENT_DEBUG=1).")
+    ] = False,
+) -> None:
     pass
 
 
@@ -537,10 +659,13 @@ def main() -> None:
             raise
         from .textout import visible
 
-        print(f"internal error: {visible(type(exc).__name__)}: {visible(str(exc))[:300]}\n"
-              "This is a bug in memagent. Please report it on the memagent issue tracker with the command you ran "
-              "and the output of `memagent doctor`; run again with --debug for the traceback. "
-              "A run's completed steps are kept: memagent ask --resume last", file=sys.stderr)
+        print(
+            f"internal error: {visible(type(exc).__name__)}: {visible(str(exc))[:300]}\n"
+            "This is a bug in memagent. Please report it on the memagent issue tracker with the command you ran "
+            "and the output of `memagent doctor`; run again with --debug for the traceback. "
+            "A run's completed steps are kept: memagent ask --resume last",
+            file=sys.stderr,
+        )
         sys.exit(EXIT_ERROR)
 
 

@@ -20,8 +20,9 @@ def stderr_console() -> Console:
 
 def fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
     # Messages quote file names, which may hold control characters: visible() shows them harmlessly.
-    err.print(Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""),
-              soft_wrap=True)
+    err.print(
+        Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""), soft_wrap=True
+    )
     raise typer.Exit(exc.exit_code)
 
 
@@ -36,4 +37,5 @@ def run_guard(fn):
         except MemagentError as exc:
             SafeConsole(stderr=True).print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
             raise typer.Exit(exc.exit_code)
+
     return wrapper

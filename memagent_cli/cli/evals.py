@@ -29,24 +29,49 @@ class _DefaultRun(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(cls=_DefaultRun, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Measure a model: run a data set of questions and score the answers as the paper does.\n\n"
-                       "  memagent eval items.jsonl --out results.jsonl\n"
-                       "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl")
+app = typer.Typer(
+    cls=_DefaultRun,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Measure a model: run a data set of questions and score the answers as the paper does.\n\n"
+    "  memagent eval items.jsonl --out results.jsonl\n"
+    "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl",
+)
 
 
 @app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
 def run(
-    data: Annotated[Path, typer.Argument(help="JSONL (or a JSON array) of items with context, input (the question), "
-                                              "answers and optionally id: the authors' RULER-HotpotQA format.",
-                                         show_default=False)],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE.jsonl", show_default=False,
-                                                help="Write each item's result here as it finishes; a rerun skips "
-                                                     "items already in it.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", show_default=False, rich_help_panel="Model",
-                                                 help="GGUF model file (embedded engine), or the GGUF whose vocabulary "
-                                                      "chunks the text (served engine; or --tokenizer).")] = None,
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="JSONL (or a JSON array) of items with context, input (the question), "
+            "answers and optionally id: the authors' RULER-HotpotQA format.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE.jsonl",
+            show_default=False,
+            help="Write each item's result here as it finishes; a rerun skips items already in it.",
+        ),
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            show_default=False,
+            rich_help_panel="Model",
+            help="GGUF model file (embedded engine), or the GGUF whose vocabulary "
+            "chunks the text (served engine; or --tokenizer).",
+        ),
+    ] = None,
     engine: EngineOpt = "llama",
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -54,23 +79,31 @@ def run(
     tokenizer: TokenizerOpt = None,
     parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
-    chunk_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
-                                              help="Document tokens read per memory update.")] = 5000,
-    memory_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
-                                               help="Most tokens a memory update may write.")] = 1024,
-    answer_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Budgets",
-                                               help="Most tokens the final answer may use.")] = 1024,
-    temperature: Annotated[float, typer.Option(min=0.0, rich_help_panel="Sampling",
-                                               help="Sampling temperature; 0 is greedy.")] = 0.7,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, rich_help_panel="Sampling",
-                                         help="Nucleus sampling, after temperature.")] = 0.95,
-    seed: Annotated[Optional[int], typer.Option(show_default=False, rich_help_panel="Sampling",
-                                                help="Seed for sampling.")] = None,
-    final: Annotated[str, typer.Option(rich_help_panel="Sampling",
-                                       help="Final prompt: answer-is (the paper's table was made with it) or boxed.")]
-    = "answer-is",
-    threads: Annotated[Optional[int], typer.Option(min=1, show_default=False, rich_help_panel="Model",
-                                                   help="CPU threads (embedded engine).")] = None,
+    chunk_tokens: Annotated[
+        int, typer.Option(min=1, rich_help_panel="Budgets", help="Document tokens read per memory update.")
+    ] = 5000,
+    memory_tokens: Annotated[
+        int, typer.Option(min=1, rich_help_panel="Budgets", help="Most tokens a memory update may write.")
+    ] = 1024,
+    answer_tokens: Annotated[
+        int, typer.Option(min=1, rich_help_panel="Budgets", help="Most tokens the final answer may use.")
+    ] = 1024,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, rich_help_panel="Sampling", help="Sampling temperature; 0 is greedy.")
+    ] = 0.7,
+    top_p: Annotated[
+        float, typer.Option(min=0.0, max=1.0, rich_help_panel="Sampling", help="Nucleus sampling, after temperature.")
+    ] = 0.95,
+    seed: Annotated[
+        Optional[int], typer.Option(show_default=False, rich_help_panel="Sampling", help="Seed for sampling.")
+    ] = None,
+    final: Annotated[
+        str,
+        typer.Option(rich_help_panel="Sampling", help="Final prompt: answer-is (the paper's table was made with it) or boxed."),
+    ] = "answer-is",
+    threads: Annotated[
+        Optional[int], typer.Option(min=1, show_default=False, rich_help_panel="Model", help="CPU threads (embedded engine).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each request sent to a served engine.")] = False,
 ) -> None:
@@ -81,17 +114,26 @@ def run(
     from ..core.pipeline import EngineOptions
     from ..evals.evaluation import done_ids, evaluate_events, summary
     from .textout import json_text
+
     err = stderr_console()
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
         try:
-            config = AgentConfig(chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=answer_tokens,
-                                 temperature=temperature, top_p=top_p, seed=seed, final=final)
+            config = AgentConfig(
+                chunk_tokens=chunk_tokens,
+                memory_tokens=memory_tokens,
+                answer_tokens=answer_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                final=final,
+            )
         except ValueError as exc:
             raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
         if not data.is_file():
-            raise MemagentError(f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah",
-                                exit_code=EXIT_USAGE)
+            raise MemagentError(
+                f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE
+            )
         options = served.engine if served is not None else EngineOptions(threads=threads, verbose=verbose)
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
         previous = done_ids(out)
@@ -101,8 +143,9 @@ def run(
         progress = _Progress(err)
         try:
             with progress:
-                for item, event in evaluate_events(data, model=model_spec, config=config, engine=options,
-                                                   parallel=parallel, skip=set(previous), limit=limit):
+                for item, event in evaluate_events(
+                    data, model=model_spec, config=config, engine=options, parallel=parallel, skip=set(previous), limit=limit
+                ):
                     if isinstance(event, dict):
                         rows.append(event)
                         if sink is not None:
@@ -134,9 +177,13 @@ def run(
         table.add_row(str(result["n"]), f"{result['sub_em']:.2f}", f"{result['em']:.2f}", f"{result['f1']:.2f}")
         SafeConsole(highlight=False).print(table)
     if failures:
-        err.print(f"error: {len(failures)} item(s) failed (first: {failures[0][0]}: {failures[0][1]}); "
-                  + ("run the same command again to retry them." if out else "use --out to keep results across runs."),
-                  style="red", markup=False, soft_wrap=True)
+        err.print(
+            f"error: {len(failures)} item(s) failed (first: {failures[0][0]}: {failures[0][1]}); "
+            + ("run the same command again to retry them." if out else "use --out to keep results across runs."),
+            style="red",
+            markup=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 
@@ -148,8 +195,18 @@ class _Progress:
 
         self.console = console
         self.live = console.is_terminal
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=console, transient=False) if self.live else None
+        self.bar = (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
+            if self.live
+            else None
+        )
         self.task = None
         self.count = 0
 
@@ -171,8 +228,10 @@ class _Progress:
 
     def done(self, row: dict, running: dict) -> None:
         self.count += 1
-        line = (f"{row['id']}: {'right' if row['sub_em'] else 'wrong'} ({row['steps']} steps, {row['seconds']:.1f}s); "
-                f"sub_em so far {running['sub_em']:.2f}% of {running['n']}")
+        line = (
+            f"{row['id']}: {'right' if row['sub_em'] else 'wrong'} ({row['steps']} steps, {row['seconds']:.1f}s); "
+            f"sub_em so far {running['sub_em']:.2f}% of {running['n']}"
+        )
         if self.bar is not None:
             self.bar.update(self.task, completed=self.count, description=f"sub_em {running['sub_em']:.1f}%")
         else:
@@ -189,11 +248,18 @@ def make_niah(
     needles: Annotated[int, typer.Option(min=1, help="Facts planted per item; one is asked for.")] = 1,
     n: Annotated[int, typer.Option("--n", min=1, help="Number of items.")] = 20,
     seed: Annotated[int, typer.Option(help="Same seed, same items.")] = 0,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", show_default=False,
-                                                 help="Size contexts with this GGUF's tokenizer (exact); default: "
-                                                      "an estimate for Qwen2-style vocabularies.")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            show_default=False,
+            help="Size contexts with this GGUF's tokenizer (exact); default: an estimate for Qwen2-style vocabularies.",
+        ),
+    ] = None,
 ) -> None:
     from ..evals import niah
+
     err = stderr_console()
     try:
         count = None

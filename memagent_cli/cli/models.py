@@ -17,8 +17,9 @@ from ..install import catalog, registry, settings
 from .common import run_guard
 from .textout import SafeConsole, json_text, visible
 
-models_app = typer.Typer(help="Install and inspect models: the catalog, pull, add, rm, path, info.",
-                         no_args_is_help=True, rich_markup_mode="rich")
+models_app = typer.Typer(
+    help="Install and inspect models: the catalog, pull, add, rm, path, info.", no_args_is_help=True, rich_markup_mode="rich"
+)
 config_app = typer.Typer(help="Read and change settings (config.toml).", no_args_is_help=True, rich_markup_mode="rich")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
@@ -37,13 +38,19 @@ def offline_requested(flag: bool) -> bool:
     return flag or offline_env()
 
 
-QuantOpt = Annotated[Optional[str], typer.Option(
-    "--quant", "-Q", metavar="Q",
-    help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False)]
+QuantOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--quant", "-Q", metavar="Q", help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False
+    ),
+]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")]
-NameOpt = Annotated[Optional[str], typer.Option(
-    help="The name to use with --model. Default: the repository or folder name plus the quantization.",
-    show_default=False)]
+NameOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="The name to use with --model. Default: the repository or folder name plus the quantization.", show_default=False
+    ),
+]
 
 
 def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
@@ -64,8 +71,15 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
 
     tasks: dict[str, int] = {}
     tenths: dict[str, int] = {}
-    with Progress(TextColumn("[bold]{task.description:<9}"), BarColumn(), Amount(), TimeRemainingColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description:<9}"),
+        BarColumn(),
+        Amount(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
 
         def progress(stage: str, done: int, total: int | None) -> None:
             if stage not in tasks:
@@ -85,11 +99,14 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
         except KeyboardInterrupt:
             bar.stop()
             stage = next(reversed(tasks), "start")
-            err.print(f"interrupted during {stage}: nothing is installed yet. Run the same command again: "
-                      "it resumes where it stopped.", markup=False, highlight=False, soft_wrap=True)
+            err.print(
+                f"interrupted during {stage}: nothing is installed yet. Run the same command again: it resumes where it stopped.",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
-    err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False,
-              highlight=False)
+    err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False, highlight=False)
     return name, record
 
 
@@ -110,13 +127,26 @@ def list_models(json_out: JsonOpt = False) -> None:
     default = settings.get_setting("default_model") or catalog.default_alias()
     cat = catalog.entries()
     if json_out:
-        print(json_text({
-            "default": default,
-            "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
-            "catalog": [{"alias": f"{a}:{q}", "size": e.size(q), "base_model": e.base_model, "license": e.license,
-                         "candidates": list(e.candidates), "installed": f"{a}:{q}" in installed}
-                        for a, e in sorted(cat.items()) for q in e.quantizations],
-        }))
+        print(
+            json_text(
+                {
+                    "default": default,
+                    "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
+                    "catalog": [
+                        {
+                            "alias": f"{a}:{q}",
+                            "size": e.size(q),
+                            "base_model": e.base_model,
+                            "license": e.license,
+                            "candidates": list(e.candidates),
+                            "installed": f"{a}:{q}" in installed,
+                        }
+                        for a, e in sorted(cat.items())
+                        for q in e.quantizations
+                    ],
+                }
+            )
+        )
         return
     out = SafeConsole(highlight=False)
     table = Table(title="installed", title_justify="left", box=None, header_style="bold", pad_edge=False)
@@ -140,13 +170,23 @@ def list_models(json_out: JsonOpt = False) -> None:
 @models_app.command()
 @run_guard
 def pull(
-    spec: Annotated[str, typer.Argument(metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
-                                        help="A catalog alias (memagent-7b, memagent-14b:q8_0), or a Hub repository "
-                                             "of GGUF files or of safetensors (converted here).")],
+    spec: Annotated[
+        str,
+        typer.Argument(
+            metavar="ALIAS|hf:OWNER/REPO[:QUANT|/FILE.gguf]",
+            help="A catalog alias (memagent-7b, memagent-14b:q8_0), or a Hub repository "
+            "of GGUF files or of safetensors (converted here).",
+        ),
+    ],
     quant: QuantOpt = None,
-    name: Annotated[Optional[str], typer.Option(
-        help="The name to use with --model. Default: the alias with its quantization, the hf: spec, or for a "
-             "converted repository its name plus the quantization.", show_default=False)] = None,
+    name: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The name to use with --model. Default: the alias with its quantization, the hf: spec, or for a "
+            "converted repository its name plus the quantization.",
+            show_default=False,
+        ),
+    ] = None,
     offline: OfflineOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -163,9 +203,14 @@ def pull(
 @models_app.command()
 @run_guard
 def convert(
-    source: Annotated[str, typer.Argument(metavar="FOLDER|hf:OWNER/REPO[@REVISION]",
-                                          help="A Hugging Face checkpoint folder (config.json, tokenizer files, "
-                                               "*.safetensors) or a Hub repository holding one.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="FOLDER|hf:OWNER/REPO[@REVISION]",
+            help="A Hugging Face checkpoint folder (config.json, tokenizer files, "
+            "*.safetensors) or a Hub repository holding one.",
+        ),
+    ],
     quant: QuantOpt = None,
     name: NameOpt = None,
     offline: OfflineOpt = False,
@@ -186,8 +231,9 @@ def convert(
 @run_guard
 def add(
     path: Annotated[str, typer.Argument(help="A GGUF file on this machine (it stays where it is).")],
-    name: Annotated[Optional[str], typer.Option(help="The name to use with --model. Default: the file name.",
-                                                show_default=False)] = None,
+    name: Annotated[
+        Optional[str], typer.Option(help="The name to use with --model. Default: the file name.", show_default=False)
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Register a local GGUF after checking it is one (architecture, size, quantization, template)."""
@@ -198,7 +244,9 @@ def add(
     SafeConsole(stderr=True, highlight=False).print(
         f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
         f"{_gb(record['size'])}, context {record['context_length']}, "
-        f"{'with' if record['chat_template'] else 'without'} a chat template", markup=False)
+        f"{'with' if record['chat_template'] else 'without'} a chat template",
+        markup=False,
+    )
 
 
 @models_app.command()
@@ -287,8 +335,11 @@ def doctor(
     import platformdirs
 
     report["paths"] = {
-        "data": str(default_home()), "models": str(registry.models_dir()), "traces": str(traces_db()),
-        "config": str(settings.config_file()), "cache": platformdirs.user_cache_dir("memagent"),
+        "data": str(default_home()),
+        "models": str(registry.models_dir()),
+        "traces": str(traces_db()),
+        "config": str(settings.config_file()),
+        "cache": platformdirs.user_cache_dir("memagent"),
     }
     if json_out:
         print(json_text(report))

@@ -10,23 +10,55 @@ from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
 
-EngineOpt = Annotated[str, typer.Option(
-    "--engine", metavar="llama|openai", rich_help_panel="Served engine",
-    help="llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model "
-         "(vLLM, SGLang, llama-server).")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option(
-    "--base-url", show_default=False, rich_help_panel="Served engine",
-    help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option(
-    "--api-key", envvar="MEMAGENT_API_KEY", show_default=False, show_envvar=True, rich_help_panel="Served engine",
-    help="Bearer token for the server.")]
-ServedModelOpt = Annotated[Optional[str], typer.Option(
-    "--served-model", show_default=False, rich_help_panel="Served engine",
-    help="The model's name on the server. Default: the one it serves.")]
-TokenizerOpt = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="PATH|NAME", show_default=False, rich_help_panel="Served engine",
-    help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own "
-         "tokenize endpoint.")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        metavar="llama|openai",
+        rich_help_panel="Served engine",
+        help="llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model "
+        "(vLLM, SGLang, llama-server).",
+    ),
+]
+BaseUrlOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--base-url",
+        show_default=False,
+        rich_help_panel="Served engine",
+        help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai).",
+    ),
+]
+ApiKeyOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--api-key",
+        envvar="MEMAGENT_API_KEY",
+        show_default=False,
+        show_envvar=True,
+        rich_help_panel="Served engine",
+        help="Bearer token for the server.",
+    ),
+]
+ServedModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--served-model",
+        show_default=False,
+        rich_help_panel="Served engine",
+        help="The model's name on the server. Default: the one it serves.",
+    ),
+]
+TokenizerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer",
+        metavar="PATH|NAME",
+        show_default=False,
+        rich_help_panel="Served engine",
+        help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own tokenize endpoint.",
+    ),
+]
 
 
 class Served:
@@ -36,25 +68,36 @@ class Served:
         self.engine, self.record, self.tokenizer = engine, record, tokenizer
 
 
-def served_options(kind: str, base_url: str | None, api_key: str | None, served_model: str | None,
-                   tokenizer: str | None, verbose: bool, err: Console) -> Served | None:
+def served_options(
+    kind: str,
+    base_url: str | None,
+    api_key: str | None,
+    served_model: str | None,
+    tokenizer: str | None,
+    verbose: bool,
+    err: Console,
+) -> Served | None:
     """None for the embedded engine; the checked options of a served one."""
     from ..core.pipeline import EngineOptions
 
     if kind not in ("llama", "openai"):
-        raise MemagentError(f"Unknown engine {kind!r}.", "Use --engine llama (the default) or --engine openai.",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"Unknown engine {kind!r}.", "Use --engine llama (the default) or --engine openai.", exit_code=EXIT_USAGE
+        )
     if kind == "llama":
         if base_url or served_model:
             raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
         return None
     if not base_url:
-        raise MemagentError("--engine openai needs --base-url.",
-                            "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            "--engine openai needs --base-url.",
+            "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
+            exit_code=EXIT_USAGE,
+        )
     if not base_url.startswith(("http://", "https://")):
-        raise MemagentError(f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1", exit_code=EXIT_USAGE
+        )
     log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
     engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log)
     record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}

@@ -23,8 +23,11 @@ from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
 from .textout import SafeConsole, json_text, visible
 
-app = typer.Typer(help="Inspect recorded runs: every memory step with where it read, and the answer.",
-                  no_args_is_help=True, rich_markup_mode="rich")
+app = typer.Typer(
+    help="Inspect recorded runs: every memory step with where it read, and the answer.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
 
 RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
@@ -64,10 +67,13 @@ def evidence_steps(run: dict) -> list[int]:
 @app.command("list")
 @run_guard
 def list_runs(
-    status: Annotated[Optional[str], typer.Option(help="Only runs with this status: running, complete, interrupted, failed.",
-                                                  show_default=False)] = None,
-    source: Annotated[Optional[str], typer.Option(help="Only runs whose source paths contain this text.",
-                                                  show_default=False)] = None,
+    status: Annotated[
+        Optional[str],
+        typer.Option(help="Only runs with this status: running, complete, interrupted, failed.", show_default=False),
+    ] = None,
+    source: Annotated[
+        Optional[str], typer.Option(help="Only runs whose source paths contain this text.", show_default=False)
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first.", min=1)] = 20,
     json_out: JsonOpt = False,
 ) -> None:
@@ -85,8 +91,15 @@ def list_runs(
     for r in runs:
         total = f"/{r['steps_total']}" if r.get("steps_total") else ""
         sources = ", ".join(s["path"] for s in r["sources"][:2]) + (" …" if len(r["sources"]) > 2 else "")
-        table.add_row(r["id"][:8], _when(r["started_at"]), r["status"], f"{r['step_count']}{total}",
-                      _clip(r["question"], 40), visible(sources), _clip(r.get("answer"), 30))
+        table.add_row(
+            r["id"][:8],
+            _when(r["started_at"]),
+            r["status"],
+            f"{r['step_count']}{total}",
+            _clip(r["question"], 40),
+            visible(sources),
+            _clip(r.get("answer"), 30),
+        )
     _out().print(table)
 
 
@@ -123,9 +136,21 @@ def _header(run: dict) -> Text:
     sources = ", ".join(f"{s['path']}" + (f" ({s['pages']} pages)" if s.get("pages") else "") for s in run["sources"])
     total = f"/{run['steps_total']}" if run.get("steps_total") else ""
     status_style = {"complete": "green", "running": "cyan", "interrupted": "yellow", "failed": "red"}.get(run["status"], "")
-    text = Text.assemble(("run ", "bold"), run["id"], "  ", (run["status"], status_style), f"  {_when(run['started_at'])}",
-                         f"  steps {run['step_count']}{total}\n", ("Q: ", "bold"), visible(run["question"]), "\n",
-                         ("model ", "dim"), visible(str(model.get("name", "?"))), ("  sources ", "dim"), visible(sources))
+    text = Text.assemble(
+        ("run ", "bold"),
+        run["id"],
+        "  ",
+        (run["status"], status_style),
+        f"  {_when(run['started_at'])}",
+        f"  steps {run['step_count']}{total}\n",
+        ("Q: ", "bold"),
+        visible(run["question"]),
+        "\n",
+        ("model ", "dim"),
+        visible(str(model.get("name", "?"))),
+        ("  sources ", "dim"),
+        visible(sources),
+    )
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
     return text
@@ -141,12 +166,15 @@ def _step_panel(s: dict, previous: str, evidence: bool) -> Panel:
             body.append(visible(text), style="green")
         else:
             body.append(visible(text), style="red strike")
-    stats = (f"+{sum(len(a.split()) for a in added)} −{sum(len(d.split()) for d in dropped)} words · "
-             f"{s['memory_tokens']} tok memory · {s['seconds']:.1f}s")
+    stats = (
+        f"+{sum(len(a.split()) for a in added)} −{sum(len(d.split()) for d in dropped)} words · "
+        f"{s['memory_tokens']} tok memory · {s['seconds']:.1f}s"
+    )
     if s["finish_reason"] == "length":
         stats += " · cut at the limit"
-    title = Text.assemble((f"step {s['index']}", "bold"), f"  {_where(s['spans'])}",
-                          ("  ★ evidence", "yellow") if evidence else "")
+    title = Text.assemble(
+        (f"step {s['index']}", "bold"), f"  {_where(s['spans'])}", ("  ★ evidence", "yellow") if evidence else ""
+    )
     return Panel(body, title=title, title_align="left", subtitle=stats, subtitle_align="right", border_style="blue")
 
 
@@ -155,8 +183,10 @@ def _step_panel(s: dict, previous: str, evidence: bool) -> Panel:
 def diff(
     run_ref: RunArg,
     k: Annotated[int, typer.Argument(help="A step (0 is the initial memory).", min=0)],
-    l: Annotated[Optional[int], typer.Argument(  # noqa: E741
-        help="A later step. Default: the step after K.", min=0, show_default=False)] = None,
+    l: Annotated[  # noqa: E741 - K and L name the two steps in the help
+        Optional[int],
+        typer.Argument(help="A later step. Default: the step after K.", min=0, show_default=False),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The memory between two steps: what was added (green) and dropped (red)."""
@@ -181,8 +211,9 @@ def diff(
 def export(
     run_ref: RunArg,
     fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl, markdown or html (one self-contained page).")] = "html",
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.",
-                                                   show_default=False)] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.", show_default=False)
+    ] = None,
 ) -> None:
     """One run as JSON lines, Markdown, or an HTML page to share."""
     from ..traces.export import FORMATS
@@ -225,10 +256,10 @@ def search(
 @app.command()
 @run_guard
 def rm(
-    run_ref: Annotated[Optional[str], typer.Argument(metavar="[ID|last]", show_default=False,
-                                                     help="The run to remove.")] = None,
-    older_than: Annotated[Optional[str], typer.Option(help="Remove every run started longer ago than this, e.g. 30d, 12h.",
-                                                      show_default=False)] = None,
+    run_ref: Annotated[Optional[str], typer.Argument(metavar="[ID|last]", show_default=False, help="The run to remove.")] = None,
+    older_than: Annotated[
+        Optional[str], typer.Option(help="Remove every run started longer ago than this, e.g. 30d, 12h.", show_default=False)
+    ] = None,
 ) -> None:
     """Remove a run, or every run older than an age."""
     from ..traces.store import parse_age

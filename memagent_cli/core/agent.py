@@ -49,13 +49,16 @@ MEMORY_REPROMPT_FACTOR = 2
 def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
     question = question.strip()
     if not question:
-        raise MemagentError("The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"',
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            "The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"', exit_code=EXIT_USAGE
+        )
     n = len(tokenizer.encode(question))
     if n > config.question_tokens:
-        raise MemagentError(f"The question is {n} tokens long; the limit is {config.question_tokens}.",
-                            "Shorten it: the models were trained with questions of at most 1024 tokens.",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"The question is {n} tokens long; the limit is {config.question_tokens}.",
+            "Shorten it: the models were trained with questions of at most 1024 tokens.",
+            exit_code=EXIT_USAGE,
+        )
     return question
 
 
@@ -66,23 +69,29 @@ def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config
     memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
     step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
     final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
-    why = (f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
-           f" + memory {memory_in} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)")
+    why = (
+        f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
+        f" + memory {memory_in} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)"
+    )
     if final > step:
-        why = (f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
-               f" {memory_in} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)")
+        why = (
+            f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
+            f" {memory_in} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)"
+        )
     return max(step, final), why
 
 
-def plan_context(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig,
-                 requested: int | None = None) -> int:
+def plan_context(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig, requested: int | None = None) -> int:
     """--ctx, checked against the budgets; or just enough for them, rounded up to 256."""
     need, why = context_needed(chat, tokenizer, question, config)
     if requested is None:
         return int(math.ceil(need / 256) * 256)
     if requested < need:
-        raise MemagentError(f"--ctx {requested} is too small: {why}.",
-                            "Raise --ctx, or lower --chunk-tokens or --memory-tokens.", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"--ctx {requested} is too small: {why}.",
+            "Raise --ctx, or lower --chunk-tokens or --memory-tokens.",
+            exit_code=EXIT_USAGE,
+        )
     return requested
 
 
@@ -96,13 +105,24 @@ def sampling_for(config: AgentConfig, call: int) -> Sampling:
 def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecord:
     """A step done before an interruption, rebuilt from its trace record and its re-read chunk."""
     if stored["index"] != chunk.index or stored["tokens"] != chunk.tokens:
-        raise MemagentError(f"The input differs from the interrupted run at step {chunk.index} "
-                            f"({chunk.tokens} tokens now, {stored['tokens']} then).",
-                            "Resume only with the same sources; start a new run otherwise.")
-    return StepRecord(index=chunk.index, chunk=chunk, memory=stored["memory"], previous_memory=previous_memory,
-                      memory_tokens=stored["memory_tokens"], prompt_tokens=stored["prompt_tokens"], cached_tokens=0,
-                      generated_tokens=stored["generated_tokens"], finish_reason=stored["finish_reason"],
-                      prompt_seconds=0.0, generate_seconds=stored["seconds"])
+        raise MemagentError(
+            f"The input differs from the interrupted run at step {chunk.index} "
+            f"({chunk.tokens} tokens now, {stored['tokens']} then).",
+            "Resume only with the same sources; start a new run otherwise.",
+        )
+    return StepRecord(
+        index=chunk.index,
+        chunk=chunk,
+        memory=stored["memory"],
+        previous_memory=previous_memory,
+        memory_tokens=stored["memory_tokens"],
+        prompt_tokens=stored["prompt_tokens"],
+        cached_tokens=0,
+        generated_tokens=stored["generated_tokens"],
+        finish_reason=stored["finish_reason"],
+        prompt_seconds=0.0,
+        generate_seconds=stored["seconds"],
+    )
 
 
 def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int):
@@ -121,8 +141,15 @@ def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, ste
     return done
 
 
-def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine: Engine, tokenizer: Tokenizer,
-             config: AgentConfig, done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+def run_loop(
+    question: str,
+    chunks: Iterable[Chunk],
+    stats: IngestStats,
+    engine: Engine,
+    tokenizer: Tokenizer,
+    config: AgentConfig,
+    done_steps: Sequence[dict] = (),
+) -> Iterator[Event]:
     """Memory updates over every chunk, then the final answer. `question` is already checked.
     `done_steps` are the stored steps of an interrupted run: their chunks are re-read and
     checked, not sent to the model again, and the loop goes on from the last memory."""
@@ -134,8 +161,12 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
         nonlocal told_total
         if stats.done and not told_total:
             told_total = True
-            yield DocumentRead(stats.document_tokens, math.ceil(stats.document_tokens / config.chunk_tokens),
-                               tuple(stats.source_tokens), tuple(stats.source_pages))
+            yield DocumentRead(
+                stats.document_tokens,
+                math.ceil(stats.document_tokens / config.chunk_tokens),
+                tuple(stats.source_tokens),
+                tuple(stats.source_pages),
+            )
 
     for chunk in chunks:
         steps += 1
@@ -147,30 +178,54 @@ def run_loop(question: str, chunks: Iterable[Chunk], stats: IngestStats, engine:
             continue
         total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
-        done = yield from _call(engine, memory_prompt(question, memory, chunk.text), config.memory_tokens,
-                                sampling_for(config, chunk.index), chunk.index)
+        done = yield from _call(
+            engine,
+            memory_prompt(question, memory, chunk.text),
+            config.memory_tokens,
+            sampling_for(config, chunk.index),
+            chunk.index,
+        )
         if done.max_tokens < config.memory_tokens:
-            yield Notice(f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
-                         f"{done.max_tokens} memory tokens; raise --ctx to avoid this.")
+            yield Notice(
+                f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
+                f"{done.max_tokens} memory tokens; raise --ctx to avoid this."
+            )
         new_memory = next_memory(done.text)
-        yield StepFinished(StepRecord(
-            index=chunk.index, chunk=chunk, memory=new_memory, previous_memory=memory,
-            memory_tokens=len(tokenizer.encode(new_memory)), prompt_tokens=done.prompt_tokens,
-            cached_tokens=done.cached_tokens, generated_tokens=done.completion_tokens,
-            finish_reason=done.finish_reason, prompt_seconds=done.prompt_seconds,
-            generate_seconds=done.generate_seconds))
+        yield StepFinished(
+            StepRecord(
+                index=chunk.index,
+                chunk=chunk,
+                memory=new_memory,
+                previous_memory=memory,
+                memory_tokens=len(tokenizer.encode(new_memory)),
+                prompt_tokens=done.prompt_tokens,
+                cached_tokens=done.cached_tokens,
+                generated_tokens=done.completion_tokens,
+                finish_reason=done.finish_reason,
+                prompt_seconds=done.prompt_seconds,
+                generate_seconds=done.generate_seconds,
+            )
+        )
         memory = new_memory
     if steps == 0:
-        raise MemagentError("There is no text to read in the input.",
-                            "Check the file; scanned PDFs need OCR first, which memagent does not do.")
+        raise MemagentError(
+            "There is no text to read in the input.", "Check the file; scanned PDFs need OCR first, which memagent does not do."
+        )
     yield from read_event()
 
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
-    done = yield from _call(engine, final_prompt(question, memory, config.final), config.answer_tokens,
-                            sampling_for(config, 0), 0)
+    done = yield from _call(
+        engine, final_prompt(question, memory, config.final), config.answer_tokens, sampling_for(config, 0), 0
+    )
     raw = done.text
     answer, found = extract_answer(next_memory(raw), config.final)
-    yield AnswerFinished(raw=raw, answer=answer, found=found, finish_reason=done.finish_reason,
-                         prompt_tokens=done.prompt_tokens, generated_tokens=done.completion_tokens,
-                         seconds=time.perf_counter() - started)
+    yield AnswerFinished(
+        raw=raw,
+        answer=answer,
+        found=found,
+        finish_reason=done.finish_reason,
+        prompt_tokens=done.prompt_tokens,
+        generated_tokens=done.completion_tokens,
+        seconds=time.perf_counter() - started,
+    )

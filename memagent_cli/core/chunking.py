@@ -34,6 +34,7 @@ MIN_BLOCK_CHARS = 1 << 14
 # memory and ~0.8 us per character in BPE; the ids near such a cut may differ by a token.
 MAX_BLOCK_CHARS = 1 << 22
 
+
 @dataclass(frozen=True)
 class Piece:
     """Laid-out document text. `source` is None for layout text (headers, separators)."""
@@ -59,8 +60,13 @@ class Span:
         return describe_place(self.title, self.first_page, self.last_page)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "path": self.title, "pages": _pages(self.first_page, self.last_page),
-                "start": self.start, "end": self.end}
+        return {
+            "source": self.source,
+            "path": self.title,
+            "pages": _pages(self.first_page, self.last_page),
+            "start": self.start,
+            "end": self.end,
+        }
 
 
 def _pages(first: int | None, last: int | None) -> list[int] | None:
@@ -87,8 +93,10 @@ class IngestStats:
 
     def source_records(self, sources: Sequence[Source]) -> list[dict]:
         """Each source as --json lists it: path, kind, pages (None if not a PDF), tokens."""
-        return [{"path": s.path, "kind": s.kind, "pages": self.source_pages[i] or None, "tokens": self.source_tokens[i]}
-                for i, s in enumerate(sources)]
+        return [
+            {"path": s.path, "kind": s.kind, "pages": self.source_pages[i] or None, "tokens": self.source_tokens[i]}
+            for i, s in enumerate(sources)
+        ]
 
 
 def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:
@@ -140,7 +148,7 @@ class _Stripper:
         self.held = []
         yield Piece(body, piece.source, piece.page, piece.offset)
         if len(body) < len(text):
-            self.held.append(Piece(text[len(body):], piece.source, piece.page, piece.offset + len(body)))
+            self.held.append(Piece(text[len(body) :], piece.source, piece.page, piece.offset + len(body)))
 
 
 def _inside(pattern: re.Pattern | None, text: str, i: int) -> bool:
@@ -165,8 +173,9 @@ def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern | None = Non
     return -1
 
 
-def blocks(pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None,
-           unsplittable: re.Pattern | None = None) -> Iterator[list[Piece]]:
+def blocks(
+    pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None, unsplittable: re.Pattern | None = None
+) -> Iterator[list[Piece]]:
     """Groups pieces into blocks that can be tokenized independently: a block is cut at the
     last safe place in the newest piece once MIN_BLOCK_CHARS are gathered. Only the newest
     piece is searched, so a huge input with no safe place (one long line) stays linear; past
@@ -203,7 +212,7 @@ def _split_at(pieces: list[Piece], cut: int) -> tuple[list[Piece], list[Piece]]:
         if pos + len(p.text) > cut:
             local = cut - pos
             head = pieces[:k] + ([Piece(p.text[:local], p.source, p.page, p.offset)] if local else [])
-            tail = [Piece(p.text[local:], p.source, p.page, p.offset + local)] + pieces[k + 1:]
+            tail = [Piece(p.text[local:], p.source, p.page, p.offset + local)] + pieces[k + 1 :]
             return head, tail
         pos += len(p.text)
     return pieces, []
@@ -227,8 +236,14 @@ class _Placed:
         return self.piece.offset + len(self.data[:local].decode("utf-8", errors="ignore"))
 
 
-def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int, sources: Sequence[Source],
-                stats: IngestStats | None = None, warn: Callable[[str], None] | None = None) -> Iterator[Chunk]:
+def iter_chunks(
+    pieces: Iterable[Piece],
+    tokenizer: Tokenizer,
+    chunk_tokens: int,
+    sources: Sequence[Source],
+    stats: IngestStats | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Iterator[Chunk]:
     """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded."""
     stats = stats if stats is not None else IngestStats()
     stats.source_tokens = [0] * len(sources)
@@ -246,8 +261,7 @@ def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int
         start, end = chunk_start, chunk_start + len(data)
         index += 1
         tokens_done += len(ids)
-        chunk = Chunk(index, data.decode("utf-8", errors="replace"), len(ids),
-                      _spans(placed, start, end, sources), tokens_done)
+        chunk = Chunk(index, data.decode("utf-8", errors="replace"), len(ids), _spans(placed, start, end, sources), tokens_done)
         chunk_start = end
         placed = [p for p in placed if p.end > end]
         return chunk
@@ -257,8 +271,10 @@ def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int
     def forced(size: int) -> None:
         if warn is not None and not warned:
             warned.append(size)
-            warn(f"The input has a run of over {size:,} characters with no word boundary; it is tokenized in "
-                 "parts, so chunk boundaries near it may differ from the reference by a token.")
+            warn(
+                f"The input has a run of over {size:,} characters with no word boundary; it is tokenized in "
+                "parts, so chunk boundaries near it may differ from the reference by a token."
+            )
 
     for block in blocks(pieces, forced, getattr(tokenizer, "unsplittable", None)):
         text = "".join(p.text for p in block)
@@ -281,8 +297,7 @@ def iter_chunks(pieces: Iterable[Piece], tokenizer: Tokenizer, chunk_tokens: int
     stats.done = True
 
 
-def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int],
-                         tokenizer: Tokenizer) -> None:
+def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int], tokenizer: Tokenizer) -> None:
     """Attributes each token to the source its first byte belongs to."""
     lengths = tokenizer.byte_lengths[np.asarray(ids, dtype=np.int64)]
     starts = block_start + np.cumsum(lengths) - lengths

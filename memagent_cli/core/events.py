@@ -180,5 +180,17 @@ class RunFailed:
     error: BaseException
 
 
-Event = Union[RunStarted, Notice, ModelLoaded, DocumentRead, StepStarted, TokenText, StepFinished,
-              AnswerStarted, AnswerFinished, RunFinished, RunFailed, ReplyRestarted]
+Event = Union[
+    RunStarted,
+    Notice,
+    ModelLoaded,
+    DocumentRead,
+    StepStarted,
+    TokenText,
+    StepFinished,
+    AnswerStarted,
+    AnswerFinished,
+    RunFinished,
+    RunFailed,
+    ReplyRestarted,
+]

@@ -55,9 +55,20 @@ class Report:
         }
 
 
-def inspect_sources(paths: Sequence[str], *, model: str | None, question: str | None, chunk_tokens: int,
-                    memory_tokens: int, include: Sequence[str], exclude: Sequence[str], password: str | None,
-                    stdin_is_piped: bool, warn: Callable[[str], None], keep_chunk: int | None = None) -> Report:
+def inspect_sources(
+    paths: Sequence[str],
+    *,
+    model: str | None,
+    question: str | None,
+    chunk_tokens: int,
+    memory_tokens: int,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    password: str | None,
+    stdin_is_piped: bool,
+    warn: Callable[[str], None],
+    keep_chunk: int | None = None,
+) -> Report:
     options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped)
     prep = prepare(model, paths, options)
     for note in prep.notices:
@@ -93,7 +104,7 @@ def estimate(report: Report) -> dict:
         "generation_tokens_per_second": round(gen, 2),
         "model_bytes": int(size),
         "assumes": "each memory update writes its full budget; speeds scaled from llama.cpp reference figures"
-                   + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)"),
+        + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)"),
     }
 
 

@@ -153,7 +153,7 @@ def word_diff(before: str, after: str) -> list[tuple[str, str]]:
                 return
         kept.append((ta, tb, n))
 
-    for i, j, n in _word_blocks(a[a_words.start::2], b[b_words.start::2]):
+    for i, j, n in _word_blocks(a[a_words.start :: 2], b[b_words.start :: 2]):
         ta, tb = a_words[i], b_words[j]
         # The token before a word, if any, is white space (words are maximal runs).
         if ta > 0 and tb > 0 and a[ta - 1] == b[tb - 1]:
@@ -185,7 +185,7 @@ def word_diff(before: str, after: str) -> list[tuple[str, str]]:
         if tb > ib:
             put(INSERT, "".join(b[ib:tb]))
         if n:
-            put(EQUAL, "".join(a[ta:ta + n]))
+            put(EQUAL, "".join(a[ta : ta + n]))
         ia, ib = ta + n, tb + n
     return ops
 
@@ -232,8 +232,8 @@ def surviving_additions(memories: list[str]) -> list[int]:
         alive_before = [False] * len(before)
         kept = [False] * len(after)  # words of memory j that step j carried over from memory j-1
         for i, k, n in _word_blocks(before, after):
-            alive_before[i:i + n] = alive[k:k + n]
-            kept[k:k + n] = [True] * n
+            alive_before[i : i + n] = alive[k : k + n]
+            kept[k : k + n] = [True] * n
         if any(live and not old for live, old in zip(alive, kept)):
             evidence.append(j)
         alive = alive_before

@@ -79,13 +79,15 @@ class Prepared:
     model_path: str = ""  # the GGUF, or the server's URL
 
 
-def prepare(model: str | Path | None, paths: Sequence[str], sources: SourceOptions,
-            engine: EngineOptions = EngineOptions()) -> Prepared:
+def prepare(
+    model: str | Path | None, paths: Sequence[str], sources: SourceOptions, engine: EngineOptions = EngineOptions()
+) -> Prepared:
     """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
     quantization, or a vocabulary-only file); None asks the server to tokenize."""
     prep = prepare_model(model, engine)
-    prep.sources = collect_sources(paths, include=sources.include, exclude=sources.exclude,
-                                   stdin_is_piped=sources.stdin_is_piped, warn=prep.notices.append)
+    prep.sources = collect_sources(
+        paths, include=sources.include, exclude=sources.exclude, stdin_is_piped=sources.stdin_is_piped, warn=prep.notices.append
+    )
     return prep
 
 
@@ -113,10 +115,22 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions):
         from ..model.served.engine import OpenAIEngine
 
         tokenizer = prep.tokenizer
-        return OpenAIEngine(options.base_url, api_key=options.api_key, model=options.served_model, log=options.log,
-                            count_tokens=lambda text: len(tokenizer.encode(text)))
-    return LlamaEngine(prep.info, prep.tokenizer, prep.chat, n_ctx=n_ctx, gpu_layers=options.gpu_layers,
-                       threads=options.threads, verbose=options.verbose)
+        return OpenAIEngine(
+            options.base_url,
+            api_key=options.api_key,
+            model=options.served_model,
+            log=options.log,
+            count_tokens=lambda text: len(tokenizer.encode(text)),
+        )
+    return LlamaEngine(
+        prep.info,
+        prep.tokenizer,
+        prep.chat,
+        n_ctx=n_ctx,
+        gpu_layers=options.gpu_layers,
+        threads=options.threads,
+        verbose=options.verbose,
+    )
 
 
 def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn) -> tuple[Iterator[Chunk], IngestStats]:
@@ -143,24 +157,39 @@ def _stamp(source: Source) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def ask_events(question: str, paths: Sequence[str], *, model: str | Path | None = None,
-               config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
-               sources: SourceOptions = SourceOptions(), done_steps: Sequence[dict] = ()) -> Iterator[Event]:
+def ask_events(
+    question: str,
+    paths: Sequence[str],
+    *,
+    model: str | Path | None = None,
+    config: AgentConfig = AgentConfig(),
+    engine: EngineOptions = EngineOptions(),
+    sources: SourceOptions = SourceOptions(),
+    done_steps: Sequence[dict] = (),
+) -> Iterator[Event]:
     """Run one question over the sources, yielding events; the last is RunFinished.
 
     `done_steps`, the stored steps of an interrupted run (see memagent_cli.store), make this a
     resumed run: those chunks are re-read and checked but not sent to the model again."""
-    for _, event in ask_many_events([question], paths, model=model, config=config, engine=engine, sources=sources,
-                                    done_steps=[done_steps]):
+    for _, event in ask_many_events(
+        [question], paths, model=model, config=config, engine=engine, sources=sources, done_steps=[done_steps]
+    ):
         if isinstance(event, RunFailed):
             raise event.error
         yield event
 
 
-def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: str | Path | None = None,
-                    config: AgentConfig = AgentConfig(), engine: EngineOptions = EngineOptions(),
-                    sources: SourceOptions = SourceOptions(), done_steps: Sequence[Sequence[dict]] = (),
-                    parallel: int = 1) -> Iterator[tuple[int | None, Event]]:
+def ask_many_events(
+    questions: Sequence[str],
+    paths: Sequence[str],
+    *,
+    model: str | Path | None = None,
+    config: AgentConfig = AgentConfig(),
+    engine: EngineOptions = EngineOptions(),
+    sources: SourceOptions = SourceOptions(),
+    done_steps: Sequence[Sequence[dict]] = (),
+    parallel: int = 1,
+) -> Iterator[tuple[int | None, Event]]:
     """Run several questions over the same sources, read once: each is its own memory stream.
 
     Yields (question index, event); index None marks a notice about the whole input. A
@@ -172,15 +201,20 @@ def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: st
     questions = [check_question(q, prep.tokenizer, config) for q in questions]
     served = engine.kind == "openai"
     # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
-    n_ctx = 0 if prep.chat is None else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx)
-                                            for q in questions)
+    n_ctx = (
+        0
+        if prep.chat is None
+        else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx) for q in questions)
+    )
     for i, q in enumerate(questions):
         yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name)
     for note in prep.notices:
         yield None, Notice(note)
     if prep.chat is not None and prep.chat.is_default and not served:
-        yield None, Notice("The model has no chat template; using Qwen2.5's, which the MemAgent models were trained with.",
-                           "info")
+        yield (
+            None,
+            Notice("The model has no chat template; using Qwen2.5's, which the MemAgent models were trained with.", "info"),
+        )
     trained = prep.info.arch_get("context_length") if prep.info is not None and not served else None
     if trained and n_ctx > trained:
         yield None, Notice(f"The context ({n_ctx}) exceeds what the model was trained for ({trained}); answers may degrade.")
@@ -200,8 +234,10 @@ def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: st
     try:
         if chunks.peek() is None:
             yield from notices()
-            raise MemagentError("There is no text to read in the input.",
-                                "Check the file; scanned PDFs need OCR first, which memagent does not do.")
+            raise MemagentError(
+                "There is no text to read in the input.",
+                "Check the file; scanned PDFs need OCR first, which memagent does not do.",
+            )
         t_load = time.perf_counter()
         llm = open_engine(prep, n_ctx, engine)
         load_seconds = time.perf_counter() - t_load
@@ -225,10 +261,21 @@ def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: st
                         yield event
                 finally:  # now, not when the error's traceback lets go of it: the others wait on it
                     reader.close()
-                result = _result(prep, questions[i], config, llm.description, n_ctx, stats, steps, answer,
-                                 load_seconds, time.perf_counter() - t0)
+                result = _result(
+                    prep,
+                    questions[i],
+                    config,
+                    llm.description,
+                    n_ctx,
+                    stats,
+                    steps,
+                    answer,
+                    load_seconds,
+                    time.perf_counter() - t0,
+                )
                 result.gpu = {"layers": gpu_layers, "reason": gpu_reason}
                 yield RunFinished(result)
+
             return run
 
         for i, event in run_all([job(i) for i in range(len(questions))], workers=len(questions), stop=stop):
@@ -242,8 +289,18 @@ def ask_many_events(questions: Sequence[str], paths: Sequence[str], *, model: st
     yield from notices()
 
 
-def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_ctx: int, stats: IngestStats,
-            steps: list, answer: AnswerFinished, load_seconds: float, total_seconds: float) -> RunResult:
+def _result(
+    prep: Prepared,
+    question: str,
+    config: AgentConfig,
+    device: str,
+    n_ctx: int,
+    stats: IngestStats,
+    steps: list,
+    answer: AnswerFinished,
+    load_seconds: float,
+    total_seconds: float,
+) -> RunResult:
     prompt_tokens = sum(s.prompt_tokens - s.cached_tokens for s in steps)
     prompt_seconds = sum(s.prompt_seconds for s in steps)
     generated = sum(s.generated_tokens for s in steps) + answer.generated_tokens
@@ -252,9 +309,19 @@ def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_c
     memories = [INITIAL_MEMORY] + [s.memory for s in steps]
     evidence = [steps[k - 1] for k in surviving_additions(memories)]
     return RunResult(
-        question=question, answer=answer.answer, raw_answer=answer.raw, memory=steps[-1].memory if steps else "",
-        model=prep.model_name, model_path=prep.model_path, device=device, sources=sources,
-        document_tokens=stats.document_tokens, config=config, n_ctx=n_ctx, steps=steps, evidence=evidence,
+        question=question,
+        answer=answer.answer,
+        raw_answer=answer.raw,
+        memory=steps[-1].memory if steps else "",
+        model=prep.model_name,
+        model_path=prep.model_path,
+        device=device,
+        sources=sources,
+        document_tokens=stats.document_tokens,
+        config=config,
+        n_ctx=n_ctx,
+        steps=steps,
+        evidence=evidence,
         timings={
             "total_seconds": round(total_seconds, 4),
             "load_seconds": round(load_seconds, 4),
@@ -262,7 +329,8 @@ def _result(prep: Prepared, question: str, config: AgentConfig, device: str, n_c
             "answer_seconds": round(answer.seconds, 4),
             "prompt_tokens_per_second": round(prompt_tokens / prompt_seconds, 1) if prompt_seconds else None,
             "generation_tokens_per_second": round(generated / (generate_seconds + answer.seconds), 1)
-            if generate_seconds + answer.seconds else None,
+            if generate_seconds + answer.seconds
+            else None,
         },
     )
 

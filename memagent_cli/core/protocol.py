@@ -94,12 +94,12 @@ def extract_boxed(text: str) -> str | None:
             elif text[i] == "}":
                 depth -= 1
                 if depth == 0:
-                    return text[start + skip:i]
+                    return text[start + skip : i]
             i += 1
         return None  # an unclosed box is not an answer
     start = text.rfind("\\boxed ")
     if start >= 0:
-        return text[start + len("\\boxed "):].split("$")[0]
+        return text[start + len("\\boxed ") :].split("$")[0]
     return None
 
 
@@ -110,7 +110,7 @@ def extract_answer_is(text: str) -> str | None:
     pos = text.rfind(marker)
     if pos < 0:
         return None
-    return text[pos + len(marker):].strip().rstrip(".").strip()
+    return text[pos + len(marker) :].strip().rstrip(".").strip()
 
 
 def extract_answer(reply: str, variant: str = "boxed") -> tuple[str, bool]:
@@ -120,4 +120,3 @@ def extract_answer(reply: str, variant: str = "boxed") -> tuple[str, bool]:
     if found is None:
         return reply.strip(), False
     return found.strip(), True
-

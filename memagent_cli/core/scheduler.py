@@ -172,8 +172,12 @@ class RunError:
     error: BaseException
 
 
-def run_all(jobs: Sequence[Callable[[], Iterable[Event]]] | Iterable[Callable[[], Iterable[Event]]], *, workers: int,
-            stop: threading.Event) -> Iterator[tuple[int, Event | RunError]]:
+def run_all(
+    jobs: Sequence[Callable[[], Iterable[Event]]] | Iterable[Callable[[], Iterable[Event]]],
+    *,
+    workers: int,
+    stop: threading.Event,
+) -> Iterator[tuple[int, Event | RunError]]:
     """Runs each job (a function returning an event iterator) in a worker thread, at most
     `workers` at a time, in order (one worker: in this thread); yields (job index, event) as they come, and (index,
     RunError) for a job that raised. An error from `jobs` itself is raised here. Ctrl-C in

@@ -63,8 +63,11 @@ def read_items(path: Path) -> Iterator[Item]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.",
-                                    "Give JSONL (one object per line) or a JSON array.", exit_code=EXIT_USAGE) from None
+                raise MemagentError(
+                    f"{path} line {n} is not valid JSON: {exc.msg}.",
+                    "Give JSONL (one object per line) or a JSON array.",
+                    exit_code=EXIT_USAGE,
+                ) from None
             yield _item(obj, n, f"{path} line {n}")
 
 
@@ -74,10 +77,14 @@ def _item(obj, n: int, where: str) -> Item:
     context, question, answers = obj.get("context"), obj.get("input"), obj.get("answers")
     if isinstance(answers, str):
         answers = [answers]
-    if not isinstance(context, str) or not isinstance(question, str) or not isinstance(answers, list) or not answers \
-            or not all(isinstance(a, str) for a in answers):
-        raise MemagentError(f"{where} needs \"context\" and \"input\" texts and a non-empty \"answers\" list.",
-                            exit_code=EXIT_USAGE)
+    if (
+        not isinstance(context, str)
+        or not isinstance(question, str)
+        or not isinstance(answers, list)
+        or not answers
+        or not all(isinstance(a, str) for a in answers)
+    ):
+        raise MemagentError(f'{where} needs "context" and "input" texts and a non-empty "answers" list.', exit_code=EXIT_USAGE)
     return Item(str(obj.get("id", n)), context, question, answers)
 
 
@@ -116,8 +123,16 @@ def summary(rows: list[dict]) -> dict:
     return {"n": n, "sub_em": pct("sub_em"), "em": pct("em"), "f1": pct("f1")}
 
 
-def evaluate_events(data: Path, *, model: str | None, config: AgentConfig, engine: EngineOptions, parallel: int,
-                    skip: set[str], limit: int | None = None) -> Iterator[tuple[Item, Event | dict]]:
+def evaluate_events(
+    data: Path,
+    *,
+    model: str | None,
+    config: AgentConfig,
+    engine: EngineOptions,
+    parallel: int,
+    skip: set[str],
+    limit: int | None = None,
+) -> Iterator[tuple[Item, Event | dict]]:
     """Runs every item not in `skip`; yields (item, event) while it runs and (item, result row)
     when it is scored. A failed item yields RunFailed and is left for the next run."""
     prep = prepare_model(model, engine)
@@ -159,10 +174,21 @@ def evaluate_events(data: Path, *, model: str | None, config: AgentConfig, engin
                         answer = event
                     yield event
                 scores = score(answer.answer if answer.found else "", item.answers)
-                yield RunFinished({"id": item.id, "question": item.question, "answers": item.answers,  # type: ignore[arg-type]
-                                   "prediction": answer.answer if answer.found else "", "found": answer.found,
-                                   "raw": answer.raw, **scores, "steps": steps, "document_tokens": stats.document_tokens,
-                                   "seconds": round(time.perf_counter() - started, 3)})
+                yield RunFinished(
+                    {
+                        "id": item.id,
+                        "question": item.question,
+                        "answers": item.answers,  # type: ignore[arg-type]
+                        "prediction": answer.answer if answer.found else "",
+                        "found": answer.found,
+                        "raw": answer.raw,
+                        **scores,
+                        "steps": steps,
+                        "document_tokens": stats.document_tokens,
+                        "seconds": round(time.perf_counter() - started, 3),
+                    }
+                )
+
             return run
 
         def jobs():

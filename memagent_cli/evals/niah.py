@@ -55,28 +55,95 @@ QUESTION_TOKENS = 16
 
 # Keys are "adjective-noun". No adjective ends another and no noun starts another, so no key
 # is a substring of another: the asked key then occurs in the context exactly once.
-ADJECTIVES = ("amber", "bitter", "brave", "calm", "clever", "crimson", "dusty", "eager", "faded", "fierce", "gentle",
-              "golden", "hollow", "humble", "icy", "jolly", "lively", "lucky", "misty", "nimble", "olive", "proud",
-              "quiet", "rapid", "rusty", "silent", "silver", "sturdy", "tidy", "velvet", "wild", "windy")
-NOUNS = ("anchor", "badger", "beacon", "canyon", "cedar", "comet", "compass", "falcon", "fern", "garden", "glacier",
-         "harbor", "harvest", "island", "lantern", "maple", "meadow", "meteor", "orchard", "otter", "pebble", "quarry",
-         "raven", "ridge", "river", "saddle", "summit", "thistle", "tunnel", "valley", "walnut", "willow")
+ADJECTIVES = (
+    "amber",
+    "bitter",
+    "brave",
+    "calm",
+    "clever",
+    "crimson",
+    "dusty",
+    "eager",
+    "faded",
+    "fierce",
+    "gentle",
+    "golden",
+    "hollow",
+    "humble",
+    "icy",
+    "jolly",
+    "lively",
+    "lucky",
+    "misty",
+    "nimble",
+    "olive",
+    "proud",
+    "quiet",
+    "rapid",
+    "rusty",
+    "silent",
+    "silver",
+    "sturdy",
+    "tidy",
+    "velvet",
+    "wild",
+    "windy",
+)
+NOUNS = (
+    "anchor",
+    "badger",
+    "beacon",
+    "canyon",
+    "cedar",
+    "comet",
+    "compass",
+    "falcon",
+    "fern",
+    "garden",
+    "glacier",
+    "harbor",
+    "harvest",
+    "island",
+    "lantern",
+    "maple",
+    "meadow",
+    "meteor",
+    "orchard",
+    "otter",
+    "pebble",
+    "quarry",
+    "raven",
+    "ridge",
+    "river",
+    "saddle",
+    "summit",
+    "thistle",
+    "tunnel",
+    "valley",
+    "walnut",
+    "willow",
+)
 _KEYS = tuple(f"{adjective}-{noun}" for adjective in ADJECTIVES for noun in NOUNS)
 
 
-def make_items(tokens: int, needles: int, n: int, seed: int,
-               count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Callable[[str], int] | None = None) -> list[dict]:
     """n NIAH items whose context is as long as fits in `tokens` tokens, each with K=`needles` needles.
 
     With `count_tokens` the length is counted (and the context never exceeds `tokens`);
     without it, it is estimated from Qwen2 token costs. The same arguments give the same items.
     """
     if needles < 1:
-        raise MemagentError(f"--needles must be at least 1 (got {needles})",
-                            "Use --needles 1 for a single fact, more to add distractors.", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"--needles must be at least 1 (got {needles})",
+            "Use --needles 1 for a single fact, more to add distractors.",
+            exit_code=EXIT_USAGE,
+        )
     if needles > len(_KEYS):
-        raise MemagentError(f"--needles {needles} is more than the {len(_KEYS)} distinct keys there are",
-                            f"Use --needles {len(_KEYS)} or fewer.", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"--needles {needles} is more than the {len(_KEYS)} distinct keys there are",
+            f"Use --needles {len(_KEYS)} or fewer.",
+            exit_code=EXIT_USAGE,
+        )
     if n < 1:
         raise MemagentError(f"--n must be at least 1 (got {n})", "Use --n 1 or more.", exit_code=EXIT_USAGE)
     # Checked with the estimate before any work; a real tokenizer's costs are checked per item.
@@ -111,13 +178,15 @@ def make_items(tokens: int, needles: int, n: int, seed: int,
             length = needles * NEEDLE_TOKENS + _filler_estimate(sentences)
         else:
             context, length = sizer.fit(tokens, planted, depths, question)
-        items.append({
-            "id": f"niah-{tokens}-{needles}-{seed}-{len(items)}",
-            "context": context,
-            "input": question,
-            "answers": [values[asked]],
-            "length": length,
-        })
+        items.append(
+            {
+                "id": f"niah-{tokens}-{needles}-{seed}-{len(items)}",
+                "context": context,
+                "input": question,
+                "answers": [values[asked]],
+                "length": length,
+            }
+        )
     return items
 
 
@@ -145,8 +214,11 @@ def write_items(items: Iterable[dict], path: str | os.PathLike) -> None:
 def _check_room(tokens: int, needles: int, need: int) -> None:
     if tokens < need:
         plural = "s" if needles > 1 else ""
-        raise MemagentError(f"--tokens {tokens} is too small to hold {needles} needle{plural} and the question "
-                            f"(about {need} tokens)", f"Use --tokens {need} or more.", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"--tokens {tokens} is too small to hold {needles} needle{plural} and the question (about {need} tokens)",
+            f"Use --tokens {need} or more.",
+            exit_code=EXIT_USAGE,
+        )
 
 
 def _filler_estimate(sentences: int) -> int:

@@ -108,4 +108,3 @@ def score(prediction: str | None, golds: list[str]) -> dict[str, float]:
         "em": best(em, prediction, golds),
         "f1": best(f1, prediction, golds),
     }
-

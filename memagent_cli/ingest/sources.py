@@ -225,8 +225,7 @@ class _Collector:
         if self._walk(root, "", visited) == 0:
             raise MemagentError(
                 f"No readable files in {_printable(root)}",
-                hint="It has no text or PDF files, or --include/--exclude left none out; "
-                "hidden and binary files are skipped",
+                hint="It has no text or PDF files, or --include/--exclude left none out; hidden and binary files are skipped",
             )
 
     def _walk(self, directory: str, rel: str, visited: set[tuple[int, int]]) -> int:

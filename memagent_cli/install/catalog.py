@@ -49,9 +49,16 @@ def _load() -> dict:
 def entries() -> dict[str, Entry]:
     out = {}
     for alias, e in _load()["models"].items():
-        out[alias] = Entry(alias=alias, base_model=e["base_model"], weights=e["weights"], license=e["license"],
-                           architecture=e["architecture"], candidates=tuple(e["candidates"]),
-                           quantizations=dict(e["quantizations"]), notes=e.get("notes", ""))
+        out[alias] = Entry(
+            alias=alias,
+            base_model=e["base_model"],
+            weights=e["weights"],
+            license=e["license"],
+            architecture=e["architecture"],
+            candidates=tuple(e["candidates"]),
+            quantizations=dict(e["quantizations"]),
+            notes=e.get("notes", ""),
+        )
     return out
 
 
@@ -81,6 +88,7 @@ def require(name: str) -> tuple[Entry, str]:
     found = lookup(name)
     if found is None:
         known = ", ".join(sorted(entries()))
-        raise MemagentError(f"{name!r} is not in the catalog.", f"Known models: {known}; or use hf:OWNER/REPO.",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"{name!r} is not in the catalog.", f"Known models: {known}; or use hf:OWNER/REPO.", exit_code=EXIT_USAGE
+        )
     return found

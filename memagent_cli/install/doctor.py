@@ -47,8 +47,9 @@ def _pip() -> str:
     return shlex.quote(exe) + " -m pip"
 
 
-def reinstall_hint(*, system: str | None = None, has_nvidia_smi: bool | None = None,
-                   has_rocm_smi: bool | None = None, pip: str | None = None) -> tuple[str, str]:
+def reinstall_hint(
+    *, system: str | None = None, has_nvidia_smi: bool | None = None, has_rocm_smi: bool | None = None, pip: str | None = None
+) -> tuple[str, str]:
     """(command, note) that rebuilds llama-cpp-python with a GPU backend for this platform.
     The keyword arguments default to this machine; tests pass them."""
     system = system or platform.system()
@@ -58,16 +59,23 @@ def reinstall_hint(*, system: str | None = None, has_nvidia_smi: bool | None = N
     if has_rocm_smi is None:
         has_rocm_smi = shutil.which("rocm-smi") is not None
     if system == "Darwin":
-        return (f"{pip} {_PIP_FLAGS}",
-                "Metal is on by default on macOS (Apple silicon): a plain reinstall builds it; "
-                "an Intel Mac has no supported GPU backend.")
+        return (
+            f"{pip} {_PIP_FLAGS}",
+            "Metal is on by default on macOS (Apple silicon): a plain reinstall builds it; "
+            "an Intel Mac has no supported GPU backend.",
+        )
     if has_nvidia_smi:
         flags, note = "-DGGML_CUDA=on", "nvidia-smi found: build with CUDA (needs the CUDA toolkit, nvcc)."
     elif has_rocm_smi:
         flags, note = "-DGGML_HIP=on", "rocm-smi found: build with ROCm/HIP (needs the ROCm toolkit)."
     else:
-        flags, note = "-DGGML_VULKAN=on", ("No NVIDIA driver found: Vulkan works with most GPUs (needs the Vulkan SDK); "
-                                           "with an NVIDIA GPU install its driver and use -DGGML_CUDA=on instead.")
+        flags, note = (
+            "-DGGML_VULKAN=on",
+            (
+                "No NVIDIA driver found: Vulkan works with most GPUs (needs the Vulkan SDK); "
+                "with an NVIDIA GPU install its driver and use -DGGML_CUDA=on instead."
+            ),
+        )
     if system == "Windows":  # PowerShell: VAR=value before a command is POSIX shell syntax only
         return f'$env:CMAKE_ARGS="{flags}"; {pip} {_PIP_FLAGS}', note
     return f'CMAKE_ARGS="{flags}" {pip} {_PIP_FLAGS}', note
@@ -78,8 +86,7 @@ def _llama_cpp_state() -> dict[str, Any]:
     try:
         import llama_cpp
     except Exception as exc:  # not installed, or its shared library does not load
-        return {"version": None, "error": f"{type(exc).__name__}: {exc}", "backends": [], "system_info": "",
-                "offload": False}
+        return {"version": None, "error": f"{type(exc).__name__}: {exc}", "backends": [], "system_info": "", "offload": False}
     from ..model import gpu
 
     try:
@@ -91,8 +98,13 @@ def _llama_cpp_state() -> dict[str, Any]:
         offload = bool(llama_cpp.llama_supports_gpu_offload())
     except Exception:
         offload = False
-    return {"version": getattr(llama_cpp, "__version__", None), "error": None, "backends": backends,
-            "system_info": system_info, "offload": offload}
+    return {
+        "version": getattr(llama_cpp, "__version__", None),
+        "error": None,
+        "backends": backends,
+        "system_info": system_info,
+        "offload": offload,
+    }
 
 
 def _model_entry(name: str, path: Path, n_ctx: int, devices: list, offload: bool) -> dict[str, Any]:
@@ -110,16 +122,18 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list, offload: bool
     except Exception as exc:  # MemagentError for a bad file; anything else is reported too
         entry["error"] = str(exc) or type(exc).__name__
         return entry
-    entry.update({
-        "size": info.file_size,
-        "architecture": info.architecture,
-        "layers": mem.n_layer,
-        "weights_bytes": mem.weights_total,
-        "kv_bytes": gpu.kv_cache_bytes(mem, n_ctx),
-        # None: cannot tell (no offload, or free memory unknown)
-        "fits_gpu": None if plan.free_bytes is None else plan.layers == -1,
-        "plan": asdict(plan),
-    })
+    entry.update(
+        {
+            "size": info.file_size,
+            "architecture": info.architecture,
+            "layers": mem.n_layer,
+            "weights_bytes": mem.weights_total,
+            "kv_bytes": gpu.kv_cache_bytes(mem, n_ctx),
+            # None: cannot tell (no offload, or free memory unknown)
+            "fits_gpu": None if plan.free_bytes is None else plan.layers == -1,
+            "plan": asdict(plan),
+        }
+    )
     return entry
 
 

@@ -41,6 +41,8 @@ DISK_MARGIN = 64 * 1024 * 1024
 class NotOnHub(MemagentError):
     """The repository, or a file of the asked kind in it, does not exist: a caller with other
     candidate repositories may try the next one (unlike network or auth failures)."""
+
+
 _HASH_BLOCK = 1024 * 1024
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -135,8 +137,9 @@ def pick_file(files: list[HubFile], quant: str | None) -> HubFile:
     candidates = [f for f in files if f.filename.lower().endswith(".gguf") and not _is_projector(f.filename)]
     if not candidates:
         where = files[0].repo if files else "The repository"
-        raise NotOnHub(f"{where} has no GGUF model files",
-                            hint="memagent runs GGUF models; GGUF repositories usually end in -GGUF")
+        raise NotOnHub(
+            f"{where} has no GGUF model files", hint="memagent runs GGUF models; GGUF repositories usually end in -GGUF"
+        )
     repo = candidates[0].repo
     singles = [f for f in candidates if not _is_split(f.filename)]
     available = sorted({q.upper() for q in map(quant_of, (f.filename for f in singles)) if q})
@@ -150,8 +153,10 @@ def pick_file(files: list[HubFile], quant: str | None) -> HubFile:
     wanted = quant.lower() if quant else None
     if wanted is None:
         if not singles:
-            raise NotOnHub(f"{repo} has only split GGUF files, which memagent cannot load yet",
-                                hint="Pick a repository with single-file GGUFs")
+            raise NotOnHub(
+                f"{repo} has only split GGUF files, which memagent cannot load yet",
+                hint="Pick a repository with single-file GGUFs",
+            )
         if any(quant_of(f.filename) == "q4_k_m" for f in singles):
             wanted = "q4_k_m"  # the usual size/quality trade-off for a laptop
         else:
@@ -162,12 +167,12 @@ def pick_file(files: list[HubFile], quant: str | None) -> HubFile:
     if not matches:
         raise NotOnHub(f"{repo} has no {wanted.upper()} GGUF file", hint=available_hint())
     if not single:
-        raise NotOnHub(f"{repo} has {wanted.upper()} only as a split GGUF, which memagent cannot load yet",
-                            hint=available_hint())
+        raise NotOnHub(f"{repo} has {wanted.upper()} only as a split GGUF, which memagent cannot load yet", hint=available_hint())
     if len(single) > 1:
         names = ", ".join(sorted(f.filename for f in single))
-        raise MemagentError(f"{repo} has several {wanted.upper()} files: {names}",
-                            hint=f"Name the one you want: hf:{repo}/FILE.gguf")
+        raise MemagentError(
+            f"{repo} has several {wanted.upper()} files: {names}", hint=f"Name the one you want: hf:{repo}/FILE.gguf"
+        )
     return single[0]
 
 
@@ -195,14 +200,16 @@ def list_files(repo: str, *, revision: str = "main") -> list[HubFile]:
     files = []
     for sibling in info.siblings or []:
         lfs = sibling.lfs
-        files.append(HubFile(
-            repo=repo,
-            filename=sibling.rfilename,
-            size=lfs.size if lfs is not None else sibling.size,
-            sha256=lfs.sha256 if lfs is not None else None,
-            revision=commit,
-            blob_id=getattr(sibling, "blob_id", None) if lfs is None else None,
-        ))
+        files.append(
+            HubFile(
+                repo=repo,
+                filename=sibling.rfilename,
+                size=lfs.size if lfs is not None else sibling.size,
+                sha256=lfs.sha256 if lfs is not None else None,
+                revision=commit,
+                blob_id=getattr(sibling, "blob_id", None) if lfs is None else None,
+            )
+        )
     return sorted(files, key=lambda f: f.filename)
 
 
@@ -238,12 +245,12 @@ def _translate(error: BaseException, repo: str, revision: str | None, filename: 
     )
 
     if isinstance(error, GatedRepoError):  # before RepositoryNotFoundError, its parent class
-        return MemagentError(f"{repo} is gated: accept its terms on the Hub, then download with a token",
-                             hint=_AUTH_HINT)
+        return MemagentError(f"{repo} is gated: accept its terms on the Hub, then download with a token", hint=_AUTH_HINT)
     if isinstance(error, RepositoryNotFoundError):
         # The Hub answers the same for a missing and a private repository.
-        return NotOnHub(f"No repository {repo} on the Hub",
-                             hint=f"Check the name; if it is private, {_AUTH_HINT[0].lower()}{_AUTH_HINT[1:]}")
+        return NotOnHub(
+            f"No repository {repo} on the Hub", hint=f"Check the name; if it is private, {_AUTH_HINT[0].lower()}{_AUTH_HINT[1:]}"
+        )
     if isinstance(error, RevisionNotFoundError):
         return MemagentError(f"{repo} has no revision {revision!r}")
     if isinstance(error, RemoteEntryNotFoundError):
@@ -260,8 +267,7 @@ def _translate(error: BaseException, repo: str, revision: str | None, filename: 
     if isinstance(error, OfflineModeIsEnabled):
         return MemagentError("Downloads are off (HF_HUB_OFFLINE is set)", hint=_OFFLINE_HINT)
     if isinstance(error, httpx2.TransportError):
-        return MemagentError(f"The Hub could not be reached ({_endpoint()}): {type(error).__name__}",
-                             hint=_NETWORK_HINT)
+        return MemagentError(f"The Hub could not be reached ({_endpoint()}): {type(error).__name__}", hint=_NETWORK_HINT)
     return error
 
 
@@ -314,17 +320,22 @@ def download(
 
     if file.size is not None and got != file.size:
         # The server ended the body early without an error: keep the bytes, the next pull resumes.
-        raise MemagentError(f"Download of {file.filename} stopped at {_size(got)} of {_size(file.size)}",
-                            hint="Run the same command again: it resumes where it stopped")
+        raise MemagentError(
+            f"Download of {file.filename} stopped at {_size(got)} of {_size(file.size)}",
+            hint="Run the same command again: it resumes where it stopped",
+        )
     if file.sha256 is None and file.blob_id is not None and _git_blob_id(partial) != file.blob_id.lower():
         partial.unlink(missing_ok=True)
-        raise MemagentError(f"{file.filename}: checksum mismatch (the Hub says git blob {file.blob_id[:12]}…)",
-                            hint="The download was deleted; run the pull again")
+        raise MemagentError(
+            f"{file.filename}: checksum mismatch (the Hub says git blob {file.blob_id[:12]}…)",
+            hint="The download was deleted; run the pull again",
+        )
     if file.sha256 is not None and digest.hexdigest() != file.sha256.lower():
         partial.unlink(missing_ok=True)  # a corrupt file must never be resumed nor installed
         raise MemagentError(
             f"{file.filename}: checksum mismatch (the Hub says sha256 {file.sha256[:12]}…, got {digest.hexdigest()[:12]}…)",
-            hint="The download was deleted; run the pull again, and if it fails again the file changed on the Hub")
+            hint="The download was deleted; run the pull again, and if it fails again the file changed on the Hub",
+        )
     os.replace(partial, dest)
     return dest
 
@@ -345,8 +356,9 @@ def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
         try:
             # follow_redirects: the Hub answers an LFS file with a redirect to its CDN; httpx drops the
             # Authorization header when the redirect leaves the Hub's origin.
-            with get_session().stream("GET", url, headers=headers, follow_redirects=True,
-                                      timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+            with get_session().stream(
+                "GET", url, headers=headers, follow_redirects=True, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+            ) as response:
                 _require_https(str(response.url))  # a redirect must not downgrade us to plain HTTP
                 if have and response.status_code == 416:
                     return digest  # nothing left to send: the size and sha256 checks decide
@@ -356,8 +368,9 @@ def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
                     out.truncate(0)
                     have, digest = 0, hashlib.sha256()
                 elif have and not response.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
-                    raise MemagentError(f"The Hub sent the wrong part of {file.filename} when resuming",
-                                        hint=f"Delete {out.name} and pull again")
+                    raise MemagentError(
+                        f"The Hub sent the wrong part of {file.filename} when resuming", hint=f"Delete {out.name} and pull again"
+                    )
                 length = response.headers.get("Content-Length")
                 total = file.size if file.size is not None else (have + int(length) if length else None)
                 out.seek(0, os.SEEK_END)
@@ -381,8 +394,10 @@ def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
             out.flush()
             done = have + received
             of = f" of {_size(file.size)}" if file.size is not None else ""
-            raise MemagentError(f"Download of {file.filename} was interrupted at {_size(done)}{of}",
-                                hint="Run the same command again: it resumes where it stopped") from error
+            raise MemagentError(
+                f"Download of {file.filename} was interrupted at {_size(done)}{of}",
+                hint="Run the same command again: it resumes where it stopped",
+            ) from error
     return digest
 
 
@@ -396,14 +411,21 @@ def resolve_repo(spec: str) -> tuple[str, str]:
     """Parses "hf:OWNER/REPO[@REVISION]" (a repository of safetensors to convert) into (repo, revision)."""
     body = spec[3:].strip() if spec[:3].lower() == "hf:" else None
     if body is None:
-        raise MemagentError(f"{spec!r} is not a Hub repository: it does not start with hf:",
-                            hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"{spec!r} is not a Hub repository: it does not start with hf:",
+            hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION",
+            exit_code=EXIT_USAGE,
+        )
     repo, _, revision = body.partition("@")
     match = _REPO_RE.fullmatch(repo)
-    if match is None or any(".." in name or "--" in name for name in match.groups()) or (
-            _ and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", revision)):
-        raise MemagentError(f"{spec!r} is not a Hub repository", hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION",
-                            exit_code=EXIT_USAGE)
+    if (
+        match is None
+        or any(".." in name or "--" in name for name in match.groups())
+        or (_ and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", revision))
+    ):
+        raise MemagentError(
+            f"{spec!r} is not a Hub repository", hint="Use hf:OWNER/REPO or hf:OWNER/REPO@REVISION", exit_code=EXIT_USAGE
+        )
     return repo, revision or "main"
 
 
@@ -416,8 +438,7 @@ def _lock(out, partial: Path) -> None:
     try:
         fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise MemagentError(f"Another pull is already downloading {partial.name}",
-                            hint="Wait for it to finish") from None
+        raise MemagentError(f"Another pull is already downloading {partial.name}", hint="Wait for it to finish") from None
 
 
 def _check_disk_space(folder: Path, file: HubFile, have: int) -> None:
@@ -429,7 +450,8 @@ def _check_disk_space(folder: Path, file: HubFile, have: int) -> None:
         raise MemagentError(
             f"Not enough disk space for {file.filename}: it needs {_size(need)} (with a {_size(DISK_MARGIN)} margin),"
             f" {_size(free)} is free in {folder}",
-            hint="Free some space, or pull into a folder on another disk")
+            hint="Free some space, or pull into a folder on another disk",
+        )
 
 
 def offline_env() -> bool:
@@ -459,8 +481,10 @@ def _require_https(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme == "https" or (parts.scheme == "http" and (parts.hostname or "") in _LOOPBACK_HOSTS):
         return
-    raise MemagentError(f"Refusing to download over {parts.scheme or 'an unknown scheme'}: {parts.scheme}://{parts.netloc}",
-                        hint="Set HF_ENDPOINT to an https:// address (downloads only go over HTTPS)")
+    raise MemagentError(
+        f"Refusing to download over {parts.scheme or 'an unknown scheme'}: {parts.scheme}://{parts.netloc}",
+        hint="Set HF_ENDPOINT to an https:// address (downloads only go over HTTPS)",
+    )
 
 
 def _size(n: int) -> str:

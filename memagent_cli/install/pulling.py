@@ -40,9 +40,16 @@ DISK_MARGIN = 64 * 1024 * 1024
 
 Progress = Callable[[str, int, "int | None"], None]  # (stage, done, total)
 
-_CHECKPOINT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                     "chat_template.jinja", "chat_template.json", "special_tokens_map.json",
-                     "model.safetensors.index.json")
+_CHECKPOINT_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "model.safetensors.index.json",
+)
 
 
 @dataclass
@@ -78,15 +85,23 @@ class Plan:
             parts.append(steps + (f" (~{format_bytes(self.result_bytes)})" if self.result_bytes else ""))
         parts.append(f"needs {format_bytes(self.peak_disk)} of free disk at its peak")
         total = sum(self.seconds.values())
-        timing = ", ".join(f"{stage} {_duration(s)}" + (f" at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if stage == "download" else "")
-                           for stage, s in self.seconds.items())
+        timing = ", ".join(
+            f"{stage} {_duration(s)}" + (f" at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if stage == "download" else "")
+            for stage, s in self.seconds.items()
+        )
         parts.append(f"takes about {_duration(total)} ({timing})")
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "quantization": self.quant, "download_bytes": self.download_bytes,
-                "peak_disk_bytes": self.peak_disk, "result_bytes": self.result_bytes,
-                "estimated_seconds": {k: round(v, 1) for k, v in self.seconds.items()}}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "quantization": self.quant,
+            "download_bytes": self.download_bytes,
+            "peak_disk_bytes": self.peak_disk,
+            "result_bytes": self.result_bytes,
+            "estimated_seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+        }
 
 
 def _duration(seconds: float) -> str:
@@ -115,16 +130,18 @@ def plan_pull(spec: str, *, quant: str | None = None, name: str | None = None, o
     if spec.startswith("hf:"):
         repo, spec_quant, filename = hub.resolve_spec(spec)
         if quant and spec_quant and quant.lower() != spec_quant:
-            raise MemagentError(f"{spec} asks for {spec_quant} and --quant for {quant}", "Give the quantization once",
-                                exit_code=EXIT_USAGE)
-        wanted = (quant or spec_quant)
+            raise MemagentError(
+                f"{spec} asks for {spec_quant} and --quant for {quant}", "Give the quantization once", exit_code=EXIT_USAGE
+            )
+        wanted = quant or spec_quant
         files = hub.list_files(repo)
         ggufs = [f for f in files if f.filename.lower().endswith(".gguf")]
         if filename is not None:
             matches = [f for f in ggufs if f.filename == filename]
             if not matches:
-                raise MemagentError(f"{repo} has no file {filename}.",
-                                    f"It has: {', '.join(f.filename for f in ggufs) or 'no GGUF files'}.")
+                raise MemagentError(
+                    f"{repo} has no file {filename}.", f"It has: {', '.join(f.filename for f in ggufs) or 'no GGUF files'}."
+                )
             return _gguf_plan(matches[0], name or spec)
         if not ggufs and _is_checkpoint(files):
             return _convert_plan_hub(repo, files, _quant(wanted), name)
@@ -142,11 +159,16 @@ def plan_pull(spec: str, *, quant: str | None = None, name: str | None = None, o
     try:
         files = hub.list_files(entry.weights)
     except hub.NotOnHub as missing:
-        raise MemagentError(f"No Hub repository has a {wanted} GGUF of {entry.alias} (tried {', '.join(tried)}), "
-                            f"and its published weights cannot be listed: {missing.message}", missing.hint) from None
+        raise MemagentError(
+            f"No Hub repository has a {wanted} GGUF of {entry.alias} (tried {', '.join(tried)}), "
+            f"and its published weights cannot be listed: {missing.message}",
+            missing.hint,
+        ) from None
     if not _is_checkpoint(files):
-        raise MemagentError(f"No Hub repository has a {wanted} GGUF of {entry.alias}, and {entry.weights} holds no "
-                            "safetensors checkpoint to convert")
+        raise MemagentError(
+            f"No Hub repository has a {wanted} GGUF of {entry.alias}, and {entry.weights} holds no "
+            "safetensors checkpoint to convert"
+        )
     return _convert_plan_hub(entry.weights, files, wanted, label)
 
 
@@ -160,8 +182,10 @@ def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None,
         hub.refuse_offline(offline)
         files = hub.list_files(repo, revision=revision)
         if not _is_checkpoint(files):
-            raise MemagentError(f"{repo} holds no safetensors checkpoint (config.json and *.safetensors) to convert",
-                                f"For a GGUF repository use: memagent models pull hf:{repo}")
+            raise MemagentError(
+                f"{repo} holds no safetensors checkpoint (config.json and *.safetensors) to convert",
+                f"For a GGUF repository use: memagent models pull hf:{repo}",
+            )
         return _convert_plan_hub(repo, files, quant, name)
     from ..model.convert.checkpoint import open_checkpoint
 
@@ -173,8 +197,16 @@ def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None,
     stamp = [os.fsencode(folder)] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in checkpoint.shards]
     digest = hashlib.sha256(b"\0".join(stamp)).hexdigest()[:12]
     staging = models_dir() / ".staging" / f"local--{_safe(folder.name)}-{digest}"
-    plan = Plan(name=label, kind="convert", quant=quant, dest=dest, source=str(folder), folder=folder, staging=staging,
-                repo_name=folder.name)
+    plan = Plan(
+        name=label,
+        kind="convert",
+        quant=quant,
+        dest=dest,
+        source=str(folder),
+        folder=folder,
+        staging=staging,
+        repo_name=folder.name,
+    )
     weights = checkpoint.weight_bytes
     dtype = _main_dtype(checkpoint)
     _size_conversion(plan, weights, params=checkpoint.parameters, dtype=dtype)
@@ -201,9 +233,19 @@ def _gguf_plan(file, name: str) -> Plan:
     partial = dest.with_name(dest.name + ".partial")
     have = partial.stat().st_size if partial.exists() else 0
     remaining = max(0, (file.size or 0) - have)
-    plan = Plan(name=name, kind="gguf", quant=None, dest=dest, source=f"hf:{file.repo}/{file.filename}",
-                download_bytes=remaining, peak_disk=remaining, result_bytes=file.size, files=[file], sha256=file.sha256,
-                disk_needed=remaining)
+    plan = Plan(
+        name=name,
+        kind="gguf",
+        quant=None,
+        dest=dest,
+        source=f"hf:{file.repo}/{file.filename}",
+        download_bytes=remaining,
+        peak_disk=remaining,
+        result_bytes=file.size,
+        files=[file],
+        sha256=file.sha256,
+        disk_needed=remaining,
+    )
     plan.seconds["download"] = remaining / DOWNLOAD_RATE
     return plan
 
@@ -215,8 +257,17 @@ def _convert_plan_hub(repo: str, files, quant: str, name: str | None) -> Plan:
     staging = models_dir() / ".staging" / f"{repo.replace('/', '--')}@{commit[:12]}"
     folder = staging / repo_name  # named after the repository: the GGUF's general.name comes from it
     dest = models_dir() / repo.replace("/", "--") / f"{repo_name}-{quant.upper()}.gguf"
-    plan = Plan(name=name or f"{repo_name}:{quant}", kind="convert", quant=quant, dest=dest,
-                source=f"hf:{repo}@{commit}", files=wanted, folder=folder, staging=staging, repo_name=repo_name)
+    plan = Plan(
+        name=name or f"{repo_name}:{quant}",
+        kind="convert",
+        quant=quant,
+        dest=dest,
+        source=f"hf:{repo}@{commit}",
+        files=wanted,
+        folder=folder,
+        staging=staging,
+        repo_name=repo_name,
+    )
     weights = sum(f.size or 0 for f in wanted if f.filename.endswith(".safetensors"))
     # Published checkpoints are bf16 (2 bytes a parameter); the estimate assumes so before config.json is read.
     _size_conversion(plan, weights, params=weights // 2, dtype="BF16")
@@ -316,9 +367,11 @@ def check_disk(plan: Plan) -> None:
     if free < plan.disk_needed + DISK_MARGIN:
         from ..model.gpu import format_bytes
 
-        raise MemagentError(f"Not enough disk space: {plan.name} needs {format_bytes(plan.disk_needed + DISK_MARGIN)} "
-                            f"at its peak, {format_bytes(free)} is free in {folder}",
-                            "Free some space, or set MEMAGENT_HOME to a folder on a bigger disk")
+        raise MemagentError(
+            f"Not enough disk space: {plan.name} needs {format_bytes(plan.disk_needed + DISK_MARGIN)} "
+            f"at its peak, {format_bytes(free)} is free in {folder}",
+            "Free some space, or set MEMAGENT_HOME to a folder on a bigger disk",
+        )
 
 
 def execute(plan: Plan, *, progress: Progress | None = None, offline: bool = False) -> tuple[str, dict]:
@@ -354,8 +407,9 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
         report("download", 0, total)
         for f in missing:
             base = done
-            hub.download(f, plan.folder / f.filename, offline=offline,
-                         progress=lambda d, t, base=base: report("download", base + d, total))
+            hub.download(
+                f, plan.folder / f.filename, offline=offline, progress=lambda d, t, base=base: report("download", base + d, total)
+            )
             done += f.size or 0
             report("download", done, total)
     if not converted:
@@ -394,8 +448,9 @@ class _StagingLock:
             fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self.handle.close()
-            raise MemagentError(f"Another memagent is already working in {self.path.parent.name}",
-                                "Wait for it to finish") from None
+            raise MemagentError(
+                f"Another memagent is already working in {self.path.parent.name}", "Wait for it to finish"
+            ) from None
         return self
 
     def __exit__(self, *exc):

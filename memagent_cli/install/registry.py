@@ -36,8 +36,10 @@ def load() -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise MemagentError(f"The model registry {_registry_file()} cannot be read ({exc}).",
-                            "Fix or remove it; the model files themselves are untouched.") from None
+        raise MemagentError(
+            f"The model registry {_registry_file()} cannot be read ({exc}).",
+            "Fix or remove it; the model files themselves are untouched.",
+        ) from None
 
 
 def _save(entries: dict[str, dict]) -> None:
@@ -67,9 +69,28 @@ def describe(info: GGUFInfo) -> dict:
 
 
 # llama.cpp's llama_ftype names for general.file_type (the common ones).
-_FILE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
-               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",
-               19: "iq2_xxs", 20: "iq2_xs", 30: "iq4_xs", 32: "bf16"}
+_FILE_TYPES = {
+    0: "f32",
+    1: "f16",
+    2: "q4_0",
+    3: "q4_1",
+    7: "q8_0",
+    8: "q5_0",
+    9: "q5_1",
+    10: "q2_k",
+    11: "q3_k_s",
+    12: "q3_k_m",
+    13: "q3_k_l",
+    14: "q4_k_s",
+    15: "q4_k_m",
+    16: "q5_k_s",
+    17: "q5_k_m",
+    18: "q6_k",
+    19: "iq2_xxs",
+    20: "iq2_xs",
+    30: "iq4_xs",
+    32: "bf16",
+}
 
 
 def add(path: str | Path, name: str | None = None, *, source: str = "local", sha256: str | None = None) -> tuple[str, dict]:
@@ -77,11 +98,15 @@ def add(path: str | Path, name: str | None = None, *, source: str = "local", sha
     path = Path(path).expanduser().resolve()
     info = read_gguf(path)
     if not info.has_weights:
-        raise MemagentError(f"{path.name} holds only a vocabulary, no weights.", "Register a full model.",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(f"{path.name} holds only a vocabulary, no weights.", "Register a full model.", exit_code=EXIT_USAGE)
     name = name or path.stem
-    record = {**describe(info), "path": str(path), "source": source, "sha256": sha256,
-              "added": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    record = {
+        **describe(info),
+        "path": str(path),
+        "source": source,
+        "sha256": sha256,
+        "added": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
     entries = load()
     entries[name] = record
     _save(entries)
@@ -116,8 +141,9 @@ class NotInstalled(MemagentError):
 
     def __init__(self, name: str):
         self.name = catalog.canonical(name)
-        super().__init__(f"The model {self.name} is not installed.", f"Run: memagent models pull {self.name}",
-                         exit_code=EXIT_USAGE)
+        super().__init__(
+            f"The model {self.name} is not installed.", f"Run: memagent models pull {self.name}", exit_code=EXIT_USAGE
+        )
 
 
 def resolve_model(model: str | os.PathLike | None) -> Path:
@@ -133,12 +159,17 @@ def resolve_model(model: str | os.PathLike | None) -> Path:
         if name in entries:
             stored = Path(entries[name]["path"])
             if not stored.is_file():
-                raise MemagentError(f"The model {name} is registered at {stored}, which is gone.",
-                                    f"Pull it again, or run: memagent models rm {name}")
+                raise MemagentError(
+                    f"The model {name} is registered at {stored}, which is gone.",
+                    f"Pull it again, or run: memagent models rm {name}",
+                )
             return stored
     if catalog.lookup(chosen) is not None:
         raise NotInstalled(chosen)
     if path.suffix.lower() == ".gguf" or os.sep in chosen:
         raise MemagentError(f"Model file not found: {path}", f"Check --model or {ENV_MODEL}.", exit_code=EXIT_USAGE)
-    raise MemagentError(f"Unknown model {chosen!r}: not a file, an installed model or a catalog alias.",
-                        "See memagent models list.", exit_code=EXIT_USAGE)
+    raise MemagentError(
+        f"Unknown model {chosen!r}: not a file, an installed model or a catalog alias.",
+        "See memagent models list.",
+        exit_code=EXIT_USAGE,
+    )

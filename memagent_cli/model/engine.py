@@ -80,28 +80,44 @@ def _load_hint(reason: str, info: GGUFInfo, n_ctx: int) -> str:
     """What to do about a failed load, by its cause in llama.cpp's log."""
     lowered = reason.lower()
     if "alloc" in lowered or "memory" in lowered:
-        return (f"Not enough memory: lower --ctx (now {n_ctx:,}) or --gpu-layers, or use a smaller quantization "
-                "(e.g. q4_k_m); memagent doctor shows what fits.")
+        return (
+            f"Not enough memory: lower --ctx (now {n_ctx:,}) or --gpu-layers, or use a smaller quantization "
+            "(e.g. q4_k_m); memagent doctor shows what fits."
+        )
     if "unknown model architecture" in lowered:
-        return (f"This llama-cpp-python cannot run {info.architecture!r} models: upgrade it "
-                "(pip install -U llama-cpp-python) or use a GGUF of a supported architecture.")
-    return ("Check that the file is complete (a download may have been cut); --verbose shows llama.cpp's log.")
+        return (
+            f"This llama-cpp-python cannot run {info.architecture!r} models: upgrade it "
+            "(pip install -U llama-cpp-python) or use a GGUF of a supported architecture."
+        )
+    return "Check that the file is complete (a download may have been cut); --verbose shows llama.cpp's log."
 
 
 # --- the embedded engine -------------------------------------------------------------------
+
 
 class LlamaEngine:
     """A GGUF model run in-process by llama.cpp."""
 
     concurrent = False  # one llama_context: calls run one at a time
 
-    def __init__(self, info: GGUFInfo, tokenizer: Tokenizer, chat: ChatFormat, *, n_ctx: int,
-                 gpu_layers: int | None = None, threads: int | None = None, verbose: bool = False):
+    def __init__(
+        self,
+        info: GGUFInfo,
+        tokenizer: Tokenizer,
+        chat: ChatFormat,
+        *,
+        n_ctx: int,
+        gpu_layers: int | None = None,
+        threads: int | None = None,
+        verbose: bool = False,
+    ):
         import llama_cpp
 
         if not info.has_weights:
-            raise MemagentError(f"{info.path} holds only a vocabulary, no weights.",
-                                "It can count tokens (memagent inspect) but not answer; pass a full model to --model.")
+            raise MemagentError(
+                f"{info.path} holds only a vocabulary, no weights.",
+                "It can count tokens (memagent inspect) but not answer; pass a full model to --model.",
+            )
         quiet_llama_logs(verbose)
         self.info = info
         self.tokenizer = tokenizer
@@ -131,15 +147,21 @@ class LlamaEngine:
         try:
             with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
                 self._llm = llama_cpp.Llama(
-                    model_path=str(info.path), n_ctx=n_ctx, n_batch=min(2048, n_ctx), n_ubatch=512,
-                    n_gpu_layers=self.gpu_layers, n_threads=self.threads,
+                    model_path=str(info.path),
+                    n_ctx=n_ctx,
+                    n_batch=min(2048, n_ctx),
+                    n_ubatch=512,
+                    n_gpu_layers=self.gpu_layers,
+                    n_threads=self.threads,
                     n_threads_batch=max(self.threads, available_cores()),
                     verbose=True,
                 )
         except ValueError as exc:
             reason = log_reason()
-            raise MemagentError(f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
-                                _load_hint(reason, info, n_ctx)) from None
+            raise MemagentError(
+                f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
+                _load_hint(reason, info, n_ctx),
+            ) from None
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
 
     def close(self) -> None:
@@ -171,7 +193,8 @@ class LlamaEngine:
         if max_tokens < 1:
             raise MemagentError(
                 f"A prompt of {len(prompt)} tokens leaves no room to generate in a context of {self.n_ctx}.",
-                "Raise --ctx, or lower --chunk-tokens or --memory-tokens.")
+                "Raise --ctx, or lower --chunk-tokens or --memory-tokens.",
+            )
         start = time.perf_counter()
         cached = self._reuse_prefix(prompt)
         llm.eval(prompt[cached:])
@@ -200,9 +223,13 @@ class LlamaEngine:
         end = time.perf_counter()
         yield CompletionDone(
             text=self.tokenizer.decode_bytes(ids).decode("utf-8", errors="replace"),
-            finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(ids), max_tokens=max_tokens,
+            finish_reason=finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=len(ids),
+            max_tokens=max_tokens,
             cached_tokens=cached,
-            prompt_seconds=prompt_done - start, generate_seconds=end - prompt_done,
+            prompt_seconds=prompt_done - start,
+            generate_seconds=end - prompt_done,
         )
 
     def _reuse_prefix(self, prompt: list[int]) -> int:

@@ -89,7 +89,7 @@ class _Cursor:
         end = self.pos + n
         if end > len(self.buf):
             raise struct.error("string runs past the end of the file")
-        data = bytes(self.buf[self.pos:end])
+        data = bytes(self.buf[self.pos : end])
         self.pos = end
         return data
 
@@ -122,7 +122,7 @@ class _Cursor:
         for _ in range(count):
             (n,) = unpack(buf, pos)
             pos += 8
-            append(buf[pos:pos + n])
+            append(buf[pos : pos + n])
             pos += n
         if pos > len(buf):
             raise struct.error("string array runs past the end of the file")
@@ -141,8 +141,9 @@ def read_gguf(path: str | Path) -> GGUFInfo:
         with open(path, "rb") as fh:
             size = path.stat().st_size
             if size < 24:
-                raise MemagentError(f"{path} is not a GGUF model file (it is only {size} bytes).",
-                                    "Pass a .gguf file to --model.")
+                raise MemagentError(
+                    f"{path} is not a GGUF model file (it is only {size} bytes).", "Pass a .gguf file to --model."
+                )
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 return _parse(path, mm, size)
     except FileNotFoundError:
@@ -155,9 +156,10 @@ def read_gguf(path: str | Path) -> GGUFInfo:
 
 def _parse(path: Path, buf: Any, size: int) -> GGUFInfo:
     if bytes(buf[:4]) != MAGIC:
-        raise MemagentError(f"{path} is not a GGUF model file.",
-                            "memagent runs GGUF models (llama.cpp's format); "
-                            "convert others with llama.cpp's convert_hf_to_gguf.py.")
+        raise MemagentError(
+            f"{path} is not a GGUF model file.",
+            "memagent runs GGUF models (llama.cpp's format); convert others with llama.cpp's convert_hf_to_gguf.py.",
+        )
     cur = _Cursor(buf)
     cur.pos = 4
     try:
@@ -180,6 +182,5 @@ def _parse(path: Path, buf: Any, size: int) -> GGUFInfo:
             offset = cur.scalar("<Q")
             tensors.append(TensorInfo(name, shape, ggml_type, offset))
     except struct.error as exc:
-        raise MemagentError(f"{path} is a truncated or damaged GGUF file ({exc}).",
-                            "Download or convert it again.") from None
+        raise MemagentError(f"{path} is a truncated or damaged GGUF file ({exc}).", "Download or convert it again.") from None
     return GGUFInfo(path=path, version=version, metadata=metadata, tensors=tensors, file_size=size)

@@ -32,45 +32,45 @@ from .gguf import GGUFInfo, TensorInfo
 # (ggml_blck_size / ggml_type_size of ggml 0.25, checked against the loaded library by the
 # tests). Ids 4, 5 and 31-33, 36-38 are removed types; no current GGUF holds them.
 GGML_TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4),        # F32
-    1: (1, 2),        # F16
-    2: (32, 18),      # Q4_0
-    3: (32, 20),      # Q4_1
-    6: (32, 22),      # Q5_0
-    7: (32, 24),      # Q5_1
-    8: (32, 34),      # Q8_0
-    9: (32, 36),      # Q8_1 (half2 d+s; gguf-py's table says 40, the old two-float layout)
-    10: (256, 84),    # Q2_K
-    11: (256, 110),   # Q3_K
-    12: (256, 144),   # Q4_K
-    13: (256, 176),   # Q5_K
-    14: (256, 210),   # Q6_K
-    15: (256, 292),   # Q8_K
-    16: (256, 66),    # IQ2_XXS
-    17: (256, 74),    # IQ2_XS
-    18: (256, 98),    # IQ3_XXS
-    19: (256, 50),    # IQ1_S
-    20: (32, 18),     # IQ4_NL
-    21: (256, 110),   # IQ3_S
-    22: (256, 82),    # IQ2_S
-    23: (256, 136),   # IQ4_XS
-    24: (1, 1),       # I8
-    25: (1, 2),       # I16
-    26: (1, 4),       # I32
-    27: (1, 8),       # I64
-    28: (1, 8),       # F64
-    29: (256, 56),    # IQ1_M
-    30: (1, 2),       # BF16
-    34: (256, 54),    # TQ1_0
-    35: (256, 66),    # TQ2_0
-    39: (32, 17),     # MXFP4
-    40: (64, 36),     # NVFP4
-    41: (128, 18),    # Q1_0
-    42: (64, 18),     # Q2_0
+    0: (1, 4),  # F32
+    1: (1, 2),  # F16
+    2: (32, 18),  # Q4_0
+    3: (32, 20),  # Q4_1
+    6: (32, 22),  # Q5_0
+    7: (32, 24),  # Q5_1
+    8: (32, 34),  # Q8_0
+    9: (32, 36),  # Q8_1 (half2 d+s; gguf-py's table says 40, the old two-float layout)
+    10: (256, 84),  # Q2_K
+    11: (256, 110),  # Q3_K
+    12: (256, 144),  # Q4_K
+    13: (256, 176),  # Q5_K
+    14: (256, 210),  # Q6_K
+    15: (256, 292),  # Q8_K
+    16: (256, 66),  # IQ2_XXS
+    17: (256, 74),  # IQ2_XS
+    18: (256, 98),  # IQ3_XXS
+    19: (256, 50),  # IQ1_S
+    20: (32, 18),  # IQ4_NL
+    21: (256, 110),  # IQ3_S
+    22: (256, 82),  # IQ2_S
+    23: (256, 136),  # IQ4_XS
+    24: (1, 1),  # I8
+    25: (1, 2),  # I16
+    26: (1, 4),  # I32
+    27: (1, 8),  # I64
+    28: (1, 8),  # F64
+    29: (256, 56),  # IQ1_M
+    30: (1, 2),  # BF16
+    34: (256, 54),  # TQ1_0
+    35: (256, 66),  # TQ2_0
+    39: (32, 17),  # MXFP4
+    40: (64, 36),  # NVFP4
+    41: (128, 18),  # Q1_0
+    42: (64, 18),  # Q2_0
 }
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 
 # The engine's micro-batch (engine.LlamaEngine: n_ubatch=512); the compute buffer scales with it.
 N_UBATCH = 512
@@ -94,6 +94,7 @@ def format_bytes(n: int | float | None) -> str:
 
 # --- what a model needs ----------------------------------------------------------------------
 
+
 def tensor_bytes(t: TensorInfo) -> int:
     """Bytes of a tensor's data, as ggml_nbytes counts them. ValueError for a type this
     table does not know (model_memory then sizes it from the file layout)."""
@@ -109,11 +110,11 @@ def tensor_bytes(t: TensorInfo) -> int:
 
 @dataclass
 class ModelMemory:
-    weights_total: int        # bytes of every tensor
-    per_layer: list[int]      # bytes of blk.N.* tensors, index N
-    non_layer: int            # token_embd, output, output_norm...
+    weights_total: int  # bytes of every tensor
+    per_layer: list[int]  # bytes of blk.N.* tensors, index N
+    non_layer: int  # token_embd, output, output_norm...
     n_layer: int
-    kv_bytes_per_token: int   # K and V at f16 over all layers
+    kv_bytes_per_token: int  # K and V at f16 over all layers
     # What the output layer puts on the GPU once offloaded: output_norm and output.weight,
     # or a second copy of token_embd when the model ties its embeddings (no output.weight).
     # token_embd itself always stays on the CPU (llama.cpp keeps the input layer there).
@@ -203,9 +204,16 @@ def model_memory(info: GGUFInfo) -> ModelMemory:
             n_vocab = int(t.shape[1])
             break
     kv = _kv_per_layer(info, n_layer)
-    return ModelMemory(weights_total=sum(sizes.values()), per_layer=per_layer, non_layer=non_layer,
-                       n_layer=n_layer, kv_bytes_per_token=sum(kv), output_bytes=output_bytes,
-                       kv_per_layer=kv, n_vocab=n_vocab)
+    return ModelMemory(
+        weights_total=sum(sizes.values()),
+        per_layer=per_layer,
+        non_layer=non_layer,
+        n_layer=n_layer,
+        kv_bytes_per_token=sum(kv),
+        output_bytes=output_bytes,
+        kv_per_layer=kv,
+        n_vocab=n_vocab,
+    )
 
 
 def kv_cache_bytes(mem: ModelMemory, n_ctx: int) -> int:
@@ -237,7 +245,7 @@ def partial_offload_bytes(mem: ModelMemory, n_ctx: int, k: int) -> int:
     k = min(k, n)
 
     def blocks(j: int) -> int:  # weights and KV cache of the last j blocks
-        return sum(mem.per_layer[n - j:]) + n_ctx * sum(mem.layer_kv(i) for i in range(n - j, n))
+        return sum(mem.per_layer[n - j :]) + n_ctx * sum(mem.layer_kv(i) for i in range(n - j, n))
 
     current = mem.output_bytes + blocks(k - 1)
     older = blocks(k)
@@ -246,12 +254,13 @@ def partial_offload_bytes(mem: ModelMemory, n_ctx: int, k: int) -> int:
 
 # --- what GPUs there are ---------------------------------------------------------------------
 
+
 @dataclass
 class GPUDevice:
     name: str
     total: int | None  # bytes
-    free: int | None   # bytes
-    backend: str       # "CUDA", "Metal", "Vulkan", ...
+    free: int | None  # bytes
+    backend: str  # "CUDA", "Metal", "Vulkan", ...
 
 
 # enum ggml_backend_dev_type
@@ -262,12 +271,12 @@ DEV_CPU, DEV_GPU, DEV_IGPU, DEV_ACCEL, DEV_META = 0, 1, 2, 3, 4
 class RawDevice:
     """One entry of ggml's device registry."""
 
-    name: str         # "CUDA0"
+    name: str  # "CUDA0"
     description: str  # "NVIDIA GeForce RTX 4090"
-    type: int         # DEV_*
+    type: int  # DEV_*
     free: int
     total: int
-    backend: str      # the registry it belongs to: "CUDA", "Metal", "Vulkan", "CPU"...
+    backend: str  # the registry it belongs to: "CUDA", "Metal", "Vulkan", "CPU"...
 
 
 class _GGML:
@@ -338,9 +347,16 @@ def ggml_devices(*, memory: bool = True) -> list[RawDevice] | None:
             if memory and kind in (DEV_GPU, DEV_IGPU):
                 mem(dev, ctypes.byref(free), ctypes.byref(total))
             reg = reg_of(dev)
-            out.append(RawDevice(name=_text(name(dev)), description=_text(desc(dev)), type=kind,
-                                 free=int(free.value), total=int(total.value),
-                                 backend=_text(reg_name(reg)) if reg else ""))
+            out.append(
+                RawDevice(
+                    name=_text(name(dev)),
+                    description=_text(desc(dev)),
+                    type=kind,
+                    free=int(free.value),
+                    total=int(total.value),
+                    backend=_text(reg_name(reg)) if reg else "",
+                )
+            )
     except Exception:
         return None
     return out
@@ -364,8 +380,15 @@ def pick_gpus(raw: Iterable[RawDevice]) -> list[GPUDevice]:
     there is no dedicated one (llama.cpp's own default choice). Memory 0 reads as unknown."""
     raw = list(raw)
     chosen = [d for d in raw if d.type == DEV_GPU] or [d for d in raw if d.type == DEV_IGPU]
-    return [GPUDevice(name=d.description or d.name, total=d.total or None, free=d.free or None,
-                      backend=d.backend or re.sub(r"\d+$", "", d.name) or "GPU") for d in chosen]
+    return [
+        GPUDevice(
+            name=d.description or d.name,
+            total=d.total or None,
+            free=d.free or None,
+            backend=d.backend or re.sub(r"\d+$", "", d.name) or "GPU",
+        )
+        for d in chosen
+    ]
 
 
 def parse_nvidia_smi(text: str) -> list[GPUDevice]:
@@ -393,8 +416,12 @@ def nvidia_smi_devices(timeout: float = 5.0) -> list[GPUDevice] | None:
     if not exe:
         return None
     try:
-        proc = subprocess.run([exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return parse_nvidia_smi(proc.stdout) if proc.returncode == 0 else None
@@ -448,13 +475,14 @@ def gpu_devices() -> list[GPUDevice]:
 
 # --- how many layers to offload ----------------------------------------------------------------
 
+
 @dataclass
 class LayerPlan:
     # n_gpu_layers for llama.cpp: -1 = all, 0 = none, else that many (which current llama.cpp
     # counts with the output layer as the first: k = output + the last k-1 blocks)
     layers: int
-    reason: str            # one line for the live view header / --json
-    need_bytes: int        # weights + KV cache + compute buffer with everything on the GPU
+    reason: str  # one line for the live view header / --json
+    need_bytes: int  # weights + KV cache + compute buffer with everything on the GPU
     free_bytes: int | None
 
 
@@ -465,8 +493,14 @@ def _device_label(devices: Sequence[GPUDevice]) -> str:
     return names[0] if len(devices) == 1 else f"{len(devices)}x {names[0]}"
 
 
-def plan_layers(info: GGUFInfo | ModelMemory, n_ctx: int, *, devices: list[GPUDevice] | None = None,
-                offload_supported: bool | None = None, headroom: float = 0.9) -> LayerPlan:
+def plan_layers(
+    info: GGUFInfo | ModelMemory,
+    n_ctx: int,
+    *,
+    devices: list[GPUDevice] | None = None,
+    offload_supported: bool | None = None,
+    headroom: float = 0.9,
+) -> LayerPlan:
     """How many layers to offload for a context of n_ctx tokens ("auto").
 
     `info` may also be a ModelMemory already computed. `devices` / `offload_supported`
@@ -486,8 +520,9 @@ def plan_layers(info: GGUFInfo | ModelMemory, n_ctx: int, *, devices: list[GPUDe
         devices = gpu_devices()
     known = [d for d in devices if d.free is not None]
     if not known:
-        return LayerPlan(-1, f"all {n} layers requested: no GPU free-memory figure, so llama.cpp decides "
-                             "where they go", need, None)
+        return LayerPlan(
+            -1, f"all {n} layers requested: no GPU free-memory figure, so llama.cpp decides where they go", need, None
+        )
     free = sum(d.free for d in known)  # llama.cpp splits layers across GPUs by free memory
     budget = headroom * free
     where = f"{format_bytes(free)} free on {_device_label(known)}"

@@ -26,10 +26,14 @@ from ..errors import MemagentError
 from .gguf import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED, GGUFInfo
 
 # Pre-tokenizer patterns, as llama.cpp applies them for each `tokenizer.ggml.pre`.
-_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 PRE_PATTERNS = {"qwen2": _QWEN2, "llama3": _LLAMA3, "llama-bpe": _LLAMA3, "smaug-bpe": _LLAMA3}
 
 
@@ -145,8 +149,9 @@ class TiktokenTokenizer:
             specials = rank_of_special
         self._user_defined = frozenset(user_defined)
         self.unsplittable = _alternation(user_defined)
-        self._enc = tiktoken.Encoding(name=f"gguf-{pre}", pat_str=PRE_PATTERNS[pre],
-                                      mergeable_ranks=ranks, special_tokens=specials)
+        self._enc = tiktoken.Encoding(
+            name=f"gguf-{pre}", pat_str=PRE_PATTERNS[pre], mergeable_ranks=ranks, special_tokens=specials
+        )
 
     def _ids(self, ranks: list[int]) -> list[int]:
         return ranks if self._identity else [self._rank_to_id[r] for r in ranks]
@@ -201,13 +206,14 @@ class LlamaTokenizer:
         types = info.get("tokenizer.ggml.token_type") or []
         tokens = info.get("tokenizer.ggml.tokens") or []
         self.controls = {tokens[i].decode("utf-8", errors="replace"): i for i, t in enumerate(types) if t == TOKEN_CONTROL}
-        self.unsplittable = _alternation(tokens[i].decode("utf-8", errors="replace")
-                                         for i, t in enumerate(types) if t == TOKEN_USER_DEFINED)
+        self.unsplittable = _alternation(
+            tokens[i].decode("utf-8", errors="replace") for i, t in enumerate(types) if t == TOKEN_USER_DEFINED
+        )
         buf = ctypes.create_string_buffer(256)
         self._bytes: list[bytes] = []
         for i in range(self._llm.n_vocab()):
             n = llama_cpp.llama_token_to_piece(vocab, i, buf, len(buf), 0, False)
-            self._bytes.append(buf.raw[:max(n, 0)])
+            self._bytes.append(buf.raw[: max(n, 0)])
         self.byte_lengths = np.fromiter(map(len, self._bytes), dtype=np.int64, count=len(self._bytes))
 
     def encode(self, text: str) -> list[int]:

@@ -111,10 +111,12 @@ CUT_NOTE = "cut at the memory budget"  # a memory update that ran out of tokens 
 
 
 def _stats(step: dict) -> str:
-    items = [f"{_num(step.get('tokens'))} tokens read",
-             f"memory {_num(step.get('memory_tokens'))} tokens",
-             f"prompt {_num(step.get('prompt_tokens'))}",
-             f"generated {_num(step.get('generated_tokens'))}"]
+    items = [
+        f"{_num(step.get('tokens'))} tokens read",
+        f"memory {_num(step.get('memory_tokens'))} tokens",
+        f"prompt {_num(step.get('prompt_tokens'))}",
+        f"generated {_num(step.get('generated_tokens'))}",
+    ]
     if step.get("seconds") is not None:
         items.append(f"{_num(float(step['seconds']))} s")
     return " · ".join(items)
@@ -154,8 +156,10 @@ def _status_note(run: dict) -> str | None:
     if status == "running":
         return f"This run was still running when it was exported: {progress} recorded, no answer yet."
     if status == "interrupted":
-        return (f"This run was interrupted after {progress}; it has no answer, and the memory shown last "
-                "is not the final one. Evidence marks are relative to the last recorded memory.")
+        return (
+            f"This run was interrupted after {progress}; it has no answer, and the memory shown last "
+            "is not the final one. Evidence marks are relative to the last recorded memory."
+        )
     if status == "failed":
         error = run.get("error") or "no error recorded"
         return f"This run failed after {progress}: {error}"
@@ -200,8 +204,7 @@ def export_markdown(run: dict) -> str:
         "- **Sources:**",
     ]
     out += [f"  - {_md_inline(_source_line(s))}" for s in run.get("sources") or []] or ["  - (none recorded)"]
-    out += [f"- **Document:** {_num(run.get('document_tokens'))} tokens",
-            f"- **Settings:** {_md_inline(_settings(run))}"]
+    out += [f"- **Document:** {_num(run.get('document_tokens'))} tokens", f"- **Settings:** {_md_inline(_settings(run))}"]
     if evidence:
         listed = ", ".join(str(k) for k in sorted(evidence))
         out.append(f"- **{EVIDENCE_MARK}** ({EVIDENCE_MEANING}): steps {listed}")
@@ -215,10 +218,17 @@ def export_markdown(run: dict) -> str:
         index = step.get("index", n)
         mark = f" {EVIDENCE_MARK}" if index in evidence else ""
         added, dropped = split_changes(word_diff(memories[n - 1], memories[n]))
-        out += ["", f"## Step {index}{mark}", "",
-                f"*{_md_inline(_provenance(step))}*", "",
-                _md_inline(_stats(step)) + (f" · **{CUT_NOTE}**" if step.get("finish_reason") == "length" else ""), "",
-                _md_fence(memories[n]), ""]
+        out += [
+            "",
+            f"## Step {index}{mark}",
+            "",
+            f"*{_md_inline(_provenance(step))}*",
+            "",
+            _md_inline(_stats(step)) + (f" · **{CUT_NOTE}**" if step.get("finish_reason") == "length" else ""),
+            "",
+            _md_fence(memories[n]),
+            "",
+        ]
         for label, runs in (("Added", added), ("Dropped", dropped)):
             if runs:
                 out += [f"**{label}:**", ""] + [f"- {_md_inline(r)}" for r in runs] + [""]
@@ -309,11 +319,20 @@ def export_html(run: dict) -> str:
     status = str(run.get("status") or "?")
     model = run.get("model") or {}
 
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>memagent: {_e(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>", "<header>",
-           f"<h1>{_e(question)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>memagent: {_e(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        "<header>",
+        f"<h1>{_e(question)}</h1>",
+    ]
     answer = run.get("answer")
     if answer is not None:
         out.append(f'<div class="answer">{_e(answer)}</div>')
@@ -326,27 +345,33 @@ def export_html(run: dict) -> str:
     if note:
         out.append(f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>')
 
-    sources = "".join(f"<li>{_e(_source_line(s))}"
-                      + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
-                      + "</li>" for s in run.get("sources") or [])
-    settings = "".join(f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>"
-                       for k, v in (run.get("settings") or {}).items())
-    meta = [("Status", f'<span class="status {_e(status)}">{_e(status)}</span> ({_e(_progress(run))})'),
-            ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
-            ("Started", _e(run.get("started_at") or "?")),
-            ("Ended", _e(run.get("ended_at") or "-")),
-            ("Model", f'<span title="{_e(model.get("path") or "")}">{_e(_model(run))}</span>'),
-            ("Sources", f"<ul>{sources}</ul>" if sources else "(none recorded)"),
-            ("Document", f"{_e(_num(run.get('document_tokens')))} tokens"),
-            ("Settings", f"<ul>{settings}</ul>" if settings else "(none recorded)")]
+    sources = "".join(
+        f"<li>{_e(_source_line(s))}"
+        + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
+        + "</li>"
+        for s in run.get("sources") or []
+    )
+    settings = "".join(f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>" for k, v in (run.get("settings") or {}).items())
+    meta = [
+        ("Status", f'<span class="status {_e(status)}">{_e(status)}</span> ({_e(_progress(run))})'),
+        ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
+        ("Started", _e(run.get("started_at") or "?")),
+        ("Ended", _e(run.get("ended_at") or "-")),
+        ("Model", f'<span title="{_e(model.get("path") or "")}">{_e(_model(run))}</span>'),
+        ("Sources", f"<ul>{sources}</ul>" if sources else "(none recorded)"),
+        ("Document", f"{_e(_num(run.get('document_tokens')))} tokens"),
+        ("Settings", f"<ul>{settings}</ul>" if settings else "(none recorded)"),
+    ]
     if run.get("error"):
         meta.append(("Error", _e(run["error"])))
     out.append('<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>")
     out += ["</header>", "<main>", "<h2>Memory timeline</h2>"]
     # A CSS-only switch (no script): the checkbox hides the struck-out text of every step.
     out.append('<input type="checkbox" id="hide-del"> <label for="hide-del">hide dropped text</label>')
-    out.append(f'<p class="legend"><ins>added</ins> <del>dropped</del> against the memory before the step; '
-               f'<span class="badge">{EVIDENCE_MARK}</span>: {EVIDENCE_MEANING}.</p>')
+    out.append(
+        f'<p class="legend"><ins>added</ins> <del>dropped</del> against the memory before the step; '
+        f'<span class="badge">{EVIDENCE_MARK}</span>: {EVIDENCE_MEANING}.</p>'
+    )
     out.append('<ol class="timeline">')
     for n, step in enumerate(steps, 1):
         index = step.get("index", n)
@@ -360,16 +385,16 @@ def export_html(run: dict) -> str:
         if step.get("finish_reason") == "length":
             stats += f' · <span class="cut">{CUT_NOTE}</span>'
         step_id = f"step-{index}" if isinstance(index, int) else f"step-n{n}"
-        out += [f'<li class="step{" evidence" if is_evidence else ""}" id="{_e(step_id)}">',
-                f'<div class="head">{"".join(head)}</div>',
-                f'<div class="stats">{stats}</div>',
-                f'<pre class="memory">{body}</pre>',
-                f'<div class="changes">{_words(added)} added, {_words(dropped)} dropped</div>',
-                "</li>"]
+        out += [
+            f'<li class="step{" evidence" if is_evidence else ""}" id="{_e(step_id)}">',
+            f'<div class="head">{"".join(head)}</div>',
+            f'<div class="stats">{stats}</div>',
+            f'<pre class="memory">{body}</pre>',
+            f'<div class="changes">{_words(added)} added, {_words(dropped)} dropped</div>',
+            "</li>",
+        ]
     out.append("</ol>")
     if not steps:
         out.append("<p>No steps recorded.</p>")
-    out += ["</main>",
-            f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>",
-            "</body>", "</html>"]
+    out += ["</main>", f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>", "</body>", "</html>"]
     return "\n".join(out) + "\n"

@@ -55,8 +55,15 @@ def file_sha256(path: str) -> str:
 
 
 def fingerprint(source: Source) -> dict:
-    record = {"path": source.path, "title": source.title, "kind": source.kind, "size": source.size,
-              "sha256": None, "pages": None, "tokens": None}
+    record = {
+        "path": source.path,
+        "title": source.title,
+        "kind": source.kind,
+        "size": source.size,
+        "sha256": None,
+        "pages": None,
+        "tokens": None,
+    }
     if source.path != STDIN_PATH and source.size is not None:  # a regular file, hashed now
         record["sha256"] = file_sha256(source.path)
         record["abspath"] = os.path.abspath(source.path)
@@ -65,9 +72,14 @@ def fingerprint(source: Source) -> dict:
 
 def step_record(step: StepRecord) -> dict:
     return {
-        "index": step.index, "spans": [span.to_dict() for span in step.chunk.spans], "tokens": step.chunk.tokens,
-        "memory": step.memory, "memory_tokens": step.memory_tokens, "prompt_tokens": step.prompt_tokens,
-        "generated_tokens": step.generated_tokens, "seconds": round(step.seconds, 4),
+        "index": step.index,
+        "spans": [span.to_dict() for span in step.chunk.spans],
+        "tokens": step.chunk.tokens,
+        "memory": step.memory,
+        "memory_tokens": step.memory_tokens,
+        "prompt_tokens": step.prompt_tokens,
+        "generated_tokens": step.generated_tokens,
+        "seconds": round(step.seconds, 4),
         "finish_reason": step.finish_reason,
     }
 
@@ -78,8 +90,15 @@ class Recorder:
     A store that fails mid-run (disk full, database locked) costs the trace, not the answer:
     recording stops with one warning and the run goes on."""
 
-    def __init__(self, store: TraceStore, *, warn: Callable[[str], None], resume: dict | None = None,
-                 stdin: HashingReader | None = None, engine: dict | None = None):
+    def __init__(
+        self,
+        store: TraceStore,
+        *,
+        warn: Callable[[str], None],
+        resume: dict | None = None,
+        stdin: HashingReader | None = None,
+        engine: dict | None = None,
+    ):
         self.store = store
         self.warn = warn
         self.resume = resume
@@ -113,8 +132,9 @@ class Recorder:
             self._write(lambda: self.store.add_step(self.run_id, step_record(event.step)))
         elif isinstance(event, RunFinished):
             result = event.result
-            self._write(lambda: self.store.finish_run(self.run_id, "complete", answer=result.answer,
-                                                      raw_answer=result.raw_answer))
+            self._write(
+                lambda: self.store.finish_run(self.run_id, "complete", answer=result.answer, raw_answer=result.raw_answer)
+            )
 
     def _started(self, e: RunStarted) -> None:
         if self.resume:
@@ -128,8 +148,8 @@ class Recorder:
             model = {"path": e.model_path, "name": e.model, "size": None}
 
         def create() -> None:
-            self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model,
-                                                settings=self.settings)
+            self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model, settings=self.settings)
+
         self._write(create)
 
     def _document_read(self, e: DocumentRead) -> None:
@@ -138,11 +158,15 @@ class Recorder:
             if record["kind"] == "stdin" and self.stdin is not None:
                 digest = self.stdin.hexdigest()
                 if self.resume and record.get("sha256") and record["sha256"] != digest:
-                    raise MemagentError("Standard input differs from the interrupted run's.",
-                                        "Pipe the same text again to resume it.")
+                    raise MemagentError(
+                        "Standard input differs from the interrupted run's.", "Pipe the same text again to resume it."
+                    )
                 record["sha256"], record["size"] = digest, self.stdin.size
-        self._write(lambda: self.store.update_run(self.run_id, sources=self.sources, document_tokens=e.document_tokens,
-                                                  steps_total=e.steps))
+        self._write(
+            lambda: self.store.update_run(
+                self.run_id, sources=self.sources, document_tokens=e.document_tokens, steps_total=e.steps
+            )
+        )
 
     def stopped(self, status: str, error: str | None = None) -> None:
         """The run ended early: `interrupted` (Ctrl-C, SIGTERM) or `failed`."""
@@ -154,18 +178,25 @@ def resume_plan(store: TraceStore, ref: str) -> dict:
     """The stored run to resume, after checking it can be: not complete, sources unchanged."""
     run = store.get_run(ref)
     if run["status"] == "complete":
-        raise MemagentError(f"Run {run['id'][:8]} is already complete.",
-                            f"See it with: memagent traces show {run['id'][:8]}", exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"Run {run['id'][:8]} is already complete.",
+            f"See it with: memagent traces show {run['id'][:8]}",
+            exit_code=EXIT_USAGE,
+        )
     for source in run["sources"]:
         if source["kind"] == "stdin" or not source.get("sha256"):
             continue
         path = source.get("abspath") or source["path"]
         if not Path(path).is_file():
-            raise MemagentError(f"{source['path']} is gone, so run {run['id'][:8]} cannot be resumed.",
-                                "Put it back where it was, or start a new run.")
+            raise MemagentError(
+                f"{source['path']} is gone, so run {run['id'][:8]} cannot be resumed.",
+                "Put it back where it was, or start a new run.",
+            )
         if file_sha256(path) != source["sha256"]:
-            raise MemagentError(f"{source['path']} has changed since run {run['id'][:8]} read it.",
-                                "Resuming would mix two versions of the document; start a new run.")
+            raise MemagentError(
+                f"{source['path']} has changed since run {run['id'][:8]} read it.",
+                "Resuming would mix two versions of the document; start a new run.",
+            )
     return run
 
 

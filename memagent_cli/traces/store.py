@@ -122,13 +122,34 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-RUN_COLUMNS = ("id", "started_at", "ended_at", "status", "error", "question", "sources", "model", "settings",
-               "document_tokens", "steps_total", "raw_answer", "answer")
+RUN_COLUMNS = (
+    "id",
+    "started_at",
+    "ended_at",
+    "status",
+    "error",
+    "question",
+    "sources",
+    "model",
+    "settings",
+    "document_tokens",
+    "steps_total",
+    "raw_answer",
+    "answer",
+)
 JSON_COLUMNS = ("sources", "model", "settings", "spans")
-UPDATABLE = ("document_tokens", "steps_total", "sources", "settings", "status", "error", "raw_answer", "answer",
-             "ended_at")
-STEP_FIELDS = ("index", "spans", "tokens", "memory", "memory_tokens", "prompt_tokens", "generated_tokens", "seconds",
-               "finish_reason")
+UPDATABLE = ("document_tokens", "steps_total", "sources", "settings", "status", "error", "raw_answer", "answer", "ended_at")
+STEP_FIELDS = (
+    "index",
+    "spans",
+    "tokens",
+    "memory",
+    "memory_tokens",
+    "prompt_tokens",
+    "generated_tokens",
+    "seconds",
+    "finish_reason",
+)
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -144,16 +165,17 @@ class TraceStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise MemagentError(f"Cannot create {self.path.parent}: {e.strerror}",
-                                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace") from e
+            raise MemagentError(
+                f"Cannot create {self.path.parent}: {e.strerror}",
+                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace",
+            ) from e
         self._conn: sqlite3.Connection | None = None
         try:
             try:
                 self._conn = self._open()
             except _Damaged as damaged:
                 self._conn = self._open()
-                self.notice = (f"The trace database was damaged; it was moved to {damaged.moved_to}"
-                               " and a new one started.")
+                self.notice = f"The trace database was damaged; it was moved to {damaged.moved_to} and a new one started."
         except sqlite3.Error as e:
             self._raise_for(e)
 
@@ -216,11 +238,15 @@ class TraceStore:
         """Raises the MemagentError a user can act on for a SQLite error, else the error itself."""
         code = _error_code(e)
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise MemagentError(f"Another memagent process holds the trace database {self.path}",
-                                hint="wait for it to finish, or run with --no-trace") from e
+            raise MemagentError(
+                f"Another memagent process holds the trace database {self.path}",
+                hint="wait for it to finish, or run with --no-trace",
+            ) from e
         if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
-            raise MemagentError(f"Cannot write the trace database {self.path}: {e}",
-                                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace") from e
+            raise MemagentError(
+                f"Cannot write the trace database {self.path}: {e}",
+                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace",
+            ) from e
         raise e
 
     def close(self) -> None:
@@ -265,8 +291,9 @@ class TraceStore:
 
     # Writing a run ---------------------------------------------------------------------
 
-    def create_run(self, *, question: str, sources: list[dict], model: dict, settings: dict,
-                   started_at: str | None = None) -> str:
+    def create_run(
+        self, *, question: str, sources: list[dict], model: dict, settings: dict, started_at: str | None = None
+    ) -> str:
         with self._write() as conn:
             run_id = secrets.token_hex(6)
             while conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
@@ -274,7 +301,8 @@ class TraceStore:
             conn.execute(
                 "INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
                 " VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings)))
+                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings)),
+            )
         return run_id
 
     def add_step(self, run_id: str, step: dict) -> None:
@@ -288,8 +316,10 @@ class TraceStore:
         with self._write() as conn:
             self._require(conn, run_id)
             conn.execute(
-                f'INSERT INTO steps (run_id, {_STEP_SELECT}) VALUES (?{", ?" * len(STEP_FIELDS)})'
-                f' ON CONFLICT (run_id, "index") DO UPDATE SET {updates}', [run_id, *values])
+                f"INSERT INTO steps (run_id, {_STEP_SELECT}) VALUES (?{', ?' * len(STEP_FIELDS)})"
+                f' ON CONFLICT (run_id, "index") DO UPDATE SET {updates}',
+                [run_id, *values],
+            )
 
     def update_run(self, run_id: str, **fields) -> None:
         unknown = sorted(set(fields) - set(UPDATABLE))
@@ -307,19 +337,20 @@ class TraceStore:
             self._require(conn, run_id)
             conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", [*values, run_id])
 
-    def finish_run(self, run_id: str, status: str, *, answer: str | None = None, raw_answer: str | None = None,
-                   error: str | None = None) -> None:
+    def finish_run(
+        self, run_id: str, status: str, *, answer: str | None = None, raw_answer: str | None = None, error: str | None = None
+    ) -> None:
         if status not in STATUSES or status == "running":
             raise ValueError("a run finishes complete, interrupted or failed")
         given = {"answer": answer, "raw_answer": raw_answer, "error": error}
-        self.update_run(run_id, status=status, ended_at=_timestamp(None),
-                        **{k: v for k, v in given.items() if v is not None})
+        self.update_run(run_id, status=status, ended_at=_timestamp(None), **{k: v for k, v in given.items() if v is not None})
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         # A run can vanish mid-way when `memagent traces delete` runs from another terminal.
         if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-            raise MemagentError(f"Trace {run_id} no longer exists (deleted while it was running?)",
-                                hint="run again, or use --no-trace")
+            raise MemagentError(
+                f"Trace {run_id} no longer exists (deleted while it was running?)", hint="run again, or use --no-trace"
+            )
 
     # Reading ---------------------------------------------------------------------------
 
@@ -332,15 +363,18 @@ class TraceStore:
                 raise MemagentError("No traces recorded yet", hint="`memagent ask` records one for every run")
             return row[0]
         # Ids are hex, so a hex prefix is also a safe GLOB pattern (and uses the primary key).
-        ids = ([r[0] for r in self._conn.execute("SELECT id FROM runs WHERE id GLOB ? ORDER BY started_at DESC",
-                                                 (key + "*",))]
-               if re.fullmatch(r"[0-9a-f]+", key) else [])
+        ids = (
+            [r[0] for r in self._conn.execute("SELECT id FROM runs WHERE id GLOB ? ORDER BY started_at DESC", (key + "*",))]
+            if re.fullmatch(r"[0-9a-f]+", key)
+            else []
+        )
         if not ids:
             raise MemagentError(f"No trace matches '{ref}'", hint="`memagent traces list` shows the ids")
         if len(ids) > 1:
             more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-            raise MemagentError(f"'{ref}' matches {len(ids)} traces: {', '.join(ids[:5])}{more}",
-                                hint="give more characters of the id")
+            raise MemagentError(
+                f"'{ref}' matches {len(ids)} traces: {', '.join(ids[:5])}{more}", hint="give more characters of the id"
+            )
         return ids[0]
 
     def get_run(self, ref: str, *, with_steps: bool = True) -> dict:
@@ -348,23 +382,24 @@ class TraceStore:
             run_id = self.resolve(ref)
             run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
             if with_steps:
-                run["steps"] = [_decode(row) for row in conn.execute(
-                    f'SELECT {_STEP_SELECT} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))]
+                run["steps"] = [
+                    _decode(row)
+                    for row in conn.execute(f'SELECT {_STEP_SELECT} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))
+                ]
         return run
 
-    def list_runs(self, *, status: str | None = None, source: str | None = None,
-                  limit: int | None = 20) -> list[dict]:
+    def list_runs(self, *, status: str | None = None, source: str | None = None, limit: int | None = 20) -> list[dict]:
         """Runs newest first; `source` keeps those with a source path containing the text."""
         where, params = [], []
         if status is not None:
             if status not in STATUSES:
-                raise MemagentError(f"Unknown status '{status}'", hint=f"use one of {', '.join(STATUSES)}",
-                                    exit_code=EXIT_USAGE)
+                raise MemagentError(f"Unknown status '{status}'", hint=f"use one of {', '.join(STATUSES)}", exit_code=EXIT_USAGE)
             where.append("status = ?")
             params.append(status)
         if source:
-            where.append("EXISTS (SELECT 1 FROM json_each(runs.sources) AS s"
-                         " WHERE icontains(json_extract(s.value, '$.path'), ?))")
+            where.append(
+                "EXISTS (SELECT 1 FROM json_each(runs.sources) AS s WHERE icontains(json_extract(s.value, '$.path'), ?))"
+            )
             params.append(source)
         sql = f"SELECT {_RUN_SELECT} FROM runs"
         if where:
@@ -384,7 +419,9 @@ class TraceStore:
             "SELECT d.run_id, d.step, d.field, snippet(search_fts, 0, '[', ']', '…', 16) AS snippet,"
             " r.question, r.started_at"
             " FROM search_fts JOIN search_docs AS d ON d.id = search_fts.rowid JOIN runs AS r ON r.id = d.run_id"
-            " WHERE search_fts MATCH ? ORDER BY search_fts.rank LIMIT ?", (query, limit))
+            " WHERE search_fts MATCH ? ORDER BY search_fts.rank LIMIT ?",
+            (query, limit),
+        )
         return [dict(row) for row in rows]
 
     # Deleting --------------------------------------------------------------------------
@@ -411,11 +448,12 @@ class _Damaged(Exception):
 
 
 def parse_age(text: str) -> float:
-    """"30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
+    """ "30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
     if match is None:
-        raise MemagentError(f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)",
-                            exit_code=EXIT_USAGE)
+        raise MemagentError(
+            f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)", exit_code=EXIT_USAGE
+        )
     return float(match.group(1)) * AGE_UNITS[match.group(2)]
 
 
@@ -424,14 +462,17 @@ def _migrate(conn: sqlite3.Connection) -> None:
     if version > len(MIGRATIONS):
         raise MemagentError(
             f"The trace database was written by a newer memagent (schema {version}, this one knows {len(MIGRATIONS)})",
-            hint="upgrade memagent, or run with --no-trace")
+            hint="upgrade memagent, or run with --no-trace",
+        )
     for number in range(version + 1, len(MIGRATIONS) + 1):
         # The version row goes in first: when two processes open a new database at once, the
         # second one waits for the write lock and then fails on it instead of on the schema.
-        script = (f"BEGIN IMMEDIATE;"
-                  f" CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT);"
-                  f" INSERT INTO schema_migrations VALUES ({number}, '{_timestamp(None)}');"
-                  f" {MIGRATIONS[number - 1]}; COMMIT;")
+        script = (
+            f"BEGIN IMMEDIATE;"
+            f" CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT);"
+            f" INSERT INTO schema_migrations VALUES ({number}, '{_timestamp(None)}');"
+            f" {MIGRATIONS[number - 1]}; COMMIT;"
+        )
         try:
             conn.executescript(script)
         except sqlite3.IntegrityError:

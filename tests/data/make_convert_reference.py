@@ -96,20 +96,23 @@ def checkpoint_hashes(folder: Path) -> dict:
         raw = path.read_bytes()
         files[path.name] = sha256(raw)
         n = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(raw[8 : 8 + n])
         for name, meta in header.items():
             if name == "__metadata__":
                 continue
             start, end = meta["data_offsets"]
-            tensors[name] = {"file": path.name, "dtype": meta["dtype"], "shape": meta["shape"],
-                             "sha256": sha256(raw[8 + n + start:8 + n + end])}
+            tensors[name] = {
+                "file": path.name,
+                "dtype": meta["dtype"],
+                "shape": meta["shape"],
+                "sha256": sha256(raw[8 + n + start : 8 + n + end]),
+            }
     other = {p.name: sha256(p.read_bytes()) for p in sorted(folder.iterdir()) if p.suffix == ".json"}
     return {"files": files, "json_files": other, "tensors": tensors}
 
 
 def convert(llama_cpp: Path, folder: Path, outtype: str, out: Path) -> list[str]:
-    cmd = [sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(folder), "--outtype", outtype,
-           "--outfile", str(out)]
+    cmd = [sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(folder), "--outtype", outtype, "--outfile", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return cmd
 
@@ -138,17 +141,26 @@ def gguf_record(path: Path) -> dict:
         kvs.append(entry)
     tensors = []
     for t in reader.tensors:
-        tensors.append({
-            "name": t.name,
-            "type": t.tensor_type.name,
-            "shape": [int(d) for d in t.shape],
-            "n_bytes": int(t.n_bytes),
-            "offset": int(t.data_offset - reader.data_offset),
-            "sha256": sha256(np.ascontiguousarray(t.data).tobytes()),
-        })
+        tensors.append(
+            {
+                "name": t.name,
+                "type": t.tensor_type.name,
+                "shape": [int(d) for d in t.shape],
+                "n_bytes": int(t.n_bytes),
+                "offset": int(t.data_offset - reader.data_offset),
+                "sha256": sha256(np.ascontiguousarray(t.data).tobytes()),
+            }
+        )
     raw = path.read_bytes()
-    return {"header": header, "alignment": int(reader.alignment), "data_offset": int(reader.data_offset),
-            "file_size": len(raw), "file_sha256": sha256(raw), "kv": kvs, "tensors": tensors}
+    return {
+        "header": header,
+        "alignment": int(reader.alignment),
+        "data_offset": int(reader.data_offset),
+        "file_size": len(raw),
+        "file_sha256": sha256(raw),
+        "kv": kvs,
+        "tensors": tensors,
+    }
 
 
 def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray], dict]:
@@ -157,8 +169,7 @@ def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray]
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(folder)
-    model, info = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32,
-                                                       output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, output_loading_info=True)
     model.eval()
     problems = {k: sorted(v) for k, v in info.items() if v}
     if problems:
@@ -171,20 +182,23 @@ def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray]
             out = model(torch.tensor([enc])).logits[0].to(torch.float32).numpy()
             ids.append(list(enc))
             logits.append(out)
-    meta = {"tokenizer_class": type(tok).__name__, "model_class": type(model).__name__,
-            "config_class": type(model.config).__name__}
+    meta = {
+        "tokenizer_class": type(tok).__name__,
+        "model_class": type(model).__name__,
+        "config_class": type(model.config).__name__,
+    }
     return ids, logits, meta
 
 
-def llama_logits(python: str, gguf: Path, ids: list[list[int]], work: Path,
-                 kv: str = "default") -> tuple[list[np.ndarray], list[list[int]]]:
+def llama_logits(
+    python: str, gguf: Path, ids: list[list[int]], work: Path, kv: str = "default"
+) -> tuple[list[np.ndarray], list[list[int]]]:
     prompts = work / "prompts.json"
     prompts.write_text(json.dumps([{"text": t, "ids": i} for t, i in zip(PROMPTS, ids)]))
     out = work / f"llama-logits-{kv}.npz"
     subprocess.run([python, "-c", LLAMA_EVAL, str(gguf), str(prompts), str(out), kv], check=True)
     with np.load(out) as npz:
-        return ([npz[f"logits_{i}"] for i in range(len(ids))],
-                [npz[f"tokens_{i}"].tolist() for i in range(len(ids))])
+        return ([npz[f"logits_{i}"] for i in range(len(ids))], [npz[f"tokens_{i}"].tolist() for i in range(len(ids))])
 
 
 def versions(llama_cpp: Path, llama_python: str) -> dict:
@@ -194,21 +208,32 @@ def versions(llama_cpp: Path, llama_python: str) -> dict:
     import torch
     import transformers
 
-    llama_cpp_python = subprocess.run([llama_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
-                                      check=True, capture_output=True, text=True).stdout.strip()
+    llama_cpp_python = subprocess.run(
+        [llama_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     sdist = next((p.name for p in llama_cpp.parents if p.name.startswith("llama_cpp_python-")), str(llama_cpp))
-    return {"llama_cpp_python_sdist": sdist, "llama_cpp_python_runtime": llama_cpp_python,
-            "gguf_py": version("gguf"), "gguf_py_path": str(Path(gguf.__file__).parent),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": version("tokenizers"), "numpy": np.__version__, "python": platform.python_version()}
+    return {
+        "llama_cpp_python_sdist": sdist,
+        "llama_cpp_python_runtime": llama_cpp_python,
+        "gguf_py": version("gguf"),
+        "gguf_py_path": str(Path(gguf.__file__).parent),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": version("tokenizers"),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp folder (convert_hf_to_gguf.py)")
     parser.add_argument("--out", type=Path, default=HERE, help="where to write the json and npz (tests/data)")
-    parser.add_argument("--llama-python", default=str(REPO / ".venv" / "bin" / "python"),
-                        help="a python with llama_cpp (llama-cpp-python) installed")
+    parser.add_argument(
+        "--llama-python",
+        default=str(REPO / ".venv" / "bin" / "python"),
+        help="a python with llama_cpp (llama-cpp-python) installed",
+    )
     args = parser.parse_args()
     llama_cpp = args.llama_cpp.resolve()
 
@@ -217,16 +242,19 @@ def main() -> None:
             "command": "python tests/data/make_convert_reference.py --llama-cpp LLAMA_CPP",
             "convert_command": "python LLAMA_CPP/convert_hf_to_gguf.py FOLDER --outtype {f16,f32} --outfile OUT",
             "versions": versions(llama_cpp, args.llama_python),
-            "checkpoint": {"seed": SEED, "dtype": DTYPE, "shards": SHARDS,
-                           "tokenizer": "../shared/fixtures/hf/qwen2.5 (hfcheckpoint.QWEN25_TOKENIZER)",
-                           "folder_name": "the model key (qwen2 / qwen3): the converter derives general.name "
-                                          "from the folder name"},
+            "checkpoint": {
+                "seed": SEED,
+                "dtype": DTYPE,
+                "shards": SHARDS,
+                "tokenizer": "../shared/fixtures/hf/qwen2.5 (hfcheckpoint.QWEN25_TOKENIZER)",
+                "folder_name": "the model key (qwen2 / qwen3): the converter derives general.name from the folder name",
+            },
             "llama_eval": "Llama(model_path, n_ctx=256, logits_all=True, n_threads=2, verbose=False); "
-                          "reset(); eval(ids); scores[:len(ids)]. *_kv_f32: the same with type_k=type_v=0 "
-                          "(GGML_TYPE_F32) instead of the default f16 KV cache",
+            "reset(); eval(ids); scores[:len(ids)]. *_kv_f32: the same with type_k=type_v=0 "
+            "(GGML_TYPE_F32) instead of the default f16 KV cache",
             "transformers_eval": "AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval(), "
-                                 "no_grad; ids = AutoTokenizer(folder)(prompt, add_special_tokens=False), "
-                                 "no chat template",
+            "no_grad; ids = AutoTokenizer(folder)(prompt, add_special_tokens=False), "
+            "no chat template",
             "prompts": PROMPTS,
         },
     }
@@ -239,12 +267,15 @@ def main() -> None:
             t0 = time.time()
             work = Path(tmp) / f"work-{key}"
             work.mkdir()
-            folder = hfcheckpoint.write_checkpoint(Path(tmp) / key, shape, seed=SEED, dtype=DTYPE,
-                                                   shards=SHARDS, tokenizer=hfcheckpoint.QWEN25_TOKENIZER)
+            folder = hfcheckpoint.write_checkpoint(
+                Path(tmp) / key, shape, seed=SEED, dtype=DTYPE, shards=SHARDS, tokenizer=hfcheckpoint.QWEN25_TOKENIZER
+            )
             assert shape.vocab_size == vocab
-            entry: dict = {"shape": {k: v for k, v in vars(shape).items()},
-                           "config_json": hfcheckpoint.config_json(shape, "bfloat16"),
-                           "checkpoint": checkpoint_hashes(folder)}
+            entry: dict = {
+                "shape": {k: v for k, v in vars(shape).items()},
+                "config_json": hfcheckpoint.config_json(shape, "bfloat16"),
+                "checkpoint": checkpoint_hashes(folder),
+            }
             for outtype in ("f16", "f32"):
                 out = work / f"{key}-{outtype}.gguf"
                 convert(llama_cpp, folder, outtype, out)
@@ -275,20 +306,34 @@ def main() -> None:
                 arrays[p + "logits_hf"] = a[:, subset].astype(np.float32)
                 # llama.cpp's logits are not kept (the file stays small): only how far they are.
                 arrays[p + "maxdiff_llama"] = np.max(np.abs(a - b), axis=-1).astype(np.float32)
-                prompts.append({"text": PROMPTS[i], "ids": pid, "n_tokens": len(pid),
-                                "llama_tokenize_matches": ll_tokens[i] == pid,
-                                "max_abs_diff": diff, "argmax_agree": agree,
-                                "max_abs_diff_kv_f32": diff32, "argmax_agree_kv_f32": agree32,
-                                "max_abs_logit_hf": float(np.max(np.abs(a))),
-                                "mean_abs_diff": float(np.mean(np.abs(a - b)))})
+                prompts.append(
+                    {
+                        "text": PROMPTS[i],
+                        "ids": pid,
+                        "n_tokens": len(pid),
+                        "llama_tokenize_matches": ll_tokens[i] == pid,
+                        "max_abs_diff": diff,
+                        "argmax_agree": agree,
+                        "max_abs_diff_kv_f32": diff32,
+                        "argmax_agree_kv_f32": agree32,
+                        "max_abs_logit_hf": float(np.max(np.abs(a))),
+                        "mean_abs_diff": float(np.mean(np.abs(a - b))),
+                    }
+                )
             entry["transformers"] = meta
-            entry["logits"] = {"max_abs_diff_llama_f32_vs_transformers": worst, "argmax_agree": all_agree,
-                               "max_abs_diff_kv_f32": worst32, "argmax_agree_kv_f32": all_agree32,
-                               "prompts": prompts}
+            entry["logits"] = {
+                "max_abs_diff_llama_f32_vs_transformers": worst,
+                "argmax_agree": all_agree,
+                "max_abs_diff_kv_f32": worst32,
+                "argmax_agree_kv_f32": all_agree32,
+                "prompts": prompts,
+            }
             record[key] = entry
-            print(f"{key}: max |llama.cpp f32 - transformers| = {worst:.3e}, argmax agree: {all_agree}; "
-                  f"with an f32 KV cache {worst32:.3e}, argmax agree: {all_agree32} ({time.time() - t0:.0f}s)",
-                  flush=True)
+            print(
+                f"{key}: max |llama.cpp f32 - transformers| = {worst:.3e}, argmax agree: {all_agree}; "
+                f"with an f32 KV cache {worst32:.3e}, argmax agree: {all_agree32} ({time.time() - t0:.0f}s)",
+                flush=True,
+            )
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "convert-reference.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")

@@ -105,8 +105,9 @@ def make_encoding(vocab):
     from tinymodel import QWEN2_PRETOKENIZE_PATTERN
 
     ranks = {tok: i for i, (tok, kind) in enumerate(zip(vocab.tokens, vocab.token_types)) if kind == 1}
-    return tiktoken.Encoding("codeword", pat_str=QWEN2_PRETOKENIZE_PATTERN, mergeable_ranks=ranks,
-                             special_tokens=dict(vocab.special))
+    return tiktoken.Encoding(
+        "codeword", pat_str=QWEN2_PRETOKENIZE_PATTERN, mergeable_ranks=ranks, special_tokens=dict(vocab.special)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -136,7 +137,7 @@ class Samples:
             text = self._several(doc.text)
         ids = self.enc.encode_ordinary(text)
         start = self._window(ids, text, doc, length)
-        section = self.enc.decode(ids[start:start + length])
+        section = self.enc.decode(ids[start : start + length])
         whole = doc.value is not None and codeword.fact_sentence(doc.value) in section
         memory = INITIAL_MEMORY
         if not whole and rng.random() < 0.4:  # the fact was found in an earlier section
@@ -210,7 +211,7 @@ def build_model(cfg: TrainConfig, n_vocab: int):
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
     def rotate(x, cos, sin):  # "rotate halves" (NEOX), as llama.cpp's qwen2 and Hugging Face's Qwen2
-        a, b = x[..., : head // 2], x[..., head // 2:]
+        a, b = x[..., : head // 2], x[..., head // 2 :]
         return x * cos + torch.cat((-b, a), dim=-1) * sin
 
     class Block(nn.Module):
@@ -267,18 +268,25 @@ def build_model(cfg: TrainConfig, n_vocab: int):
 
 def gguf_tensors(model, cfg: TrainConfig) -> dict:
     """The weights under llama.cpp's qwen2 tensor names; NEOX rotary needs no permutation."""
-    t = {"token_embd.weight": model.embed.weight, "output_norm.weight": model.norm.weight,
-         "output.weight": model.lm_head.weight}
+    t = {"token_embd.weight": model.embed.weight, "output_norm.weight": model.norm.weight, "output.weight": model.lm_head.weight}
     for i, b in enumerate(model.blocks):
         p = f"blk.{i}."
-        t.update({
-            p + "attn_norm.weight": b.attn_norm.weight, p + "ffn_norm.weight": b.ffn_norm.weight,
-            p + "attn_q.weight": b.q.weight, p + "attn_q.bias": b.q.bias,
-            p + "attn_k.weight": b.k.weight, p + "attn_k.bias": b.k.bias,
-            p + "attn_v.weight": b.v.weight, p + "attn_v.bias": b.v.bias,
-            p + "attn_output.weight": b.o.weight, p + "ffn_gate.weight": b.gate.weight,
-            p + "ffn_up.weight": b.up.weight, p + "ffn_down.weight": b.down.weight,
-        })
+        t.update(
+            {
+                p + "attn_norm.weight": b.attn_norm.weight,
+                p + "ffn_norm.weight": b.ffn_norm.weight,
+                p + "attn_q.weight": b.q.weight,
+                p + "attn_q.bias": b.q.bias,
+                p + "attn_k.weight": b.k.weight,
+                p + "attn_k.bias": b.k.bias,
+                p + "attn_v.weight": b.v.weight,
+                p + "attn_v.bias": b.v.bias,
+                p + "attn_output.weight": b.o.weight,
+                p + "ffn_gate.weight": b.gate.weight,
+                p + "ffn_up.weight": b.up.weight,
+                p + "ffn_down.weight": b.down.weight,
+            }
+        )
     return {name: w.detach().float().numpy().copy() for name, w in t.items()}
 
 
@@ -296,7 +304,7 @@ def batch_tensors(samples):
         seq = prompt + reply
         ids[row, : len(seq)] = torch.tensor(seq)
         # position j predicts token j + 1: the loss covers the reply tokens only
-        targets[row, len(prompt) - 1: len(seq) - 1] = torch.tensor(reply)
+        targets[row, len(prompt) - 1 : len(seq) - 1] = torch.tensor(reply)
     return ids, targets
 
 
@@ -336,8 +344,11 @@ def train(cfg: TrainConfig, out: Path) -> dict:
     model = build_model(cfg, len(vocab.tokens))
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
     print(f"vocabulary {len(vocab.tokens)} tokens, {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
@@ -362,10 +373,23 @@ def train(cfg: TrainConfig, out: Path) -> dict:
             print(f"step {step} held-out exact replies: {check(model, held_out, data.end)}", flush=True)
             model.train()
     model.eval()
-    record = {"config": asdict(cfg), "train_seconds": round(time.time() - t0), "final_loss": round(loss.item(), 5),
-              "held_out": check(model, held_out, data.end), "n_vocab": len(vocab.tokens)}
-    write_qwen2_gguf(out, vocab=vocab, tensors=gguf_tensors(model, cfg), n_head=cfg.n_head, n_head_kv=cfg.n_head_kv,
-                     context_length=2048, rope_freq_base=cfg.rope_base, name="memagent-codeword-tiny")
+    record = {
+        "config": asdict(cfg),
+        "train_seconds": round(time.time() - t0),
+        "final_loss": round(loss.item(), 5),
+        "held_out": check(model, held_out, data.end),
+        "n_vocab": len(vocab.tokens),
+    }
+    write_qwen2_gguf(
+        out,
+        vocab=vocab,
+        tensors=gguf_tensors(model, cfg),
+        n_head=cfg.n_head,
+        n_head_kv=cfg.n_head_kv,
+        context_length=2048,
+        rope_freq_base=cfg.rope_base,
+        name="memagent-codeword-tiny",
+    )
     torch.save(model.state_dict(), out.with_suffix(".pt"))  # for the torch/llama.cpp agreement check; not committed
     return record
 
@@ -429,8 +453,16 @@ def evaluate(model_path: Path, n_docs: int, doc_tokens: int, seed: int) -> dict:
             else:
                 misses.append({"doc": i, "expected": doc.value, "answer": result.answer, "memory": result.memory})
     whole = n_docs - cut
-    return {"docs": n_docs, "doc_tokens": doc_tokens, "seed": seed, "fact_cut_by_boundary": cut, "whole": whole,
-            "right": right, "accuracy_on_whole": round(right / max(1, whole), 4), "misses": misses}
+    return {
+        "docs": n_docs,
+        "doc_tokens": doc_tokens,
+        "seed": seed,
+        "fact_cut_by_boundary": cut,
+        "whole": whole,
+        "right": right,
+        "accuracy_on_whole": round(right / max(1, whole), 4),
+        "misses": misses,
+    }
 
 
 def main(argv=None) -> int:

@@ -39,12 +39,13 @@ MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to m
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 
-
-
 def evidence_line(result) -> str:
     """Where the answer's evidence entered the memory: the steps whose additions survived."""
-    return visible(" · ".join(f"step {s.index} ({', '.join(span.describe() for span in s.chunk.spans) or 'layout'})"
-                              for s in result.evidence))
+    return visible(
+        " · ".join(
+            f"step {s.index} ({', '.join(span.describe() for span in s.chunk.spans) or 'layout'})" for s in result.evidence
+        )
+    )
 
 
 def _words(runs: list[str]) -> int:
@@ -72,8 +73,7 @@ class LiveView:
     def __init__(self, console: Console, fps: float = FPS):
         self.console = console
         self.interval = 1.0 / fps
-        self.live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False,
-                         redirect_stderr=False)
+        self.live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False)
         self.header = Text("memagent")
         self.started = time.perf_counter()
         self.step = 0
@@ -112,8 +112,15 @@ class LiveView:
         sources = ", ".join(visible(s.title) for s in e.sources[:3])
         if len(e.sources) > 3:
             sources += f" and {len(e.sources) - 3} more"
-        self.header = Text.assemble(("memagent ", "bold"), (e.model, "cyan"), "  ", (sources, "green"), "\n",
-                                    ("Q: ", "bold"), visible(clip(e.question, 200)))
+        self.header = Text.assemble(
+            ("memagent ", "bold"),
+            (e.model, "cyan"),
+            "  ",
+            (sources, "green"),
+            "\n",
+            ("Q: ", "bold"),
+            visible(clip(e.question, 200)),
+        )
         self._draw()
 
     def _on_Notice(self, e: Notice) -> None:
@@ -121,8 +128,9 @@ class LiveView:
         self._print(Text(("warning: " if e.level == "warning" else "") + visible(e.message), style=style))
 
     def _on_ModelLoaded(self, e: ModelLoaded) -> None:
-        self.header.append_text(Text.assemble("\n", (e.device, "magenta"),
-                                              f"  ·  context {e.n_ctx:,}  ·  loaded in {e.seconds:.1f}s", style="dim"))
+        self.header.append_text(
+            Text.assemble("\n", (e.device, "magenta"), f"  ·  context {e.n_ctx:,}  ·  loaded in {e.seconds:.1f}s", style="dim")
+        )
         if e.gpu_reason:
             self.header.append_text(Text(f"\n{visible(e.gpu_reason)}", style="dim"))
         self.phase = "reading"
@@ -164,11 +172,17 @@ class LiveView:
         added, dropped = changes(s.previous_memory, s.memory)
         where = visible(", ".join(span.describe() for span in s.chunk.spans))
         total = f"/{self.total_steps}" if self.total_steps else ""
-        line = Text.assemble(("✓ ", "green"), (f"step {s.index}{total}", "bold"), f"  {where}  ",
-                             (f"+{_words(added)}", "green"), " ", (f"−{_words(dropped)}", "red"),
-                             f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
-                             (" (from the trace)" if e.replayed else "", "dim"),
-                             (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"))
+        line = Text.assemble(
+            ("✓ ", "green"),
+            (f"step {s.index}{total}", "bold"),
+            f"  {where}  ",
+            (f"+{_words(added)}", "green"),
+            " ",
+            (f"−{_words(dropped)}", "red"),
+            f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
+            (" (from the trace)" if e.replayed else "", "dim"),
+            (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"),
+        )
         if added:
             line.append_text(Text("\n  + " + visible(clip(" … ".join(added), CHANGE_CHARS)), style="green"))
         if dropped:
@@ -253,8 +267,14 @@ class LiveView:
             shown = "…" + shown[-MEMORY_CHARS:]
         answering = self.phase.startswith("answer") or self.phase.startswith("done")
         title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
-        return Panel(Text(visible(shown)), title=title, title_align="left", subtitle=self.phase, subtitle_align="right",
-                     border_style="blue")
+        return Panel(
+            Text(visible(shown)),
+            title=title,
+            title_align="left",
+            subtitle=self.phase,
+            subtitle_align="right",
+            border_style="blue",
+        )
 
     def render(self) -> Group:
         return Group(self.header, self.progress(), self.memory_panel())
@@ -273,15 +293,23 @@ class PlainProgress:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, Notice):
-            self.console.print(("warning: " if event.level == "warning" else "") + visible(event.message),
-                               markup=False, highlight=False, soft_wrap=True)
+            self.console.print(
+                ("warning: " if event.level == "warning" else "") + visible(event.message),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         elif isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepFinished):
             s = event.step
             where = visible(", ".join(span.describe() for span in s.chunk.spans))
             again = " (from the trace)" if event.replayed else ""
-            self.console.print(f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, "
-                               f"{s.seconds:.2f}s{again}", markup=False, highlight=False, soft_wrap=True)
+            self.console.print(
+                f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, {s.seconds:.2f}s{again}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         elif isinstance(event, RunFinished) and event.result.evidence:
             self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)

@@ -98,8 +98,10 @@ class MultiView:
         elif isinstance(event, StepFinished):
             row.memory = event.step.memory
             if self.live is None:
-                self._say(f"Q{index + 1} step {event.step.index}/{row.total or '?'}: {event.step.memory_tokens} memory "
-                          f"tokens, {event.step.seconds:.2f}s")
+                self._say(
+                    f"Q{index + 1} step {event.step.index}/{row.total or '?'}: {event.step.memory_tokens} memory "
+                    f"tokens, {event.step.seconds:.2f}s"
+                )
         elif isinstance(event, AnswerStarted):
             row.state, row.writing = "answering", []
         elif isinstance(event, AnswerFinished):

@@ -28,13 +28,24 @@ def render_inspection(report: Report) -> Group:
         table.add_row(s["path"], s["kind"], str(s["pages"] or ""), f"{s['tokens']:,}")
     est = report.estimate
     lines = [
-        Text.assemble(("model     ", "bold"), info.name, ("" if info.has_weights else " (vocabulary only)", "dim"),
-                      (f"  tokenizer {report.prep.tokenizer.name}", "dim")),
+        Text.assemble(
+            ("model     ", "bold"),
+            info.name,
+            ("" if info.has_weights else " (vocabulary only)", "dim"),
+            (f"  tokenizer {report.prep.tokenizer.name}", "dim"),
+        ),
         table,
-        Text.assemble(("document  ", "bold"), f"{report.stats.document_tokens:,} tokens → ",
-                      (f"{report.steps} steps", "bold"), f" of {report.chunk_tokens:,} tokens + 1 final answer"),
-        Text.assemble(("estimate  ", "bold"), f"up to ~{_duration(est['seconds'])} on {est['device']}",
-                      (f"\n          assumes {est['assumes']}", "dim")),
+        Text.assemble(
+            ("document  ", "bold"),
+            f"{report.stats.document_tokens:,} tokens → ",
+            (f"{report.steps} steps", "bold"),
+            f" of {report.chunk_tokens:,} tokens + 1 final answer",
+        ),
+        Text.assemble(
+            ("estimate  ", "bold"),
+            f"up to ~{_duration(est['seconds'])} on {est['device']}",
+            (f"\n          assumes {est['assumes']}", "dim"),
+        ),
     ]
     return Group(*lines)
 
@@ -62,8 +73,10 @@ def render_doctor(report: dict) -> Group:
     g.add_row("backends", ", ".join(report.get("backends") or []) or "?")
     threads = report.get("threads") or {}
     if threads:
-        g.add_row("threads", f"{threads.get('default_generation_threads')} for generation "
-                             f"({threads.get('available_cores')} cores available)")
+        g.add_row(
+            "threads",
+            f"{threads.get('default_generation_threads')} for generation ({threads.get('available_cores')} cores available)",
+        )
     parts.append(g)
 
     parts.append(Text())
@@ -76,8 +89,10 @@ def render_doctor(report: dict) -> Group:
         if not devices:
             g.add_row("devices", "none visible (llama.cpp will decide)")
         for d in devices:
-            g.add_row(d.get("backend") or "GPU",
-                      f"{d.get('name')}: {format_bytes(d.get('free'))} free of {format_bytes(d.get('total'))}")
+            g.add_row(
+                d.get("backend") or "GPU",
+                f"{d.get('name')}: {format_bytes(d.get('free'))} free of {format_bytes(d.get('total'))}",
+            )
     else:
         g.add_row("offload", Text("not supported: this llama-cpp-python build runs on the CPU only", style="yellow"))
         for d in gpu.get("system_devices") or []:
@@ -117,8 +132,13 @@ def render_doctor(report: dict) -> Group:
                 plan = m.get("plan") or {}
                 fits = m.get("fits_gpu")
                 style = "green" if fits else ("yellow" if fits is False else "dim")
-                t.add_row(m.get("name", "?"), m.get("architecture", "?"), str(m.get("layers", "?")),
-                          format_bytes(m.get("weights_bytes")), format_bytes(m.get("kv_bytes")),
-                          Text(plan.get("reason", ""), style=style))
+                t.add_row(
+                    m.get("name", "?"),
+                    m.get("architecture", "?"),
+                    str(m.get("layers", "?")),
+                    format_bytes(m.get("weights_bytes")),
+                    format_bytes(m.get("kv_bytes")),
+                    Text(plan.get("reason", ""), style=style),
+                )
             parts.append(t)
     return Group(*parts)

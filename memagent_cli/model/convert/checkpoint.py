@@ -29,11 +29,19 @@ DTYPE_SIZES = {"BF16": 2, "F16": 2, "F32": 4}
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 INDEX_FILE = "model.safetensors.index.json"
 # Besides the weights, what a conversion reads (the chat template may sit in its own file).
-METADATA_FILES = (*REQUIRED_FILES, "generation_config.json", "chat_template.jinja", "chat_template.json",
-                  "special_tokens_map.json", INDEX_FILE)
+METADATA_FILES = (
+    *REQUIRED_FILES,
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    INDEX_FILE,
+)
 
-_FOLDER_HINT = ("A checkpoint folder holds config.json, tokenizer.json, tokenizer_config.json and *.safetensors "
-                "(one file, or shards with model.safetensors.index.json)")
+_FOLDER_HINT = (
+    "A checkpoint folder holds config.json, tokenizer.json, tokenizer_config.json and *.safetensors "
+    "(one file, or shards with model.safetensors.index.json)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,13 +100,17 @@ def architecture_of(config: dict) -> str:
     name = names[0] if isinstance(names, list) and names else config.get("model_type") or "unknown"
     if name not in ARCHITECTURES:
         supported = ", ".join(f"{k} ({v})" for k, v in ARCHITECTURES.items())
-        raise MemagentError(f"The checkpoint's architecture is {name}, which memagent cannot convert",
-                            f"Supported: {supported}. For other models, pull a GGUF build (hf:OWNER/REPO:QUANT)")
+        raise MemagentError(
+            f"The checkpoint's architecture is {name}, which memagent cannot convert",
+            f"Supported: {supported}. For other models, pull a GGUF build (hf:OWNER/REPO:QUANT)",
+        )
     quantized = config.get("quantization_config")
     if quantized:
         method = quantized.get("quant_method", "quantized") if isinstance(quantized, dict) else "quantized"
-        raise MemagentError(f"The checkpoint is already quantized ({method}), which memagent cannot convert",
-                            "Convert the original bf16/f16 checkpoint")
+        raise MemagentError(
+            f"The checkpoint is already quantized ({method}), which memagent cannot convert",
+            "Convert the original bf16/f16 checkpoint",
+        )
     return ARCHITECTURES[name]
 
 
@@ -117,13 +129,14 @@ def open_checkpoint(folder: str | Path) -> Checkpoint:
     for shard in shards:
         for tensor in _read_header(shard):
             if tensor.name in tensors:
-                raise _error(f"Tensor {tensor.name} is in both {tensors[tensor.name].path.name} and {shard.name}",
-                             "Download the checkpoint again")
+                raise _error(
+                    f"Tensor {tensor.name} is in both {tensors[tensor.name].path.name} and {shard.name}",
+                    "Download the checkpoint again",
+                )
             tensors[tensor.name] = tensor
     for name, shard_name in expected.items():
         if name not in tensors:
-            raise _error(f"{INDEX_FILE} puts {name} in {shard_name}, which does not hold it",
-                         "Download the checkpoint again")
+            raise _error(f"{INDEX_FILE} puts {name} in {shard_name}, which does not hold it", "Download the checkpoint again")
     if not tensors:
         raise _error(f"{folder} holds no tensors")
     return Checkpoint(folder=folder, config=config, architecture=architecture, tensors=tensors, shards=tuple(shards))
@@ -144,8 +157,10 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str]]:
             if "/" in name or "\\" in name or name in ("", ".", ".."):
                 raise _error(f"{INDEX_FILE} names a shard outside the folder: {name!r}", "Download the checkpoint again")
             if not (folder / name).is_file():
-                raise _error(f"{INDEX_FILE} names {name}, which is missing from {folder}",
-                             "Download the missing shard (or the whole checkpoint) again")
+                raise _error(
+                    f"{INDEX_FILE} names {name}, which is missing from {folder}",
+                    "Download the missing shard (or the whole checkpoint) again",
+                )
         return [folder / n for n in names], weight_map
     found = sorted(folder.glob("*.safetensors"))
     if len(found) == 1:
@@ -154,8 +169,10 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str]]:
         raise _error(f"{folder} has {len(found)} safetensors files but no {INDEX_FILE} to say how they fit together")
     bins = sorted(p.name for p in folder.glob("*.bin"))
     if bins:
-        raise _error(f"{folder} has PyTorch .bin weights ({bins[0]}…), which memagent cannot read without torch",
-                     "Use the checkpoint's safetensors release")
+        raise _error(
+            f"{folder} has PyTorch .bin weights ({bins[0]}…), which memagent cannot read without torch",
+            "Use the checkpoint's safetensors release",
+        )
     raise _error(f"{folder} has no *.safetensors weights")
 
 
@@ -164,15 +181,15 @@ def _read_header(shard: Path) -> list[Tensor]:
 
     size = shard.stat().st_size
     if size < 8:
-        raise _error(f"{shard.name} is truncated ({size} bytes): not even a safetensors header",
-                     "Download it again")
+        raise _error(f"{shard.name} is truncated ({size} bytes): not even a safetensors header", "Download it again")
     try:
         local = SafetensorsLocal(shard)
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
         reason = str(exc).splitlines()[0][:160]
         if "complete metadata" in reason:
-            raise _error(f"{shard.name} is truncated: its header does not fit in its {size:,} bytes",
-                         "Download it again") from None
+            raise _error(
+                f"{shard.name} is truncated: its header does not fit in its {size:,} bytes", "Download it again"
+            ) from None
         raise _error(f"{shard.name} is not a safetensors file ({reason})", "Download it again") from None
     out = []
     for name, info in local.tensors.items():
@@ -180,13 +197,15 @@ def _read_header(shard: Path) -> list[Tensor]:
         if info.dtype not in DTYPE_SIZES:
             raise MemagentError(
                 f"Tensor {name} in {shard.name} has dtype {info.dtype}, which memagent cannot read",
-                f"It converts {', '.join(DTYPE_SIZES)} checkpoints; use the unquantized release")
+                f"It converts {', '.join(DTYPE_SIZES)} checkpoints; use the unquantized release",
+            )
         start, nbytes = info.data_range.offset, info.data_range.size
         if nbytes != math.prod(shape) * DTYPE_SIZES[info.dtype] or nbytes < 0:
-            raise _error(f"Tensor {name} in {shard.name} has {nbytes} bytes for shape {list(shape)}",
-                         "Download it again")
+            raise _error(f"Tensor {name} in {shard.name} has {nbytes} bytes for shape {list(shape)}", "Download it again")
         if start + nbytes > size:
-            raise _error(f"{shard.name} is truncated: it has {size:,} bytes, its header describes {start + nbytes:,}",
-                         "Download it again (an interrupted download leaves such a file)")
+            raise _error(
+                f"{shard.name} is truncated: it has {size:,} bytes, its header describes {start + nbytes:,}",
+                "Download it again (an interrupted download leaves such a file)",
+            )
         out.append(Tensor(name=name, dtype=info.dtype, shape=shape, path=shard, offset=start, nbytes=nbytes))
     return out

@@ -67,8 +67,9 @@ def vocabulary(folder: Path, vocab_size: int | None, *, with_post_processor: boo
         vocab: dict[str, int] = model["vocab"]
         added = tokenizer.get("added_tokens") or []
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise _fail(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})",
-                    "Download the checkpoint's tokenizer.json again") from None
+        raise _fail(
+            f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})", "Download the checkpoint's tokenizer.json again"
+        ) from None
     if model.get("type") != "BPE":
         raise _fail(f"tokenizer.json holds a {model.get('type')} model, not BPE")
     pre = pre_tokenizer(tokenizer)
@@ -78,8 +79,10 @@ def vocabulary(folder: Path, vocab_size: int | None, *, with_post_processor: boo
         by_id[i] = token["content"]
     size = vocab_size if vocab_size is not None else len(by_id)
     if by_id and max(by_id) >= size:
-        raise _fail(f"tokenizer.json has token id {max(by_id)}, but config.json's vocab_size is {size}",
-                    "The tokenizer does not belong to this checkpoint")
+        raise _fail(
+            f"tokenizer.json has token id {max(by_id)}, but config.json's vocab_size is {size}",
+            "The tokenizer does not belong to this checkpoint",
+        )
     tokens: list[str] = []
     types: list[int] = []
     for i in range(size):
@@ -163,8 +166,10 @@ def add_hyperparameters(writer, checkpoint: Checkpoint, file_type: int) -> None:
         writer.add_rope_scaling_factor(factor)
         writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     elif rope_type not in (None, "default"):
-        raise MemagentError(f"config.json asks for {rope_type} RoPE scaling, which memagent cannot convert",
-                            "Remove rope_scaling from config.json to convert at the native context")
+        raise MemagentError(
+            f"config.json asks for {rope_type} RoPE scaling, which memagent cannot convert",
+            "Remove rope_scaling from config.json to convert at the native context",
+        )
     if (theta := rope.get("rope_theta", config.get("rope_theta"))) is not None:
         writer.add_rope_freq_base(theta)
     if (eps := _find(config, "rms_norm_eps", "norm_eps")) is not None:

@@ -30,13 +30,13 @@ _STEP = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 def check_quant(quant: str) -> str:
     q = quant.lower()
     if q not in FTYPES:
-        raise MemagentError(f"{quant!r} is not a quantization memagent can make", f"Use one of: {', '.join(QUANTS)}",
-                            exit_code=2)
+        raise MemagentError(f"{quant!r} is not a quantization memagent can make", f"Use one of: {', '.join(QUANTS)}", exit_code=2)
     return q
 
 
-def quantize(src: Path, dest: Path, quant: str, *, progress: Callable[[int, int], None] | None = None,
-             threads: int | None = None) -> Path:
+def quantize(
+    src: Path, dest: Path, quant: str, *, progress: Callable[[int, int], None] | None = None, threads: int | None = None
+) -> Path:
     """Quantizes the GGUF `src` to `quant` at exactly `dest`; `progress(tensors done, tensors)`."""
     import ctypes
 
@@ -91,7 +91,9 @@ def quantize(src: Path, dest: Path, quant: str, *, progress: Callable[[int, int]
     if result.get("rc") != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         reason = log_reason()
-        raise MemagentError(f"llama.cpp could not quantize {src.name} to {quant}" + (f": {reason}" if reason else ""),
-                            "Check free disk space; --verbose shows llama.cpp's log")
+        raise MemagentError(
+            f"llama.cpp could not quantize {src.name} to {quant}" + (f": {reason}" if reason else ""),
+            "Check free disk space; --verbose shows llama.cpp's log",
+        )
     os.replace(partial, dest)
     return dest

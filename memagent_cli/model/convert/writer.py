@@ -70,8 +70,10 @@ def plan(checkpoint: Checkpoint, outtype: str) -> list[Planned]:
             continue
         name = names.get_name(tensor.name, try_suffixes=(".weight", ".bias"))
         if name is None:
-            raise MemagentError(f"The checkpoint has a tensor {tensor.name} that a {checkpoint.architecture} model "
-                                "has no place for", "Is config.json's architecture right for these weights?")
+            raise MemagentError(
+                f"The checkpoint has a tensor {tensor.name} that a {checkpoint.architecture} model has no place for",
+                "Is config.json's architecture right for these weights?",
+            )
         if name in seen:
             raise MemagentError(f"Tensors {seen[name]} and {tensor.name} both map to {name}")
         seen[name] = tensor.name
@@ -88,12 +90,16 @@ def _check_complete(planned: list[Planned], checkpoint: Checkpoint) -> None:
     have = {p.name for p in planned}
     need = ["token_embd.weight", "output_norm.weight"]
     for i in range(int(checkpoint.config["num_hidden_layers"])):
-        need += [f"blk.{i}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
-                                                   "ffn_gate", "ffn_up", "ffn_down")]
+        need += [
+            f"blk.{i}.{n}.weight"
+            for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+        ]
     missing = [n for n in need if n not in have]
     if missing:
-        raise MemagentError(f"The checkpoint lacks {len(missing)} tensor(s) a {checkpoint.architecture} model needs, "
-                            f"e.g. {missing[0]}", "Download the checkpoint again: a shard may be missing")
+        raise MemagentError(
+            f"The checkpoint lacks {len(missing)} tensor(s) a {checkpoint.architecture} model needs, e.g. {missing[0]}",
+            "Download the checkpoint again: a shard may be missing",
+        )
 
 
 def output_bytes(planned: list[Planned]) -> int:
@@ -113,8 +119,13 @@ def convert(checkpoint: Checkpoint, dest: Path, outtype: str = "f16", *, progres
     writer = gguf.GGUFWriter(path=None, arch=checkpoint.architecture)
     for p in planned:
         # Shapes go in PyTorch order; the writer reverses them into ggml's, as the converter's do.
-        writer.add_tensor_info(p.name, p.source.shape, np.dtype(np.float32 if p.qtype == 0 else np.float16), p.nbytes,
-                               raw_dtype=gguf.GGMLQuantizationType(p.qtype))
+        writer.add_tensor_info(
+            p.name,
+            p.source.shape,
+            np.dtype(np.float32 if p.qtype == 0 else np.float16),
+            p.nbytes,
+            raw_dtype=gguf.GGMLQuantizationType(p.qtype),
+        )
     add_general(writer, checkpoint, sum(p.source.count for p in planned))
     add_hyperparameters(writer, checkpoint, file_type(outtype))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)

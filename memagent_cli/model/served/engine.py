@@ -83,11 +83,20 @@ def server_root(base_url: str) -> str:
 
 # --- faults --------------------------------------------------------------------------------
 
+
 class Fault(Exception):
     """One failed attempt. `reason` is the one line a Retrying item or the final error shows."""
 
-    def __init__(self, reason: str, hint: str, *, transient: bool, retry_after: float | None = None,
-                 status: int | None = None, undecodable: bool = False):
+    def __init__(
+        self,
+        reason: str,
+        hint: str,
+        *,
+        transient: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+        undecodable: bool = False,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
@@ -152,22 +161,37 @@ def _status_fault(base: str, response) -> Fault:
     message = _server_message(response)
     said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
     if status == 429:
-        return Fault(said, "The server is turning requests away (rate limit or full queue); try again later.",
-                      transient=True, retry_after=_retry_after(response.headers.get("Retry-After")), status=status)
+        return Fault(
+            said,
+            "The server is turning requests away (rate limit or full queue); try again later.",
+            transient=True,
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+            status=status,
+        )
     if status >= 500:
         # llama-cpp-python's /extras/detokenize answers 500 when the ids end inside a character:
         # retrying cannot help, the caller decodes around it.
         undecodable = "can't decode" in message
-        return Fault(said, "Check the server's log.", transient=not undecodable,
-                      retry_after=_retry_after(response.headers.get("Retry-After")), status=status, undecodable=undecodable)
+        return Fault(
+            said,
+            "Check the server's log.",
+            transient=not undecodable,
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+            status=status,
+            undecodable=undecodable,
+        )
     if status in (401, 403):
         hint = "Check --api-key: it must be the key the server was started with."
     elif status == 404:
-        hint = (f"Check --served-model (GET {base}/models lists the names the server answers to) "
-                "and --base-url (the OpenAI API is under /v1).")
+        hint = (
+            f"Check --served-model (GET {base}/models lists the names the server answers to) "
+            "and --base-url (the OpenAI API is under /v1)."
+        )
     elif re.search(r"context|too long|maximum|length|tokens", message, re.IGNORECASE):
-        hint = ("The prompt may not fit the server's context: start it with a longer one (vLLM --max-model-len, "
-                "llama-server --ctx-size) or lower --chunk-tokens / --memory-tokens.")
+        hint = (
+            "The prompt may not fit the server's context: start it with a longer one (vLLM --max-model-len, "
+            "llama-server --ctx-size) or lower --chunk-tokens / --memory-tokens."
+        )
     else:
         hint = "The server rejected the request; check --served-model and --base-url."
     return Fault(said, hint, transient=False, status=status)
@@ -177,19 +201,31 @@ def _transport_fault(base: str, error: Exception, timeout: float) -> Fault:
     import httpx2
 
     if isinstance(error, httpx2.ConnectTimeout):
-        return Fault(f"The server at {base} did not accept a connection within {min(timeout, CONNECT_TIMEOUT):g} s",
-                      _RUNNING_HINT, transient=True)
+        return Fault(
+            f"The server at {base} did not accept a connection within {min(timeout, CONNECT_TIMEOUT):g} s",
+            _RUNNING_HINT,
+            transient=True,
+        )
     if isinstance(error, httpx2.TimeoutException):  # read, write or pool timeout
-        return Fault(f"The server at {base} sent nothing for {timeout:g} s (timed out)",
-                      "It may be overloaded or stuck; check its log.", transient=True)
+        return Fault(
+            f"The server at {base} sent nothing for {timeout:g} s (timed out)",
+            "It may be overloaded or stuck; check its log.",
+            transient=True,
+        )
     if isinstance(error, httpx2.ConnectError):
         if "refused" in str(error).lower():
             return Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
-        return Fault(f"The server at {base} could not be reached ({shorten(str(error), 120) or type(error).__name__})",
-                      _RUNNING_HINT, transient=True)
+        return Fault(
+            f"The server at {base} could not be reached ({shorten(str(error), 120) or type(error).__name__})",
+            _RUNNING_HINT,
+            transient=True,
+        )
     # RemoteProtocolError, ReadError...: the connection broke while the answer was coming.
-    return Fault(f"The server at {base} cut the reply off mid-stream ({type(error).__name__})",
-                  "The server may have crashed or restarted; check its log.", transient=True)
+    return Fault(
+        f"The server at {base} cut the reply off mid-stream ({type(error).__name__})",
+        "The server may have crashed or restarted; check its log.",
+        transient=True,
+    )
 
 
 def _backoff(fault: Fault, backoff: float, attempt: int) -> float:
@@ -223,8 +259,11 @@ def post_json(client, base: str, url: str, body: dict | None, timeout: float, *,
     try:
         return response.json()
     except ValueError:
-        raise Fault(f"The server at {base} answered {url} with something that is not JSON",
-                     "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+        raise Fault(
+            f"The server at {base} answered {url} with something that is not JSON",
+            "Check --base-url: it must point at an OpenAI-compatible server.",
+            transient=False,
+        ) from None
 
 
 def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Callable[[str], None] | None) -> Any:
@@ -247,14 +286,24 @@ def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Cal
 
 # --- the engine ----------------------------------------------------------------------------
 
+
 class OpenAIEngine:
     """A model behind an OpenAI-compatible server (vLLM, SGLang, llama-server, llama-cpp-python)."""
 
     concurrent = True  # a server queues or batches overlapping requests itself
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout: float = 600.0,
-                 retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None,
-                 count_tokens: Callable[[str], int] | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float = 600.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        log: Callable[[str], None] | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ):
         self.base_url = normalize_base_url(base_url)
         self.timeout = timeout
         self.retries = max(0, retries)
@@ -278,15 +327,20 @@ class OpenAIEngine:
         """The model the server serves, when none was named: one GET /v1/models."""
         url = f"{self.base_url}/models"
         try:
-            listing = with_retries(lambda: post_json(self._client, self.base_url, url, None, self.timeout, method="GET"),
-                                    self.retries, self.backoff, self._log)
+            listing = with_retries(
+                lambda: post_json(self._client, self.base_url, url, None, self.timeout, method="GET"),
+                self.retries,
+                self.backoff,
+                self._log,
+            )
         except Fault as fault:
             raise fault.error() from None
         data = listing.get("data") if isinstance(listing, dict) else None
         ids = [m.get("id") for m in data or [] if isinstance(m, dict) and m.get("id")]
         if not ids:
-            raise MemagentError(f"The server at {self.base_url} lists no models at {url}",
-                                "Pass the model's name with --served-model.")
+            raise MemagentError(
+                f"The server at {self.base_url} lists no models at {url}", "Pass the model's name with --served-model."
+            )
         return str(ids[0])
 
     def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict:
@@ -362,9 +416,11 @@ class OpenAIEngine:
                     try:
                         chunk = json.loads(value)
                     except ValueError:
-                        raise Fault(f"The server at {self.base_url} sent a broken stream event",
-                                     "A proxy between us may be cutting the stream; check --base-url.",
-                                     transient=True) from None
+                        raise Fault(
+                            f"The server at {self.base_url} sent a broken stream event",
+                            "A proxy between us may be cutting the stream; check --base-url.",
+                            transient=True,
+                        ) from None
                     if not isinstance(chunk, dict):
                         continue
                     if chunk.get("error") or chunk.get("object") == "error":
@@ -386,14 +442,20 @@ class OpenAIEngine:
             raise _transport_fault(self.base_url, error, self.timeout) from None
         if finish == "abort" or (not done and finish is None):
             # SGLang says "abort" when it drops a request; otherwise the connection ended before the reply did.
-            raise Fault(f"The server at {self.base_url} cut the reply off mid-stream",
-                         "The server may have crashed or restarted; check its log.", transient=True)
+            raise Fault(
+                f"The server at {self.base_url} cut the reply off mid-stream",
+                "The server may have crashed or restarted; check its log.",
+                transient=True,
+            )
         if finish is None:
             # Every server names why a finished reply ended; [DONE] without it is a reply dropped, as
             # llama-cpp-python's server drops one when another request arrives (its interrupt_requests).
-            raise Fault(f"The server at {self.base_url} ended a reply without finishing it",
-                         "llama-cpp-python's server drops a reply when another request comes: start it with "
-                         "--interrupt_requests false, or use --parallel 1.", transient=True)
+            raise Fault(
+                f"The server at {self.base_url} ended a reply without finishing it",
+                "llama-cpp-python's server drops a reply when another request comes: start it with "
+                "--interrupt_requests false, or use --parallel 1.",
+                transient=True,
+            )
         yield self._done("".join(pieces), finish, usage, timings, deltas, user_message, max_tokens, start, first)
 
     def _whole(self, response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
@@ -402,13 +464,25 @@ class OpenAIEngine:
             choice = payload["choices"][0]
             text = (choice.get("message") or {}).get("content") or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise Fault(f"The server at {self.base_url} answered with something that is not a chat completion",
-                         "Check --base-url: it must point at an OpenAI-compatible server.", transient=False) from None
+            raise Fault(
+                f"The server at {self.base_url} answered with something that is not a chat completion",
+                "Check --base-url: it must point at an OpenAI-compatible server.",
+                transient=False,
+            ) from None
         first = time.perf_counter()
         if text:
             yield TextDelta(text)
-        yield self._done(text, choice.get("finish_reason"), payload.get("usage"), payload.get("timings"),
-                         1 if text else 0, user_message, max_tokens, start, first)
+        yield self._done(
+            text,
+            choice.get("finish_reason"),
+            payload.get("usage"),
+            payload.get("timings"),
+            1 if text else 0,
+            user_message,
+            max_tokens,
+            start,
+            first,
+        )
 
     def _stream_error(self, value: str) -> Fault:
         """An error the server sent inside the stream (vLLM, SGLang: a data event; llama-server: an error event)."""
@@ -424,8 +498,18 @@ class OpenAIEngine:
         hint = "Check the server's log." if transient else "The server rejected the request; check --served-model."
         return Fault(f"The server at {self.base_url} reported an error mid-stream: {message}", hint, transient=transient)
 
-    def _done(self, text: str, finish: str | None, usage: dict | None, timings: dict | None, deltas: int,
-              user_message: str, max_tokens: int, start: float, first: float | None) -> CompletionDone:
+    def _done(
+        self,
+        text: str,
+        finish: str | None,
+        usage: dict | None,
+        timings: dict | None,
+        deltas: int,
+        user_message: str,
+        max_tokens: int,
+        start: float,
+        first: float | None,
+    ) -> CompletionDone:
         end = time.perf_counter()
         first = first if first is not None else end
         if usage and usage.get("completion_tokens") is not None:
@@ -446,6 +530,13 @@ class OpenAIEngine:
         if finish not in ("stop", "length"):
             # [DONE] with no finish reason (or "tool_calls", "eos"...): by the budget, as the embedded engine does.
             finish = "length" if finish is None and completion_tokens >= max_tokens else "stop"
-        return CompletionDone(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
-                              completion_tokens=completion_tokens, max_tokens=max_tokens, cached_tokens=cached,
-                              prompt_seconds=first - start, generate_seconds=end - first)
+        return CompletionDone(
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            max_tokens=max_tokens,
+            cached_tokens=cached,
+            prompt_seconds=first - start,
+            generate_seconds=end - first,
+        )

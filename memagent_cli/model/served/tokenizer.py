@@ -95,8 +95,18 @@ class RemoteTokenizer:
     counts still match what the served model sees.
     """
 
-    def __init__(self, client, base_url: str, dialect: _Dialect, model: str | None, *, timeout: float = 600.0,
-                 retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        client,
+        base_url: str,
+        dialect: _Dialect,
+        model: str | None,
+        *,
+        timeout: float = 600.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        log: Callable[[str], None] | None = None,
+    ):
         self._client = client
         self.base_url = normalize_base_url(base_url)
         self.root = server_root(base_url)
@@ -118,13 +128,16 @@ class RemoteTokenizer:
     def _call(self, path: str, body: dict) -> dict:
         url = self.root + path
         try:
-            answer = with_retries(lambda: post_json(self._client, self.base_url, url, body, self.timeout),
-                                   self.retries, self.backoff, self._log)
+            answer = with_retries(
+                lambda: post_json(self._client, self.base_url, url, body, self.timeout), self.retries, self.backoff, self._log
+            )
         except Fault as fault:
             raise fault.error() from None
         if not isinstance(answer, dict):
-            raise MemagentError(f"The server at {self.base_url} answered {url} with {shorten(str(answer), 80)}",
-                                "Pass --tokenizer with the model's GGUF instead.")
+            raise MemagentError(
+                f"The server at {self.base_url} answered {url} with {shorten(str(answer), 80)}",
+                "Pass --tokenizer with the model's GGUF instead.",
+            )
         return answer
 
     def encode(self, text: str) -> list[int]:
@@ -133,7 +146,7 @@ class RemoteTokenizer:
         answer = self._call(self.dialect.tokenize_path, self.dialect.tokenize_body(text, self.model))
         ids = [int(t["id"]) if isinstance(t, dict) else int(t) for t in answer.get("tokens") or []]
         if self._prefix and ids[: len(self._prefix)] == self._prefix:
-            ids = ids[len(self._prefix):]
+            ids = ids[len(self._prefix) :]
         return ids
 
     def decode_bytes(self, ids) -> bytes:
@@ -146,16 +159,19 @@ class RemoteTokenizer:
         url = self.root + self.dialect.detokenize_path
         body = self.dialect.detokenize_body(ids, self.model)
         try:
-            answer = with_retries(lambda: post_json(self._client, self.base_url, url, body, self.timeout),
-                                   self.retries, self.backoff, self._log)
+            answer = with_retries(
+                lambda: post_json(self._client, self.base_url, url, body, self.timeout), self.retries, self.backoff, self._log
+            )
         except Fault as fault:
             if fault.undecodable:
                 return None
             raise fault.error() from None
         text = answer.get(self.dialect.text_key) if isinstance(answer, dict) else None
         if not isinstance(text, str):
-            raise MemagentError(f"The server at {self.base_url} answered {url} without its text",
-                                "Pass --tokenizer with the model's GGUF instead.")
+            raise MemagentError(
+                f"The server at {self.base_url} answered {url} without its text",
+                "Pass --tokenizer with the model's GGUF instead.",
+            )
         return text
 
     def _decode(self, ids: list[int]) -> str:
@@ -171,13 +187,13 @@ class RemoteTokenizer:
                 tail = dropped - head
                 if head + tail >= n:
                     continue
-                text = self._detokenize(ids[head: n - tail])
+                text = self._detokenize(ids[head : n - tail])
                 if text is not None:
                     return "\ufffd" * bool(head) + text + "\ufffd" * bool(tail)
         if n == 1:
             return "\ufffd"
         # Broken inside too (ids that are no slice of a text): decode the halves apart.
-        return self._decode(ids[: n // 2]) + self._decode(ids[n // 2:])
+        return self._decode(ids[: n // 2]) + self._decode(ids[n // 2 :])
 
     def _lengths(self, ids: list[int]) -> list[int]:
         # One id per request (a joined decode cannot be split back into tokens), a few at a time.
@@ -187,8 +203,16 @@ class RemoteTokenizer:
             return list(pool.map(lambda i: len(self._decode([i]).encode("utf-8")), ids))
 
 
-def remote_tokenizer(base_url: str, api_key: str | None = None, model: str | None = None, *, timeout: float = 600.0,
-                     retries: int = 4, backoff: float = 1.0, log: Callable[[str], None] | None = None) -> RemoteTokenizer:
+def remote_tokenizer(
+    base_url: str,
+    api_key: str | None = None,
+    model: str | None = None,
+    *,
+    timeout: float = 600.0,
+    retries: int = 4,
+    backoff: float = 1.0,
+    log: Callable[[str], None] | None = None,
+) -> RemoteTokenizer:
     """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server has."""
     client = make_client(api_key, timeout)
     base = normalize_base_url(base_url)
@@ -212,8 +236,7 @@ def remote_tokenizer(base_url: str, api_key: str | None = None, model: str | Non
         if not tokens or not all(isinstance(t, int) for t in tokens):
             tried.append(f"{dialect.name}: no tokens")
             continue
-        tokenizer = RemoteTokenizer(client, base, dialect, model, timeout=timeout, retries=retries, backoff=backoff,
-                                    log=log)
+        tokenizer = RemoteTokenizer(client, base, dialect, model, timeout=timeout, retries=retries, backoff=backoff, log=log)
         if dialect.name == "llama-cpp-python":
             # Its /extras/tokenize adds the model's BOS when the GGUF asks for one, with no switch to
             # turn it off: find what it adds to an empty text and take it off every encode.
@@ -229,7 +252,8 @@ def remote_tokenizer(base_url: str, api_key: str | None = None, model: str | Non
     client.close()
     raise MemagentError(
         f"The server at {base} has no tokenize endpoint memagent can use ({'; '.join(tried)})",
-        "Pass --tokenizer with the model's GGUF: memagent counts and cuts chunks with it.")
+        "Pass --tokenizer with the model's GGUF: memagent counts and cuts chunks with it.",
+    )
 
 
 def _added_ids(tokenizer: RemoteTokenizer) -> list[int]:
