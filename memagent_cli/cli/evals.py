@@ -112,7 +112,7 @@ def run(
     from ..core.config import AgentConfig
     from ..core.events import RunFailed
     from ..core.pipeline import EngineOptions
-    from ..evals.evaluation import done_ids, evaluate_events, summary
+    from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
     from .textout import json_text
 
     err = stderr_console()
@@ -146,12 +146,12 @@ def run(
                 for item, event in evaluate_events(
                     data, model=model_spec, config=config, engine=options, parallel=parallel, skip=set(previous), limit=limit
                 ):
-                    if isinstance(event, dict):
-                        rows.append(event)
+                    if isinstance(event, ItemScored):
+                        rows.append(event.row)
                         if sink is not None:
-                            sink.write(json_text(event, indent=None) + "\n")
+                            sink.write(json_text(event.row, indent=None) + "\n")
                             sink.flush()
-                        progress.done(event, summary(rows))
+                        progress.done(event.row, summary(rows))
                     elif isinstance(event, RunFailed):
                         if not isinstance(event.error, MemagentError):
                             raise event.error

@@ -21,7 +21,7 @@ from typing import Iterator
 from ..core.agent import check_question, run_loop
 from ..core.chunking import IngestStats, iter_chunks, layout
 from ..core.config import AgentConfig
-from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, StepFinished
+from ..core.events import AnswerFinished, Event, RunFailed, StepFinished
 from ..core.pipeline import EngineOptions, open_engine, prepare_model
 from ..core.scheduler import FairGate, GatedEngine, RunError, run_all
 from ..errors import EXIT_USAGE, MemagentError
@@ -123,6 +123,14 @@ def summary(rows: list[dict]) -> dict:
     return {"n": n, "sub_em": pct("sub_em"), "em": pct("em"), "f1": pct("f1")}
 
 
+@dataclass(frozen=True)
+class ItemScored:
+    """An item's run is over and scored: `row` is what `--out` stores (id, question, answers,
+    prediction, found, raw, sub_em, em, f1, steps, document_tokens, seconds)."""
+
+    row: dict
+
+
 def evaluate_events(
     data: Path,
     *,
@@ -132,8 +140,8 @@ def evaluate_events(
     parallel: int,
     skip: set[str],
     limit: int | None = None,
-) -> Iterator[tuple[Item, Event | dict]]:
-    """Runs every item not in `skip`; yields (item, event) while it runs and (item, result row)
+) -> Iterator[tuple[Item, Event | ItemScored]]:
+    """Runs every item not in `skip`; yields (item, event) while it runs and (item, ItemScored)
     when it is scored. A failed item yields RunFailed and is left for the next run."""
     prep = prepare_model(model, engine)
     stop = threading.Event()
@@ -162,7 +170,7 @@ def evaluate_events(
         gated = GatedEngine(llm, FairGate(parallel if llm.concurrent else 1), stop)
 
         def job(item: Item):
-            def run() -> Iterator[Event]:
+            def run() -> Iterator[Event | ItemScored]:
                 started = time.perf_counter()
                 question = check_question(item.question, prep.tokenizer, config)
                 chunks, stats = _text_chunks(item, prep.tokenizer, config.chunk_tokens)
@@ -174,11 +182,11 @@ def evaluate_events(
                         answer = event
                     yield event
                 scores = score(answer.answer if answer.found else "", item.answers)
-                yield RunFinished(
+                yield ItemScored(
                     {
                         "id": item.id,
                         "question": item.question,
-                        "answers": item.answers,  # type: ignore[arg-type]
+                        "answers": item.answers,
                         "prediction": answer.answer if answer.found else "",
                         "found": answer.found,
                         "raw": answer.raw,
@@ -202,9 +210,9 @@ def evaluate_events(
             if isinstance(event, RunError):
                 del running[index]
                 yield item, RunFailed(event.error)
-            elif isinstance(event, RunFinished):
+            elif isinstance(event, ItemScored):
                 del running[index]
-                yield item, event.result  # the scored row
+                yield item, event
             else:
                 yield item, event
     finally:
