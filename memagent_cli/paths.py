@@ -4,7 +4,11 @@ directories) is named here, so no layer has to ask another where its files are."
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 import platformdirs
 
@@ -29,3 +33,18 @@ def config_file() -> Path:
     if home:
         return Path(home).expanduser() / "config.toml"
     return Path(platformdirs.user_config_dir("memagent")) / "config.toml"
+
+
+@contextmanager
+def atomic_write(path: Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
+    """A temporary file beside `path` that replaces it only when the block completes: a crash or an
+    error leaves the old file (or none), never half of one. The folder must exist."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **open_args) as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

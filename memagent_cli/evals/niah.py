@@ -27,10 +27,10 @@ import json
 import math
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import paths
 from ..errors import EXIT_USAGE, MemagentError
 
 # RULER's noise haystack, verbatim; a document is this line repeated.
@@ -193,22 +193,17 @@ def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Calla
 def write_items(items: Iterable[dict], path: str | os.PathLike) -> None:
     """Writes items as JSONL (UTF-8, one object per line), replacing `path` only once all is written."""
     path = Path(path)
-    # A temporary file beside the target, then os.replace: an interrupted run leaves the old
-    # file (or none), never half a file that a later eval would read as a short benchmark.
+    # Written whole or not at all: an interrupted run leaves the old file (or none), never half a
+    # file that a later eval would read as a short benchmark.
+    opened = False
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise MemagentError(f"cannot write {path}: {e.strerror}", "Check that its folder exists and is writable.") from e
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with paths.atomic_write(path, encoding="utf-8", newline="\n") as f:
+            opened = True
             for item in items:
                 f.write(json.dumps(item, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise MemagentError(f"cannot write {path}: {e.strerror}", "Check the disk and the permissions.") from e
-        raise
+    except OSError as e:
+        hint = "Check the disk and the permissions." if opened else "Check that its folder exists and is writable."
+        raise MemagentError(f"cannot write {path}: {e.strerror}", hint) from e
 
 
 def _check_room(tokens: int, needles: int, need: int) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.gpu import format_bytes
 
 # Room left over after a download: a disk filled to the last byte breaks everything else on it.
 DISK_MARGIN = 64 * 1024 * 1024
@@ -321,7 +322,7 @@ def download(
     if file.size is not None and got != file.size:
         # The server ended the body early without an error: keep the bytes, the next pull resumes.
         raise MemagentError(
-            f"Download of {file.filename} stopped at {_size(got)} of {_size(file.size)}",
+            f"Download of {file.filename} stopped at {format_bytes(got)} of {format_bytes(file.size)}",
             hint="Run the same command again: it resumes where it stopped",
         )
     if file.sha256 is None and file.blob_id is not None and _git_blob_id(partial) != file.blob_id.lower():
@@ -393,9 +394,9 @@ def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
                 raise  # a local write error (disk full...) is not an interrupted download
             out.flush()
             done = have + received
-            of = f" of {_size(file.size)}" if file.size is not None else ""
+            of = f" of {format_bytes(file.size)}" if file.size is not None else ""
             raise MemagentError(
-                f"Download of {file.filename} was interrupted at {_size(done)}{of}",
+                f"Download of {file.filename} was interrupted at {format_bytes(done)}{of}",
                 hint="Run the same command again: it resumes where it stopped",
             ) from error
     return digest
@@ -448,8 +449,8 @@ def _check_disk_space(folder: Path, file: HubFile, have: int) -> None:
     free = shutil.disk_usage(folder).free
     if free < need:
         raise MemagentError(
-            f"Not enough disk space for {file.filename}: it needs {_size(need)} (with a {_size(DISK_MARGIN)} margin),"
-            f" {_size(free)} is free in {folder}",
+            f"Not enough disk space for {file.filename}: it needs {format_bytes(need)} "
+            f"(with a {format_bytes(DISK_MARGIN)} margin), {format_bytes(free)} is free in {folder}",
             hint="Free some space, or pull into a folder on another disk",
         )
 
@@ -485,11 +486,3 @@ def _require_https(url: str) -> None:
         f"Refusing to download over {parts.scheme or 'an unknown scheme'}: {parts.scheme}://{parts.netloc}",
         hint="Set HF_ENDPOINT to an https:// address (downloads only go over HTTPS)",
     )
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,10 +44,8 @@ def load() -> dict[str, dict]:
 def _save(entries: dict[str, dict]) -> None:
     path = _registry_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename: a crash never leaves a half-written registry.
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as fh:
+    with paths.atomic_write(path, encoding="utf-8") as fh:
         json.dump(entries, fh, indent=2, sort_keys=True)
-    os.replace(fh.name, path)
 
 
 def describe(info: GGUFInfo) -> dict:

@@ -7,9 +7,7 @@ is an error now rather than a silent no-op later.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from .. import paths
@@ -82,6 +80,5 @@ def set_setting(key: str, value: str | None) -> None:
         data[key] = KEYS[key][0](value)
     path = config_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as fh:
+    with paths.atomic_write(path, "wb") as fh:
         tomli_w.dump(data, fh)
-    os.replace(fh.name, path)
