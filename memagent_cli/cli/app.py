@@ -23,7 +23,7 @@ from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
-from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, agent_config, served_options
 from .textout import SafeConsole, json_text
 
 app = typer.Typer(
@@ -222,7 +222,6 @@ def ask(
       memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
-    from ..core.config import AgentConfig
     from ..core.pipeline import EngineOptions, SourceOptions, ask_events, ask_many_events
     from ..install.settings import get_setting
     from ..traces.recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
@@ -259,18 +258,15 @@ def ask(
             else:
                 paths, one = _split_question(args or [])
                 questions = [one]
-            try:
-                config = AgentConfig(
-                    chunk_tokens=chunk_tokens,
-                    memory_tokens=memory_tokens,
-                    answer_tokens=answer_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=seed,
-                    final=final,
-                )
-            except ValueError as exc:
-                raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+            config = agent_config(
+                chunk_tokens=chunk_tokens,
+                memory_tokens=memory_tokens,
+                answer_tokens=answer_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                final=final,
+            )
         if served is not None:
             model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
         else:

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from ..errors import EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
-from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, served_options
+from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, agent_config, served_options
 from .textout import SafeConsole
 
 
@@ -109,7 +109,6 @@ def run(
 ) -> None:
     from rich.table import Table
 
-    from ..core.config import AgentConfig
     from ..core.events import RunFailed
     from ..core.pipeline import EngineOptions
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
@@ -118,18 +117,15 @@ def run(
     err = stderr_console()
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
-        try:
-            config = AgentConfig(
-                chunk_tokens=chunk_tokens,
-                memory_tokens=memory_tokens,
-                answer_tokens=answer_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=seed,
-                final=final,
-            )
-        except ValueError as exc:
-            raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+        config = agent_config(
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            answer_tokens=answer_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            final=final,
+        )
         if not data.is_file():
             raise MemagentError(
                 f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE

@@ -1,5 +1,5 @@
 """Command-line options that `ask` and `eval` share: the served engine's, declared once so the
-two commands read alike, and turned here into the library's EngineOptions."""
+two commands read alike, and turned here into the library's EngineOptions and AgentConfig."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
 
 EngineOpt = Annotated[
@@ -102,3 +103,11 @@ def served_options(
     engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log)
     record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}
     return Served(engine, record, tokenizer)
+
+
+def agent_config(**settings) -> AgentConfig:
+    """The AgentConfig the command's options ask for; a value it refuses is a usage error (exit 2)."""
+    try:
+        return AgentConfig(**settings)
+    except ValueError as exc:
+        raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
