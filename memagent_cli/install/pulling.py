@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.convert.checkpoint import METADATA_FILES
+from ..paths import models_dir
 from . import catalog
 
 # Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
@@ -39,17 +41,6 @@ DOWNLOAD_RATE = 50e6  # a nominal connection; the estimate says it assumes this
 DISK_MARGIN = 64 * 1024 * 1024
 
 Progress = Callable[[str, int, "int | None"], None]  # (stage, done, total)
-
-_CHECKPOINT_FILES = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "generation_config.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "special_tokens_map.json",
-    "model.safetensors.index.json",
-)
 
 
 @dataclass
@@ -92,17 +83,6 @@ class Plan:
         parts.append(f"takes about {_duration(total)} ({timing})")
         return "; ".join(parts)
 
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "quantization": self.quant,
-            "download_bytes": self.download_bytes,
-            "peak_disk_bytes": self.peak_disk,
-            "result_bytes": self.result_bytes,
-            "estimated_seconds": {k: round(v, 1) for k, v in self.seconds.items()},
-        }
-
 
 def _duration(seconds: float) -> str:
     if seconds < 90:
@@ -110,12 +90,6 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def models_dir() -> Path:
-    from .registry import models_dir as folder
-
-    return folder()
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -277,7 +251,7 @@ def _convert_plan_hub(repo: str, files, quant: str, name: str | None) -> Plan:
 def _checkpoint_files(files) -> list:
     """The files a conversion reads: metadata, and the shards the index names (or the one safetensors)."""
     names = {f.filename: f for f in files}
-    out = [names[n] for n in _CHECKPOINT_FILES if n in names]
+    out = [names[n] for n in METADATA_FILES if n in names]
     out += [f for n, f in sorted(names.items()) if n.endswith(".safetensors") and "/" not in n]
     return out
 

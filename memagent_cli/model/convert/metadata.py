@@ -191,3 +191,13 @@ def add_general(writer, checkpoint: Checkpoint, parameters: int) -> None:
         metadata.size_label = gguf.size_label(parameters, 0, 0, 0)
     writer.add_type(gguf.GGUFType.MODEL)
     metadata.set_gguf_meta_model(writer)
+
+
+def add_header(writer, checkpoint: Checkpoint, parameters: int, file_type: int) -> None:
+    """Every key of the GGUF, in the order llama.cpp's converter writes them (so files match to the byte)."""
+    import gguf
+
+    add_general(writer, checkpoint, parameters)
+    add_hyperparameters(writer, checkpoint, file_type)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_vocabulary(writer, checkpoint.folder, checkpoint.config)

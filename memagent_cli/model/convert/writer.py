@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import MemagentError
 from .checkpoint import Checkpoint, Tensor
-from .metadata import add_general, add_hyperparameters, add_vocabulary
+from .metadata import add_header
 
 # Output types the converter writes itself; anything smaller goes through llama.cpp's quantizer.
 OUTTYPES = ("f32", "f16", "bf16")
@@ -126,10 +126,7 @@ def convert(checkpoint: Checkpoint, dest: Path, outtype: str = "f16", *, progres
             p.nbytes,
             raw_dtype=gguf.GGMLQuantizationType(p.qtype),
         )
-    add_general(writer, checkpoint, sum(p.source.count for p in planned))
-    add_hyperparameters(writer, checkpoint, file_type(outtype))
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_vocabulary(writer, checkpoint.folder, checkpoint.config)
+    add_header(writer, checkpoint, sum(p.source.count for p in planned), file_type(outtype))
     total = output_bytes(planned)
     done = 0
     try:
@@ -180,10 +177,7 @@ def write_vocabulary(folder: str | Path, dest: Path) -> Path:
             raise MemagentError(f"{folder} has no {name}", "The tokenizer files come with the checkpoint")
     checkpoint = Checkpoint(folder=folder, config=config, architecture=architecture, tensors={}, shards=())
     writer = gguf.GGUFWriter(path=None, arch=architecture)
-    add_general(writer, checkpoint, 0)
-    add_hyperparameters(writer, checkpoint, file_type("f16"))
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_vocabulary(writer, folder, config)
+    add_header(writer, checkpoint, 0, file_type("f16"))
     partial = Path(dest).with_name(Path(dest).name + ".partial")
     try:
         writer.write_header_to_file(path=partial)
