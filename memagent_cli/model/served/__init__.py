@@ -1,2 +1,2 @@
-"""OpenAI-compatible servers (vLLM, SGLang, llama-server) as an `Engine` (`engine`, with the HTTP
-client and its retries), and the server's own tokenize endpoints (`tokenizer`)."""
+"""OpenAI-compatible servers (vLLM, SGLang, llama-server) as an `Engine` (`engine`), the server's own
+tokenize endpoints (`tokenizer`), and the HTTP both speak: client, retries, faults (`http`)."""

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ...errors import MemagentError
-from .engine import Fault, make_client, normalize_base_url, post_json, server_root, shorten, with_retries
+from .engine import normalize_base_url, server_root
+from .http import Fault, make_client, post_json, shorten, with_retries
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,226 @@
+"""HTTP to a served engine: the client (`make_client`), one JSON request (`post_json`), retries with
+backoff (`with_retries`, `retry_delay`), and the classification of what went wrong into a `Fault`
+(transient or not, with the line and hint a user sees), from an HTTP status (`status_fault`), a
+transport error (`transport_fault`) or the error text a server sent (`message_of`), shortened to
+one line (`shorten`).
+
+The OpenAI engine (engine.py) and the server's tokenizer (tokenizer.py) share it. httpx2 (the HTTP
+client memagent already has through huggingface_hub) is imported inside functions, so importing
+this module loads no HTTP client until a server is used.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable
+
+from ...errors import MemagentError
+
+MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
+MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
+CONNECT_TIMEOUT = 10.0  # a host that does not answer a TCP connect in this long is not coming
+
+
+# --- faults --------------------------------------------------------------------------------
+
+
+class Fault(Exception):
+    """One failed attempt. `reason` is the one line a Retrying item or the final error shows."""
+
+    def __init__(
+        self,
+        reason: str,
+        hint: str,
+        *,
+        transient: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+        undecodable: bool = False,
+    ):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.transient = transient
+        self.retry_after = retry_after
+        self.status = status  # the HTTP status when the server answered, None when it did not
+        self.undecodable = undecodable  # llama-cpp-python could not turn these ids into UTF-8 text
+        self.attempts = 1  # how many attempts had failed when we gave up
+
+    def error(self) -> MemagentError:
+        tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
+        return MemagentError(self.reason + tries, self.hint)
+
+
+_RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or check --base-url."
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_message(response) -> str:
+    """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
+    llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
+    try:
+        payload = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return shorten(response.text)
+    return message_of(payload) or shorten(response.text)
+
+
+def message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        for key in ("error", "message", "detail"):
+            value = payload.get(key)
+            if isinstance(value, dict):
+                value = value.get("message") or value.get("msg")
+            if isinstance(value, list):  # FastAPI validation errors: a list of {"msg", "loc"}
+                value = "; ".join(str(item.get("msg", item)) if isinstance(item, dict) else str(item) for item in value)
+            if value:
+                return shorten(str(value))
+    return ""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def status_fault(base: str, response) -> Fault:
+    status = response.status_code
+    message = _server_message(response)
+    said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
+    if status == 429:
+        return Fault(
+            said,
+            "The server is turning requests away (rate limit or full queue); try again later.",
+            transient=True,
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+            status=status,
+        )
+    if status >= 500:
+        # llama-cpp-python's /extras/detokenize answers 500 when the ids end inside a character:
+        # retrying cannot help, the caller decodes around it.
+        undecodable = "can't decode" in message
+        return Fault(
+            said,
+            "Check the server's log.",
+            transient=not undecodable,
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+            status=status,
+            undecodable=undecodable,
+        )
+    if status in (401, 403):
+        hint = "Check --api-key: it must be the key the server was started with."
+    elif status == 404:
+        hint = (
+            f"Check --served-model (GET {base}/models lists the names the server answers to) "
+            "and --base-url (the OpenAI API is under /v1)."
+        )
+    elif re.search(r"context|too long|maximum|length|tokens", message, re.IGNORECASE):
+        hint = (
+            "The prompt may not fit the server's context: start it with a longer one (vLLM --max-model-len, "
+            "llama-server --ctx-size) or lower --chunk-tokens / --memory-tokens."
+        )
+    else:
+        hint = "The server rejected the request; check --served-model and --base-url."
+    return Fault(said, hint, transient=False, status=status)
+
+
+def transport_fault(base: str, error: Exception, timeout: float) -> Fault:
+    import httpx2
+
+    if isinstance(error, httpx2.ConnectTimeout):
+        return Fault(
+            f"The server at {base} did not accept a connection within {min(timeout, CONNECT_TIMEOUT):g} s",
+            _RUNNING_HINT,
+            transient=True,
+        )
+    if isinstance(error, httpx2.TimeoutException):  # read, write or pool timeout
+        return Fault(
+            f"The server at {base} sent nothing for {timeout:g} s (timed out)",
+            "It may be overloaded or stuck; check its log.",
+            transient=True,
+        )
+    if isinstance(error, httpx2.ConnectError):
+        if "refused" in str(error).lower():
+            return Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
+        return Fault(
+            f"The server at {base} could not be reached ({shorten(str(error), 120) or type(error).__name__})",
+            _RUNNING_HINT,
+            transient=True,
+        )
+    # RemoteProtocolError, ReadError...: the connection broke while the answer was coming.
+    return Fault(
+        f"The server at {base} cut the reply off mid-stream ({type(error).__name__})",
+        "The server may have crashed or restarted; check its log.",
+        transient=True,
+    )
+
+
+def retry_delay(fault: Fault, backoff: float, attempt: int) -> float:
+    """Seconds to wait before attempt `attempt + 1`: the server's Retry-After, else backoff * 2^(attempt-1)."""
+    if fault.retry_after is not None:
+        return fault.retry_after
+    return min(backoff * (2 ** (attempt - 1)), MAX_BACKOFF)
+
+
+def make_client(api_key: str | None, timeout: float):
+    import httpx2
+
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    # The read timeout bounds the silence between two bytes (a long prefill sends nothing), the
+    # connect timeout is short: an absent server should be reported at once, not after minutes.
+    return httpx2.Client(headers=headers, timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)))
+
+
+def post_json(client, base: str, url: str, body: dict | None, timeout: float, *, method: str = "POST") -> Any:
+    """One JSON request; raises Fault for anything but a 2xx answer with a JSON body."""
+    import httpx2
+
+    try:
+        response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+    except httpx2.TransportError as error:
+        raise transport_fault(base, error, timeout) from None
+    if not response.is_success:
+        raise status_fault(base, response)
+    try:
+        return response.json()
+    except ValueError:
+        raise Fault(
+            f"The server at {base} answered {url} with something that is not JSON",
+            "Check --base-url: it must point at an OpenAI-compatible server.",
+            transient=False,
+        ) from None
+
+
+def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Callable[[str], None] | None) -> Any:
+    """Runs `call` until it succeeds or fails for good (raising the last Fault); for requests that
+    stream nothing (the model list, the tokenizer), where there is no caller to hand Retrying items to."""
+    attempts = retries + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Fault as fault:
+            if not fault.transient or attempt == attempts:
+                fault.attempts = attempt
+                raise
+            delay = retry_delay(fault, backoff, attempt)
+            if log is not None:
+                log(f"{fault.reason}; attempt {attempt + 1} of {attempts} in {delay:.1f} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
