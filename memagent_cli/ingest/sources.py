@@ -29,9 +29,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import EXIT_USAGE, MemagentError
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 # Bytes read per step from a text file or stdin, and so (give or take one) the most characters
 # in a text segment. A module constant so tests can make it tiny to exercise block boundaries.
@@ -579,7 +582,7 @@ def _read_pdf(source: Source, index: int, password: str | None, warn: Warn) -> I
         warn(f"{source.title} has no extractable text (it may be scanned; OCR is not done)")
 
 
-def _open_pdf(file: BinaryIO, title: str, password: str | None):  # -> pypdf.PdfReader
+def _open_pdf(file: BinaryIO, title: str, password: str | None) -> PdfReader:
     # pypdf is imported here so that commands which never meet a PDF do not pay for it.
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
@@ -601,7 +604,7 @@ def _open_pdf(file: BinaryIO, title: str, password: str | None):  # -> pypdf.Pdf
     return reader
 
 
-def _unlock(reader, title: str, password: str | None) -> None:
+def _unlock(reader: PdfReader, title: str, password: str | None) -> None:
     from pypdf import PasswordType
 
     if password and reader.decrypt(password) != PasswordType.NOT_DECRYPTED:
@@ -617,7 +620,7 @@ def _unlock(reader, title: str, password: str | None) -> None:
     raise MemagentError(f"Wrong password for {title}", hint="Check the password given with --password")
 
 
-def _page_texts(reader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
+def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
     """(1-based page number, text) for each page with text; failing pages skipped with a note."""
     from pypdf.errors import DependencyError
 

@@ -11,6 +11,7 @@ import importlib.resources
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypedDict
 
 from ..errors import EXIT_USAGE, MemagentError
 
@@ -22,6 +23,13 @@ else:  # pragma: no cover
 DEFAULT_QUANT = "q4_k_m"
 
 
+class Quantization(TypedDict, total=False):
+    """A catalog build at one quantization: its approximate size, and the sha256 once one is pinned."""
+
+    size: int  # bytes
+    sha256: str
+
+
 @dataclass(frozen=True)
 class Entry:
     alias: str  # e.g. "memagent-7b"
@@ -30,7 +38,7 @@ class Entry:
     license: str
     architecture: str
     candidates: tuple[str, ...]  # Hub repositories that may hold GGUF builds
-    quantizations: dict  # tag -> {"size": bytes, "sha256": optional}
+    quantizations: dict[str, Quantization]  # tag -> {"size": bytes, "sha256": optional}
     notes: str = ""
 
     def size(self, quant: str) -> int | None:
@@ -41,9 +49,10 @@ class Entry:
 
 
 @lru_cache(maxsize=1)
-def _load() -> dict:
+def _load() -> dict[str, Any]:
     text = (importlib.resources.files("memagent_cli.models") / "catalog.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    catalog: dict[str, Any] = tomllib.loads(text)
+    return catalog
 
 
 def entries() -> dict[str, Entry]:
@@ -63,7 +72,8 @@ def entries() -> dict[str, Entry]:
 
 
 def default_alias() -> str:
-    return _load()["default"]
+    alias: str = _load()["default"]
+    return alias
 
 
 def split_alias(name: str) -> tuple[str, str]:

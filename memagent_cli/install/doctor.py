@@ -16,7 +16,10 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from ..model.gpu import GPUDevice
 
 _PIP_FLAGS = "install --force-reinstall --no-cache-dir llama-cpp-python"
 
@@ -107,7 +110,7 @@ def _llama_cpp_state() -> dict[str, Any]:
     }
 
 
-def _model_entry(name: str, path: Path, n_ctx: int, devices: list, offload: bool) -> dict[str, Any]:
+def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], offload: bool) -> dict[str, Any]:
     from ..model import gpu
     from ..model.gguf import read_gguf
 
@@ -137,7 +140,7 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list, offload: bool
     return entry
 
 
-def diagnose(*, models: Iterable[tuple[str, Path]] = (), n_ctx: int = 8192) -> dict:
+def diagnose(*, models: Iterable[tuple[str, Path]] = (), n_ctx: int = 8192) -> dict[str, Any]:
     """A JSON-able report on this machine and the given models. Never raises for a broken
     model (its entry carries "error")."""
     from ..model import gpu

@@ -30,10 +30,15 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, BinaryIO, Literal
 from urllib.parse import urlsplit
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.gpu import format_bytes
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 # Room left over after a download: a disk filled to the last byte breaks everything else on it.
 DISK_MARGIN = 64 * 1024 * 1024
@@ -220,10 +225,10 @@ class _hub_errors:
     def __init__(self, repo: str, revision: str | None = None, filename: str | None = None):
         self.repo, self.revision, self.filename = repo, revision, filename
 
-    def __enter__(self):
+    def __enter__(self) -> _hub_errors:
         return self
 
-    def __exit__(self, kind, error, tb):
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         if error is None or isinstance(error, MemagentError):
             return False
         translated = _translate(error, self.repo, self.revision, self.filename)
@@ -341,7 +346,9 @@ def download(
     return dest
 
 
-def _fetch(url, out, have: int, digest, file: HubFile, progress) -> object:
+def _fetch(
+    url: str, out: BinaryIO, have: int, digest: _Hash, file: HubFile, progress: Callable[[int, int | None], None] | None
+) -> _Hash:
     """GETs the rest of the file (from byte `have`) into `out`, updating `digest`; returns the digest
     (a fresh one when the server ignored the Range and sent the whole file again)."""
     import httpx2
@@ -430,7 +437,7 @@ def resolve_repo(spec: str) -> tuple[str, str]:
     return repo, revision or "main"
 
 
-def _lock(out, partial: Path) -> None:
+def _lock(out: BinaryIO, partial: Path) -> None:
     """One pull per file at a time: two appending to the same partial would corrupt it."""
     try:
         import fcntl

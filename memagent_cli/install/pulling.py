@@ -26,11 +26,17 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.convert.checkpoint import METADATA_FILES
 from ..paths import models_dir
 from . import catalog
+
+if TYPE_CHECKING:
+    from ..model.convert.checkpoint import Checkpoint
+    from .hub import HubFile
+    from .registry import Record
 
 # Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
 # (docs/PERFORMANCE.md): converting is bound by the disk, quantizing by the cores llama.cpp uses.
@@ -56,7 +62,7 @@ class Plan:
     peak_disk: int = 0  # most bytes on disk at once, from now on (what is already there is counted)
     result_bytes: int | None = None  # the installed file (an estimate when converting)
     seconds: dict[str, float] = field(default_factory=dict)  # estimated, per stage
-    files: list = field(default_factory=list)  # hub.HubFile to download
+    files: list[HubFile] = field(default_factory=list)  # to download
     sha256: str | None = None
     folder: Path | None = None  # a checkpoint folder (local, or the staging copy of a Hub repo)
     staging: Path | None = None
@@ -193,7 +199,7 @@ def _quant(quant: str | None) -> str:
     return check_quant(quant or catalog.DEFAULT_QUANT)
 
 
-def _is_checkpoint(files) -> bool:
+def _is_checkpoint(files: list[HubFile]) -> bool:
     names = {f.filename for f in files}
     return "config.json" in names and any(n.endswith(".safetensors") for n in names)
 
@@ -202,7 +208,7 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip(".") or "model"
 
 
-def _gguf_plan(file, name: str) -> Plan:
+def _gguf_plan(file: HubFile, name: str) -> Plan:
     dest = models_dir() / file.repo.replace("/", "--") / file.filename
     partial = dest.with_name(dest.name + ".partial")
     have = partial.stat().st_size if partial.exists() else 0
@@ -224,7 +230,7 @@ def _gguf_plan(file, name: str) -> Plan:
     return plan
 
 
-def _convert_plan_hub(repo: str, files, quant: str, name: str | None) -> Plan:
+def _convert_plan_hub(repo: str, files: list[HubFile], quant: str, name: str | None) -> Plan:
     commit = files[0].revision if files else "main"
     repo_name = repo.split("/")[-1]
     wanted = _checkpoint_files(files)
@@ -248,7 +254,7 @@ def _convert_plan_hub(repo: str, files, quant: str, name: str | None) -> Plan:
     return plan
 
 
-def _checkpoint_files(files) -> list:
+def _checkpoint_files(files: list[HubFile]) -> list[HubFile]:
     """The files a conversion reads: metadata, and the shards the index names (or the one safetensors)."""
     names = {f.filename: f for f in files}
     out = [names[n] for n in METADATA_FILES if n in names]
@@ -256,11 +262,11 @@ def _checkpoint_files(files) -> list:
     return out
 
 
-def _main_dtype(checkpoint) -> str:
+def _main_dtype(checkpoint: Checkpoint) -> str:
     counts: dict[str, int] = {}
     for t in checkpoint.tensors.values():
         counts[t.dtype] = counts.get(t.dtype, 0) + t.nbytes
-    return max(counts, key=counts.get)
+    return max(counts, key=counts.__getitem__)
 
 
 def intermediate_type(dtype: str, quant: str) -> str:
@@ -287,6 +293,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str) -> No
     converted = _converted(plan)
     download = have = 0
     for f in plan.files:
+        assert plan.folder is not None  # a convert plan's files are downloaded into its folder
         path = plan.folder / f.filename
         if converted:
             continue
@@ -348,7 +355,7 @@ def check_disk(plan: Plan) -> None:
         )
 
 
-def execute(plan: Plan, *, progress: Progress | None = None, offline: bool = False) -> tuple[str, dict]:
+def execute(plan: Plan, *, progress: Progress | None = None, offline: bool = False) -> tuple[str, Record]:
     """Runs the plan's stages and registers the result; returns (name, registry record)."""
     from . import hub, registry
 
@@ -361,10 +368,11 @@ def execute(plan: Plan, *, progress: Progress | None = None, offline: bool = Fal
     assert plan.staging is not None and plan.folder is not None
     plan.staging.mkdir(parents=True, exist_ok=True)
     with _StagingLock(plan.staging):
-        return _convert_stages(plan, report, offline)
+        return _convert_stages(plan, plan.folder, plan.staging, report, offline)
 
 
-def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, dict]:
+def _convert_stages(plan: Plan, folder: Path, staging: Path, report: Progress, offline: bool) -> tuple[str, Record]:
+    """The stages of a convert plan; `folder` and `staging` are the plan's own (checked by `execute`)."""
     from ..model.convert import quantize, writer
     from ..model.convert.checkpoint import open_checkpoint
     from . import hub, registry
@@ -374,20 +382,22 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
     # Only a whole intermediate counts as a finished stage. An installed file from an earlier run is
     # made again: the checkpoint may have changed since.
     converted = inter is not None and inter.exists()
-    missing = [f for f in plan.files if not (plan.folder / f.filename).exists()]
+    missing = [f for f in plan.files if not (folder / f.filename).exists()]
     if missing and not converted:
         total = sum(f.size or 0 for f in missing)
         done = 0
         report("download", 0, total)
         for f in missing:
             base = done
-            hub.download(
-                f, plan.folder / f.filename, offline=offline, progress=lambda d, t, base=base: report("download", base + d, total)
-            )
+
+            def file_progress(d: int, t: int | None, base: int = base) -> None:
+                report("download", base + d, total)
+
+            hub.download(f, folder / f.filename, offline=offline, progress=file_progress)
             done += f.size or 0
             report("download", done, total)
     if not converted:
-        checkpoint = open_checkpoint(plan.folder)
+        checkpoint = open_checkpoint(folder)
         outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or catalog.DEFAULT_QUANT)
         inter = _intermediate_path(plan, outtype)
         target = inter if inter is not None else plan.dest
@@ -396,12 +406,13 @@ def _convert_stages(plan: Plan, report: Progress, offline: bool) -> tuple[str, d
         if plan.files and inter is not None:  # downloaded shards are not needed once the intermediate is whole
             for f in plan.files:
                 if f.filename.endswith(".safetensors"):
-                    (plan.folder / f.filename).unlink(missing_ok=True)
+                    (folder / f.filename).unlink(missing_ok=True)
     if inter is not None:
+        assert plan.quant is not None  # the planners give every convert plan its quantization
         report("quantize", 0, None)
         quantize.quantize(inter, plan.dest, plan.quant, progress=lambda d, t: report("quantize", d, t))
     name, record = registry.add(plan.dest, plan.name, source=plan.source, sha256=None)
-    shutil.rmtree(plan.staging, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
     return name, record
 
 
@@ -410,9 +421,9 @@ class _StagingLock:
 
     def __init__(self, folder: Path):
         self.path = folder / ".lock"
-        self.handle = None
+        self.handle: BinaryIO | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _StagingLock:
         self.handle = open(self.path, "a+b")
         try:
             import fcntl
@@ -427,7 +438,7 @@ class _StagingLock:
             ) from None
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self.handle is not None:
             self.handle.close()
         return False

@@ -12,6 +12,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypedDict
 
 from .. import paths
 from ..errors import EXIT_USAGE, MemagentError
@@ -19,6 +20,34 @@ from ..model.gguf import GGUFInfo, read_gguf
 from . import catalog
 
 ENV_MODEL = "MEMAGENT_MODEL"
+
+
+class ModelInfo(TypedDict):
+    """What `describe` reads from a GGUF's header."""
+
+    architecture: str
+    model_name: str
+    size: int  # the file's bytes
+    layers: int | None
+    context_length: int | None
+    quantization: str | None
+    chat_template: bool  # whether the GGUF has a chat template of its own
+    weights_bytes: int
+
+
+class Record(ModelInfo):
+    """One installed model in the registry file (under its name)."""
+
+    path: str
+    source: str  # "local" for `models add` (the file is the user's), else where it was pulled from
+    sha256: str | None
+    added: str  # when, ISO 8601 in UTC
+
+
+class NamedRecord(Record):
+    """A record with the name it is registered under (`get`)."""
+
+    name: str
 
 
 def models_dir() -> Path:
@@ -29,9 +58,10 @@ def _registry_file() -> Path:
     return models_dir() / "registry.json"
 
 
-def load() -> dict[str, dict]:
+def load() -> dict[str, Record]:
     try:
-        return json.loads(_registry_file().read_text(encoding="utf-8"))
+        entries: dict[str, Record] = json.loads(_registry_file().read_text(encoding="utf-8"))
+        return entries
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -41,14 +71,14 @@ def load() -> dict[str, dict]:
         ) from None
 
 
-def _save(entries: dict[str, dict]) -> None:
+def _save(entries: dict[str, Record]) -> None:
     path = _registry_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with paths.atomic_write(path, encoding="utf-8") as fh:
         json.dump(entries, fh, indent=2, sort_keys=True)
 
 
-def describe(info: GGUFInfo) -> dict:
+def describe(info: GGUFInfo) -> ModelInfo:
     """What `models add` and `models info` say about a GGUF, read from its header."""
     from ..model.gpu import model_memory
 
@@ -90,14 +120,14 @@ _FILE_TYPES = {
 }
 
 
-def add(path: str | Path, name: str | None = None, *, source: str = "local", sha256: str | None = None) -> tuple[str, dict]:
+def add(path: str | Path, name: str | None = None, *, source: str = "local", sha256: str | None = None) -> tuple[str, Record]:
     """Registers a GGUF after reading its header (a non-GGUF file is refused)."""
     path = Path(path).expanduser().resolve()
     info = read_gguf(path)
     if not info.has_weights:
         raise MemagentError(f"{path.name} holds only a vocabulary, no weights.", "Register a full model.", exit_code=EXIT_USAGE)
     name = name or path.stem
-    record = {
+    record: Record = {
         **describe(info),
         "path": str(path),
         "source": source,
@@ -110,7 +140,7 @@ def add(path: str | Path, name: str | None = None, *, source: str = "local", sha
     return name, record
 
 
-def remove(name: str) -> dict:
+def remove(name: str) -> Record | None:
     """Forgets a model; a file memagent downloaded is deleted, a file you added is left alone."""
     entries = load()
     record = entries.pop(_known(name, entries), None)
@@ -120,13 +150,13 @@ def remove(name: str) -> dict:
     return record
 
 
-def get(name: str) -> dict:
+def get(name: str) -> NamedRecord:
     entries = load()
     key = _known(name, entries)
     return {"name": key, **entries[key]}
 
 
-def _known(name: str, entries: dict) -> str:
+def _known(name: str, entries: dict[str, Record]) -> str:
     for candidate in (name, catalog.canonical(name)):
         if candidate in entries:
             return candidate
@@ -143,7 +173,7 @@ class NotInstalled(MemagentError):
         )
 
 
-def resolve_model(model: str | os.PathLike | None) -> Path:
+def resolve_model(model: str | os.PathLike[str] | None) -> Path:
     """The GGUF file a run uses. Raises NotInstalled for a catalog model not yet pulled."""
     from .settings import get_setting
 

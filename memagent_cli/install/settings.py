@@ -8,7 +8,9 @@ is an error now rather than a silent no-op later.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import paths
 from ..errors import EXIT_USAGE, MemagentError
@@ -39,7 +41,7 @@ def _positive(value: str) -> int:
 
 
 # key -> (parse a command-line value, what it means)
-KEYS = {
+KEYS: dict[str, tuple[Callable[[str], str | int], str]] = {
     "default_model": (str, "model used when --model and MEMAGENT_MODEL are not given (an alias, a name or a path)"),
     "gpu_layers": (_gpu_layers, "layers offloaded to the GPU: auto (default), -1 (all), 0 (none) or a number"),
     "threads": (_positive, "CPU threads for generation"),
@@ -50,16 +52,17 @@ def config_file() -> Path:
     return paths.config_file()
 
 
-def load() -> dict:
+def load() -> dict[str, Any]:
     try:
-        return tomllib.loads(config_file().read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(config_file().read_text(encoding="utf-8"))
+        return data
     except FileNotFoundError:
         return {}
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MemagentError(f"{config_file()} cannot be read ({exc}).", "Fix it, or remove it to start over.") from None
 
 
-def get_setting(key: str):
+def get_setting(key: str) -> Any:
     return load().get(key)
 
 

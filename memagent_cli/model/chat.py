@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import MemagentError
 from .gguf import GGUFInfo
 from .tokenizer import Tokenizer, encode_template
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 # What Qwen2.5's template renders for one user message: used when a GGUF has no template.
 DEFAULT_TEMPLATE = (
@@ -32,11 +36,11 @@ _SENTINEL = "\x00memagent-user-message\x00"
 
 
 @lru_cache(maxsize=8)
-def _compile(source: str):
+def _compile(source: str) -> Template:
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    def raise_exception(message: str):
+    def raise_exception(message: str) -> NoReturn:
         raise TemplateError(message)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])

@@ -17,13 +17,16 @@ import contextlib
 import io
 import time
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Union
+from typing import TYPE_CHECKING, Iterator, Protocol, Union
 
 from ..errors import MemagentError
 from .chat import ChatFormat
 from .gguf import GGUFInfo
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
 from .tokenizer import StreamDecoder, Tokenizer
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class LlamaEngine:
         # /dev/null during the load (which would swallow our live view); its Python-side
         # chatter goes to a buffer, and llama.cpp's own log goes through our callback.
         chatter = io.StringIO()
+        self._llm: llama_cpp.Llama | None  # None once closed
         try:
             with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
                 self._llm = llama_cpp.Llama(
@@ -169,10 +173,15 @@ class LlamaEngine:
         if llm is not None:
             llm.close()
 
-    def _sampler(self, sampling: Sampling):
+    def _model(self) -> llama_cpp.Llama:
+        llm = self._llm
+        assert llm is not None, "the engine is used after close()"
+        return llm
+
+    def _sampler(self, sampling: Sampling) -> llama_cpp.llama_sampler_p:
         import llama_cpp
 
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         if sampling.temperature <= 0:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
         else:
@@ -186,7 +195,7 @@ class LlamaEngine:
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
         import llama_cpp
 
-        llm = self._llm
+        llm = self._model()
         prompt = self.chat.encode(self.tokenizer, user_message)
         # An unusually long prompt shortens this reply rather than losing the run so far.
         max_tokens = min(max_tokens, self.n_ctx - len(prompt))
@@ -235,7 +244,7 @@ class LlamaEngine:
     def _reuse_prefix(self, prompt: list[int]) -> int:
         """Keeps the KV cache of the longest common prefix with the last call (the
         instruction and question repeat at every step); `eval` drops the rest."""
-        llm = self._llm
+        llm = self._model()
         old = llm.input_ids[: llm.n_tokens]
         n = min(len(old), len(prompt) - 1)  # at least one token must be evaluated for fresh logits
         keep = 0

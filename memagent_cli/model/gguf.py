@@ -53,7 +53,8 @@ class GGUFInfo:
 
     @property
     def architecture(self) -> str:
-        return self.metadata.get("general.architecture", "unknown")
+        arch: str = self.metadata.get("general.architecture", "unknown")
+        return arch
 
     def arch_get(self, key: str, default: Any = None) -> Any:
         """An architecture-scoped key, e.g. arch_get('context_length') -> 'qwen2.context_length'."""
@@ -114,10 +115,10 @@ class _Cursor:
             return [self.value(etype, raw_strings) for _ in range(count)]
         raise struct.error(f"unknown GGUF value type {vtype}")
 
-    def _string_array(self, count: int, raw: bool) -> list:
+    def _string_array(self, count: int, raw: bool) -> list[bytes] | list[str]:
         # The hot path: a vocabulary is ~300K strings, so one tight loop with locals.
         buf, pos, unpack = self.buf, self.pos, _U64.unpack_from
-        out = []
+        out: list[bytes] = []
         append = out.append
         for _ in range(count):
             (n,) = unpack(buf, pos)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .gguf import GGUFInfo, TensorInfo
 
@@ -289,14 +289,17 @@ class _GGML:
 
         handles: list[ctypes.CDLL] = []
         libdir = Path(llama_cpp.__file__).resolve().parent / "lib"
+        load: Callable[[str, Path], ctypes.CDLL] | None
         try:
             from llama_cpp._ctypes_extensions import load_shared_library
         except ImportError:  # older llama-cpp-python: everything may be in libllama
-            load_shared_library = None
-        if load_shared_library is not None:
+            load = None
+        else:
+            load = load_shared_library
+        if load is not None:
             for name in ("ggml-base", "ggml"):
                 try:  # already loaded by libllama: dlopen returns the same library
-                    handles.append(load_shared_library(name, libdir))
+                    handles.append(load(name, libdir))
                 except (OSError, RuntimeError):
                     pass
         lib = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
@@ -304,7 +307,7 @@ class _GGML:
             handles.append(lib)
         self.handles = handles
 
-    def fn(self, name: str, argtypes: list, restype: Any):
+    def fn(self, name: str, argtypes: list[type[Any]], restype: type[Any] | None) -> Callable[..., Any]:
         for h in self.handles:
             try:
                 f = h[name]  # a fresh function object: never retypes llama_cpp's own bindings
@@ -523,7 +526,7 @@ def plan_layers(
         return LayerPlan(
             -1, f"all {n} layers requested: no GPU free-memory figure, so llama.cpp decides where they go", need, None
         )
-    free = sum(d.free for d in known)  # llama.cpp splits layers across GPUs by free memory
+    free = sum(d.free for d in known if d.free is not None)  # llama.cpp splits layers across GPUs by free memory
     budget = headroom * free
     where = f"{format_bytes(free)} free on {_device_label(known)}"
     if need <= budget:

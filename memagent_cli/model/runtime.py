@@ -8,10 +8,19 @@ import contextlib
 import os
 import sys
 from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TypedDict
+
+
+class _LogState(TypedDict):
+    verbose: bool
+    callback: object  # the ctypes callback handed to llama.cpp (kept referenced), or None before that
+
 
 _LOG_TAIL: deque[str] = deque(maxlen=40)  # recent llama.cpp log lines, for error messages
-_log_state = {"verbose": False, "callback": None}
-_LOG_LISTENERS: list = []  # functions called with each log line (the quantizer's progress reads them)
+_log_state: _LogState = {"verbose": False, "callback": None}
+# functions called with each log line (the quantizer's progress reads them)
+_LOG_LISTENERS: list[Callable[[str], object]] = []
 
 
 def quiet_llama_logs(verbose: bool = False) -> None:
@@ -24,21 +33,23 @@ def quiet_llama_logs(verbose: bool = False) -> None:
     if _log_state["callback"] is not None:
         return
 
-    @llama_cpp.llama_log_callback
-    def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", errors="replace")
         _LOG_TAIL.append(line)
         for listener in list(_LOG_LISTENERS):
             listener(line)
-        if _log_state["verbose"]:
+        if _log_state["verbose"] and sys.__stderr__ is not None:  # None: Python started without a stderr
             sys.__stderr__.write(line)
 
+    # What `@llama_cpp.llama_log_callback` would make, written as a call: the CFUNCTYPE instance is
+    # typed as taking and returning anything, which a decorator would spread to the function.
+    _callback = llama_cpp.llama_log_callback(_on_log)
     _log_state["callback"] = _callback  # ctypes callbacks must outlive their registration
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
 
 @contextlib.contextmanager
-def llama_log_listener(listener):
+def llama_log_listener(listener: Callable[[str], object]) -> Iterator[None]:
     """Calls `listener` with every llama.cpp log line while the block runs."""
     quiet_llama_logs(_log_state["verbose"])
     _LOG_LISTENERS.append(listener)

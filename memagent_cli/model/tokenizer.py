@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Iterable, Protocol, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import MemagentError
 from .gguf import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED, GGUFInfo
@@ -37,13 +38,32 @@ _LLAMA3 = (
 PRE_PATTERNS = {"qwen2": _QWEN2, "llama3": _LLAMA3, "llama-bpe": _LLAMA3, "smaug-bpe": _LLAMA3}
 
 
-class Tokenizer(Protocol):
-    """What the rest of memagent needs from a tokenizer. Ids are the model's ids."""
+class ByteLengths(Protocol):
+    """Decoded byte lengths of ids, looked up by an array of ids: a numpy array indexed by id
+    (the local tokenizers), or a table filled on demand (a served model's)."""
 
-    name: str
-    controls: dict[str, int]  # control tokens (<|im_start|>, ...): their text -> id
-    byte_lengths: np.ndarray  # decoded byte length of every id, to place tokens without decoding
-    unsplittable: re.Pattern | None  # text encoded as one token wherever it appears ([PAD151646]); never cut inside
+    def __getitem__(self, ids: npt.NDArray[np.int64], /) -> npt.NDArray[np.int64]: ...
+
+
+class Tokenizer(Protocol):
+    """What the rest of memagent needs from a tokenizer. Ids are the model's ids.
+
+    The attributes are read-only here (properties), so an implementation may hold a narrower type."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def controls(self) -> dict[str, int]:
+        """Control tokens (<|im_start|>, ...): their text -> id."""
+
+    @property
+    def byte_lengths(self) -> ByteLengths:
+        """Decoded byte length of every id, to place tokens without decoding."""
+
+    @property
+    def unsplittable(self) -> re.Pattern[str] | None:
+        """Text encoded as one token wherever it appears ([PAD151646]); never cut inside."""
 
     def encode(self, text: str) -> list[int]:
         """Plain text to ids; control tokens are never recognised in it."""
@@ -223,7 +243,7 @@ class LlamaTokenizer:
         return b"".join([self._bytes[i] for i in ids])
 
 
-def _alternation(texts: Iterable[str]) -> re.Pattern | None:
+def _alternation(texts: Iterable[str]) -> re.Pattern[str] | None:
     texts = sorted({t for t in texts if t}, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, texts))) if texts else None
 

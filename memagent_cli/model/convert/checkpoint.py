@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ...errors import MemagentError
 
@@ -63,7 +64,7 @@ class Tensor:
 @dataclass(frozen=True)
 class Checkpoint:
     folder: Path
-    config: dict
+    config: dict[str, Any]  # config.json
     architecture: str  # llama.cpp's name: "qwen2" or "qwen3"
     tensors: dict[str, Tensor]  # in the order they are converted: shard by shard, by name within one
     shards: tuple[Path, ...]
@@ -81,7 +82,7 @@ def _error(message: str, hint: str | None = _FOLDER_HINT) -> MemagentError:
     return MemagentError(message, hint)
 
 
-def read_config(folder: Path) -> dict:
+def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -94,7 +95,7 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def architecture_of(config: dict) -> str:
+def architecture_of(config: dict[str, Any]) -> str:
     """llama.cpp's architecture name for a config, or a one-line refusal naming what is supported."""
     names = config.get("architectures") or []
     name = names[0] if isinstance(names, list) and names else config.get("model_type") or "unknown"

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ...errors import MemagentError
 from .checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from gguf import GGUFWriter
 
 # llama.cpp token types (llama_token_type)
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
@@ -38,7 +42,7 @@ def _fail(message: str, hint: str | None = None) -> MemagentError:
     return MemagentError(message, hint or "memagent converts byte-level BPE tokenizers such as Qwen2's")
 
 
-def pre_tokenizer(tokenizer: dict) -> str:
+def pre_tokenizer(tokenizer: dict[str, Any]) -> str:
     """llama.cpp's name for the tokenizer's pre-tokenizer, or a refusal saying what it is."""
     pre = tokenizer.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
@@ -57,7 +61,27 @@ def _looks_special(token: str) -> bool:
     return (token.startswith("<|") and token.endswith("|>")) or (token.startswith("<｜") and token.endswith("｜>"))
 
 
-def vocabulary(folder: Path, vocab_size: int | None, *, with_post_processor: bool = False):
+@overload
+def vocabulary(
+    folder: Path, vocab_size: int | None, *, with_post_processor: Literal[False] = False
+) -> tuple[list[str], list[int], str]: ...
+
+
+@overload
+def vocabulary(
+    folder: Path, vocab_size: int | None, *, with_post_processor: Literal[True]
+) -> tuple[list[str], list[int], str, Any]: ...
+
+
+@overload
+def vocabulary(
+    folder: Path, vocab_size: int | None, *, with_post_processor: bool
+) -> tuple[list[str], list[int], str] | tuple[list[str], list[int], str, Any]: ...
+
+
+def vocabulary(
+    folder: Path, vocab_size: int | None, *, with_post_processor: bool = False
+) -> tuple[list[str], list[int], str] | tuple[list[str], list[int], str, Any]:
     """(tokens, token types, pre-tokenizer name) as the converter's get_vocab_base makes them
     (and tokenizer.json's post-processor, with_post_processor)."""
     path = folder / "tokenizer.json"
@@ -105,7 +129,7 @@ def vocabulary(folder: Path, vocab_size: int | None, *, with_post_processor: boo
     return tokens, types, pre
 
 
-def add_vocabulary(writer, folder: Path, config: dict) -> None:
+def add_vocabulary(writer: GGUFWriter, folder: Path, config: dict[str, Any]) -> None:
     import gguf
 
     tokens, types, pre, post_processor = vocabulary(folder, config.get("vocab_size"), with_post_processor=True)
@@ -124,21 +148,21 @@ def add_vocabulary(writer, folder: Path, config: dict) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def _step_types(step) -> list[str]:
+def _step_types(step: object) -> list[str]:
     if not isinstance(step, dict):
         return []
     inner = step.get("processors") or step.get("pretokenizers") or []
     return [str(step.get("type"))] + [t for s in inner for t in _step_types(s)]
 
 
-def _find(config: dict, *keys: str):
+def _find(config: dict[str, Any], *keys: str) -> Any:
     for key in keys:
         if key in config:
             return config[key]
     return None
 
 
-def add_hyperparameters(writer, checkpoint: Checkpoint, file_type: int) -> None:
+def add_hyperparameters(writer: GGUFWriter, checkpoint: Checkpoint, file_type: int) -> None:
     """The architecture's keys, as the converter's TextModel.set_gguf_parameters writes them."""
     import gguf
 
@@ -180,7 +204,7 @@ def add_hyperparameters(writer, checkpoint: Checkpoint, file_type: int) -> None:
     writer.add_file_type(file_type)
 
 
-def add_general(writer, checkpoint: Checkpoint, parameters: int) -> None:
+def add_general(writer: GGUFWriter, checkpoint: Checkpoint, parameters: int) -> None:
     """general.* from the model card and config, through the converter's own Metadata class."""
     import gguf
 
@@ -193,7 +217,7 @@ def add_general(writer, checkpoint: Checkpoint, parameters: int) -> None:
     metadata.set_gguf_meta_model(writer)
 
 
-def add_header(writer, checkpoint: Checkpoint, parameters: int, file_type: int) -> None:
+def add_header(writer: GGUFWriter, checkpoint: Checkpoint, parameters: int, file_type: int) -> None:
     """Every key of the GGUF, in the order llama.cpp's converter writes them (so files match to the byte)."""
     import gguf
 

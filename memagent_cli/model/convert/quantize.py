@@ -14,6 +14,7 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 from ...errors import MemagentError
 
@@ -25,6 +26,13 @@ QUANTS = tuple(FTYPES)
 BITS_PER_WEIGHT = {"q4_k_m": 4.9, "q5_k_m": 5.7, "q6_k": 6.6, "q8_0": 8.5, "f16": 16.0, "bf16": 16.0}
 
 _STEP = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+
+
+class _Outcome(TypedDict, total=False):
+    """What the quantizer's thread leaves for the waiting one."""
+
+    rc: int  # llama_model_quantize's return code: 0 is success
+    error: BaseException  # what the call raised instead
 
 
 def check_quant(quant: str) -> str:
@@ -52,7 +60,7 @@ def quantize(
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = FTYPES[quant]
     params.nthread = threads or 0  # 0: every core
-    result: dict[str, object] = {}
+    result: _Outcome = {}
 
     def work() -> None:
         try:
@@ -87,7 +95,7 @@ def quantize(
         progress(*step[-1])
     if "error" in result:
         partial.unlink(missing_ok=True)
-        raise result["error"]  # type: ignore[misc]
+        raise result["error"]
     if result.get("rc") != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         reason = log_reason()

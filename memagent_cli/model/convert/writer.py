@@ -16,15 +16,19 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from ...errors import MemagentError
 from .checkpoint import Checkpoint, Tensor
 from .metadata import add_header
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
 
 # Output types the converter writes itself; anything smaller goes through llama.cpp's quantizer.
 OUTTYPES = ("f32", "f16", "bf16")
@@ -43,7 +47,7 @@ class Planned:
     nbytes: int  # bytes in the GGUF
 
 
-def _ggml_types():
+def _ggml_types() -> dict[str, GGMLQuantizationType]:
     from gguf import GGMLQuantizationType as T
 
     return {"f32": T.F32, "f16": T.F16, "bf16": T.BF16}
@@ -133,15 +137,17 @@ def convert(checkpoint: Checkpoint, dest: Path, outtype: str = "f16", *, progres
         writer.write_header_to_file(path=partial)
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        assert writer.fout is not None  # write_header_to_file opened it
         out = writer.fout[0]
         writer.write_padding(out, out.tell())
-        maps: dict[Path, tuple[object, mmap.mmap]] = {}
+        maps: dict[Path, tuple[BinaryIO, mmap.mmap]] = {}
         try:
             for p in planned:
                 for block in _windows(p, maps):
-                    out.write(block)
+                    # numpy's stubs give ndarray __buffer__ only for Python >= 3.12; it is a buffer on every version.
+                    out.write(block)  # type: ignore[arg-type]
                     done += block.nbytes
-                    block = None  # a view into the map must be gone before the map is closed
+                    del block  # a view into the map must be gone before the map is closed
                     if progress is not None:
                         progress(done, total)
                 writer.write_padding(out, p.nbytes)
@@ -191,7 +197,7 @@ def write_vocabulary(folder: str | Path, dest: Path) -> Path:
     return Path(dest)
 
 
-def _windows(p: Planned, maps: dict):
+def _windows(p: Planned, maps: dict[Path, tuple[BinaryIO, mmap.mmap]]) -> Iterator[np.ndarray]:
     """The tensor's GGUF bytes, a window of whole rows at a time (as memoryviews or arrays)."""
     from gguf import GGMLQuantizationType as T
     from gguf.quants import quantize
