@@ -67,7 +67,7 @@ def test_events_steps_and_budgets(doc, models):
     assert answer.generated_tokens == 16 and answer.raw == result.raw_answer
     streamed = "".join(e.text for e in events if isinstance(e, TokenText) and e.step == len(steps))
     assert streamed == steps[-1].memory
-    assert result.to_dict()["steps"][0]["source"][0]["path"] == str(doc)
+    assert result.to_dict()["steps"][0]["spans"][0]["path"] == str(doc)
 
 
 def test_prompt_ids_sent_to_llama_cpp_are_the_reference_rendering(models):

@@ -43,10 +43,14 @@ def test_json_output_as_documented(doc, models):
     ):
         assert key in out
     assert out["question"] == "Where did the fox run?" and out["chunk_tokens"] == 300
-    assert out["sources"] == [{"path": str(doc), "kind": "text", "pages": None, "tokens": out["document_tokens"]}]
+    assert out["schema"] == 1
+    size = doc.stat().st_size
+    assert out["sources"] == [
+        {"path": str(doc), "title": str(doc), "kind": "text", "size": size, "pages": None, "tokens": out["document_tokens"]}
+    ]
     assert len(out["steps"]) == -(-out["document_tokens"] // 300)
     step = out["steps"][0]
-    for key in ("index", "tokens", "source", "memory", "memory_tokens", "prompt_tokens", "seconds"):
+    for key in ("index", "tokens", "spans", "memory", "memory_tokens", "prompt_tokens", "seconds"):
         assert key in step
     assert out["timings"]["total_seconds"] > 0
     assert out["gpu"]["layers"] == 0 and "CPU only" in out["gpu"]["reason"]  # the auto choice, with its reason
@@ -95,7 +99,7 @@ def test_directory_and_pdf_sources(tmp_path, models):
         ("report.pdf", "pdf", 3),
     ]
     assert ".hidden" in proc.stderr  # skipped, with a note
-    pages = [span["pages"] for step in out["steps"] for span in step["source"] if span["path"] == "report.pdf"]
+    pages = [span["pages"] for step in out["steps"] for span in step["spans"] if span["path"] == "report.pdf"]
     assert pages[0][0] == 1 and pages[-1][1] == 3
 
 
@@ -141,7 +145,7 @@ def test_inspect_counts_with_a_vocabulary_only_gguf(doc, qwen2_vocab):
     from memagent_cli.model.tokenizer import load_tokenizer
 
     n = len(load_tokenizer(read_gguf(qwen2_vocab)).encode(doc.read_text().strip()))
-    assert out["document_tokens"] == n and out["steps"] == -(-n // 100)
+    assert out["document_tokens"] == n and out["steps_total"] == -(-n // 100)
     assert out["estimate"]["seconds"] > 0 and out["has_weights"] is False
     text = runner.invoke(app, ["inspect", str(doc), "-m", str(qwen2_vocab)], env={"NO_COLOR": "1", "COLUMNS": "120"})
     assert f"{n:,} tokens" in text.stdout and "steps" in text.stdout
@@ -195,7 +199,7 @@ def test_a_300_page_pdf_end_to_end(tmp_path, models):
     out = json.loads(proc.stdout)
     assert out["sources"][0]["pages"] == 300
     assert len(out["steps"]) == -(-out["document_tokens"] // 5000) >= 5
-    spans = [span for step in out["steps"] for span in step["source"]]
+    spans = [span for step in out["steps"] for span in step["spans"]]
     assert spans[0]["pages"][0] == 1 and spans[-1]["pages"][1] == 300
     # consecutive steps pick up where the previous one stopped
     assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))

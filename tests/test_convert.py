@@ -252,7 +252,7 @@ def test_convert_a_folder_to_q8_0_then_ask(checkpoints, memagent_home, tmp_path)
     )
     assert asked.returncode == 0, asked.stderr
     result = json.loads(asked.stdout)
-    assert result["model_path"] == record["path"] and len(result["steps"]) >= 2
+    assert result["model"]["path"] == record["path"] and len(result["steps"]) >= 2
     assert all(step["generated_tokens"] > 0 for step in result["steps"])
 
 

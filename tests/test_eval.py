@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_memagent
+from conftest import run_memagent, words
 
 BUDGETS = ["--chunk-tokens", "128", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0", "--threads", "1"]
 
@@ -36,6 +36,37 @@ def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
     assert again.stderr.count(": wrong") + again.stderr.count(": right") == 1
 
 
+def test_an_item_runs_as_ask_runs_its_question(models, tmp_path):
+    """eval and `ask` share one run pipeline: an item's run and row are what `ask` gives for the
+    same context and question."""
+    from memagent_cli import AgentConfig, EngineOptions, ask
+    from memagent_cli.core.events import RunFinished
+    from memagent_cli.evals.evaluation import ItemScored, evaluate_events
+
+    context, question = words(400, seed=7), "Where did the fox run?"
+    data = tmp_path / "items.jsonl"
+    data.write_text(json.dumps({"id": "x", "context": context, "input": question, "answers": ["mills"]}) + "\n")
+    doc = tmp_path / "context.txt"
+    doc.write_text(context)
+    config = AgentConfig(chunk_tokens=128, memory_tokens=6, answer_tokens=6, temperature=0, final="answer-is")
+    engine = EngineOptions(threads=1)
+    events = [
+        e for _, e in evaluate_events(data, model=str(models["random"]), config=config, engine=engine, parallel=1, skip=set())
+    ]
+    (result,) = [e.result for e in events if isinstance(e, RunFinished)]
+    (row,) = [e.row for e in events if isinstance(e, ItemScored)]
+    alone = ask(question, [str(doc)], model=models["random"], config=config, engine=engine)
+    assert [s.memory for s in result.steps] == [s.memory for s in alone.steps] and len(alone.steps) >= 3
+    assert (result.answer, result.raw_answer, result.document_tokens) == (alone.answer, alone.raw_answer, alone.document_tokens)
+    assert set(row) == {"id", "question", "answers", "prediction", "found", "raw", "sub_em", "em", "f1", "steps"} | {
+        "document_tokens",
+        "seconds",
+    }
+    assert row["raw"] == alone.raw_answer and row["steps"] == len(alone.steps)
+    assert row["document_tokens"] == alone.document_tokens
+    assert row["prediction"] == (alone.answer if row["found"] else "")
+
+
 def test_eval_scores_like_the_reference(models, tmp_path):
     """A model that writes garbage scores 0; gold answers that are substrings of everything
     (an empty-normalizing answer) must not score either."""
@@ -50,7 +81,7 @@ def test_eval_scores_like_the_reference(models, tmp_path):
     )
     done = run_memagent("eval", data, "-m", models["random"], *BUDGETS, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"n": 2, "sub_em": 0.0, "em": 0.0, "f1": 0.0, "failed": 0, "out": None}
+    assert json.loads(done.stdout) == {"schema": 1, "n": 2, "sub_em": 0.0, "em": 0.0, "f1": 0.0, "failed": 0, "out": None}
 
 
 def test_bad_data_is_one_line(models, tmp_path):

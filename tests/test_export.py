@@ -107,7 +107,7 @@ def test_jsonl_round_trips_the_run():
     lines = text.split("\n")[:-1]
     assert len(lines) == 1 + len(run["steps"])
     head, *steps = [json.loads(line) for line in lines]
-    assert head.pop("type") == "run"
+    assert head.pop("type") == "run" and head.pop("schema") == 1
     assert head == {k: v for k, v in run.items() if k != "steps"}
     assert [s.pop("type") for s in steps] == ["step"] * 3
     assert steps == run["steps"]

@@ -15,7 +15,7 @@ from memagent_cli.core.events import RunFinished
 
 
 def recording_console() -> Console:
-    return Console(file=io.StringIO(), record=True, force_terminal=True, width=100, color_system="truecolor")
+    return Console(file=io.StringIO(), record=True, force_terminal=True, width=120, color_system="truecolor")
 
 
 def test_live_view_renders_steps_memory_and_answer(tmp_path, models):

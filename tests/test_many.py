@@ -19,7 +19,7 @@ def test_each_question_is_its_own_stream(models, tmp_path):
     doc = _doc(tmp_path)
     many = run_memagent("ask", "-m", models["random"], doc, "-q", "Who?", "-q", "Where exactly?", *BUDGETS, "--json")
     assert many.returncode == 0, many.stderr
-    results = json.loads(many.stdout)
+    results = json.loads(many.stdout)["results"]
     assert [r["question"] for r in results] == ["Who?", "Where exactly?"]
     assert len({r["trace"] for r in results}) == 2
     for r in results:
@@ -47,14 +47,14 @@ def test_questions_file_lines_and_jsonl(models, tmp_path):
     # Not a terminal: one progress line per question and step, numbered.
     assert "Q3 step 1/" in done.stderr and "Q1 answered:" in done.stderr
     listed = run_memagent("traces", "list", "--json")
-    assert sorted(r["question"] for r in json.loads(listed.stdout)) == ["What happened?", "When?", "Who was there?"]
+    assert sorted(r["question"] for r in json.loads(listed.stdout)["runs"]) == ["What happened?", "When?", "Who was there?"]
 
 
 def test_piped_stdin_is_read_once_for_all_questions(models, tmp_path):
     text = words(300, seed=5)
     done = run_memagent("ask", "-m", models["random"], "-q", "One?", "-q", "Two?", *BUDGETS, "--json", input=text)
     assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)
+    results = json.loads(done.stdout)["results"]
     assert [r["document_tokens"] for r in results] == [results[0]["document_tokens"]] * 2 and results[0]["document_tokens"] > 96
 
 

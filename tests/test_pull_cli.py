@@ -58,7 +58,7 @@ def test_pull_the_default_then_ask_with_no_flags(hub, tmp_path, doc, models):
     assert "installed memagent-7b:q4_k_m" in pulled.stderr
     asked = memagent(hub, tmp_path, "ask", doc, "q", "--json", *FAST)
     assert asked.returncode == 0, asked.stderr
-    assert json.loads(asked.stdout)["model_path"] == record["path"]
+    assert json.loads(asked.stdout)["model"]["path"] == record["path"]
     listed = json.loads(memagent(hub, tmp_path, "models", "list", "--json").stdout)
     assert [m["name"] for m in listed["installed"]] == ["memagent-7b:q4_k_m"]
     removed = memagent(hub, tmp_path, "models", "rm", "memagent-7b")

@@ -80,7 +80,7 @@ def test_pull_a_safetensors_repository_then_ask(hub, tmp_path, doc, memagent_hom
     asked = memagent(hub, tmp_path, "ask", doc, "What is it about?", "--model", "tiny-qwen2:q8_0", "--json", *FAST)
     assert asked.returncode == 0, asked.stderr
     result = json.loads(asked.stdout)
-    assert result["model_path"] == record["path"] and result["steps"]
+    assert result["model"]["path"] == record["path"] and result["steps"]
     assert all(step["generated_tokens"] > 0 for step in result["steps"])
 
 

@@ -122,8 +122,8 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Resume with: memagent ask --resume" in err and out == ""
-    listed = json.loads(run("traces", "list", "--json").stdout)
-    assert listed[0]["status"] == "interrupted" and listed[0]["steps"] == 1
+    listed = json.loads(run("traces", "list", "--json").stdout)["runs"]
+    assert listed[0]["status"] == "interrupted" and listed[0]["step_count"] == 1
 
 
 def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_debug(doc, models):
@@ -144,8 +144,8 @@ def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_deb
     proc = subprocess.run(base, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "internal error: RuntimeError: boom" in proc.stderr and "memagent doctor" in proc.stderr
-    (failed,) = json.loads(run("traces", "list", "--json").stdout)
-    assert failed["status"] == "failed" and failed["steps"] == 1 and "boom" in failed["error"]
+    (failed,) = json.loads(run("traces", "list", "--json").stdout)["runs"]
+    assert failed["status"] == "failed" and failed["step_count"] == 1 and "boom" in failed["error"]
     debug = subprocess.run(base + ["--debug"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "RuntimeError: boom" in debug.stderr
     resumed = run("ask", "--resume", failed["id"], "--json")  # the bug gone, the run goes on
@@ -187,7 +187,7 @@ def test_a_corrupt_trace_database_is_moved_aside_and_replaced(doc, models, memag
     proc = run("ask", doc, "q", "-m", models["random"], "--json", *SMALL)
     assert proc.returncode == 0 and "damaged" in proc.stderr
     assert list(memagent_home.glob("traces.db.corrupt-*")), "the damaged file is kept"
-    assert json.loads(run("traces", "list", "--json").stdout)[0]["id"] == json.loads(proc.stdout)["trace"]
+    assert json.loads(run("traces", "list", "--json").stdout)["runs"][0]["id"] == json.loads(proc.stdout)["trace"]
 
 
 def test_a_file_that_changes_while_it_is_read(tmp_path, models, spawned):

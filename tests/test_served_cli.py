@@ -53,7 +53,7 @@ def test_four_questions_at_once(clean, url, doc):
         "ask", *_served(url, "--tokenizer", str(clean)), doc, *args, "--parallel", "4", *BUDGETS, "--json", "--verbose"
     )
     assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)
+    results = json.loads(done.stdout)["results"]
     assert [r["question"] for r in results] == questions
     alone = json.loads(run_memagent("ask", *_served(url, "--tokenizer", str(clean)), doc, "Where?", *BUDGETS, "--json").stdout)
     assert [s["memory"] for s in results[2]["steps"]] == [s["memory"] for s in alone["steps"]]
@@ -147,11 +147,11 @@ def test_one_question_failing_leaves_the_others(clean, doc):
             "--json",
         )
     assert done.returncode == 1
-    fine, bad = json.loads(done.stdout)
+    fine, bad = json.loads(done.stdout)["results"]
     assert fine["answer"] == "Hello world" and fine["question"] == "Fine question?"
     assert bad["question"] == "Forbidden topic?" and "HTTP 400" in bad["error"] and "not allowed" in bad["error"]
     assert "error: Q2: The server at " in done.stderr
-    runs = {r["question"]: r["status"] for r in json.loads(run_memagent("traces", "list", "--json").stdout)}
+    runs = {r["question"]: r["status"] for r in json.loads(run_memagent("traces", "list", "--json").stdout)["runs"]}
     assert runs == {"Fine question?": "complete", "Forbidden topic?": "failed"}
 
 

@@ -56,9 +56,9 @@ def start_and_stop(args, sig, after_steps=2, cwd=None):
 
 def test_every_run_is_recorded_with_its_steps(doc, models):
     out = as_json("ask", doc, "Where?", "-m", models["random"], *SMALL)
-    runs = as_json("traces", "list")
+    runs = as_json("traces", "list")["runs"]
     assert [r["id"] for r in runs] == [out["trace"]]
-    assert runs[0]["status"] == "complete" and runs[0]["steps"] == len(out["steps"])
+    assert runs[0]["status"] == "complete" and runs[0]["step_count"] == len(out["steps"])
     shown = as_json("traces", "show", out["trace"][:4])
     assert [s["memory"] for s in shown["steps"]] == [s["memory"] for s in out["steps"]]
     assert shown["question"] == "Where?" and shown["answer"] == out["answer"]
@@ -72,7 +72,7 @@ def test_every_run_is_recorded_with_its_steps(doc, models):
 def test_no_trace_records_nothing(doc, models, memagent_home):
     out = as_json("ask", doc, "q", "-m", models["random"], "--no-trace", *SMALL)
     assert "trace" not in out
-    assert as_json("traces", "list") == []
+    assert as_json("traces", "list")["runs"] == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -81,8 +81,8 @@ def test_interrupted_run_resumes_to_the_same_result(doc, models, sig):
     code, out, err = start_and_stop([doc, "Where?", "-m", models["random"], *SMALL], sig)
     assert code == 130 and out == ""
     assert "Traceback" not in err and "Resume with: memagent ask --resume " in err
-    (run,) = as_json("traces", "list")
-    assert run["status"] == "interrupted" and 2 <= run["steps"] < len(whole["steps"])
+    (run,) = as_json("traces", "list")["runs"]
+    assert run["status"] == "interrupted" and 2 <= run["step_count"] < len(whole["steps"])
 
     resumed = as_json("ask", "--resume", "last")
     assert len(resumed["steps"]) == len(whole["steps"])
@@ -90,8 +90,8 @@ def test_interrupted_run_resumes_to_the_same_result(doc, models, sig):
     assert resumed["memory"] == whole["memory"] and resumed["answer"] == whole["answer"]
     assert resumed["document_tokens"] == whole["document_tokens"]
     assert set(resumed) == set(whole) | {"trace"}
-    (run,) = as_json("traces", "list")
-    assert run["status"] == "complete" and run["steps"] == len(whole["steps"])
+    (run,) = as_json("traces", "list")["runs"]
+    assert run["status"] == "complete" and run["step_count"] == len(whole["steps"])
 
 
 def test_resume_refuses_changed_sources_and_finished_runs(doc, models, tmp_path):
@@ -150,10 +150,10 @@ def test_two_runs_at_once_are_both_recorded(doc, models):
     ]
     outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    runs = {r["id"]: r for r in as_json("traces", "list")}
+    runs = {r["id"]: r for r in as_json("traces", "list")["runs"]}
     assert set(runs) == {o["trace"] for o in outs}
     for out in outs:
-        assert runs[out["trace"]]["status"] == "complete" and runs[out["trace"]]["steps"] == len(out["steps"])
+        assert runs[out["trace"]]["status"] == "complete" and runs[out["trace"]]["step_count"] == len(out["steps"])
         shown = as_json("traces", "show", out["trace"])
         assert [s["memory"] for s in shown["steps"]] == [s["memory"] for s in out["steps"]]
 
@@ -163,9 +163,9 @@ def test_traces_commands(doc, models, tmp_path):
     second = as_json("ask", doc, "<script>alert(1)</script>", "-m", models["random"], *SMALL)
     listed = memagent("traces", "list").stdout
     assert first["trace"][:8] in listed and second["trace"][:8] in listed and "complete" in listed
-    assert [r["id"] for r in as_json("traces", "list", "--limit", "1")] == [second["trace"]]
-    assert as_json("traces", "list", "--status", "interrupted") == []
-    assert len(as_json("traces", "list", "--source", "doc.txt")) == 2
+    assert [r["id"] for r in as_json("traces", "list", "--limit", "1")["runs"]] == [second["trace"]]
+    assert as_json("traces", "list", "--status", "interrupted")["runs"] == []
+    assert len(as_json("traces", "list", "--source", "doc.txt")["runs"]) == 2
 
     one = as_json("traces", "show", first["trace"], "--step", "2")
     assert [s["index"] for s in one["steps"]] == [2]
@@ -177,7 +177,7 @@ def test_traces_commands(doc, models, tmp_path):
     assert any(o["op"] == "insert" and "=" * 40 in o["text"] for o in diff["ops"])
     assert memagent("traces", "diff", first["trace"], "1", "999", check=False).returncode == 2
 
-    hits = as_json("traces", "search", "fox")
+    hits = as_json("traces", "search", "fox")["hits"]
     assert [h["run_id"] for h in hits] == [first["trace"]] and hits[0]["field"] == "question"
     assert memagent("traces", "search", 'fox" OR *', check=False).returncode == 0
 
@@ -191,7 +191,7 @@ def test_traces_commands(doc, models, tmp_path):
     assert memagent("traces", "export", first["trace"], "--format", "pdf", check=False).returncode == 2
 
     memagent("traces", "rm", first["trace"][:6])
-    assert [r["id"] for r in as_json("traces", "list")] == [second["trace"]]
+    assert [r["id"] for r in as_json("traces", "list")["runs"]] == [second["trace"]]
     assert "removed 0 runs" in memagent("traces", "rm", "--older-than", "30d").stderr
     assert memagent("traces", "rm", check=False).returncode == 2
     assert memagent("traces", "show", first["trace"], check=False).returncode != 0
@@ -202,6 +202,6 @@ def test_a_failed_run_is_recorded_with_its_error(doc, models, tmp_path):
     broken.write_bytes(models["random"].read_bytes()[:500_000])
     proc = memagent("ask", doc, "q", "-m", broken, *SMALL, check=False)
     assert proc.returncode == 1
-    (run,) = as_json("traces", "list")
+    (run,) = as_json("traces", "list")["runs"]
     assert run["status"] == "failed" and "could not load" in run["error"] and run["ended_at"]
     assert "failed" in memagent("traces", "list").stdout

@@ -140,7 +140,7 @@ def test_inside_a_pdf_page(tokenizer, tmp_path):
     out = ask_json("report.pdf", QUESTION, cwd=tmp_path)
     assert out["answer"] == value
     (step,) = out["evidence"]
-    (span,) = step["source"]  # one source: the PDF, over the pages this chunk covers
+    (span,) = step["spans"]  # one source: the PDF, over the pages this chunk covers
     assert span["path"] == "report.pdf" and span["pages"][0] <= 2 <= span["pages"][1]
 
 
@@ -154,7 +154,7 @@ def test_in_one_file_of_a_folder(tmp_path):
     (folder / "b.txt").write_text(holder.text)
     out = ask_json("notes", QUESTION, cwd=tmp_path)
     assert out["answer"] == holder.value
-    assert [span["path"] for span in out["evidence"][0]["source"]] == [str(Path("notes") / "b.txt")]
+    assert [span["path"] for span in out["evidence"][0]["spans"]] == [str(Path("notes") / "b.txt")]
 
 
 def test_piped_through_stdin(tokenizer):
@@ -187,8 +187,8 @@ def test_interrupted_after_the_fact_then_resumed(tokenizer, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    listed = json.loads(run_memagent("traces", "list", "--json").stdout)
-    assert listed[0]["status"] == "interrupted" and 12 <= listed[0]["steps"] < 100
+    listed = json.loads(run_memagent("traces", "list", "--json").stdout)["runs"]
+    assert listed[0]["status"] == "interrupted" and 12 <= listed[0]["step_count"] < 100
     shown = json.loads(run_memagent("traces", "show", "last", "--json").stdout)
     assert shown["steps"][-1]["memory"] == fact_sentence(doc.value)  # found before the interruption
     resumed = run_memagent("ask", "--resume", "last", "--json")

@@ -23,8 +23,26 @@ from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
-from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, agent_config, served_options
-from .textout import SafeConsole, json_text
+from .options import (
+    DEFAULTS,
+    AnswerOpt,
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ChunkOpt,
+    EngineOpt,
+    FinalOpt,
+    MemoryOpt,
+    SeedOpt,
+    ServedModelOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TokenizerOpt,
+    TopPOpt,
+    VerboseOpt,
+    agent_config,
+    served_options,
+)
+from .textout import SafeConsole, print_json
 
 app = typer.Typer(
     name="memagent",
@@ -41,10 +59,6 @@ app = typer.Typer(
 ModelOpt = Annotated[
     Optional[str],
     typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.", show_default=False, rich_help_panel="Model"),
-]
-ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
-MemoryOpt = Annotated[
-    int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1, rich_help_panel="Budgets")
 ]
 IncludeOpt = Annotated[
     Optional[list[str]],
@@ -100,26 +114,13 @@ def ask(
         ),
     ] = None,
     model: ModelOpt = None,
-    chunk_tokens: ChunkOpt = 5000,
-    memory_tokens: MemoryOpt = 1024,
-    answer_tokens: Annotated[
-        int, typer.Option(help="Most tokens the final answer may use.", min=1, rich_help_panel="Budgets")
-    ] = 1024,
-    temperature: Annotated[
-        float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, rich_help_panel="Sampling")
-    ] = 0.7,
-    top_p: Annotated[
-        float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0, rich_help_panel="Sampling")
-    ] = 0.95,
-    seed: Annotated[
-        Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling", show_default=False)
-    ] = None,
-    final: Annotated[
-        str,
-        typer.Option(
-            help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table).", rich_help_panel="Sampling"
-        ),
-    ] = "boxed",
+    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
+    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
+    top_p: TopPOpt = DEFAULTS.top_p,
+    seed: SeedOpt = DEFAULTS.seed,
+    final: FinalOpt = DEFAULTS.final,
     gpu_layers: Annotated[
         Optional[str],
         typer.Option(
@@ -137,15 +138,7 @@ def ask(
             help="Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).",
         ),
     ] = False,
-    threads: Annotated[
-        Optional[int],
-        typer.Option(
-            help="CPU threads for generation. Default: half the available cores.",
-            min=1,
-            rich_help_panel="Model",
-            show_default=False,
-        ),
-    ] = None,
+    threads: ThreadsOpt = None,
     ctx: Annotated[
         Optional[int],
         typer.Option(
@@ -203,9 +196,7 @@ def ask(
     json_out: JsonOpt = False,
     raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request sent to a served engine.")
-    ] = False,
+    verbose: VerboseOpt = False,
     svg: Annotated[
         Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.", show_default=False)
     ] = None,
@@ -319,7 +310,7 @@ def ask(
         out = result.to_dict()
         if recorder is not None and recorder.failed_write is None:
             out["trace"] = recorder.run_id
-        print(json_text(out))
+        print_json(out)
     else:
         from .textout import visible
 
@@ -412,14 +403,15 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
             if rec is not None and rec.failed_write is None and rec.run_id is not None:
                 item["trace"] = rec.run_id
             out.append(item)
-        print(json_text(out))
+        print_json({"results": out})
     else:
         tty = sys.stdout.isatty()
         for i, result in enumerate(results):
             if result is None:
                 continue
             answer = result.raw_answer if raw else result.answer
-            print(f"Q{i + 1}: {result.question}\n{visible(answer) if tty else answer}\n")
+            question = visible(result.question) if tty else result.question
+            print(f"Q{i + 1}: {question}\n{visible(answer) if tty else answer}\n")
     failed = [i for i, e in enumerate(errors) if e is not None]
     for i in failed:
         exc = errors[i]
@@ -544,8 +536,8 @@ def inspect(
             help="Print exactly the text sent for memory step K (needs --question).",
         ),
     ] = None,
-    chunk_tokens: ChunkOpt = 5000,
-    memory_tokens: MemoryOpt = 1024,
+    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
+    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
@@ -588,7 +580,7 @@ def inspect(
     except MemagentError as exc:
         fail(err, exc)
     if json_out:
-        print(json_text(report.to_dict()))
+        print_json(report.to_dict())
     else:
         SafeConsole(highlight=False).print(render_inspection(report))
 

@@ -16,7 +16,25 @@ from typer.core import TyperGroup
 from ..errors import EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
 from .models import model_for_run
-from .options import ApiKeyOpt, BaseUrlOpt, EngineOpt, ServedModelOpt, TokenizerOpt, agent_config, served_options
+from .options import (
+    DEFAULTS,
+    AnswerOpt,
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ChunkOpt,
+    EngineOpt,
+    FinalOpt,
+    MemoryOpt,
+    SeedOpt,
+    ServedModelOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TokenizerOpt,
+    TopPOpt,
+    VerboseOpt,
+    agent_config,
+    served_options,
+)
 from .textout import SafeConsole
 
 
@@ -79,40 +97,23 @@ def run(
     tokenizer: TokenizerOpt = None,
     parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
-    chunk_tokens: Annotated[
-        int, typer.Option(min=1, rich_help_panel="Budgets", help="Document tokens read per memory update.")
-    ] = 5000,
-    memory_tokens: Annotated[
-        int, typer.Option(min=1, rich_help_panel="Budgets", help="Most tokens a memory update may write.")
-    ] = 1024,
-    answer_tokens: Annotated[
-        int, typer.Option(min=1, rich_help_panel="Budgets", help="Most tokens the final answer may use.")
-    ] = 1024,
-    temperature: Annotated[
-        float, typer.Option(min=0.0, rich_help_panel="Sampling", help="Sampling temperature; 0 is greedy.")
-    ] = 0.7,
-    top_p: Annotated[
-        float, typer.Option(min=0.0, max=1.0, rich_help_panel="Sampling", help="Nucleus sampling, after temperature.")
-    ] = 0.95,
-    seed: Annotated[
-        Optional[int], typer.Option(show_default=False, rich_help_panel="Sampling", help="Seed for sampling.")
-    ] = None,
-    final: Annotated[
-        str,
-        typer.Option(rich_help_panel="Sampling", help="Final prompt: answer-is (the paper's table was made with it) or boxed."),
-    ] = "answer-is",
-    threads: Annotated[
-        Optional[int], typer.Option(min=1, show_default=False, rich_help_panel="Model", help="CPU threads (embedded engine).")
-    ] = None,
+    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
+    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
+    top_p: TopPOpt = DEFAULTS.top_p,
+    seed: SeedOpt = DEFAULTS.seed,
+    final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
+    threads: ThreadsOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each request sent to a served engine.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     from rich.table import Table
 
     from ..core.events import RunFailed
     from ..core.pipeline import EngineOptions
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
-    from .textout import json_text
+    from .textout import json_text, print_json
 
     err = stderr_console()
     try:
@@ -165,7 +166,7 @@ def run(
         raise typer.Exit(130)
     result = summary(rows)
     if json_out:
-        print(json_text({**result, "failed": len(failures), "out": str(out) if out else None}))
+        print_json({**result, "failed": len(failures), "out": str(out) if out else None})
     else:
         table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
         for key in ("n", "sub_em", "em", "f1"):

@@ -15,7 +15,7 @@ from rich.text import Text
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
 from .common import run_guard
-from .textout import SafeConsole, json_text, visible
+from .textout import SafeConsole, print_json, visible
 
 models_app = typer.Typer(
     help="Install and inspect models: the catalog, pull, add, rm, path, info.", no_args_is_help=True, rich_markup_mode="rich"
@@ -115,7 +115,7 @@ def install(plan, *, offline: bool, err: Console, json_out: bool = False) -> tup
     err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
     name, record = run_plan(plan, offline=offline, err=err)
     if json_out:
-        print(json_text({"name": name, **record}))
+        print_json({"name": name, **record})
     return name, record
 
 
@@ -127,25 +127,23 @@ def list_models(json_out: JsonOpt = False) -> None:
     default = settings.get_setting("default_model") or catalog.default_alias()
     cat = catalog.entries()
     if json_out:
-        print(
-            json_text(
-                {
-                    "default": default,
-                    "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
-                    "catalog": [
-                        {
-                            "alias": f"{a}:{q}",
-                            "size": e.size(q),
-                            "base_model": e.base_model,
-                            "license": e.license,
-                            "candidates": list(e.candidates),
-                            "installed": f"{a}:{q}" in installed,
-                        }
-                        for a, e in sorted(cat.items())
-                        for q in e.quantizations
-                    ],
-                }
-            )
+        print_json(
+            {
+                "default": default,
+                "installed": [{"name": n, **r} for n, r in sorted(installed.items())],
+                "catalog": [
+                    {
+                        "alias": f"{a}:{q}",
+                        "size": e.size(q),
+                        "base_model": e.base_model,
+                        "license": e.license,
+                        "candidates": list(e.candidates),
+                        "installed": f"{a}:{q}" in installed,
+                    }
+                    for a, e in sorted(cat.items())
+                    for q in e.quantizations
+                ],
+            }
         )
         return
     out = SafeConsole(highlight=False)
@@ -239,7 +237,7 @@ def add(
     """Register a local GGUF after checking it is one (architecture, size, quantization, template)."""
     name, record = registry.add(path, name)
     if json_out:
-        print(json_text({"name": name, **record}))
+        print_json({"name": name, **record})
         return
     SafeConsole(stderr=True, highlight=False).print(
         f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
@@ -271,7 +269,7 @@ def info(name: NameArg, json_out: JsonOpt = False) -> None:
     """What an installed model is: architecture, size, quantization, context, where it came from."""
     record = registry.get(name)
     if json_out:
-        print(json_text(record))
+        print_json(record)
         return
     out = SafeConsole(highlight=False)
     for key, value in record.items():
@@ -307,7 +305,7 @@ def config_list(json_out: JsonOpt = False) -> None:
     """Every setting with its value and meaning, and where the file is."""
     data = settings.load()
     if json_out:
-        print(json_text({"file": str(settings.config_file()), "settings": data}))
+        print_json({"file": str(settings.config_file()), "settings": data})
         return
     out = SafeConsole(highlight=False)
     out.print(Text(f"# {settings.config_file()}", style="dim"))
@@ -342,7 +340,7 @@ def doctor(
         "cache": platformdirs.user_cache_dir("memagent"),
     }
     if json_out:
-        print(json_text(report))
+        print_json(report)
         return
     SafeConsole(highlight=False).print(render_doctor(report))
 

@@ -1,5 +1,9 @@
-"""Command-line options that `ask` and `eval` share: the served engine's, declared once so the
-two commands read alike, and turned here into the library's EngineOptions and AgentConfig."""
+"""Command-line options that `ask` and `eval` share (the budgets, sampling, threads, the served
+engine's), declared once so the two commands read alike, and turned here into the library's
+EngineOptions and AgentConfig.
+
+A command gives each option its default (`chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens`):
+typer takes defaults from the signature, and `eval` keeps a final prompt of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +14,40 @@ from rich.console import Console
 
 from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
+
+DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
+
+ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
+MemoryOpt = Annotated[
+    int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1, rich_help_panel="Budgets")
+]
+AnswerOpt = Annotated[int, typer.Option(help="Most tokens the final answer may use.", min=1, rich_help_panel="Budgets")]
+TemperatureOpt = Annotated[
+    float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, rich_help_panel="Sampling")
+]
+TopPOpt = Annotated[
+    float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0, rich_help_panel="Sampling")
+]
+SeedOpt = Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling", show_default=False)]
+FinalOpt = Annotated[
+    str,
+    typer.Option(
+        help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table was made with it).",
+        rich_help_panel="Sampling",
+    ),
+]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        help="CPU threads for generation (embedded engine). Default: half the available cores.",
+        min=1,
+        rich_help_panel="Model",
+        show_default=False,
+    ),
+]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request sent to a served engine.")
+]
 
 EngineOpt = Annotated[
     str,

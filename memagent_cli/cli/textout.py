@@ -1,4 +1,7 @@
-"""Text that leaves memagent for a terminal or a stream: shown safely, encodable always."""
+"""Text that leaves memagent for a terminal or a stream: shown safely, encodable always.
+
+`SafeConsole` for people, `print_json` for scripts; `visible` and `clip` are re-exported here so the
+CLI has one place to take them from."""
 
 from __future__ import annotations
 
@@ -7,7 +10,14 @@ import json
 from rich.console import Console, Group
 from rich.text import Text
 
-from ..core.display import json_controls_escaped, visible
+from ..core.display import SCHEMA, clip, json_controls_escaped, visible
+
+__all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
+
+
+def print_json(record: dict) -> None:
+    """A command's --json answer on stdout: one object, "schema" first."""
+    print(json_text({"schema": SCHEMA, **record}))
 
 
 def json_text(value, indent: int | None = 2) -> str:

@@ -16,12 +16,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..core.memdiff import changes, surviving_additions, word_diff
+from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocol import INITIAL_MEMORY
-from ..core.provenance import describe_place
+from ..core.provenance import describe_spans
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
-from .textout import SafeConsole, json_text, visible
+from .textout import SafeConsole, clip, print_json, visible
 
 app = typer.Typer(
     help="Inspect recorded runs: every memory step with where it read, and the answer.",
@@ -46,22 +46,8 @@ def _out() -> Console:
     return SafeConsole(highlight=False, soft_wrap=False)
 
 
-def _where(spans: list[dict]) -> str:
-    """Span.describe for stored spans (dicts, as Span.to_dict wrote them)."""
-    return visible(", ".join(describe_place(s["path"], *(s.get("pages") or (None, None))) for s in spans)) or "layout"
-
-
 def _when(stamp: str | None) -> str:
     return (stamp or "")[:19].replace("T", " ")
-
-
-def _clip(text: str | None, n: int) -> str:
-    text = " ".join((text or "").split())
-    return visible(text if len(text) <= n else text[: n - 1] + "…")
-
-
-def evidence_steps(run: dict) -> list[int]:
-    return surviving_additions([INITIAL_MEMORY] + [s["memory"] for s in run["steps"]])
 
 
 @app.command("list")
@@ -80,7 +66,7 @@ def list_runs(
     """Recorded runs, newest first."""
     runs = _store().list_runs(status=status, source=source, limit=limit)
     if json_out:
-        print(json_text([{**r, "steps": r["step_count"]} for r in runs]))
+        print_json({"runs": runs})
         return
     if not runs:
         SafeConsole(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
@@ -96,9 +82,9 @@ def list_runs(
             _when(r["started_at"]),
             r["status"],
             f"{r['step_count']}{total}",
-            _clip(r["question"], 40),
+            clip(r["question"], 40),
             visible(sources),
-            _clip(r.get("answer"), 30),
+            clip(r.get("answer"), 30),
         )
     _out().print(table)
 
@@ -115,10 +101,11 @@ def show(
     steps = run["steps"]
     if step is not None and not any(s["index"] == step for s in steps):
         raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
-    evidence = evidence_steps(run)
+    evidence = evidence_steps(steps)
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
-        print(json_text({**run, "steps": shown, "evidence": evidence}))
+        chosen = [evidence_record(s) for s in steps if s["index"] in evidence]
+        print_json({**run, "steps": shown, "evidence": chosen})
         return
     out = _out()
     out.print(_header(run))
@@ -173,7 +160,7 @@ def _step_panel(s: dict, previous: str, evidence: bool) -> Panel:
     if s["finish_reason"] == "length":
         stats += " · cut at the limit"
     title = Text.assemble(
-        (f"step {s['index']}", "bold"), f"  {_where(s['spans'])}", ("  ★ evidence", "yellow") if evidence else ""
+        (f"step {s['index']}", "bold"), f"  {visible(describe_spans(s['spans']))}", ("  ★ evidence", "yellow") if evidence else ""
     )
     return Panel(body, title=title, title_align="left", subtitle=stats, subtitle_align="right", border_style="blue")
 
@@ -198,7 +185,7 @@ def diff(
             raise MemagentError(f"Run {run['id'][:8]} has no step {n}; it has {len(memories) - 1}.", exit_code=EXIT_USAGE)
     ops = word_diff(memories[k], memories[l])
     if json_out:
-        print(json_text({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]}))
+        print_json({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]})
         return
     body = Text()
     for op, text in ops:
@@ -242,7 +229,7 @@ def search(
     """Full-text search over every recorded memory, question and answer."""
     hits = _store().search(text, limit=limit)
     if json_out:
-        print(json_text(hits))
+        print_json({"hits": hits})
         return
     if not hits:
         SafeConsole(stderr=True).print("No matches.", markup=False)
@@ -250,7 +237,7 @@ def search(
     out = _out()
     for hit in hits:
         where = f"step {hit['step']}" if hit.get("step") is not None else hit["field"]
-        out.print(Text.assemble((hit["run_id"][:8], "bold"), f"  {where}  ", _clip(hit["snippet"], 160)))
+        out.print(Text.assemble((hit["run_id"][:8], "bold"), f"  {where}  ", clip(hit["snippet"], 160)))
 
 
 @app.command()

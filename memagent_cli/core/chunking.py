@@ -24,7 +24,7 @@ import numpy as np
 from ..ingest.sources import Segment, Source
 from ..model.tokenizer import Tokenizer
 from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
-from .provenance import describe_place
+from .provenance import describe_span, describe_spans
 
 # Characters gathered before a block is tokenized: enough that tokenizer calls are few, few
 # enough that a slow pipe's text reaches the model soon (a chunk is ~20K characters).
@@ -57,7 +57,7 @@ class Span:
     end: int
 
     def describe(self) -> str:
-        return describe_place(self.title, self.first_page, self.last_page)
+        return describe_span(self.to_dict())
 
     def to_dict(self) -> dict:
         return {
@@ -81,6 +81,10 @@ class Chunk:
     spans: tuple[Span, ...]
     end_token: int  # document tokens read up to and including this chunk
 
+    def describe(self) -> str:
+        """Where the chunk's text came from, e.g. "report.pdf pp. 3–5; notes.txt chars 0–900"."""
+        return describe_spans(span.to_dict() for span in self.spans)
+
 
 @dataclass
 class IngestStats:
@@ -92,9 +96,16 @@ class IngestStats:
     done: bool = False
 
     def source_records(self, sources: Sequence[Source]) -> list[dict]:
-        """Each source as --json lists it: path, kind, pages (None if not a PDF), tokens."""
+        """Each source as --json lists it (docs/JSON.md, "source"); a trace adds its fingerprint."""
         return [
-            {"path": s.path, "kind": s.kind, "pages": self.source_pages[i] or None, "tokens": self.source_tokens[i]}
+            {
+                "path": s.path,
+                "title": s.title,
+                "kind": s.kind,
+                "size": s.size,
+                "pages": self.source_pages[i] or None,
+                "tokens": self.source_tokens[i],
+            }
             for i, s in enumerate(sources)
         ]
 

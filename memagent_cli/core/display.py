@@ -1,6 +1,6 @@
 """Outside text as a person is shown it: `visible()` is the one function every file name, document
 text, model output, server message and trace content goes through before a terminal or a Markdown
-export shows it."""
+export shows it; `clip()` shortens it to one line; JSON text gets the escapes JSON leaves out."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ _VISIBLE.update({c: 0xFFFD for c in range(0xD800, 0xE000)})
 def visible(text: str) -> str:
     return text.translate(_VISIBLE)
 
+
+def clip(text: str | None, limit: int) -> str:
+    """Outside text on one line of at most `limit` characters: white space runs become one space,
+    a longer text ends in "…", and it is visible()."""
+    text = " ".join((text or "").split())
+    return visible(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+SCHEMA = 1  # the version of every JSON shape memagent prints or exports (docs/JSON.md); a rename bumps it
 
 # json.dumps escapes C0 controls but writes DEL and the C1 range (U+0080-U+009F, where U+009B is a
 # CSI to many terminals) as they are; they can only stand inside strings, where \\u escapes are valid.

@@ -6,12 +6,22 @@ them. Nothing here knows how it will be shown.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Union
 
 from ..ingest.sources import Source
 from .chunking import Chunk
 from .config import AgentConfig
+from .memdiff import evidence_record
+
+
+def model_record(name: str, path: str) -> dict:
+    """The model as every JSON output and trace gives it (docs/JSON.md, "model"): a GGUF's name,
+    absolute path and size, or a served model's name and URL (size None)."""
+    if os.path.isfile(path):
+        return {"name": name, "path": os.path.abspath(path), "size": os.path.getsize(path)}
+    return {"name": name, "path": path, "size": None}
 
 
 @dataclass(frozen=True)
@@ -94,10 +104,11 @@ class StepRecord:
         return self.prompt_seconds + self.generate_seconds
 
     def to_dict(self) -> dict:
+        """The one shape of a step wherever it is printed or stored (docs/JSON.md, "step")."""
         return {
             "index": self.index,
             "tokens": self.chunk.tokens,
-            "source": [span.to_dict() for span in self.chunk.spans],
+            "spans": [span.to_dict() for span in self.chunk.spans],
             "memory": self.memory,
             "memory_tokens": self.memory_tokens,
             "prompt_tokens": self.prompt_tokens,
@@ -148,13 +159,13 @@ class RunResult:
     gpu: dict = field(default_factory=dict)  # the offload choice: layers and why
 
     def to_dict(self) -> dict:
+        """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
         return {
             "question": self.question,
             "answer": self.answer,
             "raw_answer": self.raw_answer,
             "memory": self.memory,
-            "model": self.model,
-            "model_path": self.model_path,
+            "model": model_record(self.model, self.model_path),
             "device": self.device,
             "gpu": self.gpu,
             "sources": self.sources,
@@ -163,7 +174,7 @@ class RunResult:
             "n_ctx": self.n_ctx,
             "settings": self.config.to_dict(),
             "steps": [s.to_dict() for s in self.steps],
-            "evidence": [{"step": s.index, "source": [span.to_dict() for span in s.chunk.spans]} for s in self.evidence],
+            "evidence": [evidence_record(s.to_dict()) for s in self.evidence],
             "timings": self.timings,
         }
 

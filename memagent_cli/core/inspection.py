@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from .chunking import IngestStats
+from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
 from .protocol import INITIAL_MEMORY, memory_prompt
 
@@ -41,15 +42,14 @@ class Report:
     def to_dict(self) -> dict:
         info = self.prep.info
         return {
-            "model": info.name,
-            "model_path": str(info.path),
+            "model": model_record(info.name, str(info.path)),
             "has_weights": info.has_weights,
             "tokenizer": self.prep.tokenizer.name,
             "sources": self.stats.source_records(self.prep.sources),
             "document_tokens": self.stats.document_tokens,
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
-            "steps": self.steps,
+            "steps_total": self.steps,
             "calls": self.steps + 1,
             "estimate": self.estimate,
         }

@@ -17,6 +17,9 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from difflib import SequenceMatcher
+from typing import Any, Mapping, Sequence
+
+from .protocol import INITIAL_MEMORY
 
 _TOKEN = re.compile(r"\s+|\S+")
 
@@ -239,3 +242,17 @@ def surviving_additions(memories: list[str]) -> list[int]:
         alive = alive_before
     evidence.reverse()
     return evidence
+
+
+def evidence_steps(steps: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The evidence of a run: the indices of the steps (step dicts, as `StepRecord.to_dict` and the
+    trace store give them) whose additions are still in the final memory, ascending. The answer is
+    written from that memory alone, so these are the steps whose reading it can rest on. The one
+    definition behind `ask --json`, `traces show`, the live view and the exports."""
+    memories = [INITIAL_MEMORY] + [step.get("memory") or "" for step in steps]
+    return [steps[k - 1].get("index", k) for k in surviving_additions(memories)]
+
+
+def evidence_record(step: Mapping[str, Any]) -> dict:
+    """An evidence step as JSON gives it (docs/JSON.md, "evidence"): the step and where it read."""
+    return {"step": step["index"], "spans": list(step.get("spans") or [])}

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..errors import MemagentError
 from ..ingest.sources import Source, collect_sources, read_source
@@ -39,8 +39,7 @@ from .events import (
     RunStarted,
     StepFinished,
 )
-from .memdiff import surviving_additions
-from .protocol import INITIAL_MEMORY
+from .memdiff import evidence_steps
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
 
@@ -157,6 +156,99 @@ def _stamp(source: Source) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
+@dataclass
+class SharedEngine:
+    """An engine opened once for several runs (the questions of `ask -q`, the items of `eval`): their
+    model calls pass one FairGate, at most `slots` at a time. Close it when the runs are over."""
+
+    engine: GatedEngine  # what the runs call
+    n_ctx: int
+    load_seconds: float
+    gpu_layers: int = 0  # as passed to llama.cpp; 0 for a served engine
+    gpu_reason: str = ""
+    slots: int = 1  # model calls in flight at once: `parallel` on a served engine, 1 on the embedded one
+
+    @property
+    def description(self) -> str:
+        return self.engine.description
+
+    def loaded(self) -> ModelLoaded:
+        return ModelLoaded(self.description, self.n_ctx, self.load_seconds, self.gpu_layers, self.gpu_reason)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def open_shared_engine(prep: Prepared, n_ctx: int, options: EngineOptions, parallel: int, stop: threading.Event) -> SharedEngine:
+    """`open_engine`, timed, behind a gate of `parallel` slots (one for an engine that takes a call at
+    a time). Setting `stop` ends the calls in flight and those waiting their turn."""
+    t_load = time.perf_counter()
+    llm = open_engine(prep, n_ctx, options)
+    load_seconds = time.perf_counter() - t_load
+    slots = parallel if llm.concurrent else 1
+    try:
+        gate = FairGate(slots)
+    except BaseException:
+        llm.close()
+        raise
+    return SharedEngine(
+        GatedEngine(llm, gate, stop),
+        n_ctx,
+        load_seconds,
+        getattr(llm, "gpu_layers", 0),
+        getattr(llm, "gpu_reason", ""),
+        slots,
+    )
+
+
+def run_question(
+    question: str,
+    chunks: Iterable[Chunk],
+    stats: IngestStats,
+    prep: Prepared,
+    shared: SharedEngine,
+    config: AgentConfig,
+    *,
+    done_steps: Sequence[dict] = (),
+    started: float | None = None,
+) -> Iterator[Event]:
+    """One run of the agent loop over a chunk stream on a shared engine: its events, then
+    RunFinished with its RunResult. What `ask` runs per question and `eval` per item.
+
+    `question` is already checked (agent.check_question); `prep.sources` are the sources the
+    chunks are read from, and `stats` fills in as they are; `done_steps` make it a resumed run
+    (see ask_events); `started` (a time.perf_counter() value, default now) is when the run began,
+    for its total time. The chunk stream is closed when the run ends, however it ends."""
+    if started is None:
+        started = time.perf_counter()
+    steps, answer = [], None
+    try:
+        for event in run_loop(question, chunks, stats, shared.engine, prep.tokenizer, config, done_steps):
+            if isinstance(event, StepFinished):
+                steps.append(event.step)
+            elif isinstance(event, AnswerFinished):
+                answer = event
+            yield event
+    finally:  # now, not when the error's traceback lets go of it: a ChunkTee's other readers wait on it
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    result = _result(
+        prep,
+        question,
+        config,
+        shared.description,
+        shared.n_ctx,
+        stats,
+        steps,
+        answer,
+        shared.load_seconds,
+        time.perf_counter() - started,
+    )
+    result.gpu = {"layers": shared.gpu_layers, "reason": shared.gpu_reason}
+    yield RunFinished(result)
+
+
 def ask_events(
     question: str,
     paths: Sequence[str],
@@ -229,7 +321,7 @@ def ask_many_events(
 
     stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
     chunks = ReadAhead(stream)
-    llm = None
+    shared = None
     stop = threading.Event()
     try:
         if chunks.peek() is None:
@@ -238,45 +330,15 @@ def ask_many_events(
                 "There is no text to read in the input.",
                 "Check the file; scanned PDFs need OCR first, which memagent does not do.",
             )
-        t_load = time.perf_counter()
-        llm = open_engine(prep, n_ctx, engine)
-        load_seconds = time.perf_counter() - t_load
-        gpu_layers, gpu_reason = getattr(llm, "gpu_layers", 0), getattr(llm, "gpu_reason", "")
+        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop)
         for i in range(len(questions)):
-            yield i, ModelLoaded(llm.description, n_ctx, load_seconds, gpu_layers, gpu_reason)
-        gated = GatedEngine(llm, FairGate(parallel if llm.concurrent else 1), stop)
+            yield i, shared.loaded()
         tee = ChunkTee(chunks, len(questions), stop)
 
-        def job(i: int):
-            def run() -> Iterator[Event]:
-                steps, answer = [], None
-                replay = done_steps[i] if i < len(done_steps) else ()
-                reader = tee.reader(i)
-                try:
-                    for event in run_loop(questions[i], reader, stats, gated, prep.tokenizer, config, replay):
-                        if isinstance(event, StepFinished):
-                            steps.append(event.step)
-                        elif isinstance(event, AnswerFinished):
-                            answer = event
-                        yield event
-                finally:  # now, not when the error's traceback lets go of it: the others wait on it
-                    reader.close()
-                result = _result(
-                    prep,
-                    questions[i],
-                    config,
-                    llm.description,
-                    n_ctx,
-                    stats,
-                    steps,
-                    answer,
-                    load_seconds,
-                    time.perf_counter() - t0,
-                )
-                result.gpu = {"layers": gpu_layers, "reason": gpu_reason}
-                yield RunFinished(result)
-
-            return run
+        def job(i: int) -> Callable[[], Iterator[Event]]:
+            replay = done_steps[i] if i < len(done_steps) else ()
+            # The reader is made in the worker, when the run starts.
+            return lambda: run_question(questions[i], tee.reader(i), stats, prep, shared, config, done_steps=replay, started=t0)
 
         for i, event in run_all([job(i) for i in range(len(questions))], workers=len(questions), stop=stop):
             yield from notices()
@@ -284,8 +346,8 @@ def ask_many_events(
     finally:
         stop.set()
         chunks.close()
-        if llm is not None:
-            llm.close()
+        if shared is not None:
+            shared.close()
     yield from notices()
 
 
@@ -306,8 +368,8 @@ def _result(
     generated = sum(s.generated_tokens for s in steps) + answer.generated_tokens
     generate_seconds = sum(s.generate_seconds for s in steps)
     sources = stats.source_records(prep.sources)
-    memories = [INITIAL_MEMORY] + [s.memory for s in steps]
-    evidence = [steps[k - 1] for k in surviving_additions(memories)]
+    chosen = set(evidence_steps([{"index": s.index, "memory": s.memory} for s in steps]))
+    evidence = [s for s in steps if s.index in chosen]
     return RunResult(
         question=question,
         answer=answer.answer,

@@ -3,14 +3,16 @@
 Items are the authors' RULER-HotpotQA layout, JSONL or a JSON array of objects with
 `context`, `input` (the question), `answers` and optionally `id`. Each item is its own
 MemAgent run over its own context, chunked as the reference does (the stripped text,
-tokenized once, sliced); runs share one engine, several in flight on a served one. Scores are
-the reference's (memagent_cli.scoring). Results go to a JSONL file as each item finishes, so
+tokenized once, sliced); each runs through the same pipeline as a question of `ask -q`
+(core.pipeline.run_question), and the runs share one engine, several in flight on a served one.
+Scores are the reference's (memagent_cli.scoring). Results go to a JSONL file as each item finishes, so
 a rerun skips what is done; JSONL items are read one at a time, so a data set of
 multi-million-token contexts never sits in memory whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -18,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..core.agent import check_question, run_loop
+from ..core.agent import check_question, plan_context
 from ..core.chunking import IngestStats, iter_chunks, layout
 from ..core.config import AgentConfig
-from ..core.events import AnswerFinished, Event, RunFailed, StepFinished
-from ..core.pipeline import EngineOptions, open_engine, prepare_model
-from ..core.scheduler import FairGate, GatedEngine, RunError, run_all
+from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
+from ..core.pipeline import EngineOptions, Prepared, SharedEngine, open_shared_engine, prepare_model, run_question
+from ..core.scheduler import RunError, run_all
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Segment, Source
 from .scoring import score
@@ -103,14 +105,16 @@ def done_ids(out: Path | None) -> dict[str, dict]:
     return found
 
 
-def _text_chunks(item: Item, tokenizer, chunk_tokens: int):
+def _item_input(prep: Prepared, item: Item, chunk_tokens: int):
+    """The item as its own source: the model's side of `prep` with that source, its chunks, their stats."""
     source = Source(path=f"item {item.id}", title=f"item {item.id}", kind="text", size=None)
     stats = IngestStats()
 
     def read(_source: Source):
         yield Segment(0, item.context, None, 0)
 
-    return iter_chunks(layout([source], read), tokenizer, chunk_tokens, [source], stats), stats
+    chunks = iter_chunks(layout([source], read), prep.tokenizer, chunk_tokens, [source], stats)
+    return dataclasses.replace(prep, sources=[source], notices=[]), chunks, stats
 
 
 def summary(rows: list[dict]) -> dict:
@@ -131,6 +135,24 @@ class ItemScored:
     row: dict
 
 
+def _row(item: Item, result: RunResult, found: bool, seconds: float) -> dict:
+    """An item's line in --out, from the RunResult of its run: an answer not in the expected form
+    (`found` False) predicts nothing."""
+    prediction = result.answer if found else ""
+    return {
+        "id": item.id,
+        "question": item.question,
+        "answers": item.answers,
+        "prediction": prediction,
+        "found": found,
+        "raw": result.raw_answer,
+        **score(prediction, item.answers),
+        "steps": len(result.steps),
+        "document_tokens": result.document_tokens,
+        "seconds": round(seconds, 3),
+    }
+
+
 def evaluate_events(
     data: Path,
     *,
@@ -141,11 +163,12 @@ def evaluate_events(
     skip: set[str],
     limit: int | None = None,
 ) -> Iterator[tuple[Item, Event | ItemScored]]:
-    """Runs every item not in `skip`; yields (item, event) while it runs and (item, ItemScored)
-    when it is scored. A failed item yields RunFailed and is left for the next run."""
+    """Runs every item not in `skip`; yields (item, event) while it runs (ending with RunFinished)
+    and (item, ItemScored) when it is scored. A failed item yields RunFailed and is left for the
+    next run. Items are read as they are started: only those in flight are held."""
     prep = prepare_model(model, engine)
     stop = threading.Event()
-    llm = open_engine(prep, 0, engine) if engine.kind == "openai" else None
+    shared: SharedEngine | None = None
     running: dict[int, Item] = {}  # only the items in flight: a context may be megabytes
 
     def wanted() -> Iterator[Item]:
@@ -159,43 +182,28 @@ def evaluate_events(
             yield item
 
     try:
-        if llm is None:  # the embedded engine: sized for the largest step these budgets make
-            from ..core.agent import plan_context
-
+        if engine.kind == "openai":
+            n_ctx = 0  # the server sizes its own context
+        else:  # the embedded engine: sized for the largest step these budgets make
             # Questions differ per item: room for the longest one allowed (question_tokens).
             n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, None) + config.question_tokens
             if engine.n_ctx is not None:
                 n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, engine.n_ctx)
-            llm = open_engine(prep, n_ctx, engine)
-        gated = GatedEngine(llm, FairGate(parallel if llm.concurrent else 1), stop)
+        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop)
 
         def job(item: Item):
             def run() -> Iterator[Event | ItemScored]:
                 started = time.perf_counter()
                 question = check_question(item.question, prep.tokenizer, config)
-                chunks, stats = _text_chunks(item, prep.tokenizer, config.chunk_tokens)
-                steps, answer = 0, None
-                for event in run_loop(question, chunks, stats, gated, prep.tokenizer, config):
-                    if isinstance(event, StepFinished):
-                        steps += 1
-                    elif isinstance(event, AnswerFinished):
-                        answer = event
+                item_prep, chunks, stats = _item_input(prep, item, config.chunk_tokens)
+                found, result = False, None
+                for event in run_question(question, chunks, stats, item_prep, shared, config, started=started):
+                    if isinstance(event, AnswerFinished):
+                        found = event.found
+                    elif isinstance(event, RunFinished):
+                        result = event.result
                     yield event
-                scores = score(answer.answer if answer.found else "", item.answers)
-                yield ItemScored(
-                    {
-                        "id": item.id,
-                        "question": item.question,
-                        "answers": item.answers,
-                        "prediction": answer.answer if answer.found else "",
-                        "found": answer.found,
-                        "raw": answer.raw,
-                        **scores,
-                        "steps": steps,
-                        "document_tokens": stats.document_tokens,
-                        "seconds": round(time.perf_counter() - started, 3),
-                    }
-                )
+                yield ItemScored(_row(item, result, found, time.perf_counter() - started))
 
             return run
 
@@ -204,8 +212,7 @@ def evaluate_events(
                 running[k] = item
                 yield job(item)
 
-        workers = parallel if llm.concurrent else 1
-        for index, event in run_all(jobs(), workers=workers, stop=stop):
+        for index, event in run_all(jobs(), workers=shared.slots, stop=stop):
             item = running[index]
             if isinstance(event, RunError):
                 del running[index]
@@ -217,5 +224,5 @@ def evaluate_events(
                 yield item, event
     finally:
         stop.set()
-        if llm is not None:
-            llm.close()
+        if shared is not None:
+            shared.close()

@@ -11,7 +11,7 @@ gives, never the store itself, and writes text for the caller to save or print.
   escaped; a Content-Security-Policy that forbids scripts and loads is a second line of defence.
 
 "Evidence" steps are those whose added words are still in the final memory
-(memdiff.surviving_additions): the answer is written from that memory alone, so those are the
+(memdiff.evidence_steps): the answer is written from that memory alone, so those are the
 steps whose reading the answer can rest on.
 """
 
@@ -22,9 +22,10 @@ import json
 import re
 from typing import Any, Callable
 
-from ..core.display import json_controls_escaped, visible
-from ..core.memdiff import DELETE, EQUAL, INSERT, split_changes, surviving_additions, word_diff
+from ..core.display import SCHEMA, json_controls_escaped, visible
+from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.protocol import INITIAL_MEMORY
+from ..core.provenance import describe_spans
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -48,7 +49,7 @@ def export(run: dict, fmt: str) -> str:
 
 def export_jsonl(run: dict) -> str:
     """A "run" line with every field but the steps, then one "step" line per step."""
-    lines = [_json_line({"type": "run", **{k: v for k, v in run.items() if k != "steps"}})]
+    lines = [_json_line({"type": "run", "schema": SCHEMA, **{k: v for k, v in run.items() if k != "steps"}})]
     lines += [_json_line({"type": "step", **step}) for step in _steps(run)]
     return "\n".join(lines) + "\n"
 
@@ -73,9 +74,7 @@ def _memories(run: dict) -> list[str]:
 
 
 def _evidence(run: dict) -> set[int]:
-    """Indices of the evidence steps (step dicts carry their own 1-based index)."""
-    steps = _steps(run)
-    return {steps[k - 1].get("index", k) for k in surviving_additions(_memories(run))}
+    return set(evidence_steps(_steps(run)))
 
 
 def _num(value: Any) -> str:
@@ -91,20 +90,7 @@ def _num(value: Any) -> str:
 
 
 def _provenance(step: dict) -> str:
-    """Where a step's chunk came from, e.g. "report.pdf pp. 1–11"; several sources joined by "; "."""
-    parts = []
-    for span in step.get("spans") or []:
-        path = str(span.get("path", "?"))
-        pages = span.get("pages")
-        if pages:
-            first, last = pages[0], pages[-1]
-            parts.append(f"{path} p. {first}" if first == last else f"{path} pp. {first}–{last}")
-        elif span.get("start") is not None and span.get("end") is not None:
-            # Text without pages: the span's character offsets in the source's extracted text.
-            parts.append(f"{path} chars {span['start']:,}–{span['end']:,}")
-        else:
-            parts.append(path)
-    return "; ".join(parts) or "(unknown source)"
+    return describe_spans(step.get("spans") or [])
 
 
 CUT_NOTE = "cut at the memory budget"  # a memory update that ran out of tokens (finish_reason "length")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
 
 from ..core.config import AgentConfig
-from ..core.events import DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, StepRecord
+from ..core.events import DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, model_record
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import STDIN_PATH, Source
 from .store import TraceStore
@@ -70,20 +70,6 @@ def fingerprint(source: Source) -> dict:
     return record
 
 
-def step_record(step: StepRecord) -> dict:
-    return {
-        "index": step.index,
-        "spans": [span.to_dict() for span in step.chunk.spans],
-        "tokens": step.chunk.tokens,
-        "memory": step.memory,
-        "memory_tokens": step.memory_tokens,
-        "prompt_tokens": step.prompt_tokens,
-        "generated_tokens": step.generated_tokens,
-        "seconds": round(step.seconds, 4),
-        "finish_reason": step.finish_reason,
-    }
-
-
 class Recorder:
     """Writes one run to the store as its events arrive.
 
@@ -129,7 +115,7 @@ class Recorder:
             self._document_read(event)
         elif isinstance(event, StepFinished) and not event.replayed:
             self.steps = event.step.index
-            self._write(lambda: self.store.add_step(self.run_id, step_record(event.step)))
+            self._write(lambda: self.store.add_step(self.run_id, event.step.to_dict()))
         elif isinstance(event, RunFinished):
             result = event.result
             self._write(
@@ -142,10 +128,7 @@ class Recorder:
             return
         self.sources = [fingerprint(s) for s in e.sources]
         self.settings = {**e.config.to_dict(), "cwd": os.getcwd(), **({"engine": self.engine} if self.engine else {})}
-        if os.path.isfile(e.model_path):
-            model = {"path": os.path.abspath(e.model_path), "name": e.model, "size": os.path.getsize(e.model_path)}
-        else:  # a served model: where it was served
-            model = {"path": e.model_path, "name": e.model, "size": None}
+        model = model_record(e.model, e.model_path)
 
         def create() -> None:
             self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model, settings=self.settings)

@@ -31,7 +31,7 @@ from ...core.events import (
     TokenText,
 )
 from ...core.memdiff import changes
-from ..textout import visible
+from ..textout import clip, visible
 
 FPS = 8
 MEMORY_LINES = 12  # lines of the memory shown while it is written
@@ -41,20 +41,11 @@ CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 def evidence_line(result) -> str:
     """Where the answer's evidence entered the memory: the steps whose additions survived."""
-    return visible(
-        " · ".join(
-            f"step {s.index} ({', '.join(span.describe() for span in s.chunk.spans) or 'layout'})" for s in result.evidence
-        )
-    )
+    return visible(" · ".join(f"step {s.index} ({s.chunk.describe()})" for s in result.evidence))
 
 
 def _words(runs: list[str]) -> int:
     return sum(len(r.split()) for r in runs)
-
-
-def clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _duration(seconds: float | None) -> str:
@@ -119,7 +110,7 @@ class LiveView:
             (sources, "green"),
             "\n",
             ("Q: ", "bold"),
-            visible(clip(e.question, 200)),
+            clip(e.question, 200),
         )
         self._draw()
 
@@ -146,7 +137,7 @@ class LiveView:
         self.tokens_read = e.tokens_read
         self.writing = []
         self.streamed, self.streaming = 0, True
-        where = visible(", ".join(span.describe() for span in e.chunk.spans)) or "layout"
+        where = visible(e.chunk.describe())
         self.phase = f"step {e.index}: reading {where}"
         self.step_started = time.perf_counter()
         self._draw()
@@ -170,7 +161,7 @@ class LiveView:
         if s.generate_seconds > 0:
             self.gen_rate = s.generated_tokens / s.generate_seconds
         added, dropped = changes(s.previous_memory, s.memory)
-        where = visible(", ".join(span.describe() for span in s.chunk.spans))
+        where = visible(s.chunk.describe())
         total = f"/{self.total_steps}" if self.total_steps else ""
         line = Text.assemble(
             ("✓ ", "green"),
@@ -184,9 +175,9 @@ class LiveView:
             (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"),
         )
         if added:
-            line.append_text(Text("\n  + " + visible(clip(" … ".join(added), CHANGE_CHARS)), style="green"))
+            line.append_text(Text("\n  + " + clip(" … ".join(added), CHANGE_CHARS), style="green"))
         if dropped:
-            line.append_text(Text("\n  − " + visible(clip(" … ".join(dropped), CHANGE_CHARS)), style="red"))
+            line.append_text(Text("\n  − " + clip(" … ".join(dropped), CHANGE_CHARS), style="red"))
         self.history.append(line)
         self._print(line)
 
@@ -303,7 +294,7 @@ class PlainProgress:
             self.total = event.steps
         elif isinstance(event, StepFinished):
             s = event.step
-            where = visible(", ".join(span.describe() for span in s.chunk.spans))
+            where = visible(s.chunk.describe())
             again = " (from the trace)" if event.replayed else ""
             self.console.print(
                 f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, {s.seconds:.2f}s{again}",

@@ -30,8 +30,8 @@ from ...core.events import (
     StepStarted,
     TokenText,
 )
-from ..textout import visible
-from .live import FPS, clip
+from ..textout import clip, visible
+from .live import FPS
 
 
 @dataclass
@@ -109,7 +109,7 @@ class MultiView:
         elif isinstance(event, RunFinished):
             row.state = "done"
             if self.live is None:
-                self._say(f"Q{index + 1} answered: {clip(visible(event.result.answer), 120)}")
+                self._say(f"Q{index + 1} answered: {clip(event.result.answer, 120)}")
         elif isinstance(event, RunFailed):
             row.state = "failed"
             self._say(f"Q{index + 1} failed: {visible(str(event.error))}")
@@ -130,11 +130,11 @@ class MultiView:
         for i, row in enumerate(self.rows):
             where = f"step {row.step}/{row.total or '?'}" if row.state == "reading" else row.state
             if row.answer is not None:
-                now = Text(f"answer: {clip(visible(row.answer), 200)}", style="bold green")
+                now = Text(f"answer: {clip(row.answer, 200)}", style="bold green")
             elif row.state == "failed":
                 now = Text("failed", style="red")
             else:
                 memory = "".join(row.writing) or row.memory
-                now = Text(clip(visible(memory), 200), style="dim")
-            table.add_row(Text(f"Q{i + 1} {clip(visible(row.question), 40)}", style="bold"), Text(where), now)
+                now = Text(clip(memory, 200), style="dim")
+            table.add_row(Text(f"Q{i + 1} {clip(row.question, 40)}", style="bold"), Text(where), now)
         return table
