@@ -252,3 +252,38 @@ def test_a_file_name_that_is_not_utf8(tmp_path, models):
     assert listed.returncode == 0 and "n\ufffdme.txt" in listed.stdout  # shown, not crashed on
     shown = json.loads(run("traces", "show", "last", "--json").stdout)
     assert shown["sources"][0]["path"] == os.path.join(str(folder), name)
+
+
+def test_a_device_named_as_a_source_is_refused_at_once(models):
+    started = time.monotonic()
+    proc = run("ask", "/dev/zero", "q", "-m", models["random"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") <= 2 and "Traceback" not in proc.stderr
+    assert "/dev/zero is a character device, not a file" in proc.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_an_endless_binary_stdin_is_refused_within_seconds(models):
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    with open("/dev/urandom", "rb") as endless:
+        proc = subprocess.run(
+            [sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"])],
+            stdin=endless,
+            capture_output=True,
+            text=True,
+            env={**env, "NO_COLOR": "1"},
+            cwd=REPO,
+            timeout=60,
+        )
+    assert proc.returncode == 1 and "stdin looks like binary data" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_process_substitution_is_read_as_a_stream(doc, models, tmp_path):
+    # bash's <(command) names a pipe, /dev/fd/63: read once, as stdin is.
+    command = f'exec "{sys.executable}" -m memagent_cli ask <(cat "{doc}") q -m "{models["random"]}" --json --no-trace'
+    proc = subprocess.run(["bash", "-c", command + " " + " ".join(SMALL)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (source,) = out["sources"]
+    assert source["path"].startswith("/dev/fd/") and source["size"] is None
+    inspected = json.loads(run("inspect", doc, "-m", models["random"], "--json").stdout)
+    assert out["document_tokens"] == inspected["document_tokens"] > 0  # the same text as the file itself

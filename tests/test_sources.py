@@ -208,8 +208,11 @@ def test_any_bytes_decode_the_same_whatever_the_block_size(notes, monkeypatch):
         b"\x00",
     ]
     boms = [b"", b"", codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE]
+    # The decoder alone: a stream whose first bytes hold a NUL is refused as binary before it is
+    # decoded (test_binary_streams_are_refused_at_once), so that check is off here.
     rng = random.Random(1234)
     for _ in range(150):
+        monkeypatch.setattr(sources, "_check_stream_head", lambda head, title, ended: None)
         data = rng.choice(boms) + b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
         expected = _reference_decode(data)
         for size in (1, 2, 3, 4, 5, sources.BLOCK_SIZE):
@@ -703,3 +706,89 @@ def test_aes_without_cryptography_asks_for_the_crypto_extra():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert "ERROR" in result.stdout, result.stdout + result.stderr
     assert "cryptography" in result.stdout and "pypdf[crypto]" in result.stdout
+
+
+# --- inputs that are not regular files ------------------------------------------------------------
+
+
+def _unix_socket(path: Path):
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    return sock
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_devices_and_sockets_named_directly_are_refused_in_one_line(tmp_path, notes):
+    sock = _unix_socket(tmp_path / "sock")
+    try:
+        for path, kind in (("/dev/zero", "character device"), (str(tmp_path / "sock"), "socket")):
+            with pytest.raises(MemagentError) as caught:
+                collect_sources([path], warn=notes.append)
+            assert f"{path} is a {kind}, not a file" in str(caught.value)
+            assert caught.value.exit_code == EXIT_USAGE and "head -c 1M" in caught.value.hint
+    finally:
+        sock.close()
+    assert notes == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes need POSIX")
+def test_special_files_in_a_folder_are_skipped_with_a_note_naming_what_they_are(in_tmp, notes):
+    folder = in_tmp / "mixed"
+    folder.mkdir()
+    (folder / "a.txt").write_text("text\n")
+    os.symlink("/dev/null", folder / "null")  # a character device, reached through a link
+    os.mkfifo(folder / "pipe")  # opening it would wait for a writer that never comes
+    sock = _unix_socket(folder / "sock")
+    try:
+        found = collect_sources(["mixed"], warn=notes.append)
+    finally:
+        sock.close()
+    assert [s.title for s in found] == [os.path.join("mixed", "a.txt")]
+    assert sorted(notes) == [
+        f"skipped {os.path.join('mixed', 'null')} (character device)",
+        f"skipped {os.path.join('mixed', 'pipe')} (named pipe)",
+        f"skipped {os.path.join('mixed', 'sock')} (socket)",
+    ]
+
+
+class _Endless(io.RawIOBase):
+    """A stream that never ends, like /dev/zero or /dev/urandom behind a pipe; counts its reads."""
+
+    def __init__(self, fill: bytes):
+        self.fill, self.reads = fill, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.reads += 1
+        if self.reads > 100:  # without the check, reading would go on for ever
+            raise AssertionError("an endless stream was read on and on")
+        n = min(len(buffer), 4096)
+        buffer[:n] = (self.fill * n)[:n]
+        return n
+
+
+@pytest.mark.parametrize("fill", [b"\0", bytes(range(256))], ids=["zeros", "every byte"])
+def test_an_endless_binary_stream_is_refused_at_once(notes, fill):
+    stream = _Endless(fill)
+    (source,) = collect_sources([], stdin_is_piped=True, warn=notes.append)
+    with pytest.raises(MemagentError, match="stdin looks like binary data"):
+        read_all(source, notes, stdin=stream)
+    assert stream.reads <= 3  # SNIFF_SIZE bytes, in reads of 4 KB: refused before anything is used
+
+
+def test_a_pdf_piped_in_is_refused_with_what_to_do(notes):
+    (source,) = collect_sources([], stdin_is_piped=True, warn=notes.append)
+    with pytest.raises(MemagentError, match="is a PDF arriving as a stream") as caught:
+        read_all(source, notes, stdin=io.BytesIO(b"%PDF-1.7\n" + b"x" * 100))
+    assert "Save it to a file" in caught.value.hint
+
+
+@pytest.mark.parametrize("bom", [codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE], ids=["16le", "16be", "32be"])
+def test_wide_unicode_streams_are_text_even_in_one_byte_reads(notes, monkeypatch, bom):
+    codec = {codecs.BOM_UTF16_LE: "utf-16-le", codecs.BOM_UTF16_BE: "utf-16-be", codecs.BOM_UTF32_BE: "utf-32-be"}[bom]
+    monkeypatch.setattr(sources, "BLOCK_SIZE", 1)  # the byte-order mark arrives a byte at a time
+    assert read_stdin(bom + "wide text".encode(codec), notes) == "wide text"

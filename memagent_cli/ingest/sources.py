@@ -203,11 +203,20 @@ class _Collector:
         self.sources.append(_stdin_source())
 
     def _add_named_file(self, path: str, info: os.stat_result) -> None:
-        if not stat.S_ISREG(info.st_mode):
-            # A pipe or device (such as bash's <(command)) can be read only once, so it is not
-            # sniffed: its kind comes from its name alone.
+        special = _special_kind(info.st_mode)
+        if special == "named pipe":
+            # A pipe (such as bash's <(command)) is read once, as a stream like stdin: it is not
+            # sniffed here, and _read_stream refuses binary data in its first bytes instead.
             self.sources.append(Source(path, _title(path), _kind_from_name(path), None))
             return
+        if special is not None:
+            # A device can be endless (/dev/zero, /dev/urandom) or block forever (/dev/tty,
+            # /proc/kmsg); a socket cannot be opened at all.
+            raise MemagentError(
+                f"{_printable(path)} is a {special}, not a file; memagent reads files, folders, pipes and stdin",
+                hint=f"Copy what you want read into a file first, e.g. head -c 1M {_printable(path)} > sample.txt",
+                exit_code=EXIT_USAGE,
+            )
         if self._seen_before(info):
             self._warn(f"{_title(path)} is named more than once; reading it once")
             return
@@ -282,7 +291,7 @@ class _Collector:
         if stat.S_ISDIR(info.st_mode):
             return self._classify_directory(name, rel, info, visited, skipped)
         if not stat.S_ISREG(info.st_mode):
-            skipped.add("not a regular file", name)
+            skipped.add(_special_kind(info.st_mode) or "not a regular file", name)
             return None
         if not self._filters.wants_file(rel, name):
             return None
@@ -352,6 +361,21 @@ def _open_error(path: str, exc: OSError | ValueError) -> MemagentError:
     if isinstance(exc, ValueError):
         return MemagentError(f"{shown} is not a valid file name", hint="Check the path")
     return MemagentError(f"Cannot open {shown}: {_reason(exc)}")
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a path that is neither a regular file nor a folder is, in words; None for those two."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "named pipe"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def _reason(exc: OSError) -> str:
@@ -462,8 +486,12 @@ def _read_stream(stream: BinaryIO, title: str, index: int, warn: Warn) -> Iterat
     read = getattr(stream, "read1", None) or stream.read
     decoder = _TextDecoder()
     offset = 0
+    head = b""  # the first SNIFF_SIZE bytes: a stream is told from binary data as a file is
     while True:
         block = read(BLOCK_SIZE)
+        if len(head) < SNIFF_SIZE:
+            head += block[: SNIFF_SIZE - len(head)]
+            _check_stream_head(head, title, ended=not block)
         text = decoder.feed(block, final=not block)
         if text:
             yield Segment(index, text, None, offset)
@@ -472,6 +500,23 @@ def _read_stream(stream: BinaryIO, title: str, index: int, warn: Warn) -> Iterat
             break
     if decoder.replaced_bytes:
         warn(f"{title}: invalid {decoder.encoding} replaced ({_count(decoder.replaced_bytes, 'byte')})")
+
+
+def _check_stream_head(head: bytes, title: str, *, ended: bool) -> None:
+    """Refuse a stream (stdin, a pipe) whose first bytes are not text, before any is used: binary
+    data such as `cat /dev/urandom |` would otherwise be read, and paid for, without end."""
+    if len(head) < 4 and not ended:  # a byte-order mark may still be coming
+        return
+    if head.startswith(b"%PDF-"):
+        raise MemagentError(
+            f"{title} is a PDF arriving as a stream; memagent reads PDFs from files",
+            hint="Save it to a file and name the file",
+        )
+    if b"\0" in head and not head.startswith(_WIDE_BOMS):
+        raise MemagentError(
+            f"{title} looks like binary data; memagent reads text and PDF files",
+            hint="Pipe text, or name a text or PDF file",
+        )
 
 
 def _count(n: int, noun: str) -> str:
