@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,13 @@ def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",)
         cwd=cwd or REPO,
         timeout=300,
     )
+
+
+def sigint_default() -> None:
+    """preexec_fn for a child a test interrupts with SIGINT: started from a background job or a
+    service manager, pytest inherits SIGINT ignored and its children would too (the Unix convention
+    memagent keeps), so the Ctrl-C under test would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def shared_path(*parts: str) -> Path:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, words
+from conftest import REPO, run_memagent, sigint_default, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -249,6 +249,7 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models, spawned)
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         text=True,
         cwd=REPO,
         env=env,

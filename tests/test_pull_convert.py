@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import shared_path, words
+from conftest import shared_path, sigint_default, words
 from fakehub import FakeHub
 from hfcheckpoint import TINY, write_checkpoint
 from test_hub import point_at
@@ -185,6 +185,7 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_do
     proc = subprocess.Popen(
         [sys.executable, "-m", "memagent_cli", "models", "pull", f"hf:{REPO_ID}", "--quant", "q8_0"],
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         stdout=subprocess.DEVNULL,
         env=env_for(hub, tmp_path),
         cwd=REPO,

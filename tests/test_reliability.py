@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, run_memagent, words
+from conftest import REPO, run_memagent, sigint_default, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -75,6 +75,7 @@ def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_h
         [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), *SMALL],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         text=True,
         cwd=REPO,
         env=env,
@@ -112,6 +113,7 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         text=True,
         cwd=REPO,
         env=env,

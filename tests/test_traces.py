@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, words
+from conftest import REPO, run_memagent, sigint_default, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -38,6 +38,7 @@ def start_and_stop(args, sig, after_steps=2, cwd=None):
         [sys.executable, "-m", "memagent_cli", "ask", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         text=True,
         cwd=cwd or REPO,
         env=env,
@@ -125,6 +126,7 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
             text=True,
             cwd=REPO,
             env=env,
@@ -205,3 +207,53 @@ def test_a_failed_run_is_recorded_with_its_error(doc, models, tmp_path):
     (run,) = as_json("traces", "list")["runs"]
     assert run["status"] == "failed" and "could not load" in run["error"] and run["ended_at"]
     assert "failed" in memagent("traces", "list").stdout
+
+
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_resumably(doc, models, spawned):
+    # `memagent ask … &` in a script, nohup, a service manager: SIGINT arrives ignored and stays
+    # so, as for any Unix tool; SIGTERM is how such a run is stopped, and it keeps the run.
+    whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        preexec_fn=_sigint_ignored,
+    )
+    spawned.append(proc)
+    assert proc.stderr.readline().startswith("step 1/")
+    proc.send_signal(signal.SIGINT)
+    assert proc.stderr.readline().startswith("step 2/")  # it went on
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and out == "" and "Traceback" not in err and "Resume with:" in err
+    (run,) = as_json("traces", "list")["runs"]
+    assert run["status"] == "interrupted" and 2 <= run["step_count"] < len(whole["steps"])
+    resumed = as_json("ask", "--resume", "last")
+    assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]
+
+
+def test_the_interrupt_tests_pass_when_pytest_runs_with_sigint_ignored(tmp_path):
+    # `pytest -q &` or a CI service starts pytest with SIGINT ignored, and children inherit that;
+    # tests that send Ctrl-C restore it in the child they start (conftest.sigint_default).
+    tests = [
+        "tests/test_cli.py::test_ctrl_c_mid_run_exits_130_without_a_traceback",
+        "tests/test_traces.py::test_interrupted_run_resumes_to_the_same_result",
+        "tests/test_reliability.py::test_sigint_during_the_final_answer_then_resume",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner"), *tests],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        preexec_fn=_sigint_ignored,
+        timeout=600,
+    )
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from conftest import REPO, run_memagent
+from conftest import REPO, run_memagent, sigint_default
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"
@@ -171,6 +171,7 @@ def test_interrupted_after_the_fact_then_resumed(tokenizer, tmp_path):
         [sys.executable, "-m", "memagent_cli", "ask", str(path), QUESTION, *map(str, RUN)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
         text=True,
         env={**__import__("os").environ, "NO_COLOR": "1"},
     )
