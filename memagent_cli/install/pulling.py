@@ -20,6 +20,7 @@ model is registered last: a failure at any stage leaves nothing that looks insta
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.convert.checkpoint import METADATA_FILES
+from ..model.gpu import format_bytes
 from ..paths import models_dir
 from . import catalog
 
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     from ..model.convert.checkpoint import Checkpoint
     from .hub import HubFile
     from .registry import Record
+
+# A write refused for want of space: a full disk, a quota, a file-size limit (RLIMIT_FSIZE).
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 # Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
 # (docs/PERFORMANCE.md): converting is bound by the disk, quantizing by the cores llama.cpp uses.
@@ -359,16 +364,34 @@ def execute(plan: Plan, *, progress: Progress | None = None, offline: bool = Fal
     """Runs the plan's stages and registers the result; returns (name, registry record)."""
     from . import hub, registry
 
-    report = progress or (lambda stage, done, total: None)
+    stage = ["download"]  # the stage under way, for the message if the disk fills
+
+    def report(name: str, done: int, total: int | None) -> None:
+        stage[0] = name
+        if progress is not None:
+            progress(name, done, total)
+
     check_disk(plan)
-    if plan.kind == "gguf":
-        [file] = plan.files
-        path = hub.download(file, plan.dest, progress=lambda d, t: report("download", d, t), offline=offline)
-        return registry.add(path, plan.name, source=plan.source, sha256=file.sha256)
-    assert plan.staging is not None and plan.folder is not None
-    plan.staging.mkdir(parents=True, exist_ok=True)
-    with _StagingLock(plan.staging):
-        return _convert_stages(plan, plan.folder, plan.staging, report, offline)
+    try:
+        if plan.kind == "gguf":
+            [file] = plan.files
+            path = hub.download(file, plan.dest, progress=lambda d, t: report("download", d, t), offline=offline)
+            return registry.add(path, plan.name, source=plan.source, sha256=file.sha256)
+        assert plan.staging is not None and plan.folder is not None
+        plan.staging.mkdir(parents=True, exist_ok=True)
+        with _StagingLock(plan.staging):
+            return _convert_stages(plan, plan.folder, plan.staging, report, offline)
+    except OSError as exc:
+        # The free-space check passed, but something else filled the disk meanwhile, or a quota
+        # or file-size limit stopped a write. Partial files are kept (downloads resume from them;
+        # a half-written GGUF is only ever a .partial): nothing is registered.
+        if exc.errno not in DISK_FULL:
+            raise
+        raise MemagentError(
+            f"The disk filled up during the {stage[0]} of {plan.name} ({exc.strerror})",
+            f"Free space in {models_dir()} (the pull needs {format_bytes(plan.peak_disk)} at its peak) and run the "
+            "same command again; finished stages are kept",
+        ) from None
 
 
 def _convert_stages(plan: Plan, folder: Path, staging: Path, report: Progress, offline: bool) -> tuple[str, Record]:

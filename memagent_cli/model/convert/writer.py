@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -141,17 +141,25 @@ def convert(checkpoint: Checkpoint, dest: Path, outtype: str = "f16", *, progres
         out = writer.fout[0]
         writer.write_padding(out, out.tell())
         maps: dict[Path, tuple[BinaryIO, mmap.mmap]] = {}
+        # Views into a map must be gone before the map is closed, also when a write fails (a full
+        # disk): the block here and the suspended generator's own view.
+        windows: Generator[np.ndarray, None, None] | None = None
+        block: np.ndarray | None = None
         try:
             for p in planned:
-                for block in _windows(p, maps):
+                windows = _windows(p, maps)
+                for block in windows:
                     # numpy's stubs give ndarray __buffer__ only for Python >= 3.12; it is a buffer on every version.
                     out.write(block)  # type: ignore[arg-type]
                     done += block.nbytes
-                    del block  # a view into the map must be gone before the map is closed
+                    block = None
                     if progress is not None:
                         progress(done, total)
                 writer.write_padding(out, p.nbytes)
         finally:
+            block = None
+            if windows is not None:
+                windows.close()
             for fh, mm in maps.values():
                 mm.close()
                 fh.close()
@@ -197,7 +205,7 @@ def write_vocabulary(folder: str | Path, dest: Path) -> Path:
     return Path(dest)
 
 
-def _windows(p: Planned, maps: dict[Path, tuple[BinaryIO, mmap.mmap]]) -> Iterator[np.ndarray]:
+def _windows(p: Planned, maps: dict[Path, tuple[BinaryIO, mmap.mmap]]) -> Generator[np.ndarray, None, None]:
     """The tensor's GGUF bytes, a window of whole rows at a time (as memoryviews or arrays)."""
     from gguf import GGMLQuantizationType as T
     from gguf.quants import quantize
