@@ -8,12 +8,19 @@ Importing this package loads no model code: llama_cpp is imported when a model l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers
+    from .core.config import AgentConfig
+    from .core.pipeline import EngineOptions, SourceOptions, ask, ask_events
+    from .errors import MemagentError
+
 __version__ = "0.1.0"
 
 __all__ = ["ask", "ask_events", "AgentConfig", "EngineOptions", "SourceOptions", "MemagentError", "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     # Lazy, so `import memagent_cli` stays cheap for the CLI's --help and for embedders.
     if name in ("ask", "ask_events", "EngineOptions", "SourceOptions"):
         from .core import pipeline as api

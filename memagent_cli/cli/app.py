@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterable, Iterator, NoReturn, Optional, Protocol
 
 import typer
 from rich.console import Console
@@ -43,6 +43,14 @@ from .options import (
     served_options,
 )
 from .textout import SafeConsole, print_json
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ..core.events import Event, RunResult
+    from ..traces.recorder import HashingReader, Recorder
+    from ..traces.store import TraceStore
+    from .views.live import LiveView, PlainProgress
 
 app = typer.Typer(
     name="memagent",
@@ -220,13 +228,15 @@ def ask(
     err = stderr_console()
     _quiet_library_logs(verbose)
     svg = svg.resolve() if svg else None  # a resumed run works from its own directory
-    recorder = None
+    recorder: Recorder | None = None
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
         store = None if no_trace else _open_store(err, required=bool(resume))
-        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
-        if store is not None and stdin is not None:
-            stdin = HashingReader(stdin)
+        raw_stdin: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        stdin: HashingReader | BinaryIO | None = raw_stdin
+        hashing: HashingReader | None = None  # what a trace fingerprints stdin with
+        if store is not None and raw_stdin is not None:
+            stdin = hashing = HashingReader(raw_stdin)
         run = None
         if resume:
             if args:
@@ -263,25 +273,25 @@ def ask(
         else:
             model = model_for_run(model, err, offline)
         warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
-        options = dict(
-            model=model,
-            config=config,
-            engine=served.engine
+        engine_options = (
+            served.engine
             if served is not None
             else EngineOptions(
                 n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"), verbose=verbose
-            ),
-            sources=SourceOptions(
-                include=include or (), exclude=exclude or (), password=password, stdin=stdin, stdin_is_piped=_stdin_piped()
-            ),
+            )
+        )
+        source_options = SourceOptions(
+            include=include or (), exclude=exclude or (), password=password, stdin=stdin, stdin_is_piped=_stdin_piped()
         )
         engine_record = served.record if served is not None else None
         if len(questions) > 1:
             recorders = [
-                Recorder(store, warn=warn, stdin=stdin, engine=engine_record) if store is not None else None for _ in questions
+                Recorder(store, warn=warn, stdin=hashing, engine=engine_record) if store is not None else None for _ in questions
             ]
             _ask_many(
-                ask_many_events(questions, paths, parallel=parallel, **options),
+                ask_many_events(
+                    questions, paths, model=model, config=config, engine=engine_options, sources=source_options, parallel=parallel
+                ),
                 questions,
                 err,
                 recorders,
@@ -290,8 +300,16 @@ def ask(
                 raw=raw,
             )
             return
-        recorder = Recorder(store, warn=warn, resume=run, stdin=stdin, engine=engine_record) if store is not None else None
-        events = ask_events(questions[0], paths, done_steps=run["steps"] if run else (), **options)
+        recorder = Recorder(store, warn=warn, resume=run, stdin=hashing, engine=engine_record) if store is not None else None
+        events = ask_events(
+            questions[0],
+            paths,
+            model=model,
+            config=config,
+            engine=engine_options,
+            sources=source_options,
+            done_steps=run["steps"] if run else (),
+        )
         result = _consume(events, err, recorder, quiet=quiet, svg=svg)
     except MemagentError as exc:
         if recorder is not None:
@@ -329,7 +347,7 @@ def _read_questions(path: Path) -> list[str]:
         raise MemagentError(
             f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.", exit_code=EXIT_USAGE
         ) from None
-    out = []
+    out: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
@@ -349,7 +367,16 @@ def _read_questions(path: Path) -> list[str]:
     return out
 
 
-def _ask_many(events, questions: list[str], err: Console, recorders: list, *, quiet: bool, json_out: bool, raw: bool) -> None:
+def _ask_many(
+    events: Iterable[tuple[int | None, Event]],
+    questions: list[str],
+    err: Console,
+    recorders: list[Recorder | None],
+    *,
+    quiet: bool,
+    json_out: bool,
+    raw: bool,
+) -> None:
     """Several questions at once: every event to its question's recorder and to the view;
     answers printed in question order. A failed question fails the command (exit 1) after
     the others have finished; each unfinished one can be resumed on its own."""
@@ -357,8 +384,8 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
     from .textout import visible
     from .views.multiview import MultiView
 
-    results: list = [None] * len(questions)
-    errors: list = [None] * len(questions)
+    results: list[RunResult | None] = [None] * len(questions)
+    errors: list[BaseException | None] = [None] * len(questions)
     view = MultiView(err, len(questions), live=err.is_terminal) if not quiet else None
     try:
         with contextlib.ExitStack() as stack:
@@ -366,16 +393,17 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
             if view is not None:
                 stack.enter_context(view)
             for index, event in events:
-                if index is not None and recorders[index] is not None:
+                if index is not None:  # else a notice about the whole input, for the view alone
                     rec = recorders[index]
-                    if isinstance(event, RunFailed):
-                        rec.stopped("failed", str(event.error))
-                    else:
-                        rec.handle(event)
-                if isinstance(event, RunFinished):
-                    results[index] = event.result
-                elif isinstance(event, RunFailed):
-                    errors[index] = event.error
+                    if rec is not None:
+                        if isinstance(event, RunFailed):
+                            rec.stopped("failed", str(event.error))
+                        else:
+                            rec.handle(event)
+                    if isinstance(event, RunFinished):
+                        results[index] = event.result
+                    elif isinstance(event, RunFailed):
+                        errors[index] = event.error
                 if view is not None:
                     view.handle(index, event)
     except MemagentError as exc:
@@ -388,7 +416,7 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
         for i, rec in enumerate(recorders):
             if rec is not None and results[i] is None:
                 rec.stopped("interrupted")
-                if _resume_hint(rec):
+                if _resume_hint(rec) and rec.run_id is not None:
                     hints.append(f"Q{i + 1}: memagent ask --resume {rec.run_id[:8]}")
         err.print(
             Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints)) if hints else ""),
@@ -396,7 +424,7 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
         )
         raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
-        out = []
+        out: list[dict[str, Any]] = []
         for i, result in enumerate(results):
             item = result.to_dict() if result is not None else {"question": questions[i], "error": str(errors[i])}
             rec = recorders[i]
@@ -412,15 +440,17 @@ def _ask_many(events, questions: list[str], err: Console, recorders: list, *, qu
             answer = result.raw_answer if raw else result.answer
             question = visible(result.question) if tty else result.question
             print(f"Q{i + 1}: {question}\n{visible(answer) if tty else answer}\n")
-    failed = [i for i, e in enumerate(errors) if e is not None]
-    for i in failed:
-        exc = errors[i]
-        if not isinstance(exc, MemagentError):  # a bug: main() reports it with the traceback on request
-            raise exc
+    exit_codes = []
+    for i, error in enumerate(errors):
+        if error is None:
+            continue
+        if not isinstance(error, MemagentError):  # a bug: main() reports it with the traceback on request
+            raise error
         hint = _resume_hint(recorders[i]) or ""
-        err.print(Text.assemble(("error: ", "bold red"), f"Q{i + 1}: {visible(str(exc))}", hint), soft_wrap=True)
-    if failed:
-        raise typer.Exit(max(errors[i].exit_code for i in failed))
+        err.print(Text.assemble(("error: ", "bold red"), f"Q{i + 1}: {visible(str(error))}", hint), soft_wrap=True)
+        exit_codes.append(error.exit_code)
+    if exit_codes:
+        raise typer.Exit(max(exit_codes))
 
 
 def _gpu_layers(flag: str | None) -> int | None:
@@ -430,10 +460,11 @@ def _gpu_layers(flag: str | None) -> int | None:
     value = flag if flag is not None else get_setting("gpu_layers")
     if value is None or value == "auto":
         return None
-    return KEYS["gpu_layers"][0](str(value))
+    layers = KEYS["gpu_layers"][0](str(value))
+    return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone
 
 
-def _open_store(err: Console, required: bool):
+def _open_store(err: Console, required: bool) -> TraceStore | None:
     """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
     from ..traces import store as trace_store
 
@@ -455,17 +486,17 @@ def _enter(directory: str | None) -> None:
         os.chdir(directory)
 
 
-def _resume_hint(recorder) -> str | None:
+def _resume_hint(recorder: Recorder | None) -> str | None:
     if recorder is None or recorder.run_id is None or recorder.failed_write is not None or recorder.steps == 0:
         return None
     return f" after step {recorder.steps}. Resume with: memagent ask --resume {recorder.run_id[:8]}"
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
+def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     try:
@@ -479,17 +510,23 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
+class _Consumer(Protocol):
+    """What a run's events are fed to: the recorder and the views."""
+
+    def handle(self, event: Event) -> None: ...
+
+
+def _consume(events: Iterable[Event], err: Console, recorder: Recorder | None, *, quiet: bool, svg: Path | None) -> RunResult:
     """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
     and the views; returns the result."""
     from ..core.events import RunFinished
     from .views.live import LiveView, PlainProgress
 
     live = not quiet and err.is_terminal
-    views: list = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
+    views: list[LiveView | PlainProgress] = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
     if svg is not None and not live:  # draw off screen, for the picture alone
         views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
-    consumers = ([recorder] if recorder is not None else []) + views
+    consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]
     result = None
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_as_interrupt())
@@ -507,7 +544,7 @@ def _consume(events, err: Console, recorder, *, quiet: bool, svg: Path | None):
     return result
 
 
-def _save_svg(view, path: Path, err: Console) -> None:
+def _save_svg(view: LiveView, path: Path, err: Console) -> None:
     recorder = SafeConsole(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
     recorder.print(view.snapshot())
     try:

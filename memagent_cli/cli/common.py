@@ -4,6 +4,7 @@ and the guard that turns a MemagentError into them."""
 from __future__ import annotations
 
 import sys
+from typing import Callable, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -12,13 +13,16 @@ from rich.text import Text
 from ..errors import MemagentError
 from .textout import SafeConsole, visible
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 def stderr_console() -> Console:
     # Bound to the real stderr now: later redirections (llama.cpp's loader) must not catch it.
     return SafeConsole(file=sys.stderr, stderr=True, highlight=False)
 
 
-def fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
+def fail(err: Console, exc: MemagentError, after: str | None = None) -> NoReturn:
     # Messages quote file names, which may hold control characters: visible() shows them harmlessly.
     err.print(
         Text.assemble(("error: ", "bold red"), visible(str(exc)), ("\nThe run stopped" + after) if after else ""), soft_wrap=True
@@ -26,12 +30,12 @@ def fail(err: Console, exc: MemagentError, after: str | None = None) -> None:
     raise typer.Exit(exc.exit_code)
 
 
-def run_guard(fn):
+def run_guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Turns MemagentError into one line on stderr and its exit code, as `ask` does."""
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except MemagentError as exc:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
+from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
@@ -37,11 +38,18 @@ from .options import (
 )
 from .textout import SafeConsole
 
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from ..core.events import Event
+
 
 class _DefaultRun(TyperGroup):
     """Treats an argument that names no subcommand as the DATA of `run`."""
 
-    def parse_args(self, ctx, args):
+    # ctx: click's Context, which recent typer versions vendor privately (typer._click); Any keeps
+    # the override valid whichever click a typer brings.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
@@ -135,7 +143,7 @@ def run(
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]
-        failures = []
+        failures: list[tuple[str, MemagentError]] = []
         sink = open(out, "a", encoding="utf-8") if out is not None else None
         progress = _Progress(err)
         try:
@@ -187,7 +195,7 @@ def run(
 class _Progress:
     """A progress bar with the running score on a terminal; a line per item elsewhere."""
 
-    def __init__(self, console):
+    def __init__(self, console: Console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
@@ -204,37 +212,38 @@ class _Progress:
             if self.live
             else None
         )
-        self.task = None
+        self.task: TaskID | None = None
         self.count = 0
 
-    def __enter__(self):
+    def __enter__(self) -> _Progress:
         if self.bar is not None:
             self.bar.start()
             self.task = self.bar.add_task("items", total=None)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
-    def event(self, item_id: str, event) -> None:
+    def event(self, item_id: str, event: Event) -> None:
         from ..core.events import Notice
 
         if isinstance(event, Notice):
             self.console.print(f"{item_id}: {event.message}", style="yellow", markup=False, soft_wrap=True)
 
-    def done(self, row: dict, running: dict) -> None:
+    def done(self, row: dict[str, Any], running: dict[str, Any]) -> None:
         self.count += 1
         line = (
             f"{row['id']}: {'right' if row['sub_em'] else 'wrong'} ({row['steps']} steps, {row['seconds']:.1f}s); "
             f"sub_em so far {running['sub_em']:.2f}% of {running['n']}"
         )
         if self.bar is not None:
+            assert self.task is not None  # __enter__ adds the task whenever there is a bar
             self.bar.update(self.task, completed=self.count, description=f"sub_em {running['sub_em']:.1f}%")
         else:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def failed(self, item_id: str, error) -> None:
+    def failed(self, item_id: str, error: BaseException) -> None:
         self.console.print(f"{item_id}: failed: {error}", style="red", markup=False, soft_wrap=True)
 
 
@@ -259,7 +268,7 @@ def make_niah(
 
     err = stderr_console()
     try:
-        count = None
+        count: Callable[[str], int] | None = None
         if model is not None:
             from ..install.registry import resolve_model
             from ..model.gguf import read_gguf

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -16,6 +16,11 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
 from .common import run_guard
 from .textout import SafeConsole, print_json, visible
+
+if TYPE_CHECKING:
+    from rich.progress import Task, TaskID
+
+    from ..install.pulling import Plan
 
 models_app = typer.Typer(
     help="Install and inspect models: the catalog, pull, add, rm, path, info.", no_args_is_help=True, rich_markup_mode="rich"
@@ -53,7 +58,7 @@ NameOpt = Annotated[
 ]
 
 
-def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
+def run_plan(plan: Plan, *, offline: bool, err: Console) -> tuple[str, registry.Record]:
     """Carries out a pull or conversion plan with a progress bar per stage (speed, ETA) on stderr;
     piped, a line per stage and every tenth of it."""
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
@@ -62,14 +67,14 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
     from ..model.gpu import format_bytes
 
     class Amount(ProgressColumn):
-        def render(self, task) -> Text:
+        def render(self, task: Task) -> Text:
             if task.fields.get("unit") == "tensors":  # llama.cpp's quantizer reports tensors, not bytes
                 speed = f"  {task.speed:.1f} tensors/s" if task.speed else ""
                 return Text(f"{int(task.completed)}/{int(task.total or 0)} tensors{speed}")
             speed = f"  {format_bytes(task.speed)}/s" if task.speed else ""
             return Text(f"{format_bytes(task.completed)}/{format_bytes(task.total)}{speed}")
 
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     tenths: dict[str, int] = {}
     with Progress(
         TextColumn("[bold]{task.description:<9}"),
@@ -110,7 +115,7 @@ def run_plan(plan, *, offline: bool, err: Console) -> tuple[str, dict]:
     return name, record
 
 
-def install(plan, *, offline: bool, err: Console, json_out: bool = False) -> tuple[str, dict]:
+def install(plan: Plan, *, offline: bool, err: Console, json_out: bool = False) -> tuple[str, registry.Record]:
     """Says what a pull or conversion plan costs, carries it out, and prints the record with --json."""
     err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
     name, record = run_plan(plan, offline=offline, err=err)

@@ -7,13 +7,16 @@ typer takes defaults from the signature, and `eval` keeps a final prompt of its 
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
+
+if TYPE_CHECKING:
+    from ..core.pipeline import EngineOptions
 
 DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
 
@@ -103,7 +106,7 @@ TokenizerOpt = Annotated[
 class Served:
     """A served engine's options, and what of them a trace keeps (never the key)."""
 
-    def __init__(self, engine, record: dict, tokenizer: str | None):
+    def __init__(self, engine: EngineOptions, record: dict[str, Any], tokenizer: str | None):
         self.engine, self.record, self.tokenizer = engine, record, tokenizer
 
 
@@ -143,7 +146,7 @@ def served_options(
     return Served(engine, record, tokenizer)
 
 
-def agent_config(**settings) -> AgentConfig:
+def agent_config(**settings: Any) -> AgentConfig:
     """The AgentConfig the command's options ask for; a value it refuses is a usage error (exit 2)."""
     try:
         return AgentConfig(**settings)

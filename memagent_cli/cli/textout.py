@@ -6,21 +6,22 @@ CLI has one place to take them from."""
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping, TypeVar, overload
 
 from rich.console import Console, Group
-from rich.text import Text
+from rich.text import Text, TextType
 
 from ..core.display import SCHEMA, clip, json_controls_escaped, visible
 
 __all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
 
 
-def print_json(record: dict) -> None:
+def print_json(record: Mapping[str, Any]) -> None:
     """A command's --json answer on stdout: one object, "schema" first."""
     print(json_text({"schema": SCHEMA, **record}))
 
 
-def json_text(value, indent: int | None = 2) -> str:
+def json_text(value: object, indent: int | None = 2) -> str:
     """JSON for stdout. A path from a file name that is not UTF-8 holds lone surrogates, which
     no stream can encode; as \\udcXX escapes they are valid JSON and name the file exactly."""
     text = json_controls_escaped(json.dumps(value, ensure_ascii=False, indent=indent))
@@ -32,18 +33,26 @@ class SafeConsole(Console):
     messages, trace content) cannot reach the terminal as control sequences: plain strings and
     Text are passed through visible() (one character for one, so styles keep their places)."""
 
-    def print(self, *objects, **kwargs) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(_safe(o) for o in objects), **kwargs)
 
-    def render_str(self, text: str, **kwargs) -> Text:  # type: ignore[override]
+    def render_str(self, text: str, **kwargs: Any) -> Text:
         # Every plain string a renderable holds (table cells, panel titles) is made a Text here.
         return super().render_str(visible(text), **kwargs)
 
-    def input(self, prompt="", **kwargs) -> str:  # type: ignore[override]
+    def input(self, prompt: TextType = "", **kwargs: Any) -> str:
         return super().input(_safe(prompt), **kwargs)
 
 
-def _safe(obj):
+_T = TypeVar("_T")
+
+
+@overload
+def _safe(obj: str) -> str: ...
+@overload
+def _safe(obj: _T) -> _T: ...
+def _safe(obj: object) -> object:
+    """`obj` with its outside text made visible(): a str or a Text, or the Texts inside a Group."""
     if isinstance(obj, str):
         return visible(obj)
     if isinstance(obj, Text):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, Optional
 
 import typer
 from rich.console import Console, Group
@@ -23,6 +23,9 @@ from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
 from .textout import SafeConsole, clip, print_json, visible
 
+if TYPE_CHECKING:
+    from ..traces.store import TraceStore
+
 app = typer.Typer(
     help="Inspect recorded runs: every memory step with where it read, and the answer.",
     no_args_is_help=True,
@@ -33,7 +36,7 @@ RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any uniqu
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
 
 
-def _store():
+def _store() -> TraceStore:
     from ..traces.store import TraceStore
 
     store = TraceStore()
@@ -118,7 +121,7 @@ def show(
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
 
 
-def _header(run: dict) -> Text:
+def _header(run: Mapping[str, Any]) -> Text:
     model = run.get("model") or {}
     sources = ", ".join(f"{s['path']}" + (f" ({s['pages']} pages)" if s.get("pages") else "") for s in run["sources"])
     total = f"/{run['steps_total']}" if run.get("steps_total") else ""
@@ -143,7 +146,7 @@ def _header(run: dict) -> Text:
     return text
 
 
-def _step_panel(s: dict, previous: str, evidence: bool) -> Panel:
+def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool) -> Panel:
     added, dropped = changes(previous, s["memory"])
     body = Text()
     for op, text in word_diff(previous, s["memory"]):
@@ -259,5 +262,6 @@ def rm(
         store.delete(run_id)
         SafeConsole(stderr=True).print(f"removed {run_id[:8]}", markup=False)
     else:
+        assert older_than is not None  # one of the two, checked above
         n = store.delete_older_than(parse_age(older_than))
         SafeConsole(stderr=True).print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.chat import ChatFormat
@@ -102,7 +102,7 @@ def sampling_for(config: AgentConfig, call: int) -> Sampling:
     return Sampling(temperature=config.temperature, top_p=config.top_p, seed=seed)
 
 
-def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecord:
+def replayed_step(chunk: Chunk, stored: Mapping[str, Any], previous_memory: str) -> StepRecord:
     """A step done before an interruption, rebuilt from its trace record and its re-read chunk."""
     if stored["index"] != chunk.index or stored["tokens"] != chunk.tokens:
         raise MemagentError(
@@ -125,7 +125,7 @@ def replayed_step(chunk: Chunk, stored: dict, previous_memory: str) -> StepRecor
     )
 
 
-def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int):
+def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int) -> Generator[Event, None, CompletionDone]:
     """One engine call as events (the streamed text, a served engine's retries); returns its CompletionDone."""
     done = None
     for item in engine.complete(message, max_tokens, sampling):
@@ -148,7 +148,7 @@ def run_loop(
     engine: Engine,
     tokenizer: Tokenizer,
     config: AgentConfig,
-    done_steps: Sequence[dict] = (),
+    done_steps: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[Event]:
     """Memory updates over every chunk, then the final answer. `question` is already checked.
     `done_steps` are the stored steps of an interrupted run: their chunks are re-read and

@@ -13,11 +13,12 @@ blocks joined by a blank line; one source is its text alone.
 
 from __future__ import annotations
 
+import enum
 import queue
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypedDict, Union
 
 import numpy as np
 
@@ -45,6 +46,16 @@ class Piece:
     offset: int = 0  # character offset of `text` in its source's text
 
 
+class SpanDict(TypedDict):
+    """A span as JSON, traces and `describe_span` give it (docs/JSON.md, "span")."""
+
+    source: int
+    path: str
+    pages: list[int] | None  # [first, last], None for text without pages
+    start: int
+    end: int
+
+
 @dataclass(frozen=True)
 class Span:
     """The part of one source a chunk covers."""
@@ -59,7 +70,7 @@ class Span:
     def describe(self) -> str:
         return describe_span(self.to_dict())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> SpanDict:
         return {
             "source": self.source,
             "path": self.title,
@@ -70,7 +81,8 @@ class Span:
 
 
 def _pages(first: int | None, last: int | None) -> list[int] | None:
-    return None if first is None else [first, last]
+    # _spans sets both pages of a span or neither, so testing `last` too changes no output.
+    return None if first is None or last is None else [first, last]
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ class IngestStats:
     source_pages: list[int] = field(default_factory=list)
     done: bool = False
 
-    def source_records(self, sources: Sequence[Source]) -> list[dict]:
+    def source_records(self, sources: Sequence[Source]) -> list[dict[str, Any]]:
         """Each source as --json lists it (docs/JSON.md, "source"); a trace adds its fingerprint."""
         return [
             {
@@ -132,7 +144,7 @@ class _Stripper:
     """Streaming str.strip(): drops leading white space, holds trailing white space back
     until more text proves it is not trailing."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.started = False
         self.held: list[Piece] = []
 
@@ -162,7 +174,7 @@ class _Stripper:
             self.held.append(Piece(text[len(body) :], piece.source, piece.page, piece.offset + len(body)))
 
 
-def _inside(pattern: re.Pattern | None, text: str, i: int) -> bool:
+def _inside(pattern: re.Pattern[str] | None, text: str, i: int) -> bool:
     """Whether index i falls strictly inside a match of `pattern` in text (a user-defined
     token such as [PAD151646], which the tokenizer keeps whole wherever it appears)."""
     if pattern is None:
@@ -170,7 +182,7 @@ def _inside(pattern: re.Pattern | None, text: str, i: int) -> bool:
     return any(m.start() < i < m.end() for m in pattern.finditer(text, max(0, i - 64), i + 64))
 
 
-def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern | None = None) -> int:
+def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern[str] | None = None) -> int:
     """Index in `text` of the last place where a letter is followed by a non-letter (`before`
     is the character preceding `text`), or -1.
 
@@ -185,7 +197,7 @@ def _last_safe_cut(text: str, before: str, unsplittable: re.Pattern | None = Non
 
 
 def blocks(
-    pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None, unsplittable: re.Pattern | None = None
+    pieces: Iterable[Piece], on_forced_cut: Callable[[int], None] | None = None, unsplittable: re.Pattern[str] | None = None
 ) -> Iterator[list[Piece]]:
     """Groups pieces into blocks that can be tokenized independently: a block is cut at the
     last safe place in the newest piece once MIN_BLOCK_CHARS are gathered. Only the newest
@@ -277,7 +289,7 @@ def iter_chunks(
         placed = [p for p in placed if p.end > end]
         return chunk
 
-    warned = []
+    warned: list[int] = []
 
     def forced(size: int) -> None:
         if warn is not None and not warned:
@@ -337,17 +349,25 @@ def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source
     return tuple(spans)
 
 
+class _Mark(enum.Enum):
+    """ReadAhead's markers: the end of the chunks, and no peeked item."""
+
+    END = enum.auto()
+    UNSET = enum.auto()
+
+
+# What the reading thread hands over: a chunk, the error that stopped it, or the end.
+_Item = Union[Chunk, BaseException, Literal[_Mark.END]]
+
+
 class ReadAhead:
     """Runs the chunk iterator in a thread so reading and tokenizing the next part of the
     input overlaps the model's work on the current chunk. Errors surface in the consumer."""
 
-    _END = object()
-    _UNSET = object()
-
     def __init__(self, chunks: Iterator[Chunk]):
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[_Item] = queue.Queue()
         self._stop = threading.Event()
-        self._first: object = self._UNSET  # a peeked item, handed out first
+        self._first: _Item | Literal[_Mark.UNSET] = _Mark.UNSET  # a peeked item, handed out first
         self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True, name="memagent-ingest")
         self._thread.start()
 
@@ -359,27 +379,27 @@ class ReadAhead:
                 self._queue.put(chunk)
         except BaseException as exc:  # handed to the consumer, which raises it
             self._queue.put(exc)
-        self._queue.put(self._END)
+        self._queue.put(_Mark.END)
 
     def peek(self) -> Chunk | None:
         """Waits for the first chunk and keeps it for iteration; None if there is none.
         Raises what the reader raised before producing anything."""
-        if self._first is self._UNSET:
+        if self._first is _Mark.UNSET:
             self._first = self._queue.get()
         if isinstance(self._first, BaseException):
             raise self._first
-        return None if self._first is self._END else self._first
+        return None if self._first is _Mark.END else self._first
 
-    def _take(self) -> object:
-        if self._first is not self._UNSET:
-            item, self._first = self._first, self._UNSET
+    def _take(self) -> _Item:
+        if self._first is not _Mark.UNSET:
+            item, self._first = self._first, _Mark.UNSET
             return item
         return self._queue.get()
 
     def __iter__(self) -> Iterator[Chunk]:
         while True:
             item = self._take()
-            if item is self._END:
+            if item is _Mark.END:
                 return
             if isinstance(item, BaseException):
                 raise item

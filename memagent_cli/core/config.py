@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 FINAL_VARIANTS = ("boxed", "answer-is")
 
@@ -18,7 +19,7 @@ class AgentConfig:
     seed: int | None = None  # fixes sampling; step k uses seed + k so a resumed run repeats itself
     final: str = "boxed"  # final prompt: "boxed" (trained with) or "answer-is" (the paper's table)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -29,5 +30,5 @@ class AgentConfig:
         if self.final not in FINAL_VARIANTS:
             raise ValueError(f"final must be one of {', '.join(FINAL_VARIANTS)}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, TypedDict, Union
 
 from ..ingest.sources import Source
-from .chunking import Chunk
+from .chunking import Chunk, SpanDict
 from .config import AgentConfig
 from .memdiff import evidence_record
 
 
-def model_record(name: str, path: str) -> dict:
+class ModelRecord(TypedDict):
+    """The model in JSON and traces (docs/JSON.md, "model")."""
+
+    name: str
+    path: str
+    size: int | None  # None for a served model
+
+
+def model_record(name: str, path: str) -> ModelRecord:
     """The model as every JSON output and trace gives it (docs/JSON.md, "model"): a GGUF's name,
     absolute path and size, or a served model's name and URL (size None)."""
     if os.path.isfile(path):
@@ -85,6 +93,20 @@ class ReplyRestarted:
     reason: str
 
 
+class StepDict(TypedDict):
+    """A step as JSON and the trace store give it (docs/JSON.md, "step")."""
+
+    index: int
+    tokens: int
+    spans: list[SpanDict]
+    memory: str
+    memory_tokens: int
+    prompt_tokens: int
+    generated_tokens: int
+    finish_reason: str
+    seconds: float
+
+
 @dataclass(frozen=True)
 class StepRecord:
     index: int
@@ -103,7 +125,7 @@ class StepRecord:
     def seconds(self) -> float:
         return self.prompt_seconds + self.generate_seconds
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> StepDict:
         """The one shape of a step wherever it is printed or stored (docs/JSON.md, "step")."""
         return {
             "index": self.index,
@@ -149,16 +171,16 @@ class RunResult:
     model: str
     model_path: str
     device: str
-    sources: list[dict]
+    sources: list[dict[str, Any]]
     document_tokens: int
     config: AgentConfig
     n_ctx: int
     steps: list[StepRecord] = field(default_factory=list)
     evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
-    timings: dict = field(default_factory=dict)
-    gpu: dict = field(default_factory=dict)  # the offload choice: layers and why
+    timings: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any] = field(default_factory=dict)  # the offload choice: layers and why
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
         return {
             "question": self.question,

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from .chunking import IngestStats
 from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
 from .protocol import INITIAL_MEMORY, memory_prompt
+
+if TYPE_CHECKING:
+    from ..model.chat import ChatFormat
+    from ..model.gguf import GGUFInfo
 
 # Reference speeds of llama.cpp (shared/reference/engine-notes.md) that estimates scale from:
 # (model bytes, prompt tok/s, generation tok/s). Generation is memory-bound, so it scales
@@ -33,14 +37,25 @@ class Report:
     question: str | None
     kept_chunk: str | None = None  # text of the chunk --show-prompt asked for
     kept_index: int | None = None
-    estimate: dict = field(default_factory=dict)
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def info(self) -> GGUFInfo:
+        # inspect_sources prepares for the embedded engine, which always reads the GGUF.
+        assert self.prep.info is not None
+        return self.prep.info
+
+    @property
+    def chat(self) -> ChatFormat:
+        assert self.prep.chat is not None  # read from the GGUF with `info`
+        return self.prep.chat
 
     @property
     def steps(self) -> int:
         return math.ceil(self.stats.document_tokens / self.chunk_tokens)
 
-    def to_dict(self) -> dict:
-        info = self.prep.info
+    def to_dict(self) -> dict[str, Any]:
+        info = self.info
         return {
             "model": model_record(info.name, str(info.path)),
             "has_weights": info.has_weights,
@@ -82,11 +97,11 @@ def inspect_sources(
     return report
 
 
-def estimate(report: Report) -> dict:
+def estimate(report: Report) -> dict[str, Any]:
     """An upper bound on run time: every memory update writes its full budget."""
     from ..model.runtime import available_cores, gpu_offload_supported
 
-    info = report.prep.info
+    info = report.info
     size = float(info.file_size) if info.has_weights else DEFAULT_MODEL_BYTES
     gpu = gpu_offload_supported()
     cores = available_cores()
@@ -119,4 +134,4 @@ def step_prompt(report: Report, k: int) -> tuple[str, str | None]:
     if k > 1:
         memory = "{memory}"
         note = f"The memory at step {k} is what the model writes at step {k - 1}; it is shown as {{memory}}."
-    return report.prep.chat.render(memory_prompt(report.question or "", memory, report.kept_chunk)), note
+    return report.chat.render(memory_prompt(report.question or "", memory, report.kept_chunk)), note

@@ -17,13 +17,16 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from difflib import SequenceMatcher
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 from .protocol import INITIAL_MEMORY
 
 _TOKEN = re.compile(r"\s+|\S+")
 
 EQUAL, INSERT, DELETE = "equal", "insert", "delete"
+
+# Work items of _word_blocks: (i, j, n) a matching block, (alo, ahi, blo, bhi) a pair of ranges to diff.
+_Piece = Union[tuple[int, int, int], tuple[int, int, int, int]]
 
 
 def _split(text: str) -> tuple[list[str], range]:
@@ -49,7 +52,7 @@ def _word_blocks(a: list[str], b: list[str]) -> list[tuple[int, int, int]]:
     blocks: list[tuple[int, int, int]] = []
     # An explicit stack rather than recursion (no depth limit); each range is replaced by its
     # pieces in order, pushed in reverse so that blocks come out left to right.
-    work: list[tuple] = [(0, len(a), 0, len(b))]  # 4-tuple: a range to diff; 3-tuple: a block
+    work: list[_Piece] = [(0, len(a), 0, len(b))]  # 4-tuple: a range to diff; 3-tuple: a block
     while work:
         item = work.pop()
         if len(item) == 3:
@@ -69,7 +72,7 @@ def _word_blocks(a: list[str], b: list[str]) -> list[tuple[int, int, int]]:
         while alo < ahi - tail and blo < bhi - tail and a[ahi - 1 - tail] == b[bhi - 1 - tail]:
             tail += 1
         ahi, bhi = ahi - tail, bhi - tail
-        pieces: list[tuple] = [(alo - head, blo - head, head)] if head else []
+        pieces: list[_Piece] = [(alo - head, blo - head, head)] if head else []
         if alo < ahi and blo < bhi:
             pieces += _split_range(a, alo, ahi, b, blo, bhi)
         if tail:
@@ -78,7 +81,7 @@ def _word_blocks(a: list[str], b: list[str]) -> list[tuple[int, int, int]]:
     return blocks
 
 
-def _split_range(a: list[str], alo: int, ahi: int, b: list[str], blo: int, bhi: int) -> list[tuple]:
+def _split_range(a: list[str], alo: int, ahi: int, b: list[str], blo: int, bhi: int) -> list[_Piece]:
     """One level of the diff of two non-empty ranges: blocks (i, j, n) and sub-ranges, in order."""
     if ahi - alo == 1 or bhi - blo == 1:
         # One word against a run (most gaps between anchors are this small): it matches the
@@ -93,7 +96,7 @@ def _split_range(a: list[str], alo: int, ahi: int, b: list[str], blo: int, bhi: 
     if not anchors:
         matcher = SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
         return [(i + alo, j + blo, n) for i, j, n in matcher.get_matching_blocks() if n]
-    pieces: list[tuple] = []
+    pieces: list[_Piece] = []
     for i, j in anchors:
         pieces += [(alo, i, blo, j), (i, j, 1)]
         alo, blo = i + 1, j + 1
@@ -253,6 +256,6 @@ def evidence_steps(steps: Sequence[Mapping[str, Any]]) -> list[int]:
     return [steps[k - 1].get("index", k) for k in surviving_additions(memories)]
 
 
-def evidence_record(step: Mapping[str, Any]) -> dict:
+def evidence_record(step: Mapping[str, Any]) -> dict[str, Any]:
     """An evidence step as JSON gives it (docs/JSON.md, "evidence"): the step and where it read."""
     return {"step": step["index"], "spans": list(step.get("spans") or [])}

@@ -16,13 +16,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import MemagentError
-from ..ingest.sources import Source, collect_sources, read_source
+from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source
 from ..install.registry import resolve_model
 from ..model.chat import ChatFormat
-from ..model.engine import LlamaEngine
+from ..model.engine import Engine, LlamaEngine
 from ..model.gguf import GGUFInfo, read_gguf
 from ..model.tokenizer import Tokenizer, load_tokenizer
 from .agent import check_question, plan_context, run_loop
@@ -38,6 +38,7 @@ from .events import (
     RunResult,
     RunStarted,
     StepFinished,
+    StepRecord,
 )
 from .memdiff import evidence_steps
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
@@ -61,7 +62,7 @@ class SourceOptions:
     include: Sequence[str] = ()  # glob patterns for files inside directories
     exclude: Sequence[str] = ()
     password: str | None = None  # for encrypted PDFs
-    stdin: BinaryIO | None = None  # read for "-", or when no source is named and stdin is piped
+    stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
 
 
@@ -95,12 +96,11 @@ def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOption
     if engine.kind == "openai" and model is None:
         from ..model.served.tokenizer import remote_tokenizer
 
-        info, chat = None, None
-        tokenizer = remote_tokenizer(engine.base_url, engine.api_key, engine.served_model)
-    else:
-        info = read_gguf(resolve_model(model))
-        tokenizer = load_tokenizer(info)
-        chat = ChatFormat.from_gguf(info)
+        served = remote_tokenizer(_base_url(engine), engine.api_key, engine.served_model)
+        return Prepared(None, served, None, [], [], engine.served_model or "served model", engine.base_url or "")
+    info = read_gguf(resolve_model(model))
+    tokenizer = load_tokenizer(info)
+    chat = ChatFormat.from_gguf(info)
     if engine.kind == "openai":
         name, where = engine.served_model or "served model", engine.base_url or ""
     else:
@@ -108,19 +108,27 @@ def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOption
     return Prepared(info, tokenizer, chat, [], [], name, where)
 
 
-def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions):
+def _base_url(options: EngineOptions) -> str:
+    if options.base_url is None:
+        raise ValueError('EngineOptions(kind="openai") needs base_url')
+    return options.base_url
+
+
+def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions) -> Engine:
     """The engine that runs the model: llama.cpp here, or a server."""
     if options.kind == "openai":
         from ..model.served.engine import OpenAIEngine
 
         tokenizer = prep.tokenizer
         return OpenAIEngine(
-            options.base_url,
+            _base_url(options),
             api_key=options.api_key,
             model=options.served_model,
             log=options.log,
             count_tokens=lambda text: len(tokenizer.encode(text)),
         )
+    # prepare_model reads the GGUF, and with it the chat format, for every engine but a served one.
+    assert prep.info is not None and prep.chat is not None
     return LlamaEngine(
         prep.info,
         prep.tokenizer,
@@ -132,13 +140,16 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions):
     )
 
 
-def chunk_stream(prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn) -> tuple[Iterator[Chunk], IngestStats]:
+def chunk_stream(
+    prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn: Callable[[str], None]
+) -> tuple[Iterator[Chunk], IngestStats]:
     """The document's chunks, lazily, and the counts that fill in as they are read."""
     stats = IngestStats()
+    stdin = sources.stdin
 
-    def read(source: Source):
+    def read(source: Source) -> Iterator[Segment]:
         before = _stamp(source)
-        yield from read_source(source, password=sources.password, warn=warn, stdin=sources.stdin)
+        yield from read_source(source, password=sources.password, warn=warn, stdin=stdin)
         if before is not None and _stamp(source) != before:
             warn(f"{source.title} changed while it was read; the answer may mix its old and new text.")
 
@@ -209,7 +220,7 @@ def run_question(
     shared: SharedEngine,
     config: AgentConfig,
     *,
-    done_steps: Sequence[dict] = (),
+    done_steps: Sequence[Mapping[str, Any]] = (),
     started: float | None = None,
 ) -> Iterator[Event]:
     """One run of the agent loop over a chunk stream on a shared engine: its events, then
@@ -221,7 +232,8 @@ def run_question(
     for its total time. The chunk stream is closed when the run ends, however it ends."""
     if started is None:
         started = time.perf_counter()
-    steps, answer = [], None
+    steps: list[StepRecord] = []
+    answer: AnswerFinished | None = None
     try:
         for event in run_loop(question, chunks, stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
@@ -233,6 +245,7 @@ def run_question(
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
+    assert answer is not None  # run_loop's last event is AnswerFinished, or it raised
     result = _result(
         prep,
         question,
@@ -257,7 +270,7 @@ def ask_events(
     config: AgentConfig = AgentConfig(),
     engine: EngineOptions = EngineOptions(),
     sources: SourceOptions = SourceOptions(),
-    done_steps: Sequence[dict] = (),
+    done_steps: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[Event]:
     """Run one question over the sources, yielding events; the last is RunFinished.
 
@@ -279,7 +292,7 @@ def ask_many_events(
     config: AgentConfig = AgentConfig(),
     engine: EngineOptions = EngineOptions(),
     sources: SourceOptions = SourceOptions(),
-    done_steps: Sequence[Sequence[dict]] = (),
+    done_steps: Sequence[Sequence[Mapping[str, Any]]] = (),
     parallel: int = 1,
 ) -> Iterator[tuple[int | None, Event]]:
     """Run several questions over the same sources, read once: each is its own memory stream.
@@ -321,7 +334,7 @@ def ask_many_events(
 
     stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
     chunks = ReadAhead(stream)
-    shared = None
+    shared: SharedEngine | None = None
     stop = threading.Event()
     try:
         if chunks.peek() is None:
@@ -358,7 +371,7 @@ def _result(
     device: str,
     n_ctx: int,
     stats: IngestStats,
-    steps: list,
+    steps: list[StepRecord],
     answer: AnswerFinished,
     load_seconds: float,
     total_seconds: float,
@@ -397,7 +410,7 @@ def _result(
     )
 
 
-def ask(question: str, paths: Sequence[str], **kwargs) -> RunResult:
+def ask(question: str, paths: Sequence[str], **kwargs: Any) -> RunResult:
     """Run one question to the end and return its result (the events are dropped)."""
     result = None
     for event in ask_events(question, paths, **kwargs):

@@ -11,13 +11,16 @@ reading of them through `ChunkTee`.
 from __future__ import annotations
 
 import collections
+import enum
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Generic, Iterable, Iterator, Literal, TypeVar, Union
 
 from ..model.engine import Completion, Engine, Sampling
-from .events import Event
+
+T = TypeVar("T")
+E = TypeVar("E")
 
 
 class Stopped(Exception):
@@ -63,6 +66,7 @@ class GatedEngine:
     def __init__(self, engine: Engine, gate: FairGate, stop: threading.Event):
         self.engine, self.gate, self.stop = engine, gate, stop
         self.description = engine.description
+        self.concurrent = engine.concurrent  # the gate decides how many calls overlap
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
         self.gate.acquire(self.stop)
@@ -84,16 +88,23 @@ class GatedEngine:
         self.engine.close()
 
 
-class ChunkTee:
+class _End(enum.Enum):
+    END = enum.auto()
+
+
+_END = _End.END
+
+
+class ChunkTee(Generic[T]):
     """One iterator of chunks read by several consumers, each seeing every chunk in order.
 
     A chunk is dropped once every consumer has taken it; a consumer more than `max_lead`
     chunks ahead of the slowest waits, so memory stays bounded whatever the document's size."""
 
-    def __init__(self, chunks: Iterator, consumers: int, stop: threading.Event, max_lead: int = 8):
+    def __init__(self, chunks: Iterable[T], consumers: int, stop: threading.Event, max_lead: int = 8):
         self._source = iter(chunks)
         self._cond = threading.Condition()
-        self._buffer: collections.deque = collections.deque()  # chunks from index _base on
+        self._buffer: collections.deque[T] = collections.deque()  # chunks from index _base on
         self._base = 0
         self._taken = [0] * consumers  # chunks each consumer has taken
         self._done = False
@@ -102,7 +113,7 @@ class ChunkTee:
         self._stop = stop
         self._max_lead = max_lead
 
-    def reader(self, k: int) -> Iterator:
+    def reader(self, k: int) -> Iterator[T]:
         try:
             while True:
                 item = self._next(k)
@@ -114,7 +125,7 @@ class ChunkTee:
                 self._taken[k] = _NEVER
                 self._trim()
 
-    def _next(self, k: int):
+    def _next(self, k: int) -> T | Literal[_End.END]:
         with self._cond:
             while True:
                 if self._stop.is_set():
@@ -133,20 +144,22 @@ class ChunkTee:
                     self._reading = True
                     break
                 self._cond.wait(0.1)
+        got: tuple[T] | None = None  # the chunk read, if one was
+        error: BaseException | None = None
         try:  # read outside the lock: the others may take what is buffered meanwhile
-            item, done, error = next(self._source), False, None
+            got = (next(self._source),)
         except StopIteration:
-            item, done, error = None, True, None
+            pass
         except BaseException as exc:  # delivered to every consumer, in order
-            item, done, error = None, False, exc
+            error = exc
         with self._cond:
             self._reading = False
-            if done:
-                self._done = True
+            if got is not None:
+                self._buffer.append(got[0])
             elif error is not None:
                 self._error = error
             else:
-                self._buffer.append(item)
+                self._done = True
             self._cond.notify_all()
         return self._next(k)
 
@@ -161,7 +174,6 @@ class ChunkTee:
         self._cond.notify_all()
 
 
-_END = object()
 _NEVER = 1 << 62  # the count of a consumer that has left
 
 
@@ -172,12 +184,21 @@ class RunError:
     error: BaseException
 
 
+class _Finished(enum.Enum):
+    FINISHED = enum.auto()
+
+
+_FINISHED = _Finished.FINISHED  # sent by a worker that is done
+# What workers hand the caller's thread: (job index, event), the error of `jobs` itself, or _FINISHED.
+_Delivery = Union[tuple[int, Union[E, RunError]], BaseException, _Finished]
+
+
 def run_all(
-    jobs: Sequence[Callable[[], Iterable[Event]]] | Iterable[Callable[[], Iterable[Event]]],
+    jobs: Iterable[Callable[[], Iterable[E]]],
     *,
     workers: int,
     stop: threading.Event,
-) -> Iterator[tuple[int, Event | RunError]]:
+) -> Iterator[tuple[int, E | RunError]]:
     """Runs each job (a function returning an event iterator) in a worker thread, at most
     `workers` at a time, in order (one worker: in this thread); yields (job index, event) as they come, and (index,
     RunError) for a job that raised. An error from `jobs` itself is raised here. Ctrl-C in
@@ -185,10 +206,9 @@ def run_all(
     if workers <= 1:
         yield from _run_inline(jobs, stop)
         return
-    events: queue.Queue = queue.Queue(maxsize=256)  # bounded: a slow view slows the runs, not memory
+    events: queue.Queue[_Delivery[E]] = queue.Queue(maxsize=256)  # bounded: a slow view slows the runs, not memory
     pending = iter(enumerate(jobs))
     lock = threading.Lock()
-    FINISHED = object()
 
     def worker() -> None:
         try:
@@ -199,7 +219,7 @@ def run_all(
                     except Stopped:
                         raise
                     except BaseException as exc:  # the list of jobs itself failed (a bad data file): fatal
-                        _put(events, (None, RunError(exc)), stop)
+                        _put(events, exc, stop)
                         break
                 if taken is None:
                     break
@@ -214,7 +234,7 @@ def run_all(
         except Stopped:
             pass
         finally:
-            _put(events, (None, FINISHED), stop, force=True)
+            _put(events, _FINISHED, stop, force=True)
 
     threads = [threading.Thread(target=worker, name=f"memagent-run-{i}", daemon=True) for i in range(max(1, workers))]
     for t in threads:
@@ -223,22 +243,22 @@ def run_all(
     try:
         while alive:
             try:
-                index, item = events.get(timeout=0.1)  # a timeout keeps Ctrl-C prompt
+                got = events.get(timeout=0.1)  # a timeout keeps Ctrl-C prompt
             except queue.Empty:
                 continue
-            if item is FINISHED:
+            if got is _FINISHED:
                 alive -= 1
                 continue
-            if index is None:
-                raise item.error
-            yield index, item
+            if isinstance(got, BaseException):
+                raise got
+            yield got
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=5)
 
 
-def _run_inline(jobs, stop: threading.Event) -> Iterator[tuple[int, Event | RunError]]:
+def _run_inline(jobs: Iterable[Callable[[], Iterable[E]]], stop: threading.Event) -> Iterator[tuple[int, E | RunError]]:
     """One job at a time, in the caller's thread: no hand-over per token (B1 measured ~100 us a
     token for it), and Ctrl-C lands where the model is working, as in a plain loop."""
     try:
@@ -252,7 +272,7 @@ def _run_inline(jobs, stop: threading.Event) -> Iterator[tuple[int, Event | RunE
         stop.set()
 
 
-def _put(q: queue.Queue, item, stop: threading.Event, force: bool = False) -> None:
+def _put(q: queue.Queue[T], item: T, stop: threading.Event, force: bool = False) -> None:
     while True:
         if stop.is_set() and not force:
             raise Stopped

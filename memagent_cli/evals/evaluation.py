@@ -18,10 +18,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from ..core.agent import check_question, plan_context
-from ..core.chunking import IngestStats, iter_chunks, layout
+from ..core.chunking import Chunk, IngestStats, iter_chunks, layout
 from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
 from ..core.pipeline import EngineOptions, Prepared, SharedEngine, open_shared_engine, prepare_model, run_question
@@ -73,7 +73,7 @@ def read_items(path: Path) -> Iterator[Item]:
             yield _item(obj, n, f"{path} line {n}")
 
 
-def _item(obj, n: int, where: str) -> Item:
+def _item(obj: object, n: int, where: str) -> Item:
     if not isinstance(obj, dict):
         raise MemagentError(f"{where} is not an object.", exit_code=EXIT_USAGE)
     context, question, answers = obj.get("context"), obj.get("input"), obj.get("answers")
@@ -90,11 +90,11 @@ def _item(obj, n: int, where: str) -> Item:
     return Item(str(obj.get("id", n)), context, question, answers)
 
 
-def done_ids(out: Path | None) -> dict[str, dict]:
+def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
     """Results already in --out, by item id (a cut-off last line is ignored: it is redone)."""
     if out is None or not out.exists():
         return {}
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for line in out.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
@@ -105,19 +105,19 @@ def done_ids(out: Path | None) -> dict[str, dict]:
     return found
 
 
-def _item_input(prep: Prepared, item: Item, chunk_tokens: int):
+def _item_input(prep: Prepared, item: Item, chunk_tokens: int) -> tuple[Prepared, Iterator[Chunk], IngestStats]:
     """The item as its own source: the model's side of `prep` with that source, its chunks, their stats."""
     source = Source(path=f"item {item.id}", title=f"item {item.id}", kind="text", size=None)
     stats = IngestStats()
 
-    def read(_source: Source):
+    def read(_source: Source) -> Iterator[Segment]:
         yield Segment(0, item.context, None, 0)
 
     chunks = iter_chunks(layout([source], read), prep.tokenizer, chunk_tokens, [source], stats)
     return dataclasses.replace(prep, sources=[source], notices=[]), chunks, stats
 
 
-def summary(rows: list[dict]) -> dict:
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Percentages over the scored items, as the paper's table reports them."""
     n = len(rows)
 
@@ -132,10 +132,10 @@ class ItemScored:
     """An item's run is over and scored: `row` is what `--out` stores (id, question, answers,
     prediction, found, raw, sub_em, em, f1, steps, document_tokens, seconds)."""
 
-    row: dict
+    row: dict[str, Any]
 
 
-def _row(item: Item, result: RunResult, found: bool, seconds: float) -> dict:
+def _row(item: Item, result: RunResult, found: bool, seconds: float) -> dict[str, Any]:
     """An item's line in --out, from the RunResult of its run: an answer not in the expected form
     (`found` False) predicts nothing."""
     prediction = result.answer if found else ""
@@ -185,13 +185,15 @@ def evaluate_events(
         if engine.kind == "openai":
             n_ctx = 0  # the server sizes its own context
         else:  # the embedded engine: sized for the largest step these budgets make
+            chat = prep.chat
+            assert chat is not None  # prepare_model reads it from the GGUF for every engine but a served one
             # Questions differ per item: room for the longest one allowed (question_tokens).
-            n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, None) + config.question_tokens
+            n_ctx = plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
             if engine.n_ctx is not None:
-                n_ctx = plan_context(prep.chat, prep.tokenizer, "?", config, engine.n_ctx)
+                n_ctx = plan_context(chat, prep.tokenizer, "?", config, engine.n_ctx)
         shared = open_shared_engine(prep, n_ctx, engine, parallel, stop)
 
-        def job(item: Item):
+        def job(item: Item) -> Callable[[], Iterator[Event | ItemScored]]:
             def run() -> Iterator[Event | ItemScored]:
                 started = time.perf_counter()
                 question = check_question(item.question, prep.tokenizer, config)
@@ -203,11 +205,12 @@ def evaluate_events(
                     elif isinstance(event, RunFinished):
                         result = event.result
                     yield event
+                assert result is not None  # run_question ends with RunFinished, or raises
                 yield ItemScored(_row(item, result, found, time.perf_counter() - started))
 
             return run
 
-        def jobs():
+        def jobs() -> Iterator[Callable[[], Iterator[Event | ItemScored]]]:
             for k, item in enumerate(wanted()):
                 running[k] = item
                 yield job(item)

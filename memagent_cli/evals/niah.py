@@ -28,7 +28,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, TypedDict
 
 from .. import paths
 from ..errors import EXIT_USAGE, MemagentError
@@ -126,7 +126,17 @@ NOUNS = (
 _KEYS = tuple(f"{adjective}-{noun}" for adjective in ADJECTIVES for noun in NOUNS)
 
 
-def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+class NiahItem(TypedDict):
+    """An item as make_items writes it: the eval's input format, plus the context's token length."""
+
+    id: str
+    context: str
+    input: str  # the question
+    answers: list[str]
+    length: int
+
+
+def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Callable[[str], int] | None = None) -> list[NiahItem]:
     """n NIAH items whose context is as long as fits in `tokens` tokens, each with K=`needles` needles.
 
     With `count_tokens` the length is counted (and the context never exceeds `tokens`);
@@ -153,7 +163,7 @@ def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Calla
     # must give the same file whatever else ran before.
     rng = random.Random(seed)
     sizer = _CountedSizer(count_tokens) if count_tokens is not None else None
-    items: list[dict] = []
+    items: list[NiahItem] = []
     asked_before: set[tuple[str, str]] = set()
     while len(items) < n:
         # Every random draw comes before sizing, so a seed plants the same needles at the same
@@ -190,7 +200,7 @@ def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Calla
     return items
 
 
-def write_items(items: Iterable[dict], path: str | os.PathLike) -> None:
+def write_items(items: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
     """Writes items as JSONL (UTF-8, one object per line), replacing `path` only once all is written."""
     path = Path(path)
     # Written whole or not at all: an interrupted run leaves the old file (or none), never half a

@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ..errors import EXIT_USAGE, MemagentError
 
@@ -47,6 +47,13 @@ SNIFF_SIZE = 8 * 1024
 PAGE_SEPARATOR = "\n\n"
 
 STDIN_PATH = "-"
+
+
+class ByteStream(Protocol):
+    """What is read of stdin: a binary stream's `read` (and `read1`, used when it has one)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
 
 Warn = Callable[[str], None]
 
@@ -449,7 +456,7 @@ def read_source(
     *,
     password: str | None = None,
     warn: Warn,
-    stdin: BinaryIO | None = None,
+    stdin: ByteStream | None = None,
     index: int = 0,
 ) -> Iterator[Segment]:
     """Stream `source`'s text as Segments, each tagged with `index` (its place in the list).
@@ -480,7 +487,7 @@ def read_source(
             yield from _read_stream(file, source.title, index, warn)
 
 
-def _read_stream(stream: BinaryIO, title: str, index: int, warn: Warn) -> Iterator[Segment]:
+def _read_stream(stream: ByteStream, title: str, index: int, warn: Warn) -> Iterator[Segment]:
     # read1 returns what is there instead of waiting to fill the block: a slow pipe's first
     # lines reach the consumer early.
     read = getattr(stream, "read1", None) or stream.read

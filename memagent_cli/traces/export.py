@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
@@ -29,13 +29,15 @@ from ..core.provenance import describe_spans
 
 FORMATS = ("jsonl", "markdown", "html")
 
+Record = Mapping[str, Any]  # a run, a step or a source, as the store gives it
+
 EVIDENCE_MARK = "★ evidence"
 EVIDENCE_MEANING = "the step added words that are still in the final memory"
 
 
-def export(run: dict, fmt: str) -> str:
+def export(run: Record, fmt: str) -> str:
     """`run` in format `fmt`, one of FORMATS."""
-    writers: dict[str, Callable[[dict], str]] = {"jsonl": export_jsonl, "markdown": export_markdown, "html": export_html}
+    writers: dict[str, Callable[[Record], str]] = {"jsonl": export_jsonl, "markdown": export_markdown, "html": export_html}
     if fmt not in writers:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     text = writers[fmt](run)
@@ -47,14 +49,14 @@ def export(run: dict, fmt: str) -> str:
 # --- JSONL ------------------------------------------------------------------------------------
 
 
-def export_jsonl(run: dict) -> str:
+def export_jsonl(run: Record) -> str:
     """A "run" line with every field but the steps, then one "step" line per step."""
     lines = [_json_line({"type": "run", "schema": SCHEMA, **{k: v for k, v in run.items() if k != "steps"}})]
     lines += [_json_line({"type": "step", **step}) for step in _steps(run)]
     return "\n".join(lines) + "\n"
 
 
-def _json_line(obj: dict) -> str:
+def _json_line(obj: Record) -> str:
     text = json.dumps(obj, ensure_ascii=False)
     # U+2028/2029 are legal inside JSON strings, but str.splitlines() and some JSONL readers cut
     # lines there; escaped they are the same JSON value. They can only occur inside strings.
@@ -64,16 +66,16 @@ def _json_line(obj: dict) -> str:
 # --- shared views ------------------------------------------------------------------------------
 
 
-def _steps(run: dict) -> list[dict]:
+def _steps(run: Record) -> list[Record]:
     return list(run.get("steps") or [])
 
 
-def _memories(run: dict) -> list[str]:
+def _memories(run: Record) -> list[str]:
     """The memory before step 1, then after every step."""
     return [INITIAL_MEMORY] + [step.get("memory") or "" for step in _steps(run)]
 
 
-def _evidence(run: dict) -> set[int]:
+def _evidence(run: Record) -> set[int]:
     return set(evidence_steps(_steps(run)))
 
 
@@ -89,14 +91,14 @@ def _num(value: Any) -> str:
     return str(value)
 
 
-def _provenance(step: dict) -> str:
+def _provenance(step: Record) -> str:
     return describe_spans(step.get("spans") or [])
 
 
 CUT_NOTE = "cut at the memory budget"  # a memory update that ran out of tokens (finish_reason "length")
 
 
-def _stats(step: dict) -> str:
+def _stats(step: Record) -> str:
     items = [
         f"{_num(step.get('tokens'))} tokens read",
         f"memory {_num(step.get('memory_tokens'))} tokens",
@@ -108,12 +110,12 @@ def _stats(step: dict) -> str:
     return " · ".join(items)
 
 
-def _model(run: dict) -> str:
+def _model(run: Record) -> str:
     model = run.get("model") or {}
     return str(model.get("name") or model.get("path") or "?")
 
 
-def _source_line(source: dict) -> str:
+def _source_line(source: Record) -> str:
     bits = [str(source.get("kind") or "")]
     if source.get("pages"):
         bits.append(f"{_num(source['pages'])} pages")
@@ -123,17 +125,17 @@ def _source_line(source: dict) -> str:
     return f"{source.get('path', '?')} ({detail})" if detail else str(source.get("path", "?"))
 
 
-def _settings(run: dict) -> str:
+def _settings(run: Record) -> str:
     return ", ".join(f"{k}={v}" for k, v in (run.get("settings") or {}).items()) or "(none recorded)"
 
 
-def _progress(run: dict) -> str:
+def _progress(run: Record) -> str:
     done = run.get("step_count", len(_steps(run)))
     total = run.get("steps_total")
     return f"{_num(done)} of {_num(total)} steps" if total is not None else f"{_num(done)} steps (total not known yet)"
 
 
-def _status_note(run: dict) -> str | None:
+def _status_note(run: Record) -> str | None:
     """A sentence for a run that did not complete, None for one that did."""
     status = run.get("status")
     if status == "complete":
@@ -174,7 +176,7 @@ def _md_fence(text: str, info: str = "text") -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-def export_markdown(run: dict) -> str:
+def export_markdown(run: Record) -> str:
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)
@@ -295,7 +297,7 @@ def _diff_html(before: str, after: str) -> tuple[str, tuple[list[str], list[str]
     return "".join(tags[kind].format(_e(text)) for kind, text in ops), split_changes(ops)
 
 
-def export_html(run: dict) -> str:
+def export_html(run: Record) -> str:
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from dataclasses import fields
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 from ..core.config import AgentConfig
 from ..core.events import DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, model_record
@@ -54,8 +54,8 @@ def file_sha256(path: str) -> str:
     return sha.hexdigest()
 
 
-def fingerprint(source: Source) -> dict:
-    record = {
+def fingerprint(source: Source) -> dict[str, Any]:
+    record: dict[str, Any] = {
         "path": source.path,
         "title": source.title,
         "kind": source.kind,
@@ -81,17 +81,17 @@ class Recorder:
         store: TraceStore,
         *,
         warn: Callable[[str], None],
-        resume: dict | None = None,
+        resume: Mapping[str, Any] | None = None,
         stdin: HashingReader | None = None,
-        engine: dict | None = None,
+        engine: Mapping[str, Any] | None = None,
     ):
         self.store = store
         self.warn = warn
         self.resume = resume
         self.stdin = stdin
         self.run_id: str | None = resume["id"] if resume else None
-        self.sources: list[dict] = list(resume["sources"]) if resume else []
-        self.settings: dict = dict(resume["settings"]) if resume else {}
+        self.sources: list[dict[str, Any]] = list(resume["sources"]) if resume else []
+        self.settings: dict[str, Any] = dict(resume["settings"]) if resume else {}
         self.steps = len(resume["steps"]) if resume else 0
         self.failed_write: str | None = None
         self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
@@ -105,26 +105,36 @@ class Recorder:
             self.failed_write = str(exc)
             self.warn(f"The trace could not be written ({exc}); the run goes on without it.")
 
+    def _write_run(self, action: Callable[[str], object]) -> None:
+        """`_write` of an action on the run's record, which it is given the id of."""
+        if self.failed_write is not None:
+            return
+        # RunStarted, the first event, set the id (a new run's, or the resumed one's); had creating
+        # the run failed, failed_write would be set.
+        assert self.run_id is not None
+        run_id = self.run_id
+        self._write(lambda: action(run_id))
+
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self._started(event)
         elif isinstance(event, ModelLoaded):
             self.settings.update(n_ctx=event.n_ctx, device=event.device)
-            self._write(lambda: self.store.update_run(self.run_id, settings=self.settings))
+            self._write_run(lambda run_id: self.store.update_run(run_id, settings=self.settings))
         elif isinstance(event, DocumentRead):
             self._document_read(event)
         elif isinstance(event, StepFinished) and not event.replayed:
             self.steps = event.step.index
-            self._write(lambda: self.store.add_step(self.run_id, event.step.to_dict()))
+            self._write_run(lambda run_id: self.store.add_step(run_id, event.step.to_dict()))
         elif isinstance(event, RunFinished):
             result = event.result
-            self._write(
-                lambda: self.store.finish_run(self.run_id, "complete", answer=result.answer, raw_answer=result.raw_answer)
+            self._write_run(
+                lambda run_id: self.store.finish_run(run_id, "complete", answer=result.answer, raw_answer=result.raw_answer)
             )
 
     def _started(self, e: RunStarted) -> None:
         if self.resume:
-            self._write(lambda: self.store.update_run(self.run_id, status="running", ended_at=None, error=None))
+            self._write_run(lambda run_id: self.store.update_run(run_id, status="running", ended_at=None, error=None))
             return
         self.sources = [fingerprint(s) for s in e.sources]
         self.settings = {**e.config.to_dict(), "cwd": os.getcwd(), **({"engine": self.engine} if self.engine else {})}
@@ -145,19 +155,20 @@ class Recorder:
                         "Standard input differs from the interrupted run's.", "Pipe the same text again to resume it."
                     )
                 record["sha256"], record["size"] = digest, self.stdin.size
-        self._write(
-            lambda: self.store.update_run(
-                self.run_id, sources=self.sources, document_tokens=e.document_tokens, steps_total=e.steps
+        self._write_run(
+            lambda run_id: self.store.update_run(
+                run_id, sources=self.sources, document_tokens=e.document_tokens, steps_total=e.steps
             )
         )
 
     def stopped(self, status: str, error: str | None = None) -> None:
         """The run ended early: `interrupted` (Ctrl-C, SIGTERM) or `failed`."""
-        if self.run_id is not None:
-            self._write(lambda: self.store.finish_run(self.run_id, status, error=error))
+        run_id = self.run_id
+        if run_id is not None:
+            self._write(lambda: self.store.finish_run(run_id, status, error=error))
 
 
-def resume_plan(store: TraceStore, ref: str) -> dict:
+def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
     """The stored run to resume, after checking it can be: not complete, sources unchanged."""
     run = store.get_run(ref)
     if run["status"] == "complete":
@@ -183,11 +194,11 @@ def resume_plan(store: TraceStore, ref: str) -> dict:
     return run
 
 
-def resumed_config(settings: dict) -> AgentConfig:
+def resumed_config(settings: Mapping[str, Any]) -> AgentConfig:
     names = {f.name for f in fields(AgentConfig)}
     return AgentConfig(**{k: v for k, v in settings.items() if k in names})
 
 
-def resumed_paths(run: dict) -> Sequence[str]:
+def resumed_paths(run: Mapping[str, Any]) -> Sequence[str]:
     """The sources as first named: relative paths resolve from the run's own directory."""
     return [STDIN_PATH if s["kind"] == "stdin" else s["path"] for s in run["sources"]]

@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping, NoReturn
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
@@ -153,6 +153,15 @@ STEP_FIELDS = (
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# SQLite's primary result codes (https://sqlite.org/rc.html), which the sqlite3 module names only
+# from Python 3.11 on (as it gives errors their sqlite_errorcode; see _error_code).
+SQLITE_PERM = 3
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_READONLY = 8
+SQLITE_CORRUPT = 11
+SQLITE_CANTOPEN = 14
+SQLITE_NOTADB = 26
 
 
 class TraceStore:
@@ -191,7 +200,7 @@ class TraceStore:
             self._enable_wal(conn)
             _migrate(conn)
         except sqlite3.DatabaseError as e:
-            if _error_code(e) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            if _error_code(e) not in (SQLITE_CORRUPT, SQLITE_NOTADB):
                 conn.close()
                 raise
             # Keep the damaged files (they are the user's data) and let the caller start afresh.
@@ -234,20 +243,27 @@ class TraceStore:
                 pass
         return target
 
-    def _raise_for(self, e: sqlite3.Error):
+    def _raise_for(self, e: sqlite3.Error) -> NoReturn:
         """Raises the MemagentError a user can act on for a SQLite error, else the error itself."""
         code = _error_code(e)
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        if code in (SQLITE_BUSY, SQLITE_LOCKED):
             raise MemagentError(
                 f"Another memagent process holds the trace database {self.path}",
                 hint="wait for it to finish, or run with --no-trace",
             ) from e
-        if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
+        if code in (SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_PERM):
             raise MemagentError(
                 f"Cannot write the trace database {self.path}: {e}",
                 hint="set MEMAGENT_HOME to a writable directory, or use --no-trace",
             ) from e
         raise e
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The open connection; after close(), the error sqlite3 gives for a closed one."""
+        if self._conn is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._conn
 
     def close(self) -> None:
         if self._conn is not None:
@@ -257,7 +273,7 @@ class TraceStore:
     def __enter__(self) -> TraceStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextmanager
@@ -265,7 +281,7 @@ class TraceStore:
         """One committed write transaction. IMMEDIATE takes the write lock up front, waiting
         for it under the busy timeout; a deferred transaction that upgrades to writing later
         gets SQLITE_BUSY at once when another process wrote meanwhile, without waiting."""
-        conn = self._conn
+        conn = self._db
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -283,16 +299,23 @@ class TraceStore:
     @contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:
         """Reads that see one state of the database (a run and its steps agree)."""
-        self._conn.execute("BEGIN")
+        conn = self._db
+        conn.execute("BEGIN")
         try:
-            yield self._conn
+            yield conn
         finally:
-            self._conn.execute("COMMIT")
+            conn.execute("COMMIT")
 
     # Writing a run ---------------------------------------------------------------------
 
     def create_run(
-        self, *, question: str, sources: list[dict], model: dict, settings: dict, started_at: str | None = None
+        self,
+        *,
+        question: str,
+        sources: list[dict[str, Any]],
+        model: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        started_at: str | None = None,
     ) -> str:
         with self._write() as conn:
             run_id = secrets.token_hex(6)
@@ -305,7 +328,7 @@ class TraceStore:
             )
         return run_id
 
-    def add_step(self, run_id: str, step: dict) -> None:
+    def add_step(self, run_id: str, step: Mapping[str, Any]) -> None:
         """Records one step and commits it. Adding an index again replaces that step."""
         unknown = sorted(set(step) - set(STEP_FIELDS))
         if unknown or "index" not in step or "memory" not in step:
@@ -321,7 +344,7 @@ class TraceStore:
                 [run_id, *values],
             )
 
-    def update_run(self, run_id: str, **fields) -> None:
+    def update_run(self, run_id: str, **fields: Any) -> None:
         unknown = sorted(set(fields) - set(UPDATABLE))
         if unknown:
             raise ValueError(f"cannot update {', '.join(unknown)}; fields are {', '.join(UPDATABLE)}")
@@ -358,13 +381,14 @@ class TraceStore:
         """A full run id from "last" or a unique prefix of one."""
         key = ref.strip().lower()
         if key == "last":
-            row = self._conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
+            row = self._db.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
             if row is None:
                 raise MemagentError("No traces recorded yet", hint="`memagent ask` records one for every run")
-            return row[0]
+            newest: str = row[0]
+            return newest
         # Ids are hex, so a hex prefix is also a safe GLOB pattern (and uses the primary key).
-        ids = (
-            [r[0] for r in self._conn.execute("SELECT id FROM runs WHERE id GLOB ? ORDER BY started_at DESC", (key + "*",))]
+        ids: list[str] = (
+            [r[0] for r in self._db.execute("SELECT id FROM runs WHERE id GLOB ? ORDER BY started_at DESC", (key + "*",))]
             if re.fullmatch(r"[0-9a-f]+", key)
             else []
         )
@@ -377,7 +401,7 @@ class TraceStore:
             )
         return ids[0]
 
-    def get_run(self, ref: str, *, with_steps: bool = True) -> dict:
+    def get_run(self, ref: str, *, with_steps: bool = True) -> dict[str, Any]:
         with self._snapshot() as conn:
             run_id = self.resolve(ref)
             run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
@@ -388,9 +412,10 @@ class TraceStore:
                 ]
         return run
 
-    def list_runs(self, *, status: str | None = None, source: str | None = None, limit: int | None = 20) -> list[dict]:
+    def list_runs(self, *, status: str | None = None, source: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
         """Runs newest first; `source` keeps those with a source path containing the text."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[str] = []
         if status is not None:
             if status not in STATUSES:
                 raise MemagentError(f"Unknown status '{status}'", hint=f"use one of {', '.join(STATUSES)}", exit_code=EXIT_USAGE)
@@ -405,17 +430,17 @@ class TraceStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at DESC, rowid DESC LIMIT ?"
-        rows = self._conn.execute(sql, [*params, -1 if limit is None else limit])
+        rows = self._db.execute(sql, [*params, -1 if limit is None else limit])
         return [_decode(row) for row in rows]
 
-    def search(self, text: str, *, limit: int = 20) -> list[dict]:
+    def search(self, text: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Runs and steps whose memory, question or answer holds every word of `text`."""
         words = text.split()
         if not words:
             raise MemagentError("Nothing to search for", hint="give a word or phrase", exit_code=EXIT_USAGE)
         # Each word as an FTS5 string: the user's quotes, operators and stars are just text.
         query = " ".join('"' + word.replace('"', '""') + '"' for word in words)
-        rows = self._conn.execute(
+        rows = self._db.execute(
             "SELECT d.run_id, d.step, d.field, snippet(search_fts, 0, '[', ']', '…', 16) AS snippet,"
             " r.question, r.started_at"
             " FROM search_fts JOIN search_docs AS d ON d.id = search_fts.rowid JOIN runs AS r ON r.id = d.run_id"
@@ -488,7 +513,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 def _schema_version(conn: sqlite3.Connection) -> int:
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone():
-        return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+        version: int = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+        return version
     return 0
 
 
@@ -503,13 +529,13 @@ def _timestamp(moment: str | datetime | None) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _json(value) -> str:
+def _json(value: object) -> str:
     # ASCII escapes: a path from a non-UTF-8 file name holds lone surrogates, which SQLite's
     # UTF-8 text cannot store but a \udcXX escape round-trips exactly (resume reopens it).
     return json.dumps(value, ensure_ascii=True, default=str)  # default: Paths become text
 
 
-def _decode(row: sqlite3.Row) -> dict:
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     for name in JSON_COLUMNS:
         if out.get(name) is not None:
@@ -522,5 +548,5 @@ def _icontains(haystack: str | None, needle: str) -> bool:
 
 
 def _error_code(e: sqlite3.Error) -> int | None:
-    code = getattr(e, "sqlite_errorcode", None)
+    code: int | None = getattr(e, "sqlite_errorcode", None)  # Python 3.11 and later
     return None if code is None else code & 0xFF  # the primary code, without extended bits

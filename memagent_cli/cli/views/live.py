@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -25,6 +25,7 @@ from ...core.events import (
     Notice,
     ReplyRestarted,
     RunFinished,
+    RunResult,
     RunStarted,
     StepFinished,
     StepStarted,
@@ -39,7 +40,7 @@ MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to m
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 
-def evidence_line(result) -> str:
+def evidence_line(result: RunResult) -> str:
     """Where the answer's evidence entered the memory: the steps whose additions survived."""
     return visible(" · ".join(f"step {s.index} ({s.chunk.describe()})" for s in result.evidence))
 
@@ -81,7 +82,7 @@ class LiveView:
         self.gen_rate: float | None = None
         self.memory = ""
         self.history: list[Text] = []  # step summaries, also kept for the snapshot
-        self.pending: list = []  # lines to print above the view at the next frame
+        self.pending: list[RenderableType] = []  # lines to print above the view at the next frame
         self.last_draw = 0.0
 
     # -- event handling ------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class LiveView:
         self.live.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._draw(force=True)  # the last frame, with every line still pending
         self.live.stop()
 
@@ -202,7 +203,7 @@ class LiveView:
 
     # -- drawing -------------------------------------------------------------------------------
 
-    def _print(self, renderable) -> None:
+    def _print(self, renderable: RenderableType) -> None:
         # Printed above the live area at the next frame: each print redraws the whole view,
         # and a small model finishes several steps a second.
         self.pending.append(renderable)

@@ -61,7 +61,7 @@ class MultiView:
             self.live.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.update(self._table(), refresh=True)
             self.live.stop()

@@ -3,7 +3,9 @@ summary (core.inspection) and `memagent doctor`'s (install.doctor)."""
 
 from __future__ import annotations
 
-from rich.console import Group
+from typing import Any, Mapping
+
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -19,15 +21,21 @@ def _duration(seconds: float) -> str:
 
 
 def render_inspection(report: Report) -> Group:
-    info = report.prep.info
+    info = report.info
     d = report.to_dict()
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    for name, justify in (("source", "left"), ("kind", "left"), ("pages", "right"), ("tokens", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("source", "left"),
+        ("kind", "left"),
+        ("pages", "right"),
+        ("tokens", "right"),
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for s in d["sources"]:
         table.add_row(s["path"], s["kind"], str(s["pages"] or ""), f"{s['tokens']:,}")
     est = report.estimate
-    lines = [
+    lines: list[RenderableType] = [
         Text.assemble(
             ("model     ", "bold"),
             info.name,
@@ -50,7 +58,7 @@ def render_inspection(report: Report) -> Group:
     return Group(*lines)
 
 
-def render_doctor(report: dict) -> Group:
+def render_doctor(report: Mapping[str, Any]) -> Group:
     """A readable summary of a diagnose() report (plus report["paths"] when the caller added it)."""
     from ...model.gpu import format_bytes
 
@@ -63,7 +71,7 @@ def render_doctor(report: dict) -> Group:
         t.add_column()
         return t
 
-    parts: list = []
+    parts: list[RenderableType] = []
     parts.append(heading("Python & llama-cpp-python"))
     g = grid()
     g.add_row("Python", f"{report.get('python', '?')} ({report.get('platform', '?')})")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
 from .http import Fault, make_client, message_of, post_json, retry_delay, shorten, status_fault, transport_fault, with_retries
+
+if TYPE_CHECKING:
+    import httpx2
 
 # Every sampling parameter the servers know besides temperature and top_p, set to "off". A field a
 # server does not know is ignored by it (vLLM logs a warning; SGLang, llama-server and
@@ -103,7 +106,7 @@ class OpenAIEngine:
         self.backoff = backoff
         self._log = log
         self._count = count_tokens
-        self._client = make_client(api_key, timeout)
+        self._client: httpx2.Client | None = make_client(api_key, timeout)
         try:
             self.model = model if model else self._first_model()
         except BaseException:
@@ -116,12 +119,18 @@ class OpenAIEngine:
         if client is not None:
             client.close()
 
+    @property
+    def _http(self) -> httpx2.Client:
+        if self._client is None:
+            raise RuntimeError("the engine is closed")
+        return self._client
+
     def _first_model(self) -> str:
         """The model the server serves, when none was named: one GET /v1/models."""
         url = f"{self.base_url}/models"
         try:
             listing = with_retries(
-                lambda: post_json(self._client, self.base_url, url, None, self.timeout, method="GET"),
+                lambda: post_json(self._http, self.base_url, url, None, self.timeout, method="GET"),
                 self.retries,
                 self.backoff,
                 self._log,
@@ -136,7 +145,7 @@ class OpenAIEngine:
             )
         return str(ids[0])
 
-    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict:
+    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": user_message}],
@@ -172,7 +181,7 @@ class OpenAIEngine:
                 yield Retrying(fault.reason, attempt + 1, attempts, delay)
                 time.sleep(delay)
 
-    def _attempt(self, url: str, body: dict, user_message: str, max_tokens: int) -> Iterator[Completion]:
+    def _attempt(self, url: str, body: dict[str, Any], user_message: str, max_tokens: int) -> Iterator[Completion]:
         """One request, streamed; raises Fault when the reply is lost or refused."""
         import httpx2
 
@@ -181,11 +190,11 @@ class OpenAIEngine:
         pieces: list[str] = []
         deltas = 0
         finish: str | None = None
-        usage: dict | None = None
-        timings: dict | None = None
+        usage: dict[str, Any] | None = None
+        timings: dict[str, Any] | None = None
         done = False
         try:
-            with self._client.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+            with self._http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
                 if not response.is_success:
                     response.read()
                     raise status_fault(self.base_url, response)
@@ -251,7 +260,7 @@ class OpenAIEngine:
             )
         yield self._done("".join(pieces), finish, usage, timings, deltas, user_message, max_tokens, start, first)
 
-    def _whole(self, response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
+    def _whole(self, response: httpx2.Response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
         try:
             payload = response.json()
             choice = payload["choices"][0]
@@ -295,8 +304,8 @@ class OpenAIEngine:
         self,
         text: str,
         finish: str | None,
-        usage: dict | None,
-        timings: dict | None,
+        usage: dict[str, Any] | None,
+        timings: dict[str, Any] | None,
         deltas: int,
         user_message: str,
         max_tokens: int,

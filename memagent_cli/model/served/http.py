@@ -14,9 +14,12 @@ from __future__ import annotations
 import re
 import time
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ...errors import MemagentError
+
+if TYPE_CHECKING:
+    import httpx2
 
 MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
 MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
@@ -61,7 +64,7 @@ def shorten(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _server_message(response) -> str:
+def _server_message(response: httpx2.Response) -> str:
     """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
     llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
     try:
@@ -98,7 +101,7 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
-def status_fault(base: str, response) -> Fault:
+def status_fault(base: str, response: httpx2.Response) -> Fault:
     status = response.status_code
     message = _server_message(response)
     said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
@@ -174,10 +177,11 @@ def retry_delay(fault: Fault, backoff: float, attempt: int) -> float:
     """Seconds to wait before attempt `attempt + 1`: the server's Retry-After, else backoff * 2^(attempt-1)."""
     if fault.retry_after is not None:
         return fault.retry_after
-    return min(backoff * (2 ** (attempt - 1)), MAX_BACKOFF)
+    doubling: int = 2 ** (attempt - 1)  # attempt >= 1, so a whole number
+    return min(backoff * doubling, MAX_BACKOFF)
 
 
-def make_client(api_key: str | None, timeout: float):
+def make_client(api_key: str | None, timeout: float) -> httpx2.Client:
     import httpx2
 
     headers = {"Accept": "application/json"}
@@ -188,7 +192,9 @@ def make_client(api_key: str | None, timeout: float):
     return httpx2.Client(headers=headers, timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)))
 
 
-def post_json(client, base: str, url: str, body: dict | None, timeout: float, *, method: str = "POST") -> Any:
+def post_json(
+    client: httpx2.Client, base: str, url: str, body: Mapping[str, Any] | None, timeout: float, *, method: str = "POST"
+) -> Any:
     """One JSON request; raises Fault for anything but a 2xx answer with a JSON body."""
     import httpx2
 

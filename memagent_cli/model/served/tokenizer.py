@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 from ...errors import MemagentError
 from .engine import normalize_base_url, server_root
 from .http import Fault, make_client, post_json, shorten, with_retries
+
+if TYPE_CHECKING:
+    import httpx2
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ class _Dialect:
     detokenize_path: str
     text_key: str  # the detokenize answer's field holding the text
 
-    def tokenize_body(self, text: str, model: str | None) -> dict:
+    def tokenize_body(self, text: str, model: str | None) -> dict[str, Any]:
         if self.name == "vLLM":
             body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
         elif self.name == "llama-server":
@@ -37,7 +41,7 @@ class _Dialect:
             body["model"] = model
         return body
 
-    def detokenize_body(self, ids: list[int], model: str | None) -> dict:
+    def detokenize_body(self, ids: list[int], model: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {"tokens": ids}
         if model and self.name != "llama-server":
             body["model"] = model
@@ -64,7 +68,7 @@ class _ByteLengths:
         self._fetch = fetch
         self._table = np.full(0, -1, dtype=np.int64)
 
-    def __getitem__(self, index) -> Any:
+    def __getitem__(self, index: npt.ArrayLike) -> Any:
         ids = np.asarray(index, dtype=np.int64)
         if ids.size:
             if int(ids.min()) < 0:
@@ -98,7 +102,7 @@ class RemoteTokenizer:
 
     def __init__(
         self,
-        client,
+        client: httpx2.Client,
         base_url: str,
         dialect: _Dialect,
         model: str | None,
@@ -126,7 +130,7 @@ class RemoteTokenizer:
     def close(self) -> None:
         self._client.close()
 
-    def _call(self, path: str, body: dict) -> dict:
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.root + path
         try:
             answer = with_retries(
@@ -150,9 +154,9 @@ class RemoteTokenizer:
             ids = ids[len(self._prefix) :]
         return ids
 
-    def decode_bytes(self, ids) -> bytes:
-        ids = [int(i) for i in ids]
-        return self._decode(ids).encode("utf-8") if ids else b""
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        id_list = [int(i) for i in ids]
+        return self._decode(id_list).encode("utf-8") if id_list else b""
 
     def _detokenize(self, ids: list[int]) -> str | None:
         """The server's text for `ids`; None when it cannot decode them (llama-cpp-python, ids that
@@ -222,7 +226,7 @@ def remote_tokenizer(
     for dialect in DIALECTS:
         url = root + dialect.tokenize_path
 
-        def probe(dialect=dialect, url=url) -> Any:
+        def probe(dialect: _Dialect = dialect, url: str = url) -> Any:
             return post_json(client, base, url, dialect.tokenize_body(_PROBE_TEXT, model), timeout)
 
         try:
