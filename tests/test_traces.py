@@ -257,3 +257,41 @@ def test_the_interrupt_tests_pass_when_pytest_runs_with_sigint_ignored(tmp_path)
         timeout=600,
     )
     assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_resume_refuses_a_protocol_option_that_differs_and_names_both_values(doc, models):
+    code, _, _ = start_and_stop([doc, "Where?", "-m", models["random"], *SMALL], signal.SIGINT)
+    assert code == 130
+    for extra, said in (
+        (["--chunk-tokens", "300"], "--chunk-tokens 300 differs from its 200"),
+        (["--temperature", "0.5"], "--temperature 0.5 differs from its 0.0"),
+        (["--final", "answer-is"], "--final answer-is differs from its boxed"),
+        (["-m", models["long"]], f"--model {models['long']} differs from its {models['random']}"),
+        (["-q", "Another?"], "--resume takes no sources or questions"),
+    ):
+        proc = memagent("ask", "--resume", "last", *extra, check=False)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, (extra, proc.stderr)
+    (run,) = as_json("traces", "list")["runs"]
+    assert run["status"] == "interrupted"  # none of them touched it
+    # The same values, and options that do not change the result, may be given.
+    resumed = as_json("ask", "--resume", "last", "--chunk-tokens", "200", "--threads", "1", "-m", models["random"])
+    whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
+    assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]
+
+
+def test_resume_uses_the_runs_chat_template_and_refuses_it_changed(doc, models, tmp_path):
+    from tinymodel import QWEN25_CHAT_TEMPLATE
+
+    template = tmp_path / "template.jinja"
+    template.write_text(QWEN25_CHAT_TEMPLATE.replace("You are Qwen", "You are a reader"), encoding="utf-8")
+    args = [doc, "Where?", "-m", models["random"], "--chat-template", template, *SMALL]
+    whole = as_json("ask", *args[: -len(SMALL)], "--no-trace", *SMALL)
+    code, _, _ = start_and_stop(args, signal.SIGINT)
+    assert code == 130
+    original = template.read_text(encoding="utf-8")
+    template.write_text(original + " ", encoding="utf-8")
+    changed = memagent("ask", "--resume", "last", check=False)
+    assert changed.returncode == 2 and f"The chat template {template.resolve()} has changed since the run began" in changed.stderr
+    template.write_text(original, encoding="utf-8")
+    resumed = as_json("ask", "--resume", "last")
+    assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]

@@ -493,8 +493,12 @@ def write_tiny_qwen2(
     bias: dict[int, float] | None = None,
     constant: bool = False,
     pre: str = "qwen2",
+    arch: str = "qwen2",
 ) -> Path:
     """Write a tiny random qwen2 GGUF (F32) to ``path`` and return the path.
+
+    ``arch``: the architecture it is written as; "llama" gives the same layers under llama's name
+    (llama.cpp takes the q/k/v biases as optional there), a model that is not Qwen.
 
     ``bias``: {token id: value}; adds about ``value`` to that token's logit at
     every position (exactly ``value`` when ``constant``; 0.9-1.0x for a
@@ -534,6 +538,7 @@ def write_tiny_qwen2(
         context_length=context_length,
         chat_template=chat_template,
         pre=pre,
+        arch=arch,
     )
 
 
@@ -549,6 +554,7 @@ def write_qwen2_gguf(
     chat_template: str | None = QWEN25_CHAT_TEMPLATE,
     pre: str = "qwen2",
     name: str = "tiny-qwen2-test",
+    arch: str = "qwen2",
 ) -> Path:
     """Write a qwen2 GGUF (F32) from ``tensors`` ({GGUF tensor name: numpy array shaped
     (out_features, in_features) as in PyTorch}); the other dimensions are read off them."""
@@ -559,7 +565,7 @@ def write_qwen2_gguf(
     n_ff = tensors["blk.0.ffn_gate.weight"].shape[0]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), "qwen2")  # writes general.architecture
+    w = gguf.GGUFWriter(str(path), arch)  # writes general.architecture; the keys below are under it
     w.add_name(name)
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     w.add_context_length(context_length)

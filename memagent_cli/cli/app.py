@@ -28,6 +28,7 @@ from .options import (
     AnswerOpt,
     ApiKeyOpt,
     BaseUrlOpt,
+    ChatTemplateOpt,
     ChunkOpt,
     EngineOpt,
     FinalOpt,
@@ -40,6 +41,7 @@ from .options import (
     TopPOpt,
     VerboseOpt,
     agent_config,
+    chat_template,
     served_options,
 )
 from .textout import SafeConsole, print_json
@@ -113,6 +115,7 @@ def _split_question(args: list[str]) -> tuple[list[str], str]:
 
 @app.command(no_args_is_help=True)
 def ask(
+    ctx: typer.Context,
     args: Annotated[
         Optional[list[str]],
         typer.Argument(
@@ -147,12 +150,17 @@ def ask(
         ),
     ] = False,
     threads: ThreadsOpt = None,
-    ctx: Annotated[
+    n_ctx: Annotated[
         Optional[int],
         typer.Option(
-            help="Context size. Default: just enough for the budgets.", min=64, rich_help_panel="Model", show_default=False
+            "--ctx",
+            help="Context size. Default: just enough for the budgets.",
+            min=64,
+            rich_help_panel="Model",
+            show_default=False,
         ),
     ] = None,
+    template_file: ChatTemplateOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
@@ -239,18 +247,38 @@ def ask(
             stdin = hashing = HashingReader(raw_stdin)
         run = None
         if resume:
-            if args:
-                raise MemagentError("--resume takes no sources or question: they come from the trace.", exit_code=EXIT_USAGE)
             if store is None:
                 raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
             run = resume_plan(store, resume)
+            given = {
+                "chunk_tokens": chunk_tokens,
+                "memory_tokens": memory_tokens,
+                "answer_tokens": answer_tokens,
+                "temperature": temperature,
+                "top_p": top_p,
+                "seed": seed,
+                "final": final,
+            }
+            _refuse_changed_options(ctx, run, given, model, template_file, engine, served_model, tokenizer)
             _enter(run["settings"].get("cwd"))
             paths, questions, config = resumed_paths(run), [run["question"]], resumed_config(run["settings"])
             model = run["model"]["path"]
+            stored_template = run["settings"].get("chat_template")
+            template = (
+                chat_template(Path(stored_template["path"]), "llama", expect_sha256=stored_template["sha256"])
+                if stored_template
+                else None
+            )
             if run["settings"].get("engine"):
                 stored = run["settings"]["engine"]
                 served = served_options(
-                    "openai", stored["base_url"], api_key, stored.get("served_model"), stored.get("tokenizer"), verbose, err
+                    "openai",
+                    base_url or stored["base_url"],  # the server may have moved; the model it serves may not
+                    api_key,
+                    stored.get("served_model"),
+                    stored.get("tokenizer"),
+                    verbose,
+                    err,
                 )
         else:
             questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
@@ -259,6 +287,7 @@ def ask(
             else:
                 paths, one = _split_question(args or [])
                 questions = [one]
+            template = chat_template(template_file, engine)
             config = agent_config(
                 chunk_tokens=chunk_tokens,
                 memory_tokens=memory_tokens,
@@ -277,16 +306,24 @@ def ask(
             served.engine
             if served is not None
             else EngineOptions(
-                n_ctx=ctx, gpu_layers=_gpu_layers(gpu_layers), threads=threads or get_setting("threads"), verbose=verbose
+                n_ctx=n_ctx,
+                gpu_layers=_gpu_layers(gpu_layers),
+                threads=threads or get_setting("threads"),
+                verbose=verbose,
+                chat_template=template.text if template is not None else None,
             )
         )
         source_options = SourceOptions(
             include=include or (), exclude=exclude or (), password=password, stdin=stdin, stdin_is_piped=_stdin_piped()
         )
         engine_record = served.record if served is not None else None
+        template_record = template.record if template is not None else None
         if len(questions) > 1:
             recorders = [
-                Recorder(store, warn=warn, stdin=hashing, engine=engine_record) if store is not None else None for _ in questions
+                Recorder(store, warn=warn, stdin=hashing, engine=engine_record, chat_template=template_record)
+                if store is not None
+                else None
+                for _ in questions
             ]
             _ask_many(
                 ask_many_events(
@@ -300,7 +337,11 @@ def ask(
                 raw=raw,
             )
             return
-        recorder = Recorder(store, warn=warn, resume=run, stdin=hashing, engine=engine_record) if store is not None else None
+        recorder = (
+            Recorder(store, warn=warn, resume=run, stdin=hashing, engine=engine_record, chat_template=template_record)
+            if store is not None
+            else None
+        )
         events = ask_events(
             questions[0],
             paths,
@@ -335,6 +376,59 @@ def ask(
         answer = result.raw_answer if raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
+
+
+def _refuse_changed_options(
+    ctx: typer.Context,
+    run: dict[str, Any],
+    given: dict[str, Any],
+    model: str | None,
+    template_file: Path | None,
+    engine: str,
+    served_model: str | None,
+    tokenizer: str | None,
+) -> None:
+    """A resumed run keeps what decides its result: a protocol option given beside --resume must
+    equal the run's (threads, GPU layers, the view and the like may differ)."""
+
+    def given_here(name: str) -> bool:
+        source = ctx.get_parameter_source(name)  # by name: typer may bring its own copy of click's enum
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    def refuse(option: str, value: object, stored: object) -> NoReturn:
+        raise MemagentError(
+            f"--resume keeps the run's settings: {option} {value} differs from its {stored}.",
+            f"Drop {option} to resume run {run['id'][:8]}, or start a new run with it.",
+            exit_code=EXIT_USAGE,
+        )
+
+    for name in ("args", "question", "questions_file", "include", "exclude"):
+        if given_here(name):
+            raise MemagentError(
+                "--resume takes no sources or questions: they come from the trace.",
+                "Drop them, or start a new run.",
+                exit_code=EXIT_USAGE,
+            )
+    settings = run["settings"]
+    for name, value in given.items():
+        if given_here(name) and value != settings.get(name):
+            refuse("--" + name.replace("_", "-"), value, settings.get(name))
+    if given_here("model") and model is not None:
+        from ..install.registry import resolve_model
+
+        stored_path = run["model"]["path"]
+        if os.path.realpath(resolve_model(model)) != os.path.realpath(stored_path):
+            refuse("--model", model, stored_path)
+    stored_template = (settings.get("chat_template") or {}).get("path")
+    if given_here("template_file") and template_file is not None:
+        if stored_template is None or os.path.realpath(template_file) != os.path.realpath(stored_template):
+            refuse("--chat-template", template_file, stored_template or "the model's own template")
+    served = settings.get("engine") or {}
+    if given_here("engine") and engine != served.get("kind", "llama"):
+        refuse("--engine", engine, served.get("kind", "llama"))
+    for name, value in (("served_model", served_model), ("tokenizer", tokenizer)):
+        if given_here(name) and value != served.get(name):
+            refuse("--" + name.replace("_", "-"), value, served.get(name))
 
 
 def _read_questions(path: Path) -> list[str]:
@@ -575,6 +669,7 @@ def inspect(
     ] = None,
     chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
     memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    template_file: ChatTemplateOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
@@ -594,6 +689,7 @@ def inspect(
     try:
         if show_prompt is not None and not question:
             raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
+        template = chat_template(template_file, "llama")
         report = inspect_sources(
             sources or [],
             model=model,
@@ -605,6 +701,7 @@ def inspect(
             password=password,
             stdin_is_piped=_stdin_piped(),
             keep_chunk=show_prompt,
+            chat_template=template.text if template is not None else None,
             warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True),
         )
         if show_prompt is not None:

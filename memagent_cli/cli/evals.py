@@ -22,6 +22,7 @@ from .options import (
     AnswerOpt,
     ApiKeyOpt,
     BaseUrlOpt,
+    ChatTemplateOpt,
     ChunkOpt,
     EngineOpt,
     FinalOpt,
@@ -34,6 +35,7 @@ from .options import (
     TopPOpt,
     VerboseOpt,
     agent_config,
+    chat_template,
     served_options,
 )
 from .textout import SafeConsole
@@ -113,6 +115,7 @@ def run(
     seed: SeedOpt = DEFAULTS.seed,
     final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
     threads: ThreadsOpt = None,
+    template_file: ChatTemplateOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -126,6 +129,7 @@ def run(
     err = stderr_console()
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        template = chat_template(template_file, engine)
         config = agent_config(
             chunk_tokens=chunk_tokens,
             memory_tokens=memory_tokens,
@@ -139,7 +143,11 @@ def run(
             raise MemagentError(
                 f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE
             )
-        options = served.engine if served is not None else EngineOptions(threads=threads, verbose=verbose)
+        options = (
+            served.engine
+            if served is not None
+            else EngineOptions(threads=threads, verbose=verbose, chat_template=template.text if template is not None else None)
+        )
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]

@@ -7,6 +7,7 @@ typer takes defaults from the signature, and `eval` keeps a final prompt of its 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -101,6 +102,51 @@ TokenizerOpt = Annotated[
         help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own tokenize endpoint.",
     ),
 ]
+
+ChatTemplateOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--chat-template",
+        metavar="FILE",
+        show_default=False,
+        rich_help_panel="Model",
+        help="The model's chat template (Jinja, or a tokenizer_config.json holding one), for a GGUF without one "
+        "or to replace its own. Embedded engine only: a server applies its own.",
+    ),
+]
+
+
+class ChatTemplate:
+    """A --chat-template the user gave: its text, and what a trace keeps to resume with it."""
+
+    def __init__(self, text: str, record: dict[str, str]):
+        self.text, self.record = text, record
+
+
+def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None = None) -> ChatTemplate | None:
+    """The checked template at `path` (None: the GGUF's own). `expect_sha256`: a resumed run's,
+    which the file must still match."""
+    import hashlib
+
+    from ..model.chat import read_template
+
+    if path is None:
+        return None
+    if engine == "openai":
+        raise MemagentError(
+            "--chat-template is for the embedded engine.",
+            "A server applies the model's template itself; set it there.",
+            exit_code=EXIT_USAGE,
+        )
+    text = read_template(path)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if expect_sha256 is not None and digest != expect_sha256:
+        raise MemagentError(
+            f"The chat template {path} has changed since the run began.",
+            "Resuming would mix two prompt formats; start a new run.",
+            exit_code=EXIT_USAGE,
+        )
+    return ChatTemplate(text, {"path": str(path.resolve()), "sha256": digest})
 
 
 class Served:

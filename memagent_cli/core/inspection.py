@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..errors import EXIT_USAGE, MemagentError
 from .chunking import IngestStats
 from .events import model_record
-from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
+from .pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, prepare
 from .protocol import INITIAL_MEMORY, memory_prompt
 
 if TYPE_CHECKING:
@@ -83,11 +83,16 @@ def inspect_sources(
     stdin_is_piped: bool,
     warn: Callable[[str], None],
     keep_chunk: int | None = None,
+    chat_template: str | None = None,
 ) -> Report:
+    """`chat_template`: the user's template text (chat.read_template), over the GGUF's own."""
     options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped)
-    prep = prepare(model, paths, options)
+    prep = prepare(model, paths, options, EngineOptions(chat_template=chat_template))
     for note in prep.notices:
         warn(note)
+    default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None else None
+    if default is not None and default[0] == "warning":
+        warn(default[1])
     chunks, stats = chunk_stream(prep, chunk_tokens, options, warn)
     report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None)
     for chunk in chunks:

@@ -55,6 +55,7 @@ class EngineOptions:
     api_key: str | None = None  # kind "openai": sent as a bearer token
     served_model: str | None = None  # kind "openai": the model's name on the server; None: the one it serves
     log: Callable[[str], None] | None = None  # kind "openai": where --verbose shows each request
+    chat_template: str | None = None  # kind "llama": a template (chat.read_template) over the GGUF's own
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOption
         return Prepared(None, served, None, [], [], engine.served_model or "served model", engine.base_url or "")
     info = read_gguf(resolve_model(model))
     tokenizer = load_tokenizer(info)
-    chat = ChatFormat.from_gguf(info)
+    chat = ChatFormat.from_gguf(info, engine.chat_template)
     if engine.kind == "openai":
         name, where = engine.served_model or "served model", engine.base_url or ""
     else:
@@ -315,11 +316,10 @@ def ask_many_events(
         yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name)
     for note in prep.notices:
         yield None, Notice(note)
-    if prep.chat is not None and prep.chat.is_default and not served:
-        yield (
-            None,
-            Notice("The model has no chat template; using Qwen2.5's, which the MemAgent models were trained with.", "info"),
-        )
+    default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None and not served else None
+    if default is not None:
+        level, message = default
+        yield None, Notice(message, level)
     trained = prep.info.arch_get("context_length") if prep.info is not None and not served else None
     if trained and n_ctx > trained:
         yield None, Notice(f"The context ({n_ctx}) exceeds what the model was trained for ({trained}); answers may degrade.")

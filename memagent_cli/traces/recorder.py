@@ -84,6 +84,7 @@ class Recorder:
         resume: Mapping[str, Any] | None = None,
         stdin: HashingReader | None = None,
         engine: Mapping[str, Any] | None = None,
+        chat_template: Mapping[str, str] | None = None,
     ):
         self.store = store
         self.warn = warn
@@ -95,6 +96,7 @@ class Recorder:
         self.steps = len(resume["steps"]) if resume else 0
         self.failed_write: str | None = None
         self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
+        self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
 
     def _write(self, action: Callable[[], object]) -> None:
         if self.failed_write is not None:
@@ -137,7 +139,12 @@ class Recorder:
             self._write_run(lambda run_id: self.store.update_run(run_id, status="running", ended_at=None, error=None))
             return
         self.sources = [fingerprint(s) for s in e.sources]
-        self.settings = {**e.config.to_dict(), "cwd": os.getcwd(), **({"engine": self.engine} if self.engine else {})}
+        self.settings = {
+            **e.config.to_dict(),
+            "cwd": os.getcwd(),
+            **({"engine": self.engine} if self.engine else {}),
+            **({"chat_template": self.chat_template} if self.chat_template else {}),
+        }
         model = model_record(e.model, e.model_path)
 
         def create() -> None:
