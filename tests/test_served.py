@@ -21,6 +21,7 @@ from memagent_cli.model.chat import ChatFormat
 from memagent_cli.model.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url
+from memagent_cli.model.served.http import DEFAULT_TIMEOUT, longest_wait
 from memagent_cli.model.served.tokenizer import remote_tokenizer
 from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -392,8 +393,19 @@ def test_nothing_listening_is_refused_then_an_error():
     assert "running" in caught.value.hint and "--base-url" in caught.value.hint
 
 
-def test_a_server_that_never_answers_times_out():
+@pytest.mark.parametrize("starts", [False, True], ids=["no-headers", "headers-then-silence"])
+def test_a_server_that_never_answers_times_out(starts):
+    """A server that takes the request and then sends nothing more, before its headers or after
+    them and the first event: each attempt ends after `timeout` s, the run within longest_wait."""
+
     def script(n, handler, body):
+        if starts:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            handler.wfile.write(_event(_chunk({"role": "assistant"})))
+            handler.wfile.flush()
         peer.release.wait(10)  # hold the request unanswered until the test ends
 
     with Peer(script) as peer:
@@ -406,8 +418,12 @@ def test_a_server_that_never_answers_times_out():
         elapsed = time.monotonic() - started
         engine.close()
     assert _kinds(items) == ["Retrying"]
-    assert caught.value.message == f"The server at {peer.url} sent nothing for 0.5 s (timed out) (2 attempts)"
-    assert 0.9 < elapsed < 5
+    assert items[0].reason == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
+    assert caught.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s (2 attempts)"
+    assert "--timeout" in caught.value.hint and "log" in caught.value.hint
+    assert longest_wait(0.5, 1, 0.01) == pytest.approx(1.01)
+    assert 1.0 <= elapsed < longest_wait(0.5, 1, 0.01) + 1.0
+    assert len(peer.requests) == 2
 
 
 def test_model_lookup_and_base_urls():
@@ -481,3 +497,211 @@ def test_remote_tokenizer_without_endpoints_says_what_to_do():
             remote_tokenizer(peer.url, retries=0)
     assert "no tokenize endpoint" in caught.value.message
     assert "--tokenizer" in caught.value.hint
+
+
+# --- timeouts and budgets ------------------------------------------------------------------
+
+
+def _open_stream(handler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+
+
+def _keep_sending(handler, peer: Peer, pieces, interval: float, hung_up: threading.Event | None = None) -> None:
+    """Writes each of `pieces` (bytes), `interval` s apart, until the client hangs up or the test ends."""
+    try:
+        for piece in pieces:
+            if peer.release.is_set():
+                return
+            handler.wfile.write(piece)
+            handler.wfile.flush()
+            if interval:
+                time.sleep(interval)
+    except (BrokenPipeError, ConnectionResetError):
+        if hung_up is not None:
+            hung_up.set()
+
+
+def _forever(*pieces: bytes):
+    while True:
+        yield from pieces
+
+
+def test_the_timeout_default_and_its_checks():
+    assert DEFAULT_TIMEOUT == 300.0
+    # The default run (4 retries, 1 s backoff) gives a silent server 5 attempts and 1+2+4+8 s between them.
+    assert longest_wait(DEFAULT_TIMEOUT, 4, 1.0) == 5 * 300 + 15
+    assert longest_wait(10, 0, 1.0) == 10
+    url = f"http://127.0.0.1:{free_port()}"
+    for bad in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            OpenAIEngine(url, model="m", timeout=bad)
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            remote_tokenizer(url, timeout=bad)
+
+
+def test_a_server_that_streams_forever_is_stopped_at_the_budget():
+    """Tokens forever, never a finish reason, never [DONE]: the reply is cut at max_tokens as a
+    server would cut it (finish_reason "length"), and the stream is closed, not asked again."""
+    hung_up = threading.Event()
+
+    def script(n, handler, body):
+        _open_stream(handler)
+        _keep_sending(handler, peer, _forever(_event(_chunk({"content": "tok "}))), 0.0, hung_up)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=2, backoff=0.01)
+        started = time.monotonic()
+        items, done = _run(engine, "hi", 40)
+        elapsed = time.monotonic() - started
+        engine.close()
+        assert hung_up.wait(5)  # the server's next write after we closed failed
+    assert elapsed < 3
+    assert not any(isinstance(i, Retrying) for i in items)
+    assert sum(isinstance(i, TextDelta) for i in items) == 40
+    assert done.finish_reason == "length"
+    assert done.text == "tok " * 40
+    assert (done.completion_tokens, done.max_tokens, done.prompt_tokens) == (40, 40, 0)
+    assert len(peer.requests) == 1
+
+
+def test_a_runaway_is_stopped_by_counted_tokens_with_few_counts():
+    """With count_tokens the budget is in counted tokens (3 to a delta here), and the counting is
+    scheduled by bytes, so a reply is counted a handful of times, not once per delta."""
+    counts: list[str] = []
+
+    def count(text: str) -> int:
+        counts.append(text)
+        return len(text.split())
+
+    def script(n, handler, body):
+        _open_stream(handler)
+        _keep_sending(handler, peer, _forever(_event(_chunk({"content": "a b c "}))), 0.0)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=count)
+        started = time.monotonic()
+        items, done = _run(engine, "hi", 30)
+        elapsed = time.monotonic() - started
+        engine.close()
+    assert elapsed < 3
+    assert done.finish_reason == "length"
+    assert done.text == "a b c " * 10 and done.completion_tokens == 30
+    in_stream = counts[:-2]  # _done counts the message and the reply once more
+    assert 1 <= len(in_stream) <= 6
+
+
+def test_a_reply_at_its_budget_keeps_the_servers_usage():
+    """A server that keeps to the budget is read to its end: the finish reason and usage that come
+    after the last token are not lost to the budget guard (reasoning deltas spend the budget too)."""
+
+    def script(n, handler, body):
+        send_sse(handler, WHOLE_REPLY)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=lambda text: len(text.split()))
+        _, done = _run(engine, "hi", 3)  # 1 reasoning delta + 2 reply deltas
+        engine.close()
+    assert done.text == "Hello world" and done.finish_reason == "stop"
+    assert (done.prompt_tokens, done.completion_tokens, done.cached_tokens) == (42, 2, 40)
+
+
+KEEP_ALIVES = {
+    "comments": [b": ping\n\n"],
+    "empty-events": [_event(_chunk({}))],
+    "a-byte-at-a-time": [b"d", b"a", b"t", b"a"],  # a line that never ends
+}
+
+
+@pytest.mark.parametrize("kind", list(KEEP_ALIVES))
+def test_a_stream_of_keep_alives_times_out(kind):
+    """Bytes every timeout/3 but never a token: no read times out, so the silence that counts is the
+    time since the last token; the run ends as for a silent server, within 2 × timeout an attempt."""
+
+    def script(n, handler, body):
+        _open_stream(handler)
+        handler.wfile.write(_event(_chunk({"role": "assistant"})) + _event(_chunk({"content": "Hel"})))
+        _keep_sending(handler, peer, _forever(*KEEP_ALIVES[kind]), 0.15)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=1, backoff=0.01)
+        items = []
+        started = time.monotonic()
+        with pytest.raises(MemagentError) as caught:
+            for item in engine.complete("hi", 8, GREEDY):
+                items.append(item)
+        elapsed = time.monotonic() - started
+        engine.close()
+    assert _kinds(items) == ["TextDelta", "Retrying", "TextDelta"]  # the first "Hel" is voided
+    assert items[1].reason == f"The server at {peer.url} timed out: it sent no tokens for 0.5 s"
+    assert caught.value.message == f"The server at {peer.url} timed out: it sent no tokens for 0.5 s (2 attempts)"
+    assert "--timeout" in caught.value.hint
+    assert 1.0 <= elapsed < 2 * longest_wait(0.5, 1, 0.01) + 1.0
+    assert len(peer.requests) == 2
+
+
+def test_a_slow_steady_stream_is_not_cut():
+    """The timeout bounds the silence between tokens, not the reply: tokens 0.3 s apart with pings
+    between them, 2 s in all, under a 0.8 s timeout, make a whole reply."""
+
+    def script(n, handler, body):
+        _open_stream(handler)
+        pieces = [_event(_chunk({"role": "assistant"}))]
+        for word in ["one ", "two ", "three ", "four ", "five ", "six "]:
+            pieces += [_event(_chunk({"content": word})), b": ping\n\n"]
+        pieces += [_event(_chunk({}, "stop")), _event("[DONE]")]
+        _keep_sending(handler, peer, pieces, 0.15)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=0.8, retries=0)
+        started = time.monotonic()
+        _, done = _run(engine, "hi", 64)
+        elapsed = time.monotonic() - started
+        engine.close()
+    assert elapsed > 1.5
+    assert done.text == "one two three four five six " and done.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("after", ["keep-alives", "silence"])
+def test_a_finished_reply_on_a_stream_left_open_is_kept(after):
+    """The finish reason came but the stream stays open (no [DONE], no close): after `timeout` s the
+    reply is taken as it is, not asked again."""
+
+    def script(n, handler, body):
+        _open_stream(handler)
+        events = [_chunk({"content": "Hello"}), _chunk({}, "stop")]
+        handler.wfile.write(b"".join(_event(e) for e in events))
+        handler.wfile.flush()
+        if after == "keep-alives":
+            _keep_sending(handler, peer, _forever(b": ping\n\n"), 0.2)
+        else:
+            peer.release.wait(10)
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=2, backoff=0.01)
+        started = time.monotonic()
+        items, done = _run(engine, "hi", 8)
+        elapsed = time.monotonic() - started
+        engine.close()
+    assert _kinds(items) == ["TextDelta", "CompletionDone"]
+    assert done.text == "Hello" and done.finish_reason == "stop"
+    assert elapsed < 2
+    assert len(peer.requests) == 1
+
+
+def test_the_timeout_reaches_the_model_lookup_and_the_tokenizer():
+    def script(n, handler, body):
+        peer.release.wait(10)
+
+    with Peer(script) as peer:
+        started = time.monotonic()
+        with pytest.raises(MemagentError) as looked_up:
+            OpenAIEngine(peer.url, timeout=0.5, retries=0)  # GET /v1/models
+        with pytest.raises(MemagentError) as tokenized:
+            remote_tokenizer(peer.url, timeout=0.5, retries=0)
+        elapsed = time.monotonic() - started
+    assert looked_up.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
+    assert tokenized.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
+    assert elapsed < 3

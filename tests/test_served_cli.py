@@ -168,6 +168,11 @@ def test_one_question_failing_leaves_the_others(clean, doc):
             "error: --base-url 'gpu-box:8000' is not an http(s) URL. e.g. http://127.0.0.1:8000/v1",
         ),
         (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
+        (["--timeout", "5"], "error: --timeout needs --engine openai: the embedded engine waits on no server."),
+        (
+            ["--engine", "openai", "--base-url", "http://127.0.0.1:1/v1", "--timeout", "0"],
+            "error: --timeout 0 is not a positive number of seconds.",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", ["ask", "eval"])
@@ -175,3 +180,43 @@ def test_served_options_are_checked_first(doc, command, args, message):
     done = run_memagent(command, *args, doc, *(["Who?"] if command == "ask" else []))
     assert done.returncode == 2
     assert done.stderr.strip() == message
+
+
+def test_a_server_that_stops_answering_ends_the_run_within_the_timeout_and_resumes(clean, tmp_path):
+    import signal
+
+    from memagent_cli.model.served.http import longest_wait
+
+    long_doc = tmp_path / "long.txt"
+    long_doc.write_text(words(3000, seed=12))
+    args = ["ask", *BUDGETS, "--memory-tokens", "12", long_doc, "Who?", "--json"]
+    with llama_server(clean, tmp_path) as base:
+        served = _served(base, "--tokenizer", str(clean), "--timeout", "0.5")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memagent_cli", *args[:1], *served, *args[1:]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            for line in proc.stderr:
+                if line.startswith("step 2/"):
+                    # Stopped, the server still accepts connections (the kernel does) and answers none.
+                    llama_server.proc.send_signal(signal.SIGSTOP)
+                    stopped_at = time.monotonic()
+                    break
+            out, rest = proc.communicate(timeout=120)
+            elapsed = time.monotonic() - stopped_at
+        finally:
+            llama_server.proc.send_signal(signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1 and "Traceback" not in rest, rest
+        error, stopped = rest.strip().splitlines()[-2:]
+        assert error.startswith(f"error: The server at {base} timed out: it sent nothing for 0.5 s (5 attempts).")
+        assert "give it longer with --timeout" in error
+        assert stopped.startswith("The run stopped after step 2. Resume with: memagent ask --resume ")
+        assert elapsed < longest_wait(0.5, 4, 1.0) + 5  # timeout x attempts and the backoff between them
+        resumed = run_memagent("ask", "--resume", stopped.rsplit(" ", 1)[1], "--json", "--timeout", "30")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["answer"]

@@ -37,6 +37,7 @@ from .options import (
     ServedModelOpt,
     TemperatureOpt,
     ThreadsOpt,
+    TimeoutOpt,
     TokenizerOpt,
     TopPOpt,
     VerboseOpt,
@@ -209,6 +210,7 @@ def ask(
     api_key: ApiKeyOpt = None,
     served_model: ServedModelOpt = None,
     tokenizer: TokenizerOpt = None,
+    timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
     raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
@@ -238,7 +240,8 @@ def ask(
     svg = svg.resolve() if svg else None  # a resumed run works from its own directory
     recorder: Recorder | None = None
     try:
-        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        # A resumed run's engine comes from its trace (checked below); a new run's from the options.
+        served = None if resume else served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
         store = None if no_trace else _open_store(err, required=bool(resume))
         raw_stdin: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         stdin: HashingReader | BinaryIO | None = raw_stdin
@@ -279,7 +282,10 @@ def ask(
                     stored.get("tokenizer"),
                     verbose,
                     err,
+                    timeout,
                 )
+            else:  # the embedded engine: the served options, given, are refused as for a new run
+                served_options("llama", base_url, api_key, None, None, verbose, err, timeout)
         else:
             questions = list(question or []) + (_read_questions(questions_file) if questions_file else [])
             if questions:

@@ -31,6 +31,7 @@ from .options import (
     ServedModelOpt,
     TemperatureOpt,
     ThreadsOpt,
+    TimeoutOpt,
     TokenizerOpt,
     TopPOpt,
     VerboseOpt,
@@ -105,6 +106,7 @@ def run(
     api_key: ApiKeyOpt = None,
     served_model: ServedModelOpt = None,
     tokenizer: TokenizerOpt = None,
+    timeout: TimeoutOpt = None,
     parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
     chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
@@ -128,7 +130,7 @@ def run(
 
     err = stderr_console()
     try:
-        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err)
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
         template = chat_template(template_file, engine)
         config = agent_config(
             chunk_tokens=chunk_tokens,

@@ -115,6 +115,18 @@ ChatTemplateOpt = Annotated[
     ),
 ]
 
+TimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        show_default=False,
+        rich_help_panel="Served engine",
+        help="The longest the server may stay silent (no reply, or no new token) before a request is tried again; "
+        "after its last attempt the run stops, resumable. Default: 300.",
+    ),
+]
+
 
 class ChatTemplate:
     """A --chat-template the user gave: its text, and what a trace keeps to resume with it."""
@@ -164,6 +176,7 @@ def served_options(
     tokenizer: str | None,
     verbose: bool,
     err: Console,
+    timeout: float | None = None,
 ) -> Served | None:
     """None for the embedded engine; the checked options of a served one."""
     from ..core.pipeline import EngineOptions
@@ -175,7 +188,11 @@ def served_options(
     if kind == "llama":
         if base_url or served_model:
             raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
+        if timeout is not None:
+            raise MemagentError("--timeout needs --engine openai: the embedded engine waits on no server.", exit_code=EXIT_USAGE)
         return None
+    if timeout is not None and not (0 < timeout < float("inf")):
+        raise MemagentError(f"--timeout {timeout:g} is not a positive number of seconds.", exit_code=EXIT_USAGE)
     if not base_url:
         raise MemagentError(
             "--engine openai needs --base-url.",
@@ -187,7 +204,7 @@ def served_options(
             f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1", exit_code=EXIT_USAGE
         )
     log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
-    engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log)
+    engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log, timeout=timeout)
     record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}
     return Served(engine, record, tokenizer)
 

@@ -56,6 +56,7 @@ class EngineOptions:
     served_model: str | None = None  # kind "openai": the model's name on the server; None: the one it serves
     log: Callable[[str], None] | None = None  # kind "openai": where --verbose shows each request
     chat_template: str | None = None  # kind "llama": a template (chat.read_template) over the GGUF's own
+    timeout: float | None = None  # kind "openai": the longest silence waited for, per attempt; None: served.http's default
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOption
     if engine.kind == "openai" and model is None:
         from ..model.served.tokenizer import remote_tokenizer
 
-        served = remote_tokenizer(_base_url(engine), engine.api_key, engine.served_model)
+        served = remote_tokenizer(_base_url(engine), engine.api_key, engine.served_model, timeout=_timeout(engine))
         return Prepared(None, served, None, [], [], engine.served_model or "served model", engine.base_url or "")
     info = read_gguf(resolve_model(model))
     tokenizer = load_tokenizer(info)
@@ -107,6 +108,12 @@ def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOption
     else:
         name, where = info.name, str(info.path)
     return Prepared(info, tokenizer, chat, [], [], name, where)
+
+
+def _timeout(options: EngineOptions) -> float:
+    from ..model.served.http import DEFAULT_TIMEOUT
+
+    return DEFAULT_TIMEOUT if options.timeout is None else options.timeout
 
 
 def _base_url(options: EngineOptions) -> str:
@@ -127,6 +134,7 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions) -> Engine:
             model=options.served_model,
             log=options.log,
             count_tokens=lambda text: len(tokenizer.encode(text)),
+            timeout=_timeout(options),
         )
     # prepare_model reads the GGUF, and with it the chat format, for every engine but a served one.
     assert prep.info is not None and prep.chat is not None

@@ -8,6 +8,24 @@ transient faults (refused, timed out, 5xx/429, a stream cut mid-reply) retried f
 backoff; and the base URL's normal form. The HTTP plumbing (client, faults, retries) that the
 server's tokenizer shares is http.py's.
 
+How long a reply is waited for, `timeout` seconds (http.DEFAULT_TIMEOUT, 300, unless the caller says
+otherwise; --timeout on the command line):
+- a server that sends nothing (no connection, no headers, no byte of the stream) for `timeout` s
+  fails the attempt: "The server at URL timed out: it sent nothing for N s";
+- a server that keeps the stream open and sends bytes but no token (SSE comments such as ": ping",
+  events with no text) for `timeout` s fails it too: "... it sent no tokens for N s". That silence is
+  noticed when the next byte comes or the read times out, so within 2 × timeout of the last token;
+- a failed attempt is asked again like any transient fault, so the run ends in a MemagentError after
+  at most about attempts × timeout plus the backoff sleeps (http.longest_wait), twice that for a
+  stream of keep-alives;
+- a server that streams tokens past the budget it was asked for (a runaway that never finishes) is
+  stopped there: the stream is closed and what came is the reply, finish_reason "length", as if the
+  server had cut it at max_tokens. The budget is counted with `count_tokens` when the engine has it,
+  else a streamed text delta stands for a token (a delta holds one token or more, so a server that
+  packs several tokens into a delta may overrun the budget by that factor before it is stopped);
+- once a reply has its finish reason, a stream that then stays open (no [DONE], no close) is waited
+  for `timeout` s and the reply kept.
+
 How the base URL, key and model name are chosen on the command line is the caller's business.
 httpx2 (the HTTP client memagent already has through huggingface_hub) is imported inside functions,
 so importing this module loads no HTTP client until a server is used.
@@ -16,12 +34,27 @@ so importing this module loads no HTTP client until a server is used.
 from __future__ import annotations
 
 import json
+import re
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
-from .http import Fault, make_client, message_of, post_json, retry_delay, shorten, status_fault, transport_fault, with_retries
+from .http import (
+    DEFAULT_TIMEOUT,
+    Fault,
+    check_timeout,
+    make_client,
+    message_of,
+    post_json,
+    retry_delay,
+    shorten,
+    stall_fault,
+    status_fault,
+    transport_fault,
+    with_retries,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -65,6 +98,10 @@ NEUTRAL_SAMPLING: dict[str, Any] = {
 }
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")  # SSE ends a line with any of the three
+_MAX_LINE = 1 << 24  # bytes: no event of a chat completion stream comes near this
+
+
 def normalize_base_url(base_url: str) -> str:
     """'http://host:8000', 'http://host:8000/', 'host:8000/v1' -> 'http://host:8000/v1'."""
     url = base_url.strip().rstrip("/")
@@ -83,6 +120,34 @@ def server_root(base_url: str) -> str:
 # --- the engine ----------------------------------------------------------------------------
 
 
+@dataclass
+class _Reply:
+    """What one attempt has read of a streamed reply so far."""
+
+    start: float  # time.perf_counter() when the request went out
+    next_count: int  # bytes of content at which count_tokens is next asked (the budget, at first)
+    progress: float = field(init=False)  # time.perf_counter() of the last token or finish reason, else `start`
+    first: float | None = None  # when the first text came
+    pieces: list[str] = field(default_factory=list)  # the reply's text, delta by delta
+    deltas: int = 0  # text deltas: one stands for a token when nothing counts them
+    generated: int = 0  # deltas of generated text, the reply's or reasoning: each holds a token at least
+    size: int = 0  # UTF-8 bytes of the reply's text
+    counted: int = 0  # count_tokens of the reply's text at the last count
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+    done: bool = False  # [DONE] came
+    over: bool = False  # a token past the budget came: reading stopped there
+
+    def __post_init__(self) -> None:
+        self.progress = self.start
+
+    def spent(self) -> int:
+        """The budget spent, as far as we can tell: never more than the tokens the server generated
+        when the text is counted by deltas."""
+        return max(self.generated, self.counted)
+
+
 class OpenAIEngine:
     """A model behind an OpenAI-compatible server (vLLM, SGLang, llama-server, llama-cpp-python)."""
 
@@ -94,14 +159,16 @@ class OpenAIEngine:
         *,
         api_key: str | None = None,
         model: str | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_TIMEOUT,
         retries: int = 4,
         backoff: float = 1.0,
         log: Callable[[str], None] | None = None,
         count_tokens: Callable[[str], int] | None = None,
     ):
+        """`timeout`: the longest silence, in seconds, from the server (no byte, or no token of a
+        streamed reply) before an attempt is given up; see the module's docstring."""
         self.base_url = normalize_base_url(base_url)
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self.retries = max(0, retries)
         self.backoff = backoff
         self._log = log
@@ -185,14 +252,7 @@ class OpenAIEngine:
         """One request, streamed; raises Fault when the reply is lost or refused."""
         import httpx2
 
-        start = time.perf_counter()
-        first: float | None = None
-        pieces: list[str] = []
-        deltas = 0
-        finish: str | None = None
-        usage: dict[str, Any] | None = None
-        timings: dict[str, Any] | None = None
-        done = False
+        reply = _Reply(time.perf_counter(), max_tokens)
         try:
             with self._http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
                 if not response.is_success:
@@ -201,48 +261,23 @@ class OpenAIEngine:
                 if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
                     # A server that ignored stream: true answers with one JSON completion.
                     response.read()
-                    yield from self._whole(response, user_message, max_tokens, start)
+                    yield from self._whole(response, user_message, max_tokens, reply.start)
                     return
-                for line in response.iter_lines():
-                    # SSE: "data: {...}" lines; blank lines end events; ": ping" comments and "event:"
-                    # lines carry nothing for us. llama-server reports a failure as "error: {...}".
-                    field, _, value = line.partition(":")
-                    value = value.strip()
-                    if field == "error":
-                        raise self._stream_error(value)
-                    if field != "data" or not value:
-                        continue
-                    if value == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = json.loads(value)
-                    except ValueError:
-                        raise Fault(
-                            f"The server at {self.base_url} sent a broken stream event",
-                            "A proxy between us may be cutting the stream; check --base-url.",
-                            transient=True,
-                        ) from None
-                    if not isinstance(chunk, dict):
-                        continue
-                    if chunk.get("error") or chunk.get("object") == "error":
-                        raise self._stream_error(value)
-                    usage = chunk.get("usage") or usage  # vLLM/SGLang: a last chunk with no choices
-                    timings = chunk.get("timings") or timings  # llama-server's own counters
-                    for choice in chunk.get("choices") or []:
-                        # Only `content` is the reply: a reasoning parser's `reasoning_content` is not.
-                        text = (choice.get("delta") or {}).get("content")
-                        if text:
-                            if first is None:
-                                first = time.perf_counter()
-                            deltas += 1
-                            pieces.append(text)
-                            yield TextDelta(text)
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
+                for line in self._lines(response, reply):
+                    for text in self._event(line, reply, max_tokens):
+                        yield TextDelta(text)
+                    if reply.done or reply.over:
+                        break  # leaving the block closes the stream: a runaway server sees us hang up
         except httpx2.TransportError as error:
             raise transport_fault(self.base_url, error, self.timeout) from None
-        if finish == "abort" or (not done and finish is None):
+        if reply.over:
+            # Cut where the server should have cut it: a reply at its budget, finish reason "length".
+            # Any usage it sent is the runaway's, so the reply is counted as a served one without usage.
+            if self._log is not None:
+                self._log(f"The server at {self.base_url} went on past max_tokens ({max_tokens}); stopped reading")
+            reply.finish, reply.usage = "length", None
+        finish = reply.finish
+        if finish == "abort" or (not reply.done and finish is None):
             # SGLang says "abort" when it drops a request; otherwise the connection ended before the reply did.
             raise Fault(
                 f"The server at {self.base_url} cut the reply off mid-stream",
@@ -258,7 +293,112 @@ class OpenAIEngine:
                 "--interrupt_requests false, or use --parallel 1.",
                 transient=True,
             )
-        yield self._done("".join(pieces), finish, usage, timings, deltas, user_message, max_tokens, start, first)
+        yield self._done(
+            "".join(reply.pieces),
+            finish,
+            reply.usage,
+            reply.timings,
+            reply.deltas,
+            user_message,
+            max_tokens,
+            reply.start,
+            reply.first,
+        )
+
+    def _lines(self, response: httpx2.Response, reply: _Reply) -> Iterator[str]:
+        """The stream's lines as they arrive. Raises Fault when `timeout` s pass without a token
+        (bytes keep coming, so no read times out); once the reply has its finish reason, that
+        silence or a read timeout just ends the stream."""
+        import httpx2
+
+        pending = b""
+        try:
+            # Bytes, not lines: a check after every read, so a line that never ends is no hiding place.
+            for data in response.iter_bytes():
+                pending += data
+                *lines, pending = _LINE_END.split(pending)
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+                if time.perf_counter() - reply.progress > self.timeout:
+                    if reply.finish is not None:
+                        return
+                    raise stall_fault(self.base_url, self.timeout)
+                if len(pending) > _MAX_LINE:
+                    raise self._broken_event()
+        except httpx2.TimeoutException:
+            if reply.finish is None:
+                raise
+            return
+        if pending:
+            yield pending.decode("utf-8", "replace")
+
+    def _event(self, line: str, reply: _Reply, max_tokens: int) -> list[str]:
+        """Reads one line of the stream into `reply`; returns the reply's text it brought."""
+        # SSE: "data: {...}" lines; blank lines end events; ": ping" comments and "event:" lines
+        # carry nothing for us. llama-server reports a failure as "error: {...}".
+        name, _, value = line.partition(":")
+        value = value.strip()
+        if name == "error":
+            raise self._stream_error(value)
+        if name != "data" or not value:
+            return []
+        if value == "[DONE]":
+            reply.done = True
+            return []
+        try:
+            chunk = json.loads(value)
+        except ValueError:
+            raise self._broken_event() from None
+        if not isinstance(chunk, dict):
+            return []
+        if chunk.get("error") or chunk.get("object") == "error":
+            raise self._stream_error(value)
+        reply.usage = chunk.get("usage") or reply.usage  # vLLM/SGLang: a last chunk with no choices
+        reply.timings = chunk.get("timings") or reply.timings  # llama-server's own counters
+        texts: list[str] = []
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") or {}
+            # Only `content` is the reply; a reasoning parser's `reasoning_content` (`reasoning` in
+            # newer vLLM) is not, but its tokens are generated and spend the budget all the same.
+            text = delta.get("content")
+            if text or delta.get("reasoning_content") or delta.get("reasoning"):
+                if reply.spent() >= max_tokens:
+                    # A token past the budget: the server is not keeping to max_tokens.
+                    reply.over = True
+                    return texts
+                reply.generated += 1
+                reply.progress = time.perf_counter()
+            if text:
+                if reply.first is None:
+                    reply.first = reply.progress
+                reply.deltas += 1
+                reply.pieces.append(text)
+                reply.size += len(text.encode("utf-8"))
+                texts.append(text)
+                self._recount(reply, max_tokens)
+            if choice.get("finish_reason"):
+                reply.finish = choice["finish_reason"]
+                reply.progress = time.perf_counter()
+        return texts
+
+    def _recount(self, reply: _Reply, max_tokens: int) -> None:
+        """Counts the reply's tokens with `count_tokens`, when there is one and the reply could have
+        reached the budget since the last count. A token is a byte of text at least, so the next
+        count is due no sooner than (budget - tokens counted) bytes later: a handful of counts per
+        reply, not one per delta (a count may be a request to the server's tokenizer)."""
+        if self._count is None or reply.size < reply.next_count:
+            return
+        reply.counted = self._count("".join(reply.pieces))
+        reply.next_count = reply.size + max(1, max_tokens - reply.counted)
+
+    def _broken_event(self) -> Fault:
+        return Fault(
+            f"The server at {self.base_url} sent a broken stream event",
+            "A proxy between us may be cutting the stream; check --base-url.",
+            transient=True,
+        )
 
     def _whole(self, response: httpx2.Response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
         try:

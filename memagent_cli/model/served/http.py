@@ -4,6 +4,13 @@ backoff (`with_retries`, `retry_delay`), and the classification of what went wro
 transport error (`transport_fault`) or the error text a server sent (`message_of`), shortened to
 one line (`shorten`).
 
+How long a silent server is waited for: `timeout` (seconds, `DEFAULT_TIMEOUT` unless the caller
+says otherwise) bounds each wait for the server's next byte, the connect (never longer than
+`CONNECT_TIMEOUT`) and every read; a request that times out is a transient fault, asked again up
+to `retries` times with the usual backoff. So a server that accepts connections and never answers
+ends in a `MemagentError` ("The server at URL timed out: it sent nothing for N s (A attempts)")
+after `longest_wait(timeout, retries, backoff)` seconds at most: timeout × attempts plus the sleeps.
+
 The OpenAI engine (engine.py) and the server's tokenizer (tokenizer.py) share it. httpx2 (the HTTP
 client memagent already has through huggingface_hub) is imported inside functions, so importing
 this module loads no HTTP client until a server is used.
@@ -24,6 +31,16 @@ if TYPE_CHECKING:
 MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
 MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
 CONNECT_TIMEOUT = 10.0  # a host that does not answer a TCP connect in this long is not coming
+# The longest silence from a server, in seconds, before an attempt is given up (--timeout). The wait
+# that must fit in it is the one before a reply's first byte, which a server spends queueing the
+# request and reading its prompt (~6K tokens: a chunk, the memory and the question) and sends
+# nothing meanwhile. On a GPU (vLLM, SGLang, llama-server) that is seconds. On a CPU, llama-server
+# reads a 7B-14B model's prompt at some 20-100 tokens/s, one to five minutes for 6K tokens, and with
+# more requests in flight than it has slots a request also waits for another reply to end. 300 s
+# covers that slow end; 600 s (the OpenAI client's default, and memagent's before --timeout) left
+# an interactive user facing a dead server for ten minutes per attempt, and 120 s would give up on
+# a CPU server that is merely slow. Whoever knows their server is fast can pass less.
+DEFAULT_TIMEOUT = 300.0
 
 
 # --- faults --------------------------------------------------------------------------------
@@ -57,6 +74,7 @@ class Fault(Exception):
 
 
 _RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or check --base-url."
+_SLOW_HINT = "It may be overloaded or stuck: check its log, or give it longer with --timeout."
 
 
 def shorten(text: str, limit: int = 200) -> str:
@@ -152,11 +170,7 @@ def transport_fault(base: str, error: Exception, timeout: float) -> Fault:
             transient=True,
         )
     if isinstance(error, httpx2.TimeoutException):  # read, write or pool timeout
-        return Fault(
-            f"The server at {base} sent nothing for {timeout:g} s (timed out)",
-            "It may be overloaded or stuck; check its log.",
-            transient=True,
-        )
+        return Fault(f"The server at {base} timed out: it sent nothing for {timeout:g} s", _SLOW_HINT, transient=True)
     if isinstance(error, httpx2.ConnectError):
         if "refused" in str(error).lower():
             return Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
@@ -173,6 +187,12 @@ def transport_fault(base: str, error: Exception, timeout: float) -> Fault:
     )
 
 
+def stall_fault(base: str, timeout: float) -> Fault:
+    """A stream that stays open and keeps sending bytes (SSE comments such as ": ping", events
+    with no text) but no token for `timeout` s: the same silence as a read timeout, for a reply."""
+    return Fault(f"The server at {base} timed out: it sent no tokens for {timeout:g} s", _SLOW_HINT, transient=True)
+
+
 def retry_delay(fault: Fault, backoff: float, attempt: int) -> float:
     """Seconds to wait before attempt `attempt + 1`: the server's Retry-After, else backoff * 2^(attempt-1)."""
     if fault.retry_after is not None:
@@ -181,9 +201,25 @@ def retry_delay(fault: Fault, backoff: float, attempt: int) -> float:
     return min(backoff * doubling, MAX_BACKOFF)
 
 
-def make_client(api_key: str | None, timeout: float) -> httpx2.Client:
+def longest_wait(timeout: float, retries: int, backoff: float) -> float:
+    """The longest a request to a server that accepts connections and never answers is waited for
+    before the error: `timeout` for each of the retries + 1 attempts, and the backoff between them."""
+    retries = max(0, retries)
+    sleeps = sum(min(backoff * 2.0 ** (attempt - 1), MAX_BACKOFF) for attempt in range(1, retries + 1))
+    return timeout * (retries + 1) + sleeps
+
+
+def check_timeout(timeout: float) -> float:
+    """`timeout` when it is a usable number of seconds; ValueError otherwise (0, negative, inf, nan)."""
+    if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+def make_client(api_key: str | None, timeout: float = DEFAULT_TIMEOUT) -> httpx2.Client:
     import httpx2
 
+    timeout = check_timeout(timeout)
     headers = {"Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"

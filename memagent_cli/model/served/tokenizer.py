@@ -1,6 +1,11 @@
 """The server's own tokenizer: the `Tokenizer` protocol over the tokenize/detokenize endpoints of
 vLLM, llama-server and llama-cpp-python's server, for a served model when no GGUF of its
 vocabulary is at hand (`--tokenizer`) to count and cut chunks with.
+
+Its requests wait for the server as the engine's do: `timeout` seconds of silence at most per
+attempt (http.DEFAULT_TIMEOUT unless the caller says otherwise; pass the run's --timeout), retried
+with backoff. A tokenize request can wait behind the replies a busy server is generating, so it
+gets the same patience.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import numpy.typing as npt
 
 from ...errors import MemagentError
 from .engine import normalize_base_url, server_root
-from .http import Fault, make_client, post_json, shorten, with_retries
+from .http import DEFAULT_TIMEOUT, Fault, check_timeout, make_client, post_json, shorten, with_retries
 
 if TYPE_CHECKING:
     import httpx2
@@ -107,7 +112,7 @@ class RemoteTokenizer:
         dialect: _Dialect,
         model: str | None,
         *,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_TIMEOUT,
         retries: int = 4,
         backoff: float = 1.0,
         log: Callable[[str], None] | None = None,
@@ -117,7 +122,7 @@ class RemoteTokenizer:
         self.root = server_root(base_url)
         self.dialect = dialect
         self.model = model
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self.retries = retries
         self.backoff = backoff
         self._log = log
@@ -213,12 +218,14 @@ def remote_tokenizer(
     api_key: str | None = None,
     model: str | None = None,
     *,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_TIMEOUT,
     retries: int = 4,
     backoff: float = 1.0,
     log: Callable[[str], None] | None = None,
 ) -> RemoteTokenizer:
-    """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server has."""
+    """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server has.
+    `timeout`: the longest silence from the server, in seconds, before a request is asked again."""
+    timeout = check_timeout(timeout)
     client = make_client(api_key, timeout)
     base = normalize_base_url(base_url)
     root = server_root(base_url)
