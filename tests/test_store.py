@@ -4,6 +4,7 @@ search, deletion, damaged and locked databases, and two writers at once."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.paths import default_home
-from memagent_cli.traces.store import MIGRATIONS, TraceStore, parse_age
+from memagent_cli.traces.store import MIGRATIONS, Removed, TraceStore, parse_age
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12, "tokens": 9000}]
@@ -121,6 +122,40 @@ def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
         assert {h["step"] for h in s.search("granary")} == {1, 3}
 
 
+def test_upgrade_from_migration_2_adds_run_owners(tmp_path):
+    path = tmp_path / "traces.db"
+    conn = raw(path)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    for number in (1, 2):
+        conn.executescript(
+            f"BEGIN; INSERT INTO schema_migrations VALUES ({number}, '2024-01-01T00:00:00+00:00');"
+            f" {MIGRATIONS[number - 1]}; COMMIT;"
+        )
+    conn.executescript(
+        "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer) VALUES"
+        " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
+        " '[]', '{}', '{}', 'Downstream past the weir'),"
+        " ('ba9876543210', '2024-01-03T00:00:00.000000+00:00', 'running', 'Where is the heron?', '[]', '{}', '{}', NULL);"
+        'INSERT INTO steps (run_id, "index", spans, tokens, memory) VALUES'
+        " ('ba9876543210', 1, '[]', 10, 'The heron stood by the mill');"
+    )
+    conn.close()
+
+    with TraceStore(path) as s:
+        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        assert {"pid", "host", "pid_started"} <= {r[1] for r in s._conn.execute("PRAGMA table_info(runs)")}
+        # A run an older memagent left running has no process to check: it is taken as ended.
+        runs = {r["id"]: r for r in s.list_runs()}
+        assert runs["0123456789ab"]["status"] == "complete" and runs["0123456789ab"]["error"] is None
+        assert runs["ba9876543210"]["status"] == "interrupted" and "older memagent" in runs["ba9876543210"]["error"]
+        assert runs["ba9876543210"]["step_count"] == 1 and {h["run_id"] for h in s.search("heron")} == {"ba9876543210"}
+        new = new_run(s)
+        removed = s.delete_older_than(0)
+        assert removed.count == 2 and [(o.run_id, o.state) for o in removed.kept] == [(new, "alive")]
+        assert [r["id"] for r in s.list_runs()] == [new] and fts_consistent(s)
+
+
 def test_database_from_a_newer_memagent_is_refused(tmp_path):
     path = tmp_path / "traces.db"
     TraceStore(path).close()
@@ -205,7 +240,7 @@ def test_bad_fields_are_refused(store):
 
 def test_writing_to_a_deleted_run_says_so(store):
     run_id = new_run(store)
-    store.delete(run_id)
+    raw(store.path).execute("DELETE FROM runs WHERE id = ?", (run_id,))  # the sqlite3 shell, an older memagent
     with pytest.raises(MemagentError, match="no longer exists"):
         store.add_step(run_id, step(1))
     with pytest.raises(MemagentError, match="no longer exists"):
@@ -385,6 +420,7 @@ def test_delete_removes_run_steps_and_search_entries(store):
     for run_id in (gone, kept):
         store.add_step(run_id, step(1, "Seen near the weir."))
         store.add_step(run_id, step(2, "Seen near the granary."))
+        store.finish_run(run_id, "complete")
     assert store.delete(gone[:8]) == 1
     with pytest.raises(MemagentError):
         store.resolve(gone)
@@ -400,12 +436,131 @@ def test_delete_older_than(store):
     old = [new_run(store, started_at=ago(days=40)), new_run(store, started_at=ago(days=31))]
     recent = [new_run(store, started_at=ago(days=29)), new_run(store)]
     store.add_step(old[0], step(1, "ancient memory"))
-    assert store.delete_older_than(parse_age("30d")) == 2
+    for run_id in old + recent:
+        store.finish_run(run_id, "complete")
+    assert store.delete_older_than(parse_age("30d")) == Removed(2, [])
     assert {r["id"] for r in store.list_runs()} == set(recent)
     assert raw(store.path).execute("SELECT count(*) FROM steps").fetchone() == (0,)
     assert store.search("ancient") == []
-    assert store.delete_older_than(parse_age("30d")) == 0
+    assert store.delete_older_than(parse_age("30d")) == Removed(0, [])
     assert fts_consistent(store)
+
+
+# Running runs: alive, ended, elsewhere -----------------------------------------------------
+
+
+def set_owner(store: TraceStore, run_id: str, **columns) -> None:
+    """Records another process (pid, host, pid_started) as the one running the run."""
+    assignments = ", ".join(f"{name} = ?" for name in columns)
+    raw(store.path).execute(f"UPDATE runs SET {assignments} WHERE id = ?", [*columns.values(), run_id])
+
+
+def owner(store: TraceStore, run_id: str) -> tuple:
+    return raw(store.path).execute("SELECT pid, host, pid_started FROM runs WHERE id = ?", (run_id,)).fetchone()
+
+
+def ended_pid() -> int:
+    """The pid of a process that has ended and been collected."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_run_records_the_process_that_runs_it(store):
+    run_id = new_run(store)
+    pid, host, started = owner(store, run_id)
+    assert (pid, host) == (os.getpid(), socket.gethostname())
+    if Path("/proc/self/stat").exists():  # Linux: the start time guards against a reused pid
+        assert started.startswith(Path("/proc/sys/kernel/random/boot_id").read_text().strip() + "/")
+    assert not {"pid", "host", "pid_started"} & set(store.get_run(run_id))  # internal, not in the record
+    # Resumed by another process: that process runs it now.
+    set_owner(store, run_id, pid=1, host="elsewhere.example", pid_started=None)
+    store.update_run(run_id, status="running", ended_at=None, error=None)
+    assert owner(store, run_id) == (pid, host, started)
+
+
+def test_a_running_run_is_alive_only_while_its_process_is(store):
+    alive = new_run(store, "alive")
+    ended = new_run(store, "ended")
+    set_owner(store, ended, pid=ended_pid())
+    elsewhere = new_run(store, "elsewhere")
+    set_owner(store, elsewhere, host="gpu-box.example", pid=1)
+    no_pid = new_run(store, "no pid")
+    set_owner(store, no_pid, pid=0)  # never a process (os.kill(0, 0) would signal our group)
+    runs = {r["question"]: r for r in store.list_runs()}
+    assert {q: r["status"] for q, r in runs.items()} == {
+        "alive": "running",
+        "ended": "interrupted",
+        "elsewhere": "running",
+        "no pid": "interrupted",
+    }
+    assert runs["ended"]["error"].startswith("Its process (pid ") and "ended without finishing" in runs["ended"]["error"]
+    assert runs["alive"]["error"] is None
+    assert {r["id"] for r in store.list_runs(status="running")} == {alive, elsewhere}
+    assert raw(store.path).execute("SELECT status FROM runs WHERE id = ?", (ended,)).fetchone() == ("interrupted",)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_a_reused_pid_or_a_zombie_is_not_alive(store):
+    reused = new_run(store, "reused")
+    set_owner(store, reused, pid_started="another-boot/12345")  # our pid, another process's start
+    zombie_proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{zombie_proc.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        zombie = new_run(store, "zombie")
+        set_owner(store, zombie, pid=zombie_proc.pid, pid_started=None)  # the pid alone: it still exists
+        assert store.get_run(zombie)["status"] == "interrupted"
+    finally:
+        zombie_proc.wait()
+    assert store.get_run(reused, with_steps=False)["status"] == "interrupted"
+
+
+def test_delete_refuses_a_running_run(store):
+    alive, elsewhere, ended = new_run(store), new_run(store), new_run(store)
+    set_owner(store, elsewhere, host="gpu-box.example", pid=4242)
+    set_owner(store, ended, pid=ended_pid())
+    with pytest.raises(MemagentError) as info:
+        store.delete(alive)
+    assert info.value.message == f"Run {alive[:8]} is still running (pid {os.getpid()})"
+    assert info.value.hint == f"Stop it first (Ctrl-C in its terminal, or kill {os.getpid()}), then remove it."
+    assert info.value.exit_code == 1
+    with pytest.raises(MemagentError) as info:
+        store.delete(elsewhere)
+    assert "another host (pid 4242 on gpu-box.example)" in info.value.message and "kill 4242" in info.value.hint
+    assert store.delete(ended) == 1
+    assert {r["id"] for r in store.list_runs()} == {alive, elsewhere}
+    store.finish_run(alive, "complete")
+    assert store.delete(alive) == 1
+
+
+def test_delete_older_than_keeps_running_runs(store):
+    alive, elsewhere, ended, done = (new_run(store, started_at=ago(days=3)) for _ in range(4))
+    set_owner(store, elsewhere, host="gpu-box.example", pid=4242)
+    set_owner(store, ended, pid=ended_pid())
+    store.add_step(ended, step(1, "the ended run's memory"))
+    store.finish_run(done, "complete")
+    removed = store.delete_older_than(parse_age("1d"))
+    assert removed.count == 2
+    assert {(o.run_id, o.state, o.where()) for o in removed.kept} == {
+        (alive, "alive", f"pid {os.getpid()}"),
+        (elsewhere, "elsewhere", "pid 4242 on gpu-box.example"),
+    }
+    assert {r["id"]: r["status"] for r in store.list_runs()} == {alive: "running", elsewhere: "running"}
+    assert store.search("ended") == [] and fts_consistent(store)
+
+
+def test_a_run_resumed_meanwhile_is_not_marked_ended(store):
+    run_id = new_run(store)
+    set_owner(store, run_id, pid=ended_pid())
+    judged = store._running(store._conn)  # judged ended...
+    assert [o.state for o in judged] == ["dead"]
+    store.update_run(run_id, status="running")  # ...then resumed by a live process, before the mark
+    with store._write() as conn:
+        store._mark_ended(conn, judged)
+    assert store.get_run(run_id)["status"] == "running"
 
 
 def test_started_at_is_normalised_to_utc(store):

@@ -251,17 +251,23 @@ def rm(
         Optional[str], typer.Option(help="Remove every run started longer ago than this, e.g. 30d, 12h.", show_default=False)
     ] = None,
 ) -> None:
-    """Remove a run, or every run older than an age."""
+    """Remove a run, or every run older than an age. A run still running is never removed."""
     from ..traces.store import parse_age
 
     if (run_ref is None) == (older_than is None):
         raise MemagentError("Name a run or give --older-than (one of the two).", exit_code=EXIT_USAGE)
     store = _store()
+    err = SafeConsole(stderr=True)
     if run_ref is not None:
         run_id = store.resolve(run_ref)
-        store.delete(run_id)
-        SafeConsole(stderr=True).print(f"removed {run_id[:8]}", markup=False)
+        store.delete(run_id)  # refuses a run still running
+        err.print(f"removed {run_id[:8]}", markup=False)
     else:
         assert older_than is not None  # one of the two, checked above
-        n = store.delete_older_than(parse_age(older_than))
-        SafeConsole(stderr=True).print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)
+        removed = store.delete_older_than(parse_age(older_than))
+        n = removed.count
+        err.print(f"removed {n} run{'s' if n != 1 else ''}", markup=False)
+        if removed.kept:
+            k = len(removed.kept)
+            which = ", ".join(f"{o.run_id[:8]} ({o.where()})" for o in removed.kept)
+            err.print(f"kept {k} run{'s' if k != 1 else ''} still running: {which}", markup=False, soft_wrap=True)

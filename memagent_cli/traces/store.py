@@ -5,6 +5,10 @@ user data directory), its schema and numbered migrations, and every read and wri
 A run row holds the question, where the input came from (paths, sizes, hashes: never the
 document's text), the model, the settings and the answer; a step row holds the memory after
 each chunk and what the step cost. The rest of memagent only calls TraceStore.
+
+A run also records who runs it (process id, host name, and on Linux the process's start time),
+so that a "running" run whose process is gone can be told from one still at work: the first
+is marked interrupted when it is looked at (listed, shown, removed), the second is never removed.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NoReturn
+from typing import Any, Iterator, Literal, Mapping, NoReturn, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
@@ -120,6 +128,15 @@ MIGRATIONS: list[str] = [
         SELECT id, NULL, 'answer', answer FROM runs WHERE answer IS NOT NULL;
     INSERT INTO search_docs (run_id, step, field, body) SELECT run_id, "index", 'memory', memory FROM steps;
     """,
+    # 3: who runs a run, so that a running run can be told from one whose process died. Set when
+    # the run is created and again when another process resumes it; NULL in runs recorded before.
+    # The partial index keeps finding the running runs cheap however many runs there are.
+    """
+    ALTER TABLE runs ADD COLUMN pid INTEGER;           -- the process running it
+    ALTER TABLE runs ADD COLUMN host TEXT;             -- socket.gethostname() of that process
+    ALTER TABLE runs ADD COLUMN pid_started TEXT;      -- Linux: "<boot id>/<start time in ticks>", against pid reuse
+    CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
+    """,
 ]
 
 RUN_COLUMNS = (
@@ -152,6 +169,7 @@ STEP_FIELDS = (
 )
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
+OWNER_COLUMNS = ("pid", "host", "pid_started")  # internal: not in the run records reads return
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # SQLite's primary result codes (https://sqlite.org/rc.html), which the sqlite3 module names only
 # from Python 3.11 on (as it gives errors their sqlite_errorcode; see _error_code).
@@ -322,9 +340,9 @@ class TraceStore:
             while conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = secrets.token_hex(6)  # 1 in 2**48 per existing run; cheap to be sure
             conn.execute(
-                "INSERT INTO runs (id, started_at, status, question, sources, model, settings)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings)),
+                "INSERT INTO runs (id, started_at, status, question, sources, model, settings, pid, host, pid_started)"
+                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings), *_this_process()),
             )
         return run_id
 
@@ -355,7 +373,11 @@ class TraceStore:
         if fields.get("ended_at") is not None:
             fields["ended_at"] = _timestamp(fields["ended_at"])
         values = [_json(v) if isinstance(v, (dict, list)) else v for v in fields.values()]
-        assignments = ", ".join(f"{name} = ?" for name in fields)  # names checked above
+        names = list(fields)  # checked above
+        if fields.get("status") == "running":  # resumed: this process runs it now
+            names += OWNER_COLUMNS
+            values += _this_process()
+        assignments = ", ".join(f"{name} = ?" for name in names)
         with self._write() as conn:
             self._require(conn, run_id)
             conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", [*values, run_id])
@@ -402,8 +424,10 @@ class TraceStore:
         return ids[0]
 
     def get_run(self, ref: str, *, with_steps: bool = True) -> dict[str, Any]:
+        run_id = self.resolve(ref)
+        self._reap(run_id)  # so that a run whose process died is not shown as running
         with self._snapshot() as conn:
-            run_id = self.resolve(ref)
+            run_id = self.resolve(run_id)  # still there (not removed meanwhile)
             run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
             if with_steps:
                 run["steps"] = [
@@ -426,6 +450,7 @@ class TraceStore:
                 "EXISTS (SELECT 1 FROM json_each(runs.sources) AS s WHERE icontains(json_extract(s.value, '$.path'), ?))"
             )
             params.append(source)
+        self._reap()  # so that a run whose process died is not listed as running
         sql = f"SELECT {_RUN_SELECT} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -452,16 +477,94 @@ class TraceStore:
     # Deleting --------------------------------------------------------------------------
 
     def delete(self, ref: str) -> int:
+        """Removes one run; refuses one still running (here, or on another host)."""
         run_id = self.resolve(ref)
         with self._write() as conn:  # steps go by ON DELETE CASCADE, search rows by trigger
+            for owner in self._running(conn, "id = ?", (run_id,)):
+                if owner.state == "alive":
+                    raise MemagentError(
+                        f"Run {run_id[:8]} is still running ({owner.where()})",
+                        hint=f"Stop it first (Ctrl-C in its terminal, or kill {owner.pid}), then remove it.",
+                    )
+                if owner.state == "elsewhere":
+                    raise MemagentError(
+                        f"Run {run_id[:8]} is running on another host ({owner.where()}), which memagent cannot check from here",
+                        hint=f"Stop it there first (Ctrl-C in its terminal, or kill {owner.pid} on that host), then remove it.",
+                    )
             return conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount
 
-    def delete_older_than(self, seconds: float) -> int:
+    def delete_older_than(self, seconds: float) -> Removed:
+        """Removes every run started longer ago than `seconds`, except those still running:
+        a running run whose process is gone is marked interrupted and removed like the rest."""
         if seconds < 0:
             raise ValueError("seconds must be 0 or more")
         cutoff = _timestamp(datetime.now(timezone.utc) - timedelta(seconds=seconds))
-        with self._write() as conn:
-            return conn.execute("DELETE FROM runs WHERE started_at < ?", (cutoff,)).rowcount
+        with self._write() as conn:  # the write lock: no run starts, resumes or finishes meanwhile
+            owners = self._running(conn, "started_at < ?", (cutoff,))
+            self._mark_ended(conn, owners)
+            count = conn.execute("DELETE FROM runs WHERE started_at < ? AND status != 'running'", (cutoff,)).rowcount
+        return Removed(count, [o for o in owners if o.state != "dead"])
+
+    # Running runs ----------------------------------------------------------------------
+
+    def _running(self, conn: sqlite3.Connection, where: str = "", params: Sequence[object] = ()) -> list[Owner]:
+        """The runs recorded as running (those matching `where` too), each judged alive or not."""
+        sql = "SELECT id, pid, host, pid_started FROM runs WHERE status = 'running'" + (f" AND {where}" if where else "")
+        return [Owner(row[0], row[1], row[2], row[3], _liveness(row[1], row[2], row[3])) for row in conn.execute(sql, params)]
+
+    def _mark_ended(self, conn: sqlite3.Connection, owners: Sequence[Owner]) -> None:
+        """Marks interrupted the runs among `owners` whose process is gone. The owner must still
+        be the one judged: a run resumed meanwhile by another process is left alone."""
+        for owner in owners:
+            if owner.state == "dead":
+                conn.execute(
+                    "UPDATE runs SET status = 'interrupted', error = ? WHERE id = ? AND status = 'running'"
+                    " AND pid IS ? AND host IS ? AND pid_started IS ?",
+                    (owner.ended_note(), owner.run_id, owner.pid, owner.host, owner.started),
+                )
+
+    def _reap(self, run_id: str | None = None) -> None:
+        """Marks interrupted the running runs (or the one) whose process is gone. A read does
+        this: it writes only when it finds one, and a write that fails leaves it for later."""
+        where, params = ("id = ?", (run_id,)) if run_id is not None else ("", ())
+        dead = [o for o in self._running(self._db, where, params) if o.state == "dead"]
+        if not dead:
+            return
+        try:
+            with self._write() as conn:
+                self._mark_ended(conn, dead)
+        except (sqlite3.Error, MemagentError):  # a read-only or busy database: still readable
+            pass
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A run recorded as running, and what is known of the process that runs it."""
+
+    run_id: str
+    pid: int | None
+    host: str | None
+    started: str | None
+    # alive: its process is at work on this host; dead: it is gone (or was never recorded, by
+    # an older memagent); elsewhere: it runs on another host, where it cannot be checked.
+    state: Literal["alive", "dead", "elsewhere"]
+
+    def where(self) -> str:
+        """ "pid 4242", or "pid 4242 on gpu-box" for another host's."""
+        return f"pid {self.pid}" + (f" on {self.host}" if self.state == "elsewhere" else "")
+
+    def ended_note(self) -> str:
+        if self.pid is None:
+            return "Its process was not recorded (an older memagent ran it) and it is no longer taken as running."
+        return f"Its process (pid {self.pid}) ended without finishing the run."
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What `delete_older_than` did: how many runs it removed, and the running ones it kept."""
+
+    count: int
+    kept: list[Owner]
 
 
 class _Damaged(Exception):
@@ -516,6 +619,84 @@ def _schema_version(conn: sqlite3.Connection) -> int:
         version: int = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
         return version
     return 0
+
+
+def _this_process() -> tuple[int, str, str | None]:
+    """The owner columns (pid, host, pid_started) for a run this process runs."""
+    pid = os.getpid()
+    stat = _proc_stat(pid)
+    return pid, socket.gethostname(), stat[1] if stat else None
+
+
+def _liveness(pid: int | None, host: str | None, started: str | None) -> Literal["alive", "dead", "elsewhere"]:
+    """Whether the process recorded as running a run is still at work. Alive unless shown gone."""
+    if pid is None or host is None:  # recorded before runs had owners
+        return "dead"
+    if host != socket.gethostname():
+        return "elsewhere"
+    if pid <= 0:  # never a real process; os.kill would signal a process group
+        return "dead"
+    if not _pid_exists(pid):
+        return "dead"
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc (macOS), or it is hidden from us: the pid alone decides
+        return "alive"
+    state, now_started = stat
+    if state in ("Z", "X"):  # a zombie: it has ended, its parent has not collected it yet
+        return "dead"
+    if started is not None and now_started != started:  # the pid was reused by another process
+        return "dead"
+    return "alive"
+
+
+def _pid_exists(pid: int) -> bool:
+    if sys.platform == "win32":  # os.kill(pid, 0) would terminate it there
+        import ctypes
+
+        kernel32 = ctypes.windll.kernel32
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return bool(kernel32.GetLastError() != 87)  # ERROR_INVALID_PARAMETER: no such process
+        code = ctypes.c_ulong()
+        try:
+            ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        finally:
+            kernel32.CloseHandle(handle)
+        return not ok or code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, and belongs to another user
+        return True
+    except OSError:  # cannot tell: taken as alive, so that it is never removed by mistake
+        return True
+    return True
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """Linux: the process's state and "<boot id>/<start time>" (field 22 of /proc/PID/stat,
+    in clock ticks after boot: with the boot id, it names one process for good). Else None."""
+    boot = _boot_id()
+    if boot is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # Field 2, the command name in parentheses, may hold spaces and parentheses itself.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    return fields[0].decode("ascii", "replace"), f"{boot}/{fields[19].decode('ascii', 'replace')}"
+
+
+@lru_cache(maxsize=1)
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 def _timestamp(moment: str | datetime | None) -> str:

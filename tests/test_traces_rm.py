@@ -1,0 +1,114 @@
+"""`memagent traces rm` never removes a run still running: real `memagent ask` processes, a real
+SQLite store in MEMAGENT_HOME. A run whose process died is marked interrupted, then removable."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+from conftest import REPO, run_memagent, sigint_default, words
+
+from memagent_cli.traces.store import TraceStore
+
+SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", "--temperature", "0"]
+
+
+def runs() -> list[dict]:
+    proc = run_memagent("traces", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["runs"]
+
+
+def finished_run(question: str) -> str:
+    """A complete run recorded in the store, as an earlier `ask` would leave it."""
+    with TraceStore() as store:
+        run_id = store.create_run(question=question, sources=[], model={}, settings={}, started_at="2024-01-01T00:00:00Z")
+        store.finish_run(run_id, "complete", answer="yes")
+    return run_id
+
+
+def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned):
+    doc = tmp_path / "long.txt"
+    doc.write_text(words(30000), encoding="utf-8")  # some 380 steps: it runs for a minute
+    old = finished_run("an old finished run")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    spawned.append(proc)
+    for _ in range(2):
+        assert proc.stderr.readline().startswith("step ")
+    (run,) = [r for r in runs() if r["id"] != old]
+    run_id, short = run["id"], run["id"][:8]
+    assert run["status"] == "running"
+
+    # While it runs: --older-than removes the rest and keeps it, and says so.
+    swept = run_memagent("traces", "rm", "--older-than", "0s")
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stderr.splitlines() == ["removed 1 run", f"kept 1 run still running: {short} (pid {proc.pid})"]
+    # Named, it is refused in one line.
+    named = run_memagent("traces", "rm", short)
+    assert named.returncode == 1
+    assert named.stderr == (
+        f"error: Run {short} is still running (pid {proc.pid}). "
+        f"Stop it first (Ctrl-C in its terminal, or kill {proc.pid}), then remove it.\n"
+    )
+    assert proc.poll() is None  # it was running throughout
+    assert [(r["id"], r["status"]) for r in runs()] == [(run_id, "running")]
+
+    # Killed so that it cannot mark itself: the next look finds it interrupted.
+    proc.kill()
+    proc.wait(timeout=30)
+    (run,) = runs()
+    assert run["status"] == "interrupted" and run["step_count"] >= 2
+    assert run["error"] == f"Its process (pid {proc.pid}) ended without finishing the run."
+    listed = run_memagent("traces", "list")
+    assert "interrupted" in listed.stdout and "running" not in listed.stdout
+    removed = run_memagent("traces", "rm", short)
+    assert removed.returncode == 0 and removed.stderr == f"removed {short}\n"
+    assert runs() == []
+
+
+def test_a_run_killed_before_anyone_looked_is_removed_by_older_than(models, tmp_path, spawned):
+    doc = tmp_path / "long.txt"
+    doc.write_text(words(30000), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    spawned.append(proc)
+    assert proc.stderr.readline().startswith("step ")
+    proc.kill()
+    proc.wait(timeout=30)
+    swept = run_memagent("traces", "rm", "--older-than", "0s")
+    assert swept.returncode == 0 and swept.stderr == "removed 1 run\n"
+    assert runs() == []
+
+
+def test_a_run_on_another_host_is_kept_and_reported(memagent_home):
+    with TraceStore() as store:
+        run_id = store.create_run(question="q", sources=[], model={}, settings={}, started_at="2024-01-01T00:00:00Z")
+    conn = sqlite3.connect(memagent_home / "traces.db", isolation_level=None)
+    conn.execute("UPDATE runs SET host = 'gpu-box.example', pid = 4242 WHERE id = ?", (run_id,))
+    conn.close()
+    short = run_id[:8]
+
+    swept = run_memagent("traces", "rm", "--older-than", "1d")
+    assert swept.returncode == 0
+    assert swept.stderr.splitlines() == ["removed 0 runs", f"kept 1 run still running: {short} (pid 4242 on gpu-box.example)"]
+    named = run_memagent("traces", "rm", short)
+    assert named.returncode == 1 and len(named.stderr.splitlines()) == 1
+    assert "running on another host (pid 4242 on gpu-box.example)" in named.stderr and "kill 4242 on that host" in named.stderr
+    assert [(r["id"], r["status"]) for r in runs()] == [(run_id, "running")]
