@@ -60,6 +60,9 @@ def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned)
         f"error: Run {short} is still running (pid {proc.pid}). "
         f"Stop it first (Ctrl-C in its terminal, or kill {proc.pid}), then remove it.\n"
     )
+    # Nor can another memagent take it over by resuming it.
+    resumed = run_memagent("ask", "--resume", short)
+    assert resumed.returncode == 2 and resumed.stderr.startswith(f"error: Run {short} is still running in another memagent.")
     assert proc.poll() is None  # it was running throughout
     assert [(r["id"], r["status"]) for r in runs()] == [(run_id, "running")]
 

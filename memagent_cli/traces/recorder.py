@@ -177,7 +177,13 @@ class Recorder:
 
 def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
     """The stored run to resume, after checking it can be: not complete, sources unchanged."""
-    run = store.get_run(ref)
+    run = store.get_run(ref)  # a "running" run whose process has died comes back interrupted
+    if run["status"] == "running":
+        raise MemagentError(
+            f"Run {run['id'][:8]} is still running in another memagent.",
+            "Wait for it to finish, or stop it (Ctrl-C in its terminal) and resume it then.",
+            exit_code=EXIT_USAGE,
+        )
     if run["status"] == "complete":
         raise MemagentError(
             f"Run {run['id'][:8]} is already complete.",
