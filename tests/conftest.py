@@ -17,9 +17,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
-def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",)):
+def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",), timeout=300):
     """`memagent ARGS` as a user runs it: a real process, stdout and stderr apart, NO_COLOR,
-    and none of the caller's own model choice (`drop` names variables not passed on)."""
+    and none of the caller's own model choice (`drop` names variables not passed on). `timeout`
+    bounds a hung run, with room for a machine busy with other work (the suite must pass beside
+    two CPU-bound processes on two cores, about three times slower)."""
     full = {k: v for k, v in os.environ.items() if k not in drop}
     full.update({"NO_COLOR": "1", **(env or {})})
     return subprocess.run(
@@ -29,7 +31,7 @@ def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",)
         text=True,
         env=full,
         cwd=cwd or REPO,
-        timeout=300,
+        timeout=timeout,
     )
 
 
@@ -38,6 +40,34 @@ def sigint_default() -> None:
     service manager, pytest inherits SIGINT ignored and its children would too (the Unix convention
     memagent keeps), so the Ctrl-C under test would never arrive."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def spawn_memagent(*args, env=None, cwd=None, preexec_fn=sigint_default, **popen) -> subprocess.Popen:
+    """`memagent ARGS` started as a user starts it, for a test that watches it run or signals it:
+    stdout and stderr piped as text unless given, none of the caller's own model choice, and SIGINT
+    at its default (`preexec_fn`). Add it to the `spawned` fixture so a failed test stops it."""
+    full = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    full.update(env or {})
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", *map(str, args)], cwd=cwd or REPO, env=full, preexec_fn=preexec_fn, **popen
+    )
+
+
+def drain_terminal(leader: int) -> bytes:
+    """All a program writes to a pseudo-terminal until it closes it. Read while it draws, or it
+    blocks on a full buffer; closes `leader`."""
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the program closed the terminal: it has exited
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    return shown
 
 
 def shared_path(*parts: str) -> Path:

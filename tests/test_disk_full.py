@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_memagent, words
+from conftest import REPO, run_memagent, spawn_memagent, words
 from test_pull_cli import env_for, memagent
 from test_pull_convert import REPO_ID, _installed, _staging, checkpoint_files, hub  # noqa: F401 - fixtures
 
@@ -114,17 +114,8 @@ def test_the_disk_filling_while_a_trace_is_written_keeps_the_answer_and_the_step
     doc = tmp_path / "doc.txt"
     doc.write_text(words(6000), encoding="utf-8")  # tens of steps: the disk fills mid-run
     home = small_disk / "home"
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    env.update(MEMAGENT_HOME=str(home), NO_COLOR="1")
     whole = run_memagent("ask", doc, "q", "-m", models["random"], "--json", "--no-trace", *SMALL)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), "--json", *SMALL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", doc, "q", "-m", models["random"], "--json", *SMALL, env={"MEMAGENT_HOME": str(home)})
     spawned.append(proc)
     for _ in range(3):
         assert proc.stderr.readline().startswith("step ")

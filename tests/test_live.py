@@ -6,7 +6,7 @@ import pty
 import subprocess
 import sys
 
-from conftest import REPO, words
+from conftest import REPO, drain_terminal, words
 from rich.console import Console
 
 from memagent_cli import AgentConfig, ask_events
@@ -95,16 +95,7 @@ def test_real_process_on_a_terminal_draws_the_live_view_and_saves_svg(tmp_path, 
     )
     spawned.append(proc)
     os.close(follower)
-    drawn = b""
-    while True:  # drain the terminal while the program draws, or it blocks on a full buffer
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the program closed the terminal: it has exited
-            break
-        if not data:
-            break
-        drawn += data
-    os.close(leader)
+    drawn = drain_terminal(leader)
     answer = proc.stdout.read()
     proc.wait(timeout=60)
     assert proc.returncode == 0

@@ -17,7 +17,7 @@ import sys
 import termios
 
 import pytest
-from conftest import REPO, run_memagent, words
+from conftest import REPO, drain_terminal, run_memagent, words
 
 from memagent_cli.cli.textout import visible
 
@@ -138,16 +138,7 @@ def _on_a_terminal(args, spawned) -> tuple[int, str]:
     )
     spawned.append(proc)
     os.close(follower)
-    shown = b""
-    while True:  # drain the terminal while the program draws, or it blocks on a full buffer
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the program closed the terminal: it has exited
-            break
-        if not data:
-            break
-        shown += data
-    os.close(leader)
+    shown = drain_terminal(leader)
     return proc.wait(timeout=60), shown.decode("utf-8", errors="surrogateescape")
 
 

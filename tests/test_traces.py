@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, sigint_default, words
+from conftest import REPO, run_memagent, sigint_default, spawn_memagent, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -217,16 +217,7 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_resum
     # `memagent ask … &` in a script, nohup, a service manager: SIGINT arrives ignored and stays
     # so, as for any Unix tool; SIGTERM is how such a run is stopped, and it keeps the run.
     whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
-        preexec_fn=_sigint_ignored,
-    )
+    proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL, preexec_fn=_sigint_ignored)
     spawned.append(proc)
     assert proc.stderr.readline().startswith("step 1/")
     proc.send_signal(signal.SIGINT)

@@ -2,12 +2,9 @@
 SQLite store in MEMAGENT_HOME. A run whose process died is marked interrupted, then removable."""
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 
-from conftest import REPO, run_memagent, sigint_default, words
+from conftest import run_memagent, spawn_memagent, words
 
 from memagent_cli.traces.store import TraceStore
 
@@ -32,16 +29,7 @@ def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned)
     doc = tmp_path / "long.txt"
     doc.write_text(words(30000), encoding="utf-8")  # some 380 steps: it runs for a minute
     old = finished_run("an old finished run")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL)
     spawned.append(proc)
     for _ in range(2):
         assert proc.stderr.readline().startswith("step ")
@@ -82,15 +70,7 @@ def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned)
 def test_a_run_killed_before_anyone_looked_is_removed_by_older_than(models, tmp_path, spawned):
     doc = tmp_path / "long.txt"
     doc.write_text(words(30000), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Where?", "-m", str(models["random"]), *SMALL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL)
     spawned.append(proc)
     assert proc.stderr.readline().startswith("step ")
     proc.kill()
