@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from memagent_cli.model import gpu
+from memagent_cli.model import gpu, memory
 from memagent_cli.model.gguf import GGUFInfo, TensorInfo, read_gguf
-from memagent_cli.model.gpu import GPUDevice, ModelMemory, RawDevice
+from memagent_cli.model.gpu import GPUDevice, RawDevice
+from memagent_cli.model.memory import ModelMemory
 
 GIB = 1024**3
 MIB = 1024**2
@@ -58,7 +59,7 @@ def tiny(tmp_path_factory) -> Path:
     ],
 )
 def test_ggml_type_sizes_spot_checks(type_id, expected):
-    assert gpu.GGML_TYPE_SIZES[type_id] == expected
+    assert memory.GGML_TYPE_SIZES[type_id] == expected
 
 
 def test_type_table_matches_the_loaded_ggml_library():
@@ -71,20 +72,20 @@ def test_type_table_matches_the_loaded_ggml_library():
         pytest.skip("ggml type traits are not reachable in this build")
     # only ids up to the table's last: ggml indexes its traits array without a bounds check
     live = {}
-    for type_id in range(max(gpu.GGML_TYPE_SIZES) + 1):
+    for type_id in range(max(memory.GGML_TYPE_SIZES) + 1):
         b, s = blck(type_id), size(type_id)
         if b > 0 and s > 0:  # removed types read 0
             live[type_id] = (b, s)
-    assert live == gpu.GGML_TYPE_SIZES
+    assert live == memory.GGML_TYPE_SIZES
 
 
 def test_tensor_bytes_counts_blocks_per_row():
     t = TensorInfo("blk.0.attn_q.weight", (3584, 3584), 12, 0)  # Q4_K
-    assert gpu.tensor_bytes(t) == 3584 // 256 * 144 * 3584
-    assert gpu.tensor_bytes(TensorInfo("x", (100, 3), 0, 0)) == 1200  # F32
-    assert gpu.tensor_bytes(TensorInfo("x", (40,), 2, 0)) == 2 * 18  # a partial block still takes a block
+    assert memory.tensor_bytes(t) == 3584 // 256 * 144 * 3584
+    assert memory.tensor_bytes(TensorInfo("x", (100, 3), 0, 0)) == 1200  # F32
+    assert memory.tensor_bytes(TensorInfo("x", (40,), 2, 0)) == 2 * 18  # a partial block still takes a block
     with pytest.raises(ValueError, match="unknown ggml type 99"):
-        gpu.tensor_bytes(TensorInfo("x", (10,), 99, 0))
+        memory.tensor_bytes(TensorInfo("x", (10,), 99, 0))
 
 
 # --- model memory -------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def test_model_memory_of_a_written_model_matches_its_tensors_and_file(tiny):
     import numpy as np
 
     info = read_gguf(tiny)
-    mem = gpu.model_memory(info)
+    mem = memory.model_memory(info)
     reader = gguf.GGUFReader(str(tiny))
     expected = {t.name: int(np.asarray(t.data).nbytes) for t in reader.tensors}
     assert mem.weights_total == sum(expected.values())
@@ -120,7 +121,7 @@ def test_unknown_tensor_type_is_sized_from_the_file_layout():
         TensorInfo("output.weight", (64, 10), 78, 2560 + 5000 + 8192),
     ]  # unknown and last
     info = fake_info(n_layer=1, n_embd=64, n_head=4, n_head_kv=4, tensors=tensors, file_size=1_000_000)
-    mem = gpu.model_memory(info)
+    mem = memory.model_memory(info)
     assert mem.per_layer == [5000 + 8192]
     assert mem.non_layer == 2560 + 64 * 10 * 4  # the last one: the rest of the file, capped at 4 bytes/element
     assert mem.output_bytes == 64 * 10 * 4
@@ -128,21 +129,21 @@ def test_unknown_tensor_type_is_sized_from_the_file_layout():
 
 def test_tied_embeddings_put_a_copy_of_token_embd_on_the_gpu():
     tensors = [TensorInfo("token_embd.weight", (64, 10), 0, 0), TensorInfo("output_norm.weight", (64,), 0, 2560)]
-    mem = gpu.model_memory(fake_info(n_layer=0, n_embd=64, n_head=4, tensors=tensors))
+    mem = memory.model_memory(fake_info(n_layer=0, n_embd=64, n_head=4, tensors=tensors))
     assert mem.output_bytes == 2560 + 256 and mem.n_vocab == 10
 
 
 def test_kv_cache_for_qwen25_7b_and_14b():
-    mem7 = gpu.model_memory(fake_info())
+    mem7 = memory.model_memory(fake_info())
     assert mem7.kv_bytes_per_token == 2 * 28 * 4 * 128 * 2
-    assert gpu.kv_cache_bytes(mem7, 8192) == 469_762_048
-    mem14 = gpu.model_memory(fake_info(n_layer=48, n_embd=5120, n_head=40, n_head_kv=8))
-    assert gpu.kv_cache_bytes(mem14, 8192) == 2 * 48 * 8 * 128 * 2 * 8192 == 1_610_612_736
-    assert gpu.kv_cache_bytes(mem14, 0) == 0
+    assert memory.kv_cache_bytes(mem7, 8192) == 469_762_048
+    mem14 = memory.model_memory(fake_info(n_layer=48, n_embd=5120, n_head=40, n_head_kv=8))
+    assert memory.kv_cache_bytes(mem14, 8192) == 2 * 48 * 8 * 128 * 2 * 8192 == 1_610_612_736
+    assert memory.kv_cache_bytes(mem14, 0) == 0
 
 
 def test_kv_uses_key_and_value_length_and_per_layer_heads():
-    mem = gpu.model_memory(
+    mem = memory.model_memory(
         fake_info(
             n_layer=2, n_embd=1024, n_head=8, n_head_kv=[2, 0], **{"attention.key_length": 192, "attention.value_length": 128}
         )
@@ -243,7 +244,7 @@ def test_everything_fits_in_plenty_of_memory():
     assert plan.layers == -1 and plan.free_bytes == 23 * GIB
     assert "all 28 layers fit" in plan.reason and "NVIDIA GeForce RTX 4090" in plan.reason
     kv = 469_762_048
-    compute = gpu.COMPUTE_BASE_BYTES + 512 * 152064 * 4
+    compute = memory.COMPUTE_BASE_BYTES + 512 * 152064 * 4
     assert plan.need_bytes == 28 * 150 * MIB + 450 * MIB + kv + compute  # token_embd stays on the CPU
 
 
@@ -254,10 +255,12 @@ def test_limited_memory_offloads_the_largest_number_of_layers_that_fits():
     budget = 0.9 * free
     # by hand: n_gpu_layers k = the output layer + k-1 blocks (each with its KV share) + compute buffer
     block = 150 * MIB + 469_762_048 // 28
-    compute = gpu.COMPUTE_BASE_BYTES + 512 * 152064 * 4
+    compute = memory.COMPUTE_BASE_BYTES + 512 * 152064 * 4
     expected = int((budget - compute - 450 * MIB) // block) + 1
     assert 0 < plan.layers == expected < 28
-    assert gpu.partial_offload_bytes(mem, 8192, plan.layers) <= budget < gpu.partial_offload_bytes(mem, 8192, plan.layers + 1)
+    assert (
+        memory.partial_offload_bytes(mem, 8192, plan.layers) <= budget < memory.partial_offload_bytes(mem, 8192, plan.layers + 1)
+    )
     assert plan.reason.startswith(f"{expected} of 28 layers") and "4.0 GiB free" in plan.reason
 
 
@@ -275,8 +278,8 @@ def test_partial_plan_also_fits_older_llama_cpp_that_counts_blocks_only():
         n_vocab=1000,
     )
     plan = gpu.plan_layers(mem, 1024, devices=[GPUDevice("g", 4 * GIB, 3 * GIB, "CUDA")], offload_supported=True)
-    assert plan.layers * (500 * MIB + 1000 * 1024) + gpu.compute_buffer_bytes(mem) <= 0.9 * 3 * GIB
-    assert (plan.layers + 1) * (500 * MIB + 1000 * 1024) + gpu.compute_buffer_bytes(mem) > 0.9 * 3 * GIB
+    assert plan.layers * (500 * MIB + 1000 * 1024) + memory.compute_buffer_bytes(mem) <= 0.9 * 3 * GIB
+    assert (plan.layers + 1) * (500 * MIB + 1000 * 1024) + memory.compute_buffer_bytes(mem) > 0.9 * 3 * GIB
 
 
 def test_nothing_fits_plans_zero_layers():
@@ -309,6 +312,6 @@ def test_plan_from_a_real_file(tiny):
 
 
 def test_format_bytes():
-    assert gpu.format_bytes(int(4.68e9)) == "4.4 GiB"
-    assert gpu.format_bytes(512 * MIB) == "512 MiB"
-    assert gpu.format_bytes(None) == "?"
+    assert memory.format_bytes(int(4.68e9)) == "4.4 GiB"
+    assert memory.format_bytes(512 * MIB) == "512 MiB"
+    assert memory.format_bytes(None) == "?"

@@ -32,7 +32,7 @@ NameArg = Annotated[str, typer.Argument(help="An installed model's name (see mem
 
 
 def _gb(n: int | None) -> str:
-    from ..model.gpu import format_bytes
+    from ..model.memory import format_bytes
 
     return format_bytes(n) if n else "?"
 
@@ -64,7 +64,7 @@ def run_plan(plan: Plan, *, offline: bool, err: Console) -> tuple[str, registry.
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
 
     from ..install import pulling
-    from ..model.gpu import format_bytes
+    from ..model.memory import format_bytes
 
     class Amount(ProgressColumn):
         def render(self, task: Task) -> Text:

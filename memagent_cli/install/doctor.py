@@ -111,7 +111,7 @@ def _llama_cpp_state() -> dict[str, Any]:
 
 
 def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], offload: bool) -> dict[str, Any]:
-    from ..model import gpu
+    from ..model import gpu, memory
     from ..model.gguf import read_gguf
 
     entry: dict[str, Any] = {"name": name, "path": str(path)}
@@ -120,7 +120,7 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], of
         if not info.has_weights:
             entry["error"] = "holds only a vocabulary, no weights"
             return entry
-        mem = gpu.model_memory(info)
+        mem = memory.model_memory(info)
         plan = gpu.plan_layers(mem, n_ctx, devices=devices, offload_supported=offload)
     except Exception as exc:  # MemagentError for a bad file; anything else is reported too
         entry["error"] = str(exc) or type(exc).__name__
@@ -131,7 +131,7 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], of
             "architecture": info.architecture,
             "layers": mem.n_layer,
             "weights_bytes": mem.weights_total,
-            "kv_bytes": gpu.kv_cache_bytes(mem, n_ctx),
+            "kv_bytes": memory.kv_cache_bytes(mem, n_ctx),
             # None: cannot tell (no offload, or free memory unknown)
             "fits_gpu": None if plan.free_bytes is None else plan.layers == -1,
             "plan": asdict(plan),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 from urllib.parse import urlsplit
 
 from ..errors import EXIT_USAGE, MemagentError
-from ..model.gpu import format_bytes
+from ..model.memory import format_bytes
 
 if TYPE_CHECKING:
     from hashlib import _Hash

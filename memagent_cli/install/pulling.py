@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.convert.checkpoint import METADATA_FILES
-from ..model.gpu import format_bytes
+from ..model.memory import format_bytes
 from ..paths import models_dir
 from . import catalog
 
@@ -77,7 +77,7 @@ class Plan:
 
     def describe(self) -> str:
         """One line with the numbers, as the user sees them before anything starts."""
-        from ..model.gpu import format_bytes
+        from ..model.memory import format_bytes
 
         parts = []
         if self.download_bytes:
@@ -351,7 +351,7 @@ def check_disk(plan: Plan) -> None:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if free < plan.disk_needed + DISK_MARGIN:
-        from ..model.gpu import format_bytes
+        from ..model.memory import format_bytes
 
         raise MemagentError(
             f"Not enough disk space: {plan.name} needs {format_bytes(plan.disk_needed + DISK_MARGIN)} "

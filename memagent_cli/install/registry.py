@@ -80,7 +80,7 @@ def _save(entries: dict[str, Record]) -> None:
 
 def describe(info: GGUFInfo) -> ModelInfo:
     """What `models add` and `models info` say about a GGUF, read from its header."""
-    from ..model.gpu import model_memory
+    from ..model.memory import model_memory
 
     file_type = info.get("general.file_type")
     return {

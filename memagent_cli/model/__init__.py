@@ -1,3 +1,3 @@
 """Models: GGUF files (reading, and `convert/` writing them from safetensors), tokenizers, chat
 templates, the `Engine` protocol with its llama.cpp and served (`served/`) implementations, the
-llama.cpp runtime (`runtime`) and GPU memory planning (`gpu`)."""
+llama.cpp runtime (`runtime`), model memory sizing (`memory`) and GPU planning (`gpu`)."""

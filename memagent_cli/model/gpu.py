@@ -1,9 +1,9 @@
-"""What a model needs in memory, what GPUs there are, and how many layers to offload.
+"""What GPUs there are, and how many layers to offload.
 
-This module owns the numbers behind `n_gpu_layers`: the bytes of every tensor (from the
-GGUF tensor table, no weights read), the KV cache for a context size, the GPUs this
+This module owns the devices and the plan behind `n_gpu_layers`: the GPUs this
 llama-cpp-python build can use with their free memory, and the choice of how many layers
-fit. `memagent doctor` and the engine read them; nothing here loads a model.
+fit, from the sizes `model.memory` computes. `memagent doctor` and the engine read them;
+nothing here loads a model.
 
 Where the device list comes from, best first:
 1. ggml's backend device registry (`ggml_backend_dev_*`), called through ctypes on the
@@ -17,240 +17,16 @@ Where the device list comes from, best first:
 from __future__ import annotations
 
 import ctypes
-import math
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .gguf import GGUFInfo, TensorInfo
-
-# ggml type id -> (elements per block, bytes per block), from ggml's type traits
-# (ggml_blck_size / ggml_type_size of ggml 0.25, checked against the loaded library by the
-# tests). Ids 4, 5 and 31-33, 36-38 are removed types; no current GGUF holds them.
-GGML_TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4),  # F32
-    1: (1, 2),  # F16
-    2: (32, 18),  # Q4_0
-    3: (32, 20),  # Q4_1
-    6: (32, 22),  # Q5_0
-    7: (32, 24),  # Q5_1
-    8: (32, 34),  # Q8_0
-    9: (32, 36),  # Q8_1 (half2 d+s; gguf-py's table says 40, the old two-float layout)
-    10: (256, 84),  # Q2_K
-    11: (256, 110),  # Q3_K
-    12: (256, 144),  # Q4_K
-    13: (256, 176),  # Q5_K
-    14: (256, 210),  # Q6_K
-    15: (256, 292),  # Q8_K
-    16: (256, 66),  # IQ2_XXS
-    17: (256, 74),  # IQ2_XS
-    18: (256, 98),  # IQ3_XXS
-    19: (256, 50),  # IQ1_S
-    20: (32, 18),  # IQ4_NL
-    21: (256, 110),  # IQ3_S
-    22: (256, 82),  # IQ2_S
-    23: (256, 136),  # IQ4_XS
-    24: (1, 1),  # I8
-    25: (1, 2),  # I16
-    26: (1, 4),  # I32
-    27: (1, 8),  # I64
-    28: (1, 8),  # F64
-    29: (256, 56),  # IQ1_M
-    30: (1, 2),  # BF16
-    34: (256, 54),  # TQ1_0
-    35: (256, 66),  # TQ2_0
-    39: (32, 17),  # MXFP4
-    40: (64, 36),  # NVFP4
-    41: (128, 18),  # Q1_0
-    42: (64, 18),  # Q2_0
-}
-
-GIB = 1024**3
-MIB = 1024**2
-
-# The engine's micro-batch (engine.LlamaEngine: n_ubatch=512); the compute buffer scales with it.
-N_UBATCH = 512
-# Fixed part of the compute-buffer estimate: graph scratch (attention, FFN activations) and
-# backend workspaces. The logits buffer (n_vocab floats per micro-batch token) comes on top.
-COMPUTE_BASE_BYTES = 256 * MIB
-
-_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
-
-
-def format_bytes(n: int | float | None) -> str:
-    """'4.4 GiB', '512 MiB', '?' for unknown."""
-    if n is None:
-        return "?"
-    if n >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    if n >= MIB:
-        return f"{n / MIB:.0f} MiB"
-    return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{int(n)} B"
-
-
-# --- what a model needs ----------------------------------------------------------------------
-
-
-def tensor_bytes(t: TensorInfo) -> int:
-    """Bytes of a tensor's data, as ggml_nbytes counts them. ValueError for a type this
-    table does not know (model_memory then sizes it from the file layout)."""
-    try:
-        block, size = GGML_TYPE_SIZES[t.ggml_type]
-    except KeyError:
-        raise ValueError(f"unknown ggml type {t.ggml_type} for tensor {t.name}") from None
-    if not t.shape:
-        return size
-    rows = math.prod(t.shape[1:])
-    return math.ceil(t.shape[0] / block) * size * rows
-
-
-@dataclass
-class ModelMemory:
-    weights_total: int  # bytes of every tensor
-    per_layer: list[int]  # bytes of blk.N.* tensors, index N
-    non_layer: int  # token_embd, output, output_norm...
-    n_layer: int
-    kv_bytes_per_token: int  # K and V at f16 over all layers
-    # What the output layer puts on the GPU once offloaded: output_norm and output.weight,
-    # or a second copy of token_embd when the model ties its embeddings (no output.weight).
-    # token_embd itself always stays on the CPU (llama.cpp keeps the input layer there).
-    output_bytes: int = 0
-    kv_per_layer: list[int] = field(default_factory=list)  # per-token K+V bytes of each layer
-    n_vocab: int = 0
-
-    def layer_kv(self, i: int) -> int:
-        if self.kv_per_layer:
-            return self.kv_per_layer[i]
-        return self.kv_bytes_per_token // self.n_layer if self.n_layer else 0
-
-
-def _per_layer_values(value: Any, n_layer: int) -> list[int]:
-    """A hyper-parameter that is one number or (for some architectures) one per layer."""
-    if isinstance(value, (list, tuple)):
-        values = [int(v) for v in value][:n_layer]
-        return values + [values[-1] if values else 0] * (n_layer - len(values))
-    return [int(value or 0)] * n_layer
-
-
-def _kv_per_layer(info: GGUFInfo, n_layer: int) -> list[int]:
-    """Per-token bytes of the f16 KV cache, layer by layer: (key_length + value_length) *
-    n_head_kv * 2 bytes. head_dim defaults to embedding_length / head_count. Layers with no
-    KV heads (recurrent layers of hybrid models) cost nothing here; sliding-window layers
-    are counted at the full context, which overestimates (safe)."""
-    n_head = _per_layer_values(info.arch_get("attention.head_count", 0), n_layer)
-    n_head_kv_raw = info.arch_get("attention.head_count_kv")
-    n_head_kv = _per_layer_values(n_head_kv_raw, n_layer) if n_head_kv_raw is not None else n_head
-    n_embd = int(info.arch_get("embedding_length", 0) or 0)
-    out = []
-    for i in range(n_layer):
-        head_dim = n_embd // n_head[i] if n_head[i] else 0
-        k = int(info.arch_get("attention.key_length", head_dim) or 0)
-        v = int(info.arch_get("attention.value_length", head_dim) or 0)
-        out.append((k + v) * n_head_kv[i] * 2)
-    return out
-
-
-def _sizes_from_layout(info: GGUFInfo) -> dict[str, int]:
-    """Bytes per tensor. Known types are exact; a tensor of a type this table does not know
-    gets the gap to the next tensor's data offset (exact up to alignment padding), or, when
-    it is the last one, the rest of the file (which counts the header too: an overestimate,
-    capped at 4 bytes per element)."""
-    sizes: dict[str, int] = {}
-    ordered = sorted(info.tensors, key=lambda t: t.offset)
-    for i, t in enumerate(ordered):
-        try:
-            sizes[t.name] = tensor_bytes(t)
-            continue
-        except ValueError:
-            pass
-        if i + 1 < len(ordered):
-            size = ordered[i + 1].offset - t.offset
-        else:
-            size = max(0, info.file_size - t.offset)
-            size = min(size, 4 * math.prod(t.shape or (1,)))
-        sizes[t.name] = max(0, size)
-    return sizes
-
-
-def model_memory(info: GGUFInfo) -> ModelMemory:
-    sizes = _sizes_from_layout(info)
-    n_layer = int(info.arch_get("block_count", 0) or 0)
-    layer_of: dict[str, int] = {}
-    for name in sizes:
-        m = _LAYER_RE.match(name)
-        if m:
-            layer_of[name] = int(m.group(1))
-    if layer_of:  # extra blocks (e.g. next-token-prediction layers) beyond block_count
-        n_layer = max(n_layer, max(layer_of.values()) + 1)
-    per_layer = [0] * n_layer
-    non_layer = 0
-    for name, size in sizes.items():
-        if name in layer_of:
-            per_layer[layer_of[name]] += size
-        else:
-            non_layer += size
-    if "output.weight" in sizes:
-        output = sizes["output.weight"]
-    else:  # tied embeddings: llama.cpp loads token_embd a second time for the output layer
-        output = sizes.get("token_embd.weight", 0)
-    output_bytes = output + sizes.get("output_norm.weight", 0) + sizes.get("output_norm.bias", 0)
-    n_vocab = 0
-    for t in info.tensors:
-        if t.name in ("token_embd.weight", "output.weight") and len(t.shape) >= 2:
-            n_vocab = int(t.shape[1])
-            break
-    kv = _kv_per_layer(info, n_layer)
-    return ModelMemory(
-        weights_total=sum(sizes.values()),
-        per_layer=per_layer,
-        non_layer=non_layer,
-        n_layer=n_layer,
-        kv_bytes_per_token=sum(kv),
-        output_bytes=output_bytes,
-        kv_per_layer=kv,
-        n_vocab=n_vocab,
-    )
-
-
-def kv_cache_bytes(mem: ModelMemory, n_ctx: int) -> int:
-    return mem.kv_bytes_per_token * n_ctx
-
-
-def compute_buffer_bytes(mem: ModelMemory) -> int:
-    """Estimate of the GPU compute buffer: a fixed scratch allowance plus the logits of one
-    micro-batch (n_vocab f32 per token). For Qwen2.5 (152K vocabulary) about 550 MiB."""
-    return COMPUTE_BASE_BYTES + N_UBATCH * mem.n_vocab * 4
-
-
-def full_offload_bytes(mem: ModelMemory, n_ctx: int) -> int:
-    """GPU bytes with every layer offloaded: all blocks, the output layer, the whole KV
-    cache and the compute buffer (token_embd stays on the CPU)."""
-    return sum(mem.per_layer) + mem.output_bytes + kv_cache_bytes(mem, n_ctx) + compute_buffer_bytes(mem)
-
-
-def partial_offload_bytes(mem: ModelMemory, n_ctx: int, k: int) -> int:
-    """GPU bytes for n_gpu_layers = k (0 < k <= n_layer).
-
-    llama.cpp fills the GPU from the last layer backwards, but versions differ on what k
-    counts: current ones (i_gpu_start = n_layer + 1 - k) put the output layer plus the last
-    k-1 blocks there, older ones (i_gpu_start = n_layer - k) the last k blocks and no output
-    layer. We do not know which llama.cpp a build vendors, so a plan must fit under both."""
-    if k <= 0:
-        return 0
-    n = mem.n_layer
-    k = min(k, n)
-
-    def blocks(j: int) -> int:  # weights and KV cache of the last j blocks
-        return sum(mem.per_layer[n - j :]) + n_ctx * sum(mem.layer_kv(i) for i in range(n - j, n))
-
-    current = mem.output_bytes + blocks(k - 1)
-    older = blocks(k)
-    return max(current, older) + compute_buffer_bytes(mem)
-
+from .gguf import GGUFInfo
+from .memory import MIB, ModelMemory, format_bytes, full_offload_bytes, model_memory, partial_offload_bytes
 
 # --- what GPUs there are ---------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ def render_inspection(report: Report) -> Group:
 
 def render_doctor(report: Mapping[str, Any]) -> Group:
     """A readable summary of a diagnose() report (plus report["paths"] when the caller added it)."""
-    from ...model.gpu import format_bytes
+    from ...model.memory import format_bytes
 
     def heading(title: str) -> Text:
         return Text(title, style="bold underline")
