@@ -267,6 +267,20 @@ def send_sse(handler, events, *, chunked: bool = False) -> None:
         handler.wfile.flush()
 
 
+def _complete_until_it_fails(url: str) -> tuple[list, pytest.ExceptionInfo[MemagentError], float]:
+    """One completion on an engine with a 0.5 s timeout and one retry, expected to end in an
+    error: the items it gave, the error, and how long it took."""
+    engine = OpenAIEngine(url, model="m", timeout=0.5, retries=1, backoff=0.01)
+    items = []
+    started = time.monotonic()
+    with pytest.raises(MemagentError) as caught:
+        for item in engine.complete("hi", 8, GREEDY):
+            items.append(item)
+    elapsed = time.monotonic() - started
+    engine.close()
+    return items, caught, elapsed
+
+
 def _kinds(items) -> list[str]:
     return [type(i).__name__ for i in items]
 
@@ -409,14 +423,7 @@ def test_a_server_that_never_answers_times_out(starts):
         peer.release.wait(10)  # hold the request unanswered until the test ends
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=1, backoff=0.01)
-        items = []
-        started = time.monotonic()
-        with pytest.raises(MemagentError) as caught:
-            for item in engine.complete("hi", 8, GREEDY):
-                items.append(item)
-        elapsed = time.monotonic() - started
-        engine.close()
+        items, caught, elapsed = _complete_until_it_fails(peer.url)
     assert _kinds(items) == ["Retrying"]
     assert items[0].reason == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
     assert caught.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s (2 attempts)"
@@ -626,14 +633,7 @@ def test_a_stream_of_keep_alives_times_out(kind):
         _keep_sending(handler, peer, _forever(*KEEP_ALIVES[kind]), 0.15)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=1, backoff=0.01)
-        items = []
-        started = time.monotonic()
-        with pytest.raises(MemagentError) as caught:
-            for item in engine.complete("hi", 8, GREEDY):
-                items.append(item)
-        elapsed = time.monotonic() - started
-        engine.close()
+        items, caught, elapsed = _complete_until_it_fails(peer.url)
     assert _kinds(items) == ["TextDelta", "Retrying", "TextDelta"]  # the first "Hel" is voided
     assert items[1].reason == f"The server at {peer.url} timed out: it sent no tokens for 0.5 s"
     assert caught.value.message == f"The server at {peer.url} timed out: it sent no tokens for 0.5 s (2 attempts)"
