@@ -162,3 +162,25 @@ def test_answer_is_made_visible_on_a_terminal_and_kept_as_data_in_a_pipe(tmp_pat
     os.close(leader)
     assert proc.wait(timeout=120) == 0
     assert shown.decode().strip() == "␛␛␛" and b"\x1b" not in shown
+
+
+def test_the_live_generation_rate_counts_from_the_first_token(monkeypatch):
+    """At a 5,000-token chunk the prompt takes most of a step; the rate shown while the memory
+    streams is the generation's own, not the tokens over the whole step."""
+    from memagent_cli.cli.views import live
+    from memagent_cli.core.chunking import Chunk
+    from memagent_cli.core.events import ReplyRestarted, StepStarted, TokenText
+
+    now = [100.0]
+    monkeypatch.setattr(live.time, "perf_counter", lambda: now[0])
+    view = LiveView(recording_console(), fps=1000)
+    view.handle(StepStarted(1, Chunk(1, "text", 5000, (), 5000), 3, 5000))
+    now[0] += 10.0  # reading the prompt
+    view.handle(TokenText(1, "a"))
+    assert view._live_rate() is None  # one token: no rate yet (the last step's, if any, is shown)
+    for _ in range(20):
+        now[0] += 0.05
+        view.handle(TokenText(1, "b"))
+    assert abs(view._live_rate() - 20.0) < 1e-9  # 20 tokens in 1 s after the first, not 21 in 11 s
+    view.handle(ReplyRestarted(1, "the server lost the reply"))
+    assert view._live_rate() is None  # counted again from the new reply's first token

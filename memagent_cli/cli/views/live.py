@@ -74,9 +74,9 @@ class LiveView:
         self.document_tokens: int | None = None
         self.writing: list[str] = []  # the reply being streamed
         self.streamed = 0  # pieces streamed in the current reply, for the live generation rate
+        self.first_piece_at: float | None = None  # when its first piece came: the prompt was read by then
         self.streaming = False
         self.phase = "loading model"
-        self.step_started = 0.0
         self.step_seconds: list[float] = []
         self.prompt_rate: float | None = None
         self.gen_rate: float | None = None
@@ -137,19 +137,21 @@ class LiveView:
         self.total_steps = e.total_steps or self.total_steps
         self.tokens_read = e.tokens_read
         self.writing = []
-        self.streamed, self.streaming = 0, True
+        self.streamed, self.streaming, self.first_piece_at = 0, True, None
         where = visible(e.chunk.describe())
         self.phase = f"step {e.index}: reading {where}"
-        self.step_started = time.perf_counter()
         self._draw()
 
     def _on_TokenText(self, e: TokenText) -> None:
         self.writing.append(e.text)
         self.streamed += 1
+        if self.first_piece_at is None:
+            self.first_piece_at = time.perf_counter()
         self._draw()
 
     def _on_ReplyRestarted(self, e: ReplyRestarted) -> None:
         self.writing = []
+        self.streamed, self.first_piece_at = 0, None
         self._draw()
 
     def _on_StepFinished(self, e: StepFinished) -> None:
@@ -184,9 +186,8 @@ class LiveView:
 
     def _on_AnswerStarted(self, e: AnswerStarted) -> None:
         self.writing = []
-        self.streamed, self.streaming = 0, True
+        self.streamed, self.streaming, self.first_piece_at = 0, True, None
         self.phase = "answering from the memory"
-        self.step_started = time.perf_counter()
         self._draw()
 
     def _on_AnswerFinished(self, e: AnswerFinished) -> None:
@@ -245,11 +246,13 @@ class LiveView:
         return grid
 
     def _live_rate(self) -> float | None:
-        """Pieces per second of the reply being streamed (about tokens: most pieces are one)."""
-        elapsed = time.perf_counter() - self.step_started
-        if not self.streaming or not self.streamed or elapsed <= 0:
+        """Pieces per second of the reply being streamed (about tokens: most pieces are one), from
+        its first piece on: the time before it went into reading the prompt, which at a 5,000-token
+        chunk took most of the step and made generation look seven times slower than it ran."""
+        if not self.streaming or self.first_piece_at is None or self.streamed < 2:
             return None
-        return self.streamed / elapsed
+        elapsed = time.perf_counter() - self.first_piece_at
+        return (self.streamed - 1) / elapsed if elapsed > 0 else None
 
     def memory_panel(self) -> Panel:
         text = "".join(self.writing) if self.writing else self.memory
