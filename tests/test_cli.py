@@ -2,11 +2,9 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO, run_memagent, sigint_default, words
+from conftest import run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -231,29 +229,7 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models, spawned)
 
     doc = tmp_path / "long.txt"
     doc.write_text(words(60000), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memagent_cli",
-            "ask",
-            str(doc),
-            "q",
-            "-m",
-            str(models["random"]),
-            "--chunk-tokens",
-            "200",
-            "--memory-tokens",
-            "64",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", doc, "q", "-m", models["random"], "--chunk-tokens", "200", "--memory-tokens", "64")
     spawned.append(proc)
     first = proc.stderr.readline()  # the first step is done: we are mid-run
     assert first.startswith("step 1/")

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, run_memagent, sigint_default, words
+from conftest import REPO, run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -70,16 +70,7 @@ def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_h
     (Before that, in the interpreter's own start-up, Python prints its own traceback.)"""
     doc = tmp_path / "long.txt"
     doc.write_text(words(30000), encoding="utf-8")  # seconds of work: the signal lands mid-run
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "q", "-m", str(models["random"]), *SMALL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", doc, "q", "-m", models["random"], *SMALL)
     spawned.append(proc)
     deadline = time.monotonic() + 30
     while not (memagent_home / "traces.db").exists() and time.monotonic() < deadline:
@@ -93,30 +84,8 @@ def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_h
 def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
     doc = tmp_path / "short.txt"
     doc.write_text(words(60), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memagent_cli",
-            "ask",
-            str(doc),
-            "q",
-            "-m",
-            str(models["random"]),
-            "--memory-tokens",
-            "4",
-            "--answer-tokens",
-            "20000",
-            "--temperature",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-        text=True,
-        cwd=REPO,
-        env=env,
+    proc = spawn_memagent(
+        "ask", doc, "q", "-m", models["random"], "--memory-tokens", "4", "--answer-tokens", "20000", "--temperature", "0"
     )
     spawned.append(proc)
     assert proc.stderr.readline().startswith("step 1/1")  # the only step is done: now the answer
@@ -195,31 +164,20 @@ def test_a_corrupt_trace_database_is_moved_aside_and_replaced(doc, models, memag
 def test_a_file_that_changes_while_it_is_read(tmp_path, models, spawned):
     path = tmp_path / "growing.txt"
     path.write_text(words(3000), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memagent_cli",
-            "ask",
-            str(path),
-            "q",
-            "-m",
-            str(models["random"]),
-            "--chunk-tokens",
-            "100",
-            "--memory-tokens",
-            "4",
-            "--answer-tokens",
-            "2",
-            "--temperature",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
+    proc = spawn_memagent(
+        "ask",
+        path,
+        "q",
+        "-m",
+        models["random"],
+        "--chunk-tokens",
+        "100",
+        "--memory-tokens",
+        "4",
+        "--answer-tokens",
+        "2",
+        "--temperature",
+        "0",
     )
     spawned.append(proc)
     with open(path, "a", encoding="utf-8") as fh:  # appended while memagent reads it

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, sigint_default, spawn_memagent, words
+from conftest import REPO, run_memagent, spawn_memagent, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -33,16 +33,7 @@ def doc(tmp_path):
 
 def start_and_stop(args, sig, after_steps=2, cwd=None):
     """Starts `memagent ask`, waits for `after_steps` step lines, sends `sig`."""
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-        text=True,
-        cwd=cwd or REPO,
-        env=env,
-    )
+    proc = spawn_memagent("ask", *args, cwd=cwd)
     try:
         for _ in range(after_steps):
             assert proc.stderr.readline().startswith("step ")
@@ -119,18 +110,8 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
     text = words(4000)
     piped = tmp_path / "in.txt"
     piped.write_text(text, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
     with open(piped, "rb") as stdin:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memagent_cli", "ask", "q", "-m", str(models["random"]), *SMALL],
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-            text=True,
-            cwd=REPO,
-            env=env,
-        )
+        proc = spawn_memagent("ask", "q", "-m", models["random"], *SMALL, stdin=stdin)
         spawned.append(proc)
         for _ in range(2):
             assert proc.stderr.readline().startswith("step ")

@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from conftest import REPO, run_memagent, sigint_default
+from conftest import REPO, run_memagent, spawn_memagent
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"
@@ -167,14 +165,7 @@ def test_interrupted_after_the_fact_then_resumed(tokenizer, tmp_path):
     doc = whole_fact_document(tokenizer, 8000, 0.05, seed=60)  # ~125 steps: far from done when stopped
     path = tmp_path / "doc.txt"
     path.write_text(doc.text)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(path), QUESTION, *map(str, RUN)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=sigint_default,  # Ctrl-C must reach it even when pytest runs with SIGINT ignored
-        text=True,
-        env={**__import__("os").environ, "NO_COLOR": "1"},
-    )
+    proc = spawn_memagent("ask", path, QUESTION, *RUN, env={"NO_COLOR": "1"})
     try:
         seen = 0
         for line in proc.stderr:
