@@ -104,7 +104,7 @@ def show(
     steps = run["steps"]
     if step is not None and not any(s["index"] == step for s in steps):
         raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
-    evidence = evidence_steps(steps)
+    evidence = set(evidence_steps(steps))
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
         chosen = [evidence_record(s) for s in steps if s["index"] in evidence]

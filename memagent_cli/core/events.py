@@ -182,6 +182,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
+        steps = [s.to_dict() for s in self.steps]
+        chosen = {s.index for s in self.evidence}
         return {
             "question": self.question,
             "answer": self.answer,
@@ -195,8 +197,8 @@ class RunResult:
             "chunk_tokens": self.config.chunk_tokens,
             "n_ctx": self.n_ctx,
             "settings": self.config.to_dict(),
-            "steps": [s.to_dict() for s in self.steps],
-            "evidence": [evidence_record(s.to_dict()) for s in self.evidence],
+            "steps": steps,
+            "evidence": [evidence_record(step) for step in steps if step["index"] in chosen],
             "timings": self.timings,
         }
 
