@@ -315,3 +315,42 @@ def test_format_bytes():
     assert memory.format_bytes(int(4.68e9)) == "4.4 GiB"
     assert memory.format_bytes(512 * MIB) == "512 MiB"
     assert memory.format_bytes(None) == "?"
+
+
+# --- flash attention ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "expected"), [(None, False), (True, True), (False, False)])
+def test_flash_attention_reaches_llama_cpp_and_is_off_on_a_cpu_by_default(tiny, flag, expected):
+    """B4 measured flash attention faster on a GPU and it measured slower on this CPU: the default
+    follows the device, the option overrides it, and llama.cpp's context gets the choice."""
+    import llama_cpp
+
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(tiny)
+    engine = LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=256, gpu_layers=0, flash_attn=flag)
+    try:
+        assert engine.flash_attn is expected
+        want = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if expected else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        assert engine._model().context_params.flash_attn_type == want
+        assert ("flash attention" in engine.description) is expected
+    finally:
+        engine.close()
+
+
+def test_ask_flash_attn_option_shows_in_the_device(tiny, tmp_path):
+    import json
+
+    from conftest import run_memagent
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("the river flooded the old mill in spring\n" * 20, encoding="utf-8")
+    base = ["ask", str(doc), "What flooded?", "-m", str(tiny), "--json", "--no-trace", "--memory-tokens", "8"]
+    on = run_memagent(*base, "--answer-tokens", "4", "--flash-attn")
+    off = run_memagent(*base, "--answer-tokens", "4")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert json.loads(on.stdout)["device"].endswith("flash attention)")
+    assert "flash attention" not in json.loads(off.stdout)["device"]

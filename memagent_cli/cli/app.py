@@ -32,6 +32,7 @@ from .options import (
     ChunkOpt,
     EngineOpt,
     FinalOpt,
+    FlashAttnOpt,
     MemoryOpt,
     SeedOpt,
     ServedModelOpt,
@@ -151,6 +152,7 @@ def ask(
         ),
     ] = False,
     threads: ThreadsOpt = None,
+    flash_attn: FlashAttnOpt = None,
     n_ctx: Annotated[
         Optional[int],
         typer.Option(
@@ -315,6 +317,7 @@ def ask(
                 n_ctx=n_ctx,
                 gpu_layers=_gpu_layers(gpu_layers),
                 threads=threads or get_setting("threads"),
+                flash_attn=flash_attn,
                 verbose=verbose,
                 chat_template=template.text if template is not None else None,
             )

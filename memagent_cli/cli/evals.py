@@ -26,6 +26,7 @@ from .options import (
     ChunkOpt,
     EngineOpt,
     FinalOpt,
+    FlashAttnOpt,
     MemoryOpt,
     SeedOpt,
     ServedModelOpt,
@@ -117,6 +118,7 @@ def run(
     seed: SeedOpt = DEFAULTS.seed,
     final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
     threads: ThreadsOpt = None,
+    flash_attn: FlashAttnOpt = None,
     template_file: ChatTemplateOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: VerboseOpt = False,
@@ -148,7 +150,12 @@ def run(
         options = (
             served.engine
             if served is not None
-            else EngineOptions(threads=threads, verbose=verbose, chat_template=template.text if template is not None else None)
+            else EngineOptions(
+                threads=threads,
+                flash_attn=flash_attn,
+                verbose=verbose,
+                chat_template=template.text if template is not None else None,
+            )
         )
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
         previous = done_ids(out)

@@ -49,6 +49,16 @@ ThreadsOpt = Annotated[
         show_default=False,
     ),
 ]
+FlashAttnOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--flash-attn/--no-flash-attn",
+        help="llama.cpp's flash attention (embedded engine). Default: on when layers run on a GPU, off on a CPU "
+        "(where it measured slower).",
+        rich_help_panel="Model",
+        show_default=False,
+    ),
+]
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request sent to a served engine.")
 ]
