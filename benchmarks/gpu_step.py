@@ -1,0 +1,408 @@
+"""B4: one reference MemAgent step on a GPU, through memagent and through the bare engine.
+
+The reference step: a 5,000-token chunk in the memory prompt, 1,024 generated memory tokens,
+on a random-weight Qwen2.5-7B-shaped Q4_K_M built by benchmarks/shapes.py (its control tokens
+never win, so every step generates its whole budget). Everything is measured side by side in
+one run, on one device:
+
+  bare      llama.cpp through llama-cpp-python's low-level API, no Python loop beyond one
+            llama_decode per token: the engine's own time for the step
+  memagent  `memagent ask --json` as a user runs it; the step's own seconds (prompt + generation)
+            from its JSON, and the wall time of the whole process against a bare process doing
+            the same protocol (load, the step, a short final answer)
+  batch     N sequences (1, 4, 16) in one llama.cpp context (n_seq_max = N, per-sequence KV): each
+            generation step of all sequences is one llama_decode; aggregate tokens per second
+  verify    what a speculative check of k drafted tokens costs: one llama_decode of k tokens at
+            the step's context against one of a single token (k = 1 .. 16)
+
+each with flash attention on and off. Also `memagent doctor --json` and the `gpu` record of
+`ask --json`, which say whether every layer went to the GPU.
+
+    python benchmarks/gpu_step.py [--shape qwen2.5-7b] [--work DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
+
+QUESTION = "What did the committee decide about the old mill?"
+QUESTIONS = [
+    QUESTION,
+    "Who wrote the letter to the harbour master?",
+    "When was the bridge over the river rebuilt?",
+    "Which village lost its school, and why?",
+]
+
+
+def device_name() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+        return out or "no NVIDIA GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "no NVIDIA GPU"
+
+
+def make_doc(model: Path, folder: Path, chunk: int) -> Path:
+    """A document of exactly `chunk` tokens: one step."""
+    from conftest import words
+
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(read_gguf(model))
+    n = chunk
+    while True:
+        text = words(n, seed=7)
+        ids = tok.encode(text)
+        if len(ids) >= chunk:
+            break
+        n = int(n * 1.3)
+    text = tok.decode_bytes(ids[:chunk]).decode("utf-8", errors="ignore")
+    # the cut may leave a token that re-encodes differently: trim until it is exactly `chunk` or just under
+    while len(tok.encode(text.strip())) > chunk:
+        text = text[:-1]
+    doc = folder / "doc.txt"
+    doc.write_text(text.strip(), encoding="utf-8")
+    return doc
+
+
+def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]]:
+    """The memory prompt of the first step for each question, as memagent builds it."""
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    chunk_text = doc.read_text(encoding="utf-8")
+    return [chat.encode(tok, memory_prompt(q, INITIAL_MEMORY, chunk_text)) for q in questions]
+
+
+# --- the bare engine ---------------------------------------------------------------------------
+
+
+class Bare:
+    """A model and one context, driven by llama_decode alone."""
+
+    def __init__(self, model: Path, n_ctx: int, n_seq: int, flash_attn: bool, gpu_layers: int = -1):
+        import llama_cpp
+
+        from memagent_cli.model.runtime import quiet_llama_logs
+
+        quiet_llama_logs()
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(os.fsencode(model), mparams)
+        assert self.model, f"could not load {model}"
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx * n_seq
+        cparams.n_batch = 2048
+        cparams.n_ubatch = 512
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = False
+        cparams.n_threads = max(1, (os.cpu_count() or 2) // 2)
+        cparams.n_threads_batch = os.cpu_count() or 1
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.no_perf = True
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        assert self.ctx, "could not make the context"
+        self.batch = llama_cpp.llama_batch_init(2048, 0, 1)
+        self.greedy = llama_cpp.llama_sampler_init_greedy()
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+
+    def decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """items: (token, position, sequence, wants logits)."""
+        import llama_cpp
+
+        b = self.batch
+        for i, (token, pos, seq, logits) in enumerate(items):
+            b.token[i] = token
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = logits
+        b.n_tokens = len(items)
+        rc = llama_cpp.llama_decode(self.ctx, b)
+        assert rc == 0, f"llama_decode returned {rc}"
+
+    def prompt(self, ids: list[int], seq: int = 0) -> None:
+        for start in range(0, len(ids), 2048):
+            part = ids[start : start + 2048]
+            last = start + len(part) == len(ids)
+            self.decode([(t, start + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)])
+
+    def sample(self, index: int) -> int:
+        import llama_cpp
+
+        return int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, index))
+
+    def sync(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_synchronize(self.ctx)
+
+    def clear(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_memory_clear(self.mem, True)
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_sampler_free(self.greedy)
+        llama_cpp.llama_batch_free(self.batch)
+        llama_cpp.llama_free(self.ctx)
+        llama_cpp.llama_model_free(self.model)
+
+
+def bare_step(engine: Bare, prompts: list[list[int]], gen: int) -> dict:
+    """All sequences' prompts, then `gen` tokens each, one llama_decode per generation step."""
+    engine.clear()
+    n = len(prompts)
+    t0 = time.perf_counter()
+    for seq, ids in enumerate(prompts):
+        engine.prompt(ids[:-1], seq)
+    # every sequence's last prompt token in one batch, as a batched engine starts its generation
+    engine.decode([(ids[-1], len(ids) - 1, seq, True) for seq, ids in enumerate(prompts)])
+    last = [engine.sample(i) for i in range(n)]
+    t1 = time.perf_counter()
+    pos = [len(ids) for ids in prompts]
+    first_token_at = t1
+    for _ in range(gen - 1):
+        engine.decode([(last[s], pos[s], s, True) for s in range(n)])
+        last = [engine.sample(i) for i in range(n)]
+        pos = [p + 1 for p in pos]
+    engine.sync()
+    t2 = time.perf_counter()
+    return {
+        "sequences": n,
+        "prompt_tokens": sum(len(p) for p in prompts),
+        "prompt_seconds": round(t1 - t0, 4),
+        "generate_seconds": round(t2 - first_token_at, 4),
+        "generated_tokens": n * gen,
+        "prompt_tok_s": round(sum(len(p) for p in prompts) / (t1 - t0), 1),
+        "gen_tok_s": round(n * (gen - 1) / (t2 - first_token_at), 1),
+        "step_seconds": round(t2 - t0, 4),
+    }
+
+
+def verify_cost(engine: Bare, prompt: list[int], ks: tuple[int, ...] = (1, 2, 4, 8, 16), repeat: int = 20) -> dict:
+    """ms of one llama_decode of k tokens after the prompt (what checking k drafts costs)."""
+    import llama_cpp
+
+    engine.clear()
+    engine.prompt(prompt)
+    engine.sync()
+    n = len(prompt)
+    out = {}
+    for k in ks:
+        times = []
+        for r in range(repeat + 2):
+            t0 = time.perf_counter()
+            engine.decode([(prompt[(n - k + i) % n], n + i, 0, True) for i in range(k)])
+            engine.sync()
+            if r >= 2:  # two warm-ups: graph capture, first launch
+                times.append(time.perf_counter() - t0)
+            llama_cpp.llama_memory_seq_rm(engine.mem, 0, n, -1)
+        out[k] = round(statistics.median(times) * 1000, 3)
+    return {"ms": out, "ratio": {k: round(v / out[1], 3) for k, v in out.items()}}
+
+
+# --- memagent ------------------------------------------------------------------------------------
+
+
+def memagent(args_: list[str], home: Path) -> tuple[dict, float]:
+    env = {**os.environ, "MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "memagent_cli", *args_], capture_output=True, text=True, env=env, cwd=home, timeout=900
+    )
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"memagent {' '.join(args_[:2])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout), seconds
+
+
+def ask_args(model: Path, doc: Path, questions: list[str], chunk: int, memory: int, answer: int, fa: bool | None) -> list[str]:
+    a = ["ask", str(doc)]
+    if len(questions) == 1:
+        a.append(questions[0])
+    else:
+        for q in questions:
+            a += ["-q", q]
+    a += ["-m", str(model), "--json", "--quiet", "--no-trace", "--temperature", "0", "--gpu-layers", "auto"]
+    a += ["--chunk-tokens", str(chunk), "--memory-tokens", str(memory), "--answer-tokens", str(answer)]
+    if fa is not None:
+        a.append("--flash-attn" if fa else "--no-flash-attn")
+    return a
+
+
+def bare_process(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> float:
+    """The same protocol as one `ask` (load, the step, the final answer) in a fresh process."""
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, __file__, "--bare-run", str(model), str(doc), str(n_ctx), str(memory), str(answer), str(int(fa))],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    return time.perf_counter() - t0
+
+
+def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> None:
+    from memagent_cli.core.protocol import final_prompt
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    engine = Bare(model, n_ctx, 1, fa)
+    prompt = step_prompts(model, doc, [QUESTION])[0]
+    engine.prompt(prompt)
+    pos, token, ids = len(prompt), engine.sample(-1), []
+    for _ in range(memory):
+        ids.append(token)
+        engine.decode([(token, pos, 0, True)])
+        pos, token = pos + 1, engine.sample(-1)
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    final = chat.encode(tok, final_prompt(QUESTION, tok.decode_bytes(ids).decode("utf-8", "replace")))
+    engine.clear()
+    engine.prompt(final)
+    pos, token = len(final), engine.sample(-1)
+    for _ in range(answer - 1):
+        engine.decode([(token, pos, 0, True)])
+        pos, token = pos + 1, engine.sample(-1)
+    engine.sync()
+    engine.close()
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen2.5-7b")
+    parser.add_argument("--work", type=Path, default=None, help="where the model is built (kept between runs)")
+    parser.add_argument("--vocab", type=Path, default=None)
+    parser.add_argument("--chunk", type=int, default=5000)
+    parser.add_argument("--memory", type=int, default=1024)
+    parser.add_argument("--answer", type=int, default=32)
+    parser.add_argument("--sequences", default="1,4,16")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--parts", default="bare,memagent,batch,verify,doctor")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+
+    import llama_cpp
+    import shapes
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="memagent-b4-"))
+    model = shapes.build(args.shape, work, args.vocab or shapes.DEFAULT_VOCAB)
+    doc = make_doc(model, work, args.chunk)
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    results: dict = {
+        "device": device_name(),
+        "offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "shape": args.shape,
+        "model_bytes": model.stat().st_size,
+        "chunk_tokens": args.chunk,
+        "memory_tokens": args.memory,
+    }
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    log(json.dumps(results))
+    prompt = step_prompts(model, doc, [QUESTION])[0]
+    n_ctx = len(prompt) + args.memory + 64
+
+    if "memagent" in parts or "bare" in parts:
+        for fa in (True, False):
+            key = "fa_on" if fa else "fa_off"
+            rows: dict = {"bare": [], "memagent": [], "bare_wall": [], "memagent_wall": []}
+            for _ in range(args.repeat):
+                if "bare" in parts:
+                    engine = Bare(model, n_ctx, 1, fa)
+                    bare_step(engine, [prompt], 16)  # warm-up: kernels, CUDA graphs
+                    rows["bare"].append(bare_step(engine, [prompt], args.memory))
+                    engine.close()
+                if "memagent" in parts:
+                    out, wall = memagent(ask_args(model, doc, [QUESTION], args.chunk, args.memory, args.answer, fa), home)
+                    step = out["steps"][0]
+                    rows["memagent"].append({"step_seconds": step["seconds"], "generated": step["generated_tokens"]})
+                    rows["memagent_wall"].append(round(wall, 3))
+                    rows["gpu"], rows["device"] = out.get("gpu"), out.get("device")
+                    rows["bare_wall"].append(round(bare_process(model, doc, n_ctx, args.memory, args.answer, fa), 3))
+            if rows["bare"] and rows["memagent"]:
+                b = statistics.median(r["step_seconds"] for r in rows["bare"])
+                m = statistics.median(r["step_seconds"] for r in rows["memagent"])
+                rows["step_ratio"] = round(m / b, 3)
+                rows["wall_ratio"] = round(statistics.median(rows["memagent_wall"]) / statistics.median(rows["bare_wall"]), 3)
+            results[key] = rows
+            log(key, json.dumps(rows))
+
+    if "batch" in parts:
+        seqs = [int(x) for x in args.sequences.split(",")]
+        for fa in (True, False):
+            key = "batch_fa_on" if fa else "batch_fa_off"
+            engine = Bare(model, n_ctx, max(seqs), fa)
+            prompts_all = step_prompts(model, doc, [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(max(seqs))])
+            rows = {}
+            for n in seqs:
+                bare_step(engine, prompts_all[:n], 8)  # warm-up at this batch shape
+                rows[n] = bare_step(engine, prompts_all[:n], min(args.memory, 512))
+            rows["gain_vs_1"] = {n: round(rows[n]["gen_tok_s"] / rows[seqs[0]]["gen_tok_s"], 2) for n in seqs}
+            engine.close()
+            results[key] = rows
+            log(key, json.dumps(rows))
+
+    if "verify" in parts:
+        for fa in (True, False):
+            engine = Bare(model, n_ctx, 1, fa)
+            results["verify_fa_on" if fa else "verify_fa_off"] = verify_cost(engine, prompt)
+            engine.close()
+            log("verify", fa, json.dumps(results["verify_fa_on" if fa else "verify_fa_off"]))
+
+    if "doctor" in parts:
+        env = {**os.environ, "MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
+        subprocess.run(
+            [sys.executable, "-m", "memagent_cli", "models", "add", str(model), "--name", "b4"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+        )
+        out, _ = memagent(["doctor", "--json"], home)
+        results["doctor"] = {"gpu": out.get("gpu"), "models": out.get("models")}
+        log("doctor", json.dumps(results["doctor"]))
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--bare-run":
+        m, d, c, mem, ans, fa = sys.argv[2:8]
+        bare_run(Path(m), Path(d), int(c), int(mem), int(ans), bool(int(fa)))
+        sys.exit(0)
+    main()
