@@ -122,7 +122,9 @@ class Bare:
         cparams.kv_unified = False
         cparams.n_threads = max(1, (os.cpu_count() or 2) // 2)
         cparams.n_threads_batch = os.cpu_count() or 1
-        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         cparams.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         assert self.ctx, "could not make the context"
@@ -365,7 +367,9 @@ def main(argv: list[str] | None = None) -> dict:
         for fa in (True, False):
             key = "batch_fa_on" if fa else "batch_fa_off"
             engine = Bare(model, n_ctx, max(seqs), fa)
-            prompts_all = step_prompts(model, doc, [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(max(seqs))])
+            prompts_all = step_prompts(
+                model, doc, [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(max(seqs))]
+            )
             rows = {}
             for n in seqs:
                 bare_step(engine, prompts_all[:n], 8)  # warm-up at this batch shape
