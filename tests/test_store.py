@@ -34,6 +34,8 @@ def step(index: int, memory: str = "nothing yet", **extra) -> dict:
         "memory_tokens": 40,
         "prompt_tokens": 5400,
         "generated_tokens": 41,
+        "drafted_tokens": 12,
+        "accepted_tokens": 9,
         "seconds": 1.25,
         "finish_reason": "stop",
         **extra,
@@ -120,6 +122,33 @@ def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
         # ...and the triggers took over from the backfill.
         s.add_step("0123456789ab", step(3, "The otter slept under the granary"))
         assert {h["step"] for h in s.search("granary")} == {1, 3}
+
+
+def test_upgrade_from_migration_3_reads_old_steps_as_undrafted(tmp_path):
+    """Steps recorded before speculative rewrites have no draft counts: they read back as 0, so a
+    step has the same shape whatever memagent recorded it."""
+    path = tmp_path / "traces.db"
+    conn = raw(path)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    for number in (1, 2, 3):
+        conn.executescript(
+            f"BEGIN; INSERT INTO schema_migrations VALUES ({number}, '2024-01-01T00:00:00+00:00');"
+            f" {MIGRATIONS[number - 1]}; COMMIT;"
+        )
+    conn.executescript(
+        "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer) VALUES"
+        " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
+        " '[]', '{}', '{}', 'Downstream past the weir');"
+        'INSERT INTO steps (run_id, "index", spans, tokens, memory, generated_tokens) VALUES'
+        " ('0123456789ab', 1, '[]', 10, 'The otter swam by the granary', 7);"
+    )
+    conn.close()
+
+    with TraceStore(path) as s:
+        old = s.get_run("0123456789ab")["steps"][0]
+        assert (old["generated_tokens"], old["drafted_tokens"], old["accepted_tokens"]) == (7, 0, 0)
+        s.add_step("0123456789ab", step(2, "The otter reached the weir"))
+        assert s.get_run("0123456789ab")["steps"][1]["accepted_tokens"] == 9
 
 
 def test_upgrade_from_migration_2_adds_run_owners(tmp_path):

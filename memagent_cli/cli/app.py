@@ -36,6 +36,7 @@ from .options import (
     MemoryOpt,
     SeedOpt,
     ServedModelOpt,
+    SpeculateOpt,
     TemperatureOpt,
     ThreadsOpt,
     TimeoutOpt,
@@ -153,6 +154,7 @@ def ask(
     ] = False,
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
+    speculate: SpeculateOpt = None,
     n_ctx: Annotated[
         Optional[int],
         typer.Option(
@@ -318,6 +320,7 @@ def ask(
                 gpu_layers=_gpu_layers(gpu_layers),
                 threads=threads or get_setting("threads"),
                 flash_attn=flash_attn,
+                speculate=speculate,
                 verbose=verbose,
                 chat_template=template.text if template is not None else None,
             )

@@ -30,6 +30,7 @@ from .options import (
     MemoryOpt,
     SeedOpt,
     ServedModelOpt,
+    SpeculateOpt,
     TemperatureOpt,
     ThreadsOpt,
     TimeoutOpt,
@@ -119,6 +120,7 @@ def run(
     final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
+    speculate: SpeculateOpt = None,
     template_file: ChatTemplateOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: VerboseOpt = False,
@@ -153,6 +155,7 @@ def run(
             else EngineOptions(
                 threads=threads,
                 flash_attn=flash_attn,
+                speculate=speculate,
                 verbose=verbose,
                 chat_template=template.text if template is not None else None,
             )

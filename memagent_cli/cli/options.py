@@ -43,7 +43,7 @@ FinalOpt = Annotated[
 ThreadsOpt = Annotated[
     Optional[int],
     typer.Option(
-        help="CPU threads for generation (embedded engine). Default: half the available cores.",
+        help="CPU threads for generation (embedded engine). Default: the cores not already busy (all on an idle machine).",
         min=1,
         rich_help_panel="Model",
         show_default=False,
@@ -55,6 +55,17 @@ FlashAttnOpt = Annotated[
         "--flash-attn/--no-flash-attn",
         help="llama.cpp's flash attention (embedded engine). Default: on when layers run on a GPU, off on a CPU "
         "(where it measured slower).",
+        rich_help_panel="Model",
+        show_default=False,
+    ),
+]
+SpeculateOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--speculate/--no-speculate",
+        help="Draft each memory rewrite from the previous memory and the chunk, and let the model check the drafts "
+        "in one pass (embedded engine). Exact: the output is the same either way, only faster or slower. "
+        "Default: what measured faster on this kind of device.",
         rich_help_panel="Model",
         show_default=False,
     ),

@@ -122,6 +122,8 @@ def replayed_step(chunk: Chunk, stored: Mapping[str, Any], previous_memory: str)
         finish_reason=stored["finish_reason"],
         prompt_seconds=0.0,
         generate_seconds=stored["seconds"],
+        drafted_tokens=stored.get("drafted_tokens") or 0,
+        accepted_tokens=stored.get("accepted_tokens") or 0,
     )
 
 
@@ -204,6 +206,8 @@ def run_loop(
                 finish_reason=done.finish_reason,
                 prompt_seconds=done.prompt_seconds,
                 generate_seconds=done.generate_seconds,
+                drafted_tokens=done.drafted_tokens,
+                accepted_tokens=done.accepted_tokens,
             )
         )
         memory = new_memory

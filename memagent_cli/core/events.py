@@ -103,6 +103,8 @@ class StepDict(TypedDict):
     memory_tokens: int
     prompt_tokens: int
     generated_tokens: int
+    drafted_tokens: int
+    accepted_tokens: int
     finish_reason: str
     seconds: float
 
@@ -120,6 +122,8 @@ class StepRecord:
     finish_reason: str  # "stop" or "length" (cut at --memory-tokens)
     prompt_seconds: float
     generate_seconds: float
+    drafted_tokens: int = 0  # --speculate: tokens drafted for this memory, and the model's share of them
+    accepted_tokens: int = 0
 
     @property
     def seconds(self) -> float:
@@ -135,6 +139,8 @@ class StepRecord:
             "memory_tokens": self.memory_tokens,
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
             "finish_reason": self.finish_reason,
             "seconds": round(self.seconds, 4),
         }

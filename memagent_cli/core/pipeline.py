@@ -50,6 +50,7 @@ class EngineOptions:
     gpu_layers: int | None = None  # None: every layer when the build can offload, else 0
     threads: int | None = None  # None: every core this process may use
     flash_attn: bool | None = None  # None: on where layers run on a GPU, off on a CPU
+    speculate: bool | None = None  # draft memory rewrites from the prompt; None: the device's default
     verbose: bool = False  # show llama.cpp's own log
     kind: str = "llama"  # "llama": the GGUF runs in this process; "openai": a server runs the model
     base_url: str | None = None  # kind "openai": the server's OpenAI-compatible API, e.g. http://host:8000/v1
@@ -147,6 +148,7 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions) -> Engine:
         gpu_layers=options.gpu_layers,
         threads=options.threads,
         flash_attn=options.flash_attn,
+        speculate=options.speculate,
         verbose=options.verbose,
     )
 

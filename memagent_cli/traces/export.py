@@ -105,6 +105,8 @@ def _stats(step: Record) -> str:
         f"prompt {_num(step.get('prompt_tokens'))}",
         f"generated {_num(step.get('generated_tokens'))}",
     ]
+    if step.get("drafted_tokens"):
+        items.append(f"drafted {_num(step.get('drafted_tokens'))}, {_num(step.get('accepted_tokens'))} taken")
     if step.get("seconds") is not None:
         items.append(f"{_num(float(step['seconds']))} s")
     return " · ".join(items)

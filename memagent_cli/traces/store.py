@@ -137,6 +137,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN pid_started TEXT;      -- Linux: "<boot id>/<start time in ticks>", against pid reuse
     CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
     """,
+    # 4: speculative memory rewrites: per step, the tokens drafted and the model's share of them
+    # (0 without --speculate; NULL in steps recorded before).
+    """
+    ALTER TABLE steps ADD COLUMN drafted_tokens INTEGER;
+    ALTER TABLE steps ADD COLUMN accepted_tokens INTEGER;
+    """,
 ]
 
 RUN_COLUMNS = (
@@ -164,11 +170,17 @@ STEP_FIELDS = (
     "memory_tokens",
     "prompt_tokens",
     "generated_tokens",
+    "drafted_tokens",
+    "accepted_tokens",
     "seconds",
     "finish_reason",
 )
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
+# Read back as 0 from steps recorded before migration 4, so a step has one shape whatever its age.
+_STEP_READ = ", ".join(
+    f'COALESCE("{name}", 0) AS "{name}"' if name in ("drafted_tokens", "accepted_tokens") else f'"{name}"' for name in STEP_FIELDS
+)
 OWNER_COLUMNS = ("pid", "host", "pid_started")  # internal: not in the run records reads return
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # SQLite's primary result codes (https://sqlite.org/rc.html), which the sqlite3 module names only
@@ -432,7 +444,7 @@ class TraceStore:
             if with_steps:
                 run["steps"] = [
                     _decode(row)
-                    for row in conn.execute(f'SELECT {_STEP_SELECT} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))
+                    for row in conn.execute(f'SELECT {_STEP_READ} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))
                 ]
         return run
 

@@ -174,6 +174,7 @@ class LiveView:
             " ",
             (f"−{_words(dropped)}", "red"),
             f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
+            (f"  drafted {s.drafted_tokens}, {s.accepted_tokens} taken" if s.drafted_tokens else "", "magenta"),
             (" (from the trace)" if e.replayed else "", "dim"),
             (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"),
         )
