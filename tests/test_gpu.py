@@ -354,3 +354,15 @@ def test_ask_flash_attn_option_shows_in_the_device(tiny, tmp_path):
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert json.loads(on.stdout)["device"].endswith("flash attention)")
     assert "flash attention" not in json.loads(off.stdout)["device"]
+
+
+def test_default_threads_are_the_free_cores(monkeypatch):
+    """B7: on an idle machine every core generates faster; beside busy processes the threads
+    must not outnumber the free cores (2 threads beside one busy process ran at 0.58x of 1)."""
+    from memagent_cli.model import runtime
+
+    monkeypatch.setattr(runtime, "available_cores", lambda: 8)
+    assert runtime.default_threads(0.1) == 8
+    assert runtime.default_threads(2.6) == 5
+    assert runtime.default_threads(30.0) == 1
+    assert 1 <= runtime.default_threads() <= 8

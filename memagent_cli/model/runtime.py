@@ -83,8 +83,18 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_threads() -> int:
-    # Generation is memory-bound: half the logical cores (about the physical ones) is as
-    # fast as all of them, and llama.cpp's spinning threads collapse when they outnumber
-    # the cores left free by other work (measured: 0.1 s steps became 19 s).
-    return max(1, available_cores() // 2)
+def default_threads(load: float | None = None) -> int:
+    """The cores not already busy with other work, at least one.
+
+    Measured on 2 cores (B7, docs/PERFORMANCE.md): idle, 2 threads generate 1.73x as fast as 1;
+    beside one busy process, 2 threads drop to 0.58x of 1, because llama.cpp's threads spin
+    waiting for each other and collapse when they outnumber the free cores. So every free core,
+    and no more: the 1-minute load average counts the busy ones.
+    """
+    cores = available_cores()
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows: no load average; half the cores is the safe side
+            return max(1, cores // 2)
+    return max(1, min(cores, cores - round(load)))
