@@ -155,6 +155,17 @@ def ask(
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
     speculate: SpeculateOpt = None,
+    batch: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--batch/--no-batch",
+            rich_help_panel="Questions",
+            show_default=False,
+            help="With several questions on the embedded engine, run up to --parallel of them in one llama.cpp "
+            "context, each generation step of all of them one pass. Default: what measured faster on this kind "
+            "of device.",
+        ),
+    ] = None,
     n_ctx: Annotated[
         Optional[int],
         typer.Option(
@@ -206,7 +217,8 @@ def ask(
         typer.Option(
             min=1,
             rich_help_panel="Questions",
-            help="Model calls in flight at once, with a served engine (the embedded engine takes one at a time).",
+            help="Model calls in flight at once: on a served engine, or batched in one context on the embedded "
+            "engine (at most 16; see --batch).",
         ),
     ] = 4,
     engine: EngineOpt = "llama",
@@ -321,6 +333,7 @@ def ask(
                 threads=threads or get_setting("threads"),
                 flash_attn=flash_attn,
                 speculate=speculate,
+                batch=batch,
                 verbose=verbose,
                 chat_template=template.text if template is not None else None,
             )

@@ -51,6 +51,7 @@ class EngineOptions:
     threads: int | None = None  # None: every core this process may use
     flash_attn: bool | None = None  # None: on where layers run on a GPU, off on a CPU
     speculate: bool | None = None  # draft memory rewrites from the prompt; None: the device's default
+    batch: bool | None = None  # several questions in one context (embedded engine); None: the device's default
     verbose: bool = False  # show llama.cpp's own log
     kind: str = "llama"  # "llama": the GGUF runs in this process; "openai": a server runs the model
     base_url: str | None = None  # kind "openai": the server's OpenAI-compatible API, e.g. http://host:8000/v1
@@ -124,7 +125,7 @@ def _base_url(options: EngineOptions) -> str:
     return options.base_url
 
 
-def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions) -> Engine:
+def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: int = 1) -> Engine:
     """The engine that runs the model: llama.cpp here, or a server."""
     if options.kind == "openai":
         from ..model.served.engine import OpenAIEngine
@@ -149,6 +150,8 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions) -> Engine:
         threads=options.threads,
         flash_attn=options.flash_attn,
         speculate=options.speculate,
+        sequences=sequences,
+        batch=options.batch,
         verbose=options.verbose,
     )
 
@@ -203,13 +206,21 @@ class SharedEngine:
         self.engine.close()
 
 
-def open_shared_engine(prep: Prepared, n_ctx: int, options: EngineOptions, parallel: int, stop: threading.Event) -> SharedEngine:
+def open_shared_engine(
+    prep: Prepared, n_ctx: int, options: EngineOptions, parallel: int, stop: threading.Event, jobs: int | None = None
+) -> SharedEngine:
     """`open_engine`, timed, behind a gate of `parallel` slots (one for an engine that takes a call at
-    a time). Setting `stop` ends the calls in flight and those waiting their turn."""
+    a time). The embedded engine batches up to `parallel` replies (no more than `jobs`, the runs that
+    will share it) where batching is on. Setting `stop` ends the calls in flight and those waiting
+    their turn."""
+    from ..model.engine import MAX_SEQUENCES
+
     t_load = time.perf_counter()
-    llm = open_engine(prep, n_ctx, options)
+    sequences = max(1, min(parallel, jobs or parallel, MAX_SEQUENCES))
+    llm = open_engine(prep, n_ctx, options, sequences)
     load_seconds = time.perf_counter() - t_load
-    slots = parallel if llm.concurrent else 1
+    # a served engine takes `parallel` calls at once; a batching embedded one, a call per sequence
+    slots = (llm.sequences if isinstance(llm, LlamaEngine) else parallel) if llm.concurrent else 1
     try:
         gate = FairGate(slots)
     except BaseException:
@@ -355,7 +366,7 @@ def ask_many_events(
                 "There is no text to read in the input.",
                 "Check the file; scanned PDFs need OCR first, which memagent does not do.",
             )
-        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop)
+        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=len(questions))
         for i in range(len(questions)):
             yield i, shared.loaded()
         tee = ChunkTee(chunks, len(questions), stop)

@@ -1,0 +1,143 @@
+"""Questions batched in one llama.cpp context (model/batched.py).
+
+Several complete() calls from several threads share one context, one llama_decode per round.
+Each sequence samples with its own chain, in order, so on the trained code-word model (whose
+logits do not depend on the batch shape) every reply equals the same call made alone.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+from codeword import QUESTION, make_document
+from conftest import REPO, run_memagent
+
+from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+
+MODEL = REPO / "tests" / "data" / "codeword.gguf"
+FACT = "The code word is amber falcon."
+
+
+def engine(**kw):
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(MODEL)
+    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
+
+
+def reply(eng, message: str, temperature: float, seed: int = 4, max_tokens: int = 32):
+    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
+
+    pieces, done = [], None
+    for item in eng.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed)):
+        if isinstance(item, TextDelta):
+            pieces.append(item.text)
+        else:
+            assert isinstance(item, CompletionDone)
+            done = item
+    assert done is not None and "".join(pieces) == done.text
+    return done
+
+
+def messages(n: int) -> list[str]:
+    return [
+        memory_prompt(QUESTION, FACT if s % 2 else INITIAL_MEMORY, make_document(random.Random(s), 64, fact=s % 3 == 0).text)
+        for s in range(n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    alone, batched = engine(speculate=False), engine(sequences=4, batch=True)
+    yield alone, batched
+    batched.close()
+    alone.close()
+
+
+def test_the_batched_engine_takes_concurrent_calls_in_one_context(pair):
+    _, batched = pair
+    assert batched.concurrent and batched.sequences == 4
+    assert batched.description.endswith("4 sequences batched")
+    assert not batched.speculate
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_batched_replies_equal_replies_made_alone(pair, temperature):
+    alone, batched = pair
+    texts = messages(12)
+    expected = [reply(alone, m, temperature).text for m in texts]
+    got: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(k, len(texts), 4):  # four threads, so rounds hold 1 to 4 sequences
+                got[i] = reply(batched, texts[i], temperature).text
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert [got.get(i) for i in range(len(texts))] == expected
+
+
+def test_a_reply_dropped_midway_frees_its_sequence(pair):
+    """Ctrl-C closes a reply's stream: its sequence goes back to the pool, and the others and
+    later calls are unaffected."""
+    from memagent_cli.model.engine import Sampling
+
+    alone, batched = pair
+    message = messages(2)[1]
+    for _ in range(6):  # more than the 4 sequences: each dropped one must come back
+        stream = batched.complete(message, 32, Sampling(temperature=0.0))
+        next(stream)
+        stream.close()
+    assert reply(batched, message, 0.0).text == reply(alone, message, 0.0).text
+
+
+def test_budgets_and_finish_reasons_match(pair):
+    alone, batched = pair
+    for budget in (1, 3):
+        for message in messages(3):
+            a, b = reply(alone, message, 0.0, max_tokens=budget), reply(batched, message, 0.0, max_tokens=budget)
+            assert (b.text, b.finish_reason, b.completion_tokens) == (a.text, a.finish_reason, a.completion_tokens)
+
+
+def test_no_batching_when_turned_off():
+    eng = engine(sequences=4, batch=False)
+    try:
+        assert eng.sequences == 1 and not eng.concurrent
+    finally:
+        eng.close()
+
+
+def test_ask_with_several_questions_batches_and_answers_the_same(tmp_path):
+    doc = tmp_path / "doc.txt"
+    rng = random.Random(5)
+    doc.write_text(
+        "\n".join([make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(2)]),
+        encoding="utf-8",
+    )
+    common = ["ask", doc, "-q", QUESTION, "-q", "What is the code word here?", "-q", "Which code word is given?"]
+    common += ["-m", MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
+    common += ["--temperature", "0", "--threads", "1", "--json", "--no-trace"]
+    out = {}
+    for flag in ("--batch", "--no-batch"):
+        done = run_memagent(*common, flag)
+        assert done.returncode == 0, done.stderr
+        out[flag] = json.loads(done.stdout)["results"]
+    batched, alone = out["--batch"], out["--no-batch"]
+    assert [r["answer"] for r in batched] == [r["answer"] for r in alone]
+    assert [[s["memory"] for s in r["steps"]] for r in batched] == [[s["memory"] for s in r["steps"]] for r in alone]
+    assert all(r["device"].endswith("3 sequences batched") for r in batched)
+    assert not any("batched" in r["device"] for r in alone)
