@@ -141,3 +141,36 @@ def test_ask_with_several_questions_batches_and_answers_the_same(tmp_path):
     assert [[s["memory"] for s in r["steps"]] for r in batched] == [[s["memory"] for s in r["steps"]] for r in alone]
     assert all(r["device"].endswith("3 sequences batched") for r in batched)
     assert not any("batched" in r["device"] for r in alone)
+
+
+def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch):
+    """eval on the embedded engine batches up to --parallel items: every row's prediction is
+    the one the item gets run alone."""
+    from memagent_cli import AgentConfig, EngineOptions
+    from memagent_cli.evals.evaluation import ItemScored, evaluate_events
+    from memagent_cli.model import engine as engine_module
+
+    made: list[int] = []  # the sequences of each batching context made (the real one, counted)
+    real = engine_module.SequenceBatcher
+
+    def counted(*args, **kw):
+        made.append(kw["sequences"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(engine_module, "SequenceBatcher", counted)
+
+    rng = random.Random(9)
+    data = tmp_path / "items.jsonl"
+    with data.open("w", encoding="utf-8") as f:
+        for k in range(6):
+            doc = make_document(rng, 200, fact=k % 2 == 0)
+            f.write(json.dumps({"id": str(k), "context": doc.text, "input": QUESTION, "answers": [doc.answer]}) + "\n")
+    config = AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=24, temperature=0, final="boxed")
+    rows = {}
+    for batch in (True, False):
+        engine = EngineOptions(threads=1, batch=batch)
+        events = list(evaluate_events(data, model=str(MODEL), config=config, engine=engine, parallel=4, skip=set()))
+        rows[batch] = {e.row["id"]: (e.row["prediction"], e.row["found"]) for _, e in events if isinstance(e, ItemScored)}
+        assert made == [4]  # the batched run made one 4-sequence context; the other made none
+    assert len(rows[True]) == 6 and rows[True] == rows[False]
+    assert sum(found for _, found in rows[True].values()) >= 2

@@ -28,6 +28,7 @@ from .options import (
     AnswerOpt,
     ApiKeyOpt,
     BaseUrlOpt,
+    BatchOpt,
     ChatTemplateOpt,
     ChunkOpt,
     EngineOpt,
@@ -155,17 +156,7 @@ def ask(
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
     speculate: SpeculateOpt = None,
-    batch: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--batch/--no-batch",
-            rich_help_panel="Questions",
-            show_default=False,
-            help="With several questions on the embedded engine, run up to --parallel of them in one llama.cpp "
-            "context, each generation step of all of them one pass. Default: what measured faster on this kind "
-            "of device.",
-        ),
-    ] = None,
+    batch: BatchOpt = None,
     n_ctx: Annotated[
         Optional[int],
         typer.Option(

@@ -22,6 +22,7 @@ from .options import (
     AnswerOpt,
     ApiKeyOpt,
     BaseUrlOpt,
+    BatchOpt,
     ChatTemplateOpt,
     ChunkOpt,
     EngineOpt,
@@ -109,7 +110,13 @@ def run(
     served_model: ServedModelOpt = None,
     tokenizer: TokenizerOpt = None,
     timeout: TimeoutOpt = None,
-    parallel: Annotated[int, typer.Option(min=1, help="Items in flight at once on a served engine.")] = 8,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Items in flight at once: on a served engine, or batched in one context on the embedded one (see --batch).",
+        ),
+    ] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
     chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
     memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
@@ -121,6 +128,7 @@ def run(
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
     speculate: SpeculateOpt = None,
+    batch: BatchOpt = None,
     template_file: ChatTemplateOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
     verbose: VerboseOpt = False,
@@ -156,6 +164,7 @@ def run(
                 threads=threads,
                 flash_attn=flash_attn,
                 speculate=speculate,
+                batch=batch,
                 verbose=verbose,
                 chat_template=template.text if template is not None else None,
             )

@@ -191,8 +191,8 @@ def evaluate_events(
             n_ctx = plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
             if engine.n_ctx is not None:
                 n_ctx = plan_context(chat, prep.tokenizer, "?", config, engine.n_ctx)
-        # jobs=1: the embedded engine runs items one at a time (batching eval items is still to come)
-        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=1)
+        # The embedded engine batches up to `parallel` items (no more than --limit asks for).
+        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=limit)
 
         def job(item: Item) -> Callable[[], Iterator[Event | ItemScored]]:
             def run() -> Iterator[Event | ItemScored]:
