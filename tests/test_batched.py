@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 
 import pytest
 from codeword import QUESTION, make_document
@@ -174,3 +175,33 @@ def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch):
         assert made == [4]  # the batched run made one 4-sequence context; the other made none
     assert len(rows[True]) == 6 and rows[True] == rows[False]
     assert sum(found for _, found in rows[True].values()) >= 2
+
+
+def test_closing_the_engine_ends_replies_still_running():
+    """A reply waiting when the engine closes (its run stopped from elsewhere) ends with an error
+    instead of waiting forever for a driver that is gone; a later call fails at once."""
+    from memagent_cli.errors import MemagentError
+    from memagent_cli.model.engine import Sampling
+
+    eng = engine(sequences=2, batch=True)
+    batcher = eng._batcher
+    batcher._closing.set()  # the driver is gone before the reply is taken up
+    batcher._thread.join(10)
+    stream = eng.complete(messages(2)[1], 32, Sampling(temperature=0.0))
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for _ in stream:
+                pass
+        except MemagentError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)  # daemon: a regression fails, never hangs
+    reader.start()
+    time.sleep(0.3)  # the reader is waiting for its first token
+    eng.close()
+    reader.join(10)
+    assert not reader.is_alive() and outcome and "closed" in str(outcome[0])
+    with pytest.raises(MemagentError, match="closed"):
+        next(batcher.complete([1, 2, 3], 4, eng._sampler(Sampling(temperature=0.0))))

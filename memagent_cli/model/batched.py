@@ -144,12 +144,18 @@ class SequenceBatcher:
         if self._thread.is_alive():
             self._closing.set()
             self._thread.join()
+        # Replies still waiting (their runs were stopped, or another thread closes the engine) end
+        # with an error instead of waiting for a driver that is gone; later calls fail at once.
+        closed = MemagentError("The model was closed while replies were still running.")
+        if self._broken is None:
+            self._broken = closed
         while True:
             try:
                 self._waiting.append(self._incoming.get_nowait())
             except queue.Empty:
                 break
         for request in self._active + self._waiting:
+            request.out.put(closed)
             _free_chain(request.chain)
         self._active, self._waiting = [], []
         if self._batch is not None:
