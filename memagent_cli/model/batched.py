@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import MemagentError
 from .runtime import log_reason
@@ -56,7 +56,7 @@ class Reply:
 
 
 class SequenceBatcher:
-    """The driver thread and its context; `submit` may be called from any thread."""
+    """The driver thread and its context; `complete` may be called from any thread."""
 
     def __init__(
         self,
@@ -73,7 +73,7 @@ class SequenceBatcher:
     ):
         import llama_cpp
 
-        self.sequences, self.n_ctx, self.n_batch = sequences, n_ctx, n_batch
+        self.n_batch = n_batch
         self._vocab, self._tokenizer = vocab, tokenizer
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx * sequences  # each sequence gets exactly n_ctx cells
@@ -149,11 +149,7 @@ class SequenceBatcher:
         closed = MemagentError("The model was closed while replies were still running.")
         if self._broken is None:
             self._broken = closed
-        while True:
-            try:
-                self._waiting.append(self._incoming.get_nowait())
-            except queue.Empty:
-                break
+        self._take_incoming()
         for request in self._active + self._waiting:
             request.out.put(closed)
             _free_chain(request.chain)
@@ -190,11 +186,7 @@ class SequenceBatcher:
         """Gives waiting requests a free sequence, the one whose cache shares most of the prompt."""
         import llama_cpp
 
-        while True:
-            try:
-                self._waiting.append(self._incoming.get_nowait())
-            except queue.Empty:
-                break
+        self._take_incoming()
         while self._waiting and self._free:
             request = self._waiting.pop(0)
             if request.cancelled:
@@ -202,7 +194,7 @@ class SequenceBatcher:
                 continue
             best, keep = self._free[0], -1
             for seq in self._free:
-                shared = _common_prefix(self._history[seq], request.prompt, len(request.prompt) - 1)
+                shared = common_prefix(self._history[seq], request.prompt, len(request.prompt) - 1)
                 if shared > keep:
                     best, keep = seq, shared
             self._free.remove(best)
@@ -210,6 +202,13 @@ class SequenceBatcher:
             del self._history[best][keep:]
             request.seq, request.fed, request.cached = best, keep, keep
             self._active.append(request)
+
+    def _take_incoming(self) -> None:
+        while True:
+            try:
+                self._waiting.append(self._incoming.get_nowait())
+            except queue.Empty:
+                return
 
     def _round(self) -> None:
         """One llama_decode: a token for each generating sequence, then prompt pieces in the room left."""
@@ -227,19 +226,12 @@ class SequenceBatcher:
                     last = request.fed + k == len(request.prompt) - 1
                     items.append((request, request.prompt[request.fed + k], last))
                 room -= take
-        batch = self._batch
-        for i, (request, token, logits) in enumerate(items):
-            batch.token[i] = token
-            batch.pos[i] = len(self._history[request.seq])
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = request.seq
-            batch.logits[i] = logits
+        placed = []
+        for request, token, logits in items:
+            placed.append((token, len(self._history[request.seq]), request.seq, logits))
             self._history[request.seq].append(token)
-        batch.n_tokens = len(items)
-        if items:
-            rc = llama_cpp.llama_decode(self._ctx, batch)
-            if rc != 0:
-                raise MemagentError(f"llama.cpp could not decode ({rc}): {log_reason() or 'no reason logged'}")
+        if placed:
+            decode(self._ctx, self._batch, placed)
         for i, (request, _token, logits) in enumerate(items):
             if request.token is None:
                 request.fed += 1
@@ -285,7 +277,24 @@ def _free_chain(chain: Any) -> None:
     llama_cpp.llama_sampler_free(chain)
 
 
-def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+def decode(ctx: Any, batch: Any, items: list[tuple[int, int, int, bool]]) -> None:
+    """One llama_decode of `items`: (token, position, sequence, wants logits) each."""
+    import llama_cpp
+
+    for i, (token, pos, seq, logits) in enumerate(items):
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+    batch.n_tokens = len(items)
+    rc = llama_cpp.llama_decode(ctx, batch)
+    if rc != 0:
+        raise MemagentError(f"llama.cpp could not decode ({rc}): {log_reason() or 'no reason logged'}")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens `a` and `b` share, at most `limit`."""
     n = min(len(a), len(b), limit)
     k = 0
     while k < n and a[k] == b[k]:

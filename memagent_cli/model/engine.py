@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Protocol, Union
 
 from ..errors import MemagentError
-from .batched import Reply, SequenceBatcher
+from .batched import Reply, SequenceBatcher, common_prefix, decode
 from .chat import ChatFormat
 from .gguf import GGUFInfo
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
@@ -204,7 +204,6 @@ class LlamaEngine:
             ) from None
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         self.speculate = default_speculate(self.on_gpu) if speculate is None else speculate
-        self._draft_room = DRAFT_MAX
         self._batch = llama_cpp.llama_batch_init(DRAFT_MAX + 1, 0, 1)
         self.sequences = sequences
         self.concurrent = sequences > 1  # several complete() calls at once, batched
@@ -318,7 +317,7 @@ class LlamaEngine:
                     drafter.checked(taken + len(pending), taken)
                     llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
                     pending = []
-                draft = drafter.draft(min(max_tokens - len(ids), self.n_ctx - n_past - 1, self._draft_room))
+                draft = drafter.draft(min(max_tokens - len(ids), self.n_ctx - n_past - 1))
                 self._decode([token, *draft], n_past)
                 n_past += 1
                 drafted += len(draft)
@@ -369,28 +368,13 @@ class LlamaEngine:
 
     def _decode(self, tokens: list[int], first_pos: int) -> None:
         """One llama_decode of `tokens` at positions from `first_pos`, with logits for each."""
-        import llama_cpp
-
-        batch = self._batch
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = first_pos + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        batch.n_tokens = len(tokens)
-        rc = llama_cpp.llama_decode(self._model().ctx, batch)
-        if rc != 0:
-            raise MemagentError(f"llama.cpp could not decode ({rc}): {log_reason() or 'no reason logged'}")
+        decode(self._model().ctx, self._batch, [(token, first_pos + i, 0, True) for i, token in enumerate(tokens)])
 
     def _reuse_prefix(self, prompt: list[int]) -> int:
         """Keeps the KV cache of the longest common prefix with the last call (the
         instruction and question repeat at every step); `eval` drops the rest."""
         llm = self._model()
-        old = llm.input_ids[: llm.n_tokens]
-        n = min(len(old), len(prompt) - 1)  # at least one token must be evaluated for fresh logits
-        keep = 0
-        while keep < n and old[keep] == prompt[keep]:
-            keep += 1
+        # at least one token must be evaluated for fresh logits
+        keep = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), prompt, len(prompt) - 1)
         llm.n_tokens = keep
         return keep
