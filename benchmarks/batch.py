@@ -41,16 +41,13 @@ QUESTIONS = [
 
 def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
     import speculate
-    from pypdf import PdfReader
 
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 
     model = speculate.smollm2()
     tok = load_tokenizer(read_gguf(model))
-    pdfs = REPO.parent / "shared" / "fixtures" / "real-pdfs"
-    names = ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf")
-    text = "\n".join(page.extract_text() or "" for name in names for page in PdfReader(pdfs / name).pages)
+    text = speculate.real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf")
     doc = work / "b8-doc.txt"
     doc.write_text(tok.decode_bytes(tok.encode(text)[: chunk * steps]).decode("utf-8", "ignore"), encoding="utf-8")
     common = ["-m", str(model), "--chunk-tokens", str(chunk), "--memory-tokens", str(memory), "--answer-tokens", "32"]
@@ -100,10 +97,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ask-only", action="store_true", help="only the end-to-end ask timing")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    import speculate
+
     if args.ask_only:
-        results = {"ask": ask_wall(args.work, 2000, 128, 2)}
-        print(json.dumps(results, indent=2))
-        return results
+        return speculate.report({"ask": ask_wall(args.work, 2000, 128, 2)}, args.json)
 
     import gpu_step
     import llama_cpp
@@ -145,10 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
         "gain": round(four / one, 2),
         "ask": ask_wall(args.work, 2000, 128, 2),
     }
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(json.dumps(results, indent=2))
-    return results
+    return speculate.report(results, args.json)
 
 
 if __name__ == "__main__":

@@ -398,10 +398,9 @@ def main(argv: list[str] | None = None) -> dict:
         results["doctor"] = {"gpu": out.get("gpu"), "models": out.get("models")}
         log("doctor", json.dumps(results["doctor"]))
 
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(json.dumps(results, indent=2))
-    return results
+    import speculate
+
+    return speculate.report(results, args.json)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,22 @@ def smollm2() -> Path:
     return target
 
 
+def real_prose(*names: str) -> str:
+    """The text of real-world PDFs from ../shared/fixtures/real-pdfs (prose nobody here wrote)."""
+    from pypdf import PdfReader
+
+    pdfs = REPO.parent / "shared" / "fixtures" / "real-pdfs"
+    return "\n".join(page.extract_text() or "" for name in names for page in PdfReader(pdfs / name).pages)
+
+
+def report(results: dict, path: Path | None) -> dict:
+    """A benchmark's results: printed, and written to `path` when one is given."""
+    if path:
+        path.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(json.dumps(results, indent=2))
+    return results
+
+
 def engine(model: Path, speculate: bool, n_ctx: int):
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.engine import LlamaEngine
@@ -130,14 +146,7 @@ def copying(repeat: int) -> dict:
 def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict:
     model = smollm2()
     _, tok = engine(model, False, 512)
-    text = ""
-    for pdf in ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"):
-        from pypdf import PdfReader
-
-        text += "\n".join(
-            page.extract_text() or "" for page in PdfReader(REPO.parent / "shared" / "fixtures" / "real-pdfs" / pdf).pages
-        )
-    ids = tok.encode(text)
+    ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     chunks = [
         tok.decode_bytes(ids[i : i + chunk_tokens]).decode("utf-8", "replace")
         for i in range(0, chunk_tokens * steps, chunk_tokens)
@@ -162,10 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["real"] = real(args.repeat, args.chunk, args.memory, args.steps)
     print("real", json.dumps(results["real"]), file=sys.stderr, flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(json.dumps(results, indent=2))
-    return results
+    return report(results, args.json)
 
 
 if __name__ == "__main__":

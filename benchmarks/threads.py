@@ -11,7 +11,6 @@ position, interleaved with the others, `--repeat` times; the median tokens per s
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -60,11 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     model = speculate.smollm2()
     tok = load_tokenizer(read_gguf(model))
-    from pypdf import PdfReader
-
-    pdfs = REPO.parent / "shared" / "fixtures" / "real-pdfs"
-    names = ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
-    text = "\n".join(page.extract_text() or "" for name in names for page in PdfReader(pdfs / name).pages)
+    text = speculate.real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)[: args.context]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     counts = sorted({1, cores})
@@ -92,10 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tok_s": {k: round(statistics.median(v), 1) for k, v in runs.items()},
         "spread": {k: [round(min(v), 1), round(max(v), 1)] for k, v in runs.items()},
     }
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(json.dumps(results, indent=2))
-    return results
+    return speculate.report(results, args.json)
 
 
 if __name__ == "__main__":
