@@ -228,3 +228,51 @@ def write_clean_model(path: Path) -> Path:
         if kind == 3 or len(token) > 32 or not whole:
             banned[i] = -30.0
     return write_tiny_qwen2(path, seed=1, bias=banned)
+
+
+# --- the trained code-word model's engine, for tests that compare replies ---------------------
+
+CODEWORD_MODEL = Path(__file__).resolve().parent / "data" / "codeword.gguf"
+CODEWORD_FACT = "The code word is amber falcon."
+
+
+def codeword_engine(**kw):
+    """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(CODEWORD_MODEL)
+    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
+
+
+def codeword_prompts(n: int) -> list[str]:
+    """n memory prompts: the fact in every third chunk, the fact or no memory in turn."""
+    import random
+
+    from codeword import QUESTION, make_document
+
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+
+    return [
+        memory_prompt(
+            QUESTION, CODEWORD_FACT if s % 2 else INITIAL_MEMORY, make_document(random.Random(s), 64, fact=s % 3 == 0).text
+        )
+        for s in range(n)
+    ]
+
+
+def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3):
+    """One complete() call to its CompletionDone, checking the streamed text adds up to it."""
+    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
+
+    streamed, done = [], None
+    for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed)):
+        if isinstance(item, TextDelta):
+            streamed.append(item.text)
+        else:
+            assert isinstance(item, CompletionDone)
+            done = item
+    assert done is not None and "".join(streamed) == done.text
+    return done

@@ -14,48 +14,13 @@ import time
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import REPO, run_memagent
-
-from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
-
-MODEL = REPO / "tests" / "data" / "codeword.gguf"
-FACT = "The code word is amber falcon."
-
-
-def engine(**kw):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(MODEL)
-    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
-
-
-def reply(eng, message: str, temperature: float, seed: int = 4, max_tokens: int = 32):
-    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
-
-    pieces, done = [], None
-    for item in eng.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed)):
-        if isinstance(item, TextDelta):
-            pieces.append(item.text)
-        else:
-            assert isinstance(item, CompletionDone)
-            done = item
-    assert done is not None and "".join(pieces) == done.text
-    return done
-
-
-def messages(n: int) -> list[str]:
-    return [
-        memory_prompt(QUESTION, FACT if s % 2 else INITIAL_MEMORY, make_document(random.Random(s), 64, fact=s % 3 == 0).text)
-        for s in range(n)
-    ]
+from conftest import CODEWORD_MODEL as MODEL
+from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
 
 @pytest.fixture(scope="module")
 def pair():
-    alone, batched = engine(speculate=False), engine(sequences=4, batch=True)
+    alone, batched = codeword_engine(speculate=False), codeword_engine(sequences=4, batch=True)
     yield alone, batched
     batched.close()
     alone.close()
@@ -71,15 +36,15 @@ def test_the_batched_engine_takes_concurrent_calls_in_one_context(pair):
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_batched_replies_equal_replies_made_alone(pair, temperature):
     alone, batched = pair
-    texts = messages(12)
-    expected = [reply(alone, m, temperature).text for m in texts]
+    texts = codeword_prompts(12)
+    expected = [reply(alone, m, temperature=temperature).text for m in texts]
     got: dict[int, str] = {}
     errors: list[BaseException] = []
 
     def worker(k: int) -> None:
         try:
             for i in range(k, len(texts), 4):  # four threads, so rounds hold 1 to 4 sequences
-                got[i] = reply(batched, texts[i], temperature).text
+                got[i] = reply(batched, texts[i], temperature=temperature).text
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -98,24 +63,27 @@ def test_a_reply_dropped_midway_frees_its_sequence(pair):
     from memagent_cli.model.engine import Sampling
 
     alone, batched = pair
-    message = messages(2)[1]
+    message = codeword_prompts(2)[1]
     for _ in range(6):  # more than the 4 sequences: each dropped one must come back
         stream = batched.complete(message, 32, Sampling(temperature=0.0))
         next(stream)
         stream.close()
-    assert reply(batched, message, 0.0).text == reply(alone, message, 0.0).text
+    assert reply(batched, message, temperature=0.0).text == reply(alone, message, temperature=0.0).text
 
 
 def test_budgets_and_finish_reasons_match(pair):
     alone, batched = pair
     for budget in (1, 3):
-        for message in messages(3):
-            a, b = reply(alone, message, 0.0, max_tokens=budget), reply(batched, message, 0.0, max_tokens=budget)
+        for message in codeword_prompts(3):
+            a, b = (
+                reply(alone, message, max_tokens=budget, temperature=0.0),
+                reply(batched, message, max_tokens=budget, temperature=0.0),
+            )
             assert (b.text, b.finish_reason, b.completion_tokens) == (a.text, a.finish_reason, a.completion_tokens)
 
 
 def test_no_batching_when_turned_off():
-    eng = engine(sequences=4, batch=False)
+    eng = codeword_engine(sequences=4, batch=False)
     try:
         assert eng.sequences == 1 and not eng.concurrent
     finally:
@@ -183,11 +151,11 @@ def test_closing_the_engine_ends_replies_still_running():
     from memagent_cli.errors import MemagentError
     from memagent_cli.model.engine import Sampling
 
-    eng = engine(sequences=2, batch=True)
+    eng = codeword_engine(sequences=2, batch=True)
     batcher = eng._batcher
     batcher._closing.set()  # the driver is gone before the reply is taken up
     batcher._thread.join(10)
-    stream = eng.complete(messages(2)[1], 32, Sampling(temperature=0.0))
+    stream = eng.complete(codeword_prompts(2)[1], 32, Sampling(temperature=0.0))
     outcome: list[BaseException] = []
 
     def read() -> None:

@@ -14,14 +14,12 @@ import random
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import REPO, run_memagent
+from conftest import CODEWORD_FACT as FACT
+from conftest import CODEWORD_MODEL as MODEL
+from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
-from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+from memagent_cli.core.protocol import memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PromptLookup
-
-MODEL = REPO / "tests" / "data" / "codeword.gguf"
-FACT = "The code word is amber falcon."
-
 
 # --- the drafter ---------------------------------------------------------------------------------
 
@@ -70,48 +68,18 @@ def test_the_draft_length_adapts_to_what_the_model_takes():
 
 @pytest.fixture(scope="module")
 def engines():
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(MODEL)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
-    made = {s: LlamaEngine(info, tok, chat, n_ctx=1024, gpu_layers=0, threads=1, speculate=s) for s in (False, True)}
+    made = {s: codeword_engine(speculate=s) for s in (False, True)}
     yield made
     for e in made.values():
         e.close()
 
 
-def complete(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3):
-    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
-
-    streamed, done = [], None
-    for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed)):
-        if isinstance(item, TextDelta):
-            streamed.append(item.text)
-        else:
-            assert isinstance(item, CompletionDone)
-            done = item
-    assert done is not None and "".join(streamed) == done.text
-    return done
-
-
-def messages(n: int = 12) -> list[str]:
-    out = []
-    for seed in range(n):
-        doc = make_document(random.Random(seed), 64, fact=seed % 3 == 0).text
-        memory = FACT if seed % 2 else INITIAL_MEMORY
-        out.append(memory_prompt(QUESTION, memory, doc))
-    return out
-
-
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_speculation_changes_nothing_in_the_output(engines, temperature):
     taken = 0
-    for message in messages():
-        plain = complete(engines[False], message, temperature=temperature)
-        fast = complete(engines[True], message, temperature=temperature)
+    for message in codeword_prompts(12):
+        plain = reply(engines[False], message, temperature=temperature)
+        fast = reply(engines[True], message, temperature=temperature)
         assert (fast.text, fast.finish_reason, fast.completion_tokens) == (
             plain.text,
             plain.finish_reason,
@@ -127,7 +95,7 @@ def test_a_copied_memory_takes_fewer_decodes(engines):
     """No fact in the chunk and the fact in the memory: the model copies the memory, and most of
     its tokens come from the draft."""
     message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
-    done = complete(engines[True], message)
+    done = reply(engines[True], message)
     assert done.text == FACT and done.finish_reason == "stop"
     assert done.accepted_tokens >= done.completion_tokens // 2
 
@@ -135,8 +103,8 @@ def test_a_copied_memory_takes_fewer_decodes(engines):
 @pytest.mark.parametrize("budget", [1, 2, 3, 5])
 def test_the_token_budget_holds_with_drafts(engines, budget):
     message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
-    plain = complete(engines[False], message, max_tokens=budget)
-    fast = complete(engines[True], message, max_tokens=budget)
+    plain = reply(engines[False], message, max_tokens=budget)
+    fast = reply(engines[True], message, max_tokens=budget)
     assert fast.completion_tokens == plain.completion_tokens <= budget
     assert (fast.text, fast.finish_reason) == (plain.text, plain.finish_reason)
 
@@ -145,10 +113,10 @@ def test_refused_drafts_leave_nothing_in_the_cache(engines):
     """A call reuses the previous call's cache for the common prefix: drafted positions the model
     refused must be gone, or the next reply would read them. The same sequence of calls on an
     engine without drafts gives the same replies."""
-    sequence = messages(8)
+    sequence = codeword_prompts(8)
     for message in sequence:
-        fast = complete(engines[True], message, temperature=0.7, seed=11)
-        plain = complete(engines[False], message, temperature=0.7, seed=11)
+        fast = reply(engines[True], message, temperature=0.7, seed=11)
+        plain = reply(engines[False], message, temperature=0.7, seed=11)
         assert fast.text == plain.text
         assert fast.cached_tokens == plain.cached_tokens > 0
 

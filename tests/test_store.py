@@ -124,17 +124,23 @@ def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
         assert {h["step"] for h in s.search("granary")} == {1, 3}
 
 
-def test_upgrade_from_migration_3_reads_old_steps_as_undrafted(tmp_path):
-    """Steps recorded before speculative rewrites have no draft counts: they read back as 0, so a
-    step has the same shape whatever memagent recorded it."""
-    path = tmp_path / "traces.db"
+def database_at(path, version: int):
+    """A database as a memagent that knew migrations 1 to `version` left it, open."""
     conn = raw(path)
     conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
-    for number in (1, 2, 3):
+    for number in range(1, version + 1):
         conn.executescript(
             f"BEGIN; INSERT INTO schema_migrations VALUES ({number}, '2024-01-01T00:00:00+00:00');"
             f" {MIGRATIONS[number - 1]}; COMMIT;"
         )
+    return conn
+
+
+def test_upgrade_from_migration_3_reads_old_steps_as_undrafted(tmp_path):
+    """Steps recorded before speculative rewrites have no draft counts: they read back as 0, so a
+    step has the same shape whatever memagent recorded it."""
+    path = tmp_path / "traces.db"
+    conn = database_at(path, 3)
     conn.executescript(
         "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer) VALUES"
         " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
@@ -153,13 +159,7 @@ def test_upgrade_from_migration_3_reads_old_steps_as_undrafted(tmp_path):
 
 def test_upgrade_from_migration_2_adds_run_owners(tmp_path):
     path = tmp_path / "traces.db"
-    conn = raw(path)
-    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
-    for number in (1, 2):
-        conn.executescript(
-            f"BEGIN; INSERT INTO schema_migrations VALUES ({number}, '2024-01-01T00:00:00+00:00');"
-            f" {MIGRATIONS[number - 1]}; COMMIT;"
-        )
+    conn = database_at(path, 2)
     conn.executescript(
         "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer) VALUES"
         " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', 'complete', 'Where did the otter swim?',"
