@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
 DEFAULT_VOCAB = REPO.parent / "shared" / "fixtures" / "qwen2.5-vocab-llamacpp.gguf"
 
 # config.json of each Qwen2.5-Instruct model (Hugging Face); the vocabulary rows are the
@@ -60,6 +61,7 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
     """Writes the random F16 model, tensor by tensor (a 7B one is 15 GB: never all in memory)."""
     import gguf
     import numpy as np
+    from tinymodel import add_qwen2_hparams
 
     s = SHAPES[shape]
     n_embd, n_layer, n_head, n_head_kv, n_ff = s["n_embd"], s["n_layer"], s["n_head"], s["n_head_kv"], s["n_ff"]
@@ -72,14 +74,7 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
     w = gguf.GGUFWriter(str(dest), "qwen2")
     w.add_name(f"random-{shape}")
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    w.add_context_length(32768)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1e6)
+    add_qwen2_hparams(w, n_embd, n_layer, n_ff, n_head, n_head_kv)
     n_vocab = _copy_tokenizer(w, vocab)
 
     tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), "random")]

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_CORPUS",
     "TinyVocab",
     "build_vocab",
+    "add_qwen2_hparams",
     "bytes_to_unicode",
     "write_qwen2_gguf",
     "write_tiny_qwen2",
@@ -542,6 +543,18 @@ def write_tiny_qwen2(
     )
 
 
+def add_qwen2_hparams(w, n_embd, n_layer, n_ff, n_head, n_head_kv, context_length=32768, rope_freq_base=1e6) -> None:
+    """The hyper-parameters llama.cpp requires of a qwen2 GGUF, on a gguf.GGUFWriter."""
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(rope_freq_base)
+
+
 def write_qwen2_gguf(
     path,
     *,
@@ -568,14 +581,7 @@ def write_qwen2_gguf(
     w = gguf.GGUFWriter(str(path), arch)  # writes general.architecture; the keys below are under it
     w.add_name(name)
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(rope_freq_base)
+    add_qwen2_hparams(w, n_embd, n_layer, n_ff, n_head, n_head_kv, context_length, rope_freq_base)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)  # another llama.cpp pre-tokenizer name tests the tokenizer fallback
