@@ -173,3 +173,40 @@ def test_closing_the_engine_ends_replies_still_running():
     assert not reader.is_alive() and outcome and "closed" in str(outcome[0])
     with pytest.raises(MemagentError, match="closed"):
         next(batcher.complete([1, 2, 3], 4, eng._sampler(Sampling(temperature=0.0))))
+
+
+def test_inspect_sizes_the_context_llama_cpp_makes_for_n_sequences(tmp_path):
+    """`inspect --sequences 3` names the context `ask -q` x3 makes: llama.cpp's own count of
+    cells per sequence and in all, and the KV buffer size it logs, are the oracle."""
+    import re
+
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.runtime import llama_log_listener
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(make_document(random.Random(3), 64, where=0.5).text, encoding="utf-8")
+    args = ["inspect", doc, "-m", MODEL, "--question", QUESTION, "--chunk-tokens", "64", "--memory-tokens", "32"]
+    done = run_memagent(*args, "--sequences", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    context = json.loads(done.stdout)["context"]
+    per = context["tokens_per_sequence"]
+    assert context["sequences"] == 3 and context["tokens"] == 3 * per and per % 256 == 0
+
+    info = read_gguf(MODEL)
+    lines: list[str] = []
+    with llama_log_listener(lines.append):
+        eng = LlamaEngine(
+            info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=per, gpu_layers=0, threads=1, sequences=3, batch=True
+        )
+    try:
+        assert eng.cells() == (context["tokens"], per)
+    finally:
+        eng.close()
+    logged = [float(m.group(1)) for line in lines if (m := re.search(r"KV buffer size =\s*([\d.]+) MiB", line))]
+    assert logged and round(context["kv_cache_bytes"] / 2**20, 2) == logged[-1]
+
+    text = run_memagent(*args, "--sequences", "3", env={"COLUMNS": "120"})
+    assert f"{3 * per:,} tokens: 3 sequences of {per:,}" in text.stdout, text.stdout

@@ -145,6 +145,10 @@ def test_inspect_counts_with_a_vocabulary_only_gguf(doc, qwen2_vocab):
     n = len(load_tokenizer(read_gguf(qwen2_vocab)).encode(doc.read_text().strip()))
     assert out["document_tokens"] == n and out["steps_total"] == -(-n // 100)
     assert out["estimate"]["seconds"] > 0 and out["has_weights"] is False
+    # A vocabulary's hyper-parameters are placeholders: the cache is the default 7B's, and says so.
+    context = out["context"]
+    assert context["sequences"] == 1 and context["tokens"] == context["tokens_per_sequence"] > 100
+    assert context["kv_cache_bytes"] == 57_344 * context["tokens"] and "default 7B" in context["kv_cache_assumes"]
     text = runner.invoke(app, ["inspect", str(doc), "-m", str(qwen2_vocab)], env={"NO_COLOR": "1", "COLUMNS": "120"})
     assert f"{n:,} tokens" in text.stdout and "steps" in text.stdout
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
 from .models import model_for_run
 from .options import (
@@ -209,7 +210,7 @@ def ask(
             min=1,
             rich_help_panel="Questions",
             help="Model calls in flight at once: on a served engine, or batched in one context on the embedded "
-            "engine (at most 16; see --batch).",
+            f"engine (at most {MAX_SEQUENCES}; see --batch).",
         ),
     ] = 4,
     engine: EngineOpt = "llama",
@@ -685,6 +686,17 @@ def inspect(
     ] = None,
     chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
     memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    sequences: Annotated[
+        int,
+        typer.Option(
+            "--sequences",
+            metavar="N",
+            min=1,
+            max=MAX_SEQUENCES,
+            help="Size the context for N questions batched in one llama.cpp context, as `ask` does with "
+            "N questions (-q ... up to --parallel).",
+        ),
+    ] = 1,
     template_file: ChatTemplateOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
@@ -694,8 +706,8 @@ def inspect(
     """Count what a question would cost, without loading any weights.
 
     Shows files and pages, the exact token count in the model's own tokenizer, the number of
-    steps and an estimate of the run time; --show-prompt prints what the model would see.
-    A vocabulary-only GGUF is enough.
+    steps, the llama.cpp context and its KV cache, and an estimate of the run time;
+    --show-prompt prints what the model would see. A vocabulary-only GGUF is enough.
     """
     from ..core.inspection import inspect_sources, step_prompt
     from .views.reports import render_inspection
@@ -718,6 +730,7 @@ def inspect(
             stdin_is_piped=_stdin_piped(),
             keep_chunk=show_prompt,
             chat_template=template.text if template is not None else None,
+            sequences=sequences,
             warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True),
         )
         if show_prompt is not None:

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.runtime import MAX_SEQUENCES
 
 if TYPE_CHECKING:
     from ..core.pipeline import EngineOptions
@@ -77,7 +78,7 @@ BatchOpt = Annotated[
         rich_help_panel="Model",
         show_default=False,
         help="Run up to --parallel questions (or eval items) in one llama.cpp context on the embedded engine, "
-        "each generation step of all of them one pass (at most 16). Default: on, measured faster on CPU and GPU.",
+        f"each generation step of all of them one pass (at most {MAX_SEQUENCES}). Default: on, measured faster on CPU and GPU.",
     ),
 ]
 VerboseOpt = Annotated[

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
+from .agent import plan_context
 from .chunking import IngestStats
+from .config import AgentConfig
 from .events import model_record
 from .pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, prepare
 from .protocol import INITIAL_MEMORY, memory_prompt
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 CPU_ANCHOR = (1.9e9, 14.0, 7.7)  # 3B Q4_K_M on 2 CPU threads
 GPU_ANCHOR = (4.7e9, 6400.0, 140.0)  # 7B Q4_K_M on an H100
 DEFAULT_MODEL_BYTES = 4.68e9  # the default model, 7B at Q4_K_M, when only a vocabulary is given
+DEFAULT_KV_BYTES_PER_TOKEN = 57_344  # the default 7B's K and V at f16: 28 layers x 4 heads x 128 x 2 x 2 bytes
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Report:
     kept_chunk: str | None = None  # text of the chunk --show-prompt asked for
     kept_index: int | None = None
     estimate: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def info(self) -> GGUFInfo:
@@ -66,6 +70,7 @@ class Report:
             "memory_tokens": self.memory_tokens,
             "steps_total": self.steps,
             "calls": self.steps + 1,
+            "context": self.context,
             "estimate": self.estimate,
         }
 
@@ -84,8 +89,10 @@ def inspect_sources(
     warn: Callable[[str], None],
     keep_chunk: int | None = None,
     chat_template: str | None = None,
+    sequences: int = 1,
 ) -> Report:
-    """`chat_template`: the user's template text (chat.read_template), over the GGUF's own."""
+    """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
+    `sequences`: questions batched in one context, which the context is sized for."""
     options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped)
     prep = prepare(model, paths, options, EngineOptions(chat_template=chat_template))
     for note in prep.notices:
@@ -99,7 +106,29 @@ def inspect_sources(
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index
     report.estimate = estimate(report)
+    report.context = context_plan(report, sequences)
     return report
+
+
+def context_plan(report: Report, sequences: int) -> dict[str, Any]:
+    """The llama.cpp context `ask` would make: each question's sequence gets exactly the
+    tokens its budgets need, and N questions batched get N times that in one context."""
+    from ..model.memory import kv_cache_bytes, model_memory
+
+    config = AgentConfig(chunk_tokens=report.chunk_tokens, memory_tokens=report.memory_tokens)
+    per_sequence = plan_context(report.chat, report.prep.tokenizer, report.question or "", config)
+    tokens = per_sequence * sequences
+    mem = model_memory(report.info)
+    # A vocabulary-only GGUF's hyper-parameters are placeholders (llama.cpp's vocab files say 32
+    # layers of 32 heads for every model), so it gets the default model's cache, as the estimate does.
+    known = report.info.has_weights and mem.kv_bytes_per_token > 0
+    return {
+        "tokens_per_sequence": per_sequence,
+        "sequences": sequences,
+        "tokens": tokens,
+        "kv_cache_bytes": kv_cache_bytes(mem, tokens) if known else DEFAULT_KV_BYTES_PER_TOKEN * tokens,
+        "kv_cache_assumes": None if known else "the default 7B model's cache (only a vocabulary was given)",
+    }
 
 
 def estimate(report: Report) -> dict[str, Any]:

@@ -213,7 +213,7 @@ def open_shared_engine(
     a time). The embedded engine batches up to `parallel` replies (no more than `jobs`, the runs that
     will share it) where batching is on. Setting `stop` ends the calls in flight and those waiting
     their turn."""
-    from ..model.engine import MAX_SEQUENCES
+    from ..model.runtime import MAX_SEQUENCES
 
     t_load = time.perf_counter()
     sequences = max(1, min(parallel, jobs or parallel, MAX_SEQUENCES))

@@ -108,6 +108,12 @@ class SequenceBatcher:
 
     # --- the callers' side ---------------------------------------------------------------------
 
+    def cells(self) -> tuple[int, int]:
+        """The context llama.cpp made: cells in all, and cells each sequence may use."""
+        import llama_cpp
+
+        return int(llama_cpp.llama_n_ctx(self._ctx)), int(llama_cpp.llama_n_ctx_seq(self._ctx))
+
     def complete(self, prompt: list[int], max_tokens: int, chain: Any) -> Iterator[str | Reply]:
         """Text pieces as they come, then the Reply; closing the iterator early cancels it."""
         if self._broken is not None:

@@ -17,6 +17,8 @@ class _LogState(TypedDict):
     callback: object  # the ctypes callback handed to llama.cpp (kept referenced), or None before that
 
 
+MAX_SEQUENCES = 16  # the most replies batched in one context (B4 measured 1, 4 and 16)
+
 _LOG_TAIL: deque[str] = deque(maxlen=40)  # recent llama.cpp log lines, for error messages
 _log_state: _LogState = {"verbose": False, "callback": None}
 # functions called with each log line (the quantizer's progress reads them)

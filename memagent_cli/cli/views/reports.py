@@ -49,6 +49,7 @@ def render_inspection(report: Report) -> Group:
             (f"{report.steps} steps", "bold"),
             f" of {report.chunk_tokens:,} tokens + 1 final answer",
         ),
+        _context_line(report.context),
         Text.assemble(
             ("estimate  ", "bold"),
             f"up to ~{_duration(est['seconds'])} on {est['device']}",
@@ -56,6 +57,19 @@ def render_inspection(report: Report) -> Group:
         ),
     ]
     return Group(*lines)
+
+
+def _context_line(context: Mapping[str, Any]) -> Text:
+    from ...model.memory import format_bytes
+
+    n = context["sequences"]
+    size = f"{context['tokens_per_sequence']:,} tokens"
+    if n > 1:
+        size = f"{context['tokens']:,} tokens: {n} sequences of {context['tokens_per_sequence']:,}"
+    line = Text.assemble(("context   ", "bold"), size, f", KV cache {format_bytes(context['kv_cache_bytes'])}")
+    if context.get("kv_cache_assumes"):
+        line.append(f" (assumes {context['kv_cache_assumes']})", style="dim")
+    return line
 
 
 def render_doctor(report: Mapping[str, Any]) -> Group:
