@@ -18,9 +18,11 @@ from conftest import CODEWORD_MODEL as MODEL
 from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
 
-@pytest.fixture(scope="module")
-def pair():
-    alone, batched = codeword_engine(speculate=False), codeword_engine(sequences=4, batch=True)
+@pytest.fixture(scope="module", params=[False, True], ids=["no-drafts", "drafts"])
+def pair(request):
+    """The lone engine without drafts, and a batching one with or without them."""
+    alone = codeword_engine(speculate=False)
+    batched = codeword_engine(sequences=4, batch=True, speculate=request.param)
     yield alone, batched
     batched.close()
     alone.close()
@@ -30,7 +32,19 @@ def test_the_batched_engine_takes_concurrent_calls_in_one_context(pair):
     _, batched = pair
     assert batched.concurrent and batched.sequences == 4
     assert batched.description.endswith("4 sequences batched")
-    assert not batched.speculate
+
+
+def test_drafts_inside_a_batch_are_checked_and_counted(pair):
+    """The code-word model copies its memory, so drafts from the prompt are taken: a reply made
+    with them says how many were drafted and accepted, and without them says none."""
+    _, batched = pair
+    done = [reply(batched, m, temperature=0.0) for m in codeword_prompts(6)]
+    drafted, accepted = sum(d.drafted_tokens for d in done), sum(d.accepted_tokens for d in done)
+    if batched.speculate:
+        assert 0 < accepted <= drafted
+        assert accepted <= sum(d.completion_tokens for d in done)
+    else:
+        assert drafted == accepted == 0
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
@@ -73,7 +87,7 @@ def test_a_reply_dropped_midway_frees_its_sequence(pair):
 
 def test_budgets_and_finish_reasons_match(pair):
     alone, batched = pair
-    for budget in (1, 3):
+    for budget in (1, 2, 3, 5):
         for message in codeword_prompts(3):
             a, b = (
                 reply(alone, message, max_tokens=budget, temperature=0.0),

@@ -9,7 +9,10 @@ processed while the others generate. Callers (one thread per question) hand in a
 read their reply's pieces from a queue, so the agent loop sees the same `Engine.complete`.
 
 Each sequence samples with its own sampler chain, in order, exactly as a lone reply would: the
-output changes only where llama.cpp computes different logits for another batch shape.
+output changes only where llama.cpp computes different logits for another batch shape. With
+drafts on, a generating sequence puts its prompt-lookup drafts (speculate.py) beside its next
+token in the same decode, and keeps them while they equal what its chain samples, as the
+lone engine does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import MemagentError
 from .runtime import log_reason
+from .speculate import PromptLookup
 from .tokenizer import StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
@@ -42,6 +46,9 @@ class _Request:
     ids: list[int] = field(default_factory=list)
     started: float = 0.0
     first_token_at: float = 0.0
+    drafter: PromptLookup | None = None  # None: no drafts for this reply
+    drafted: int = 0
+    accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Reply:
     cached_tokens: int
     prompt_seconds: float
     generate_seconds: float
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class SequenceBatcher:
@@ -69,11 +78,14 @@ class SequenceBatcher:
         threads: int,
         threads_batch: int,
         flash_attn: bool,
+        speculate: bool = False,
         n_batch: int = 512,
     ):
         import llama_cpp
 
         self.n_batch = n_batch
+        self.n_ctx = n_ctx
+        self.speculate = speculate
         self._vocab, self._tokenizer = vocab, tokenizer
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx * sequences  # each sequence gets exactly n_ctx cells
@@ -120,6 +132,8 @@ class SequenceBatcher:
             _free_chain(chain)
             raise self._broken
         request = _Request(prompt, max_tokens, chain, started=time.perf_counter())
+        if self.speculate:
+            request.drafter = PromptLookup(prompt)
         self._incoming.put(request)
         decoder = StreamDecoder(self._tokenizer)
         try:
@@ -217,14 +231,25 @@ class SequenceBatcher:
                 return
 
     def _round(self) -> None:
-        """One llama_decode: a token for each generating sequence, then prompt pieces in the room left."""
-        import llama_cpp
+        """One llama_decode: a token (and its drafts) for each generating sequence, then prompt
+        pieces in the room left."""
 
-        items: list[tuple[_Request, int, bool]] = []  # (request, token, is this request's sampling point)
-        for request in self._active:
-            if request.token is not None and not request.cancelled:
-                items.append((request, request.token, True))
-        room = self.n_batch - len(items)
+        # (request, token, is it a sampling point); a generating request's drafts follow its token
+        items: list[tuple[_Request, int, bool]] = []
+        drafts: dict[int, list[int]] = {}  # id(request) -> the drafts decoded after its token
+        room = self.n_batch
+        generating = [r for r in self._active if r.token is not None and not r.cancelled]
+        for j, request in enumerate(generating):
+            draft: list[int] = []
+            if request.drafter is not None:
+                past = len(self._history[request.seq]) + 1
+                # every generating sequence after this one still needs a place for its token
+                limit = min(request.max_tokens - len(request.ids), self.n_ctx - past - 1, room - (len(generating) - j))
+                draft = request.drafter.draft(limit)
+            drafts[id(request)] = draft
+            items.extend((request, t, True) for t in (request.token, *draft))
+            request.drafted += len(draft)
+            room -= 1 + len(draft)
         for request in self._active:
             if request.token is None and not request.cancelled and room > 0:
                 take = min(room, len(request.prompt) - request.fed)
@@ -238,26 +263,58 @@ class SequenceBatcher:
             self._history[request.seq].append(token)
         if placed:
             decode(self._ctx, self._batch, placed)
-        for i, (request, _token, logits) in enumerate(items):
-            if request.token is None:
+        i = 0
+        while i < len(items):
+            request, _token, logits = items[i]
+            if request.token is None:  # a prompt token
                 request.fed += 1
-            if not logits or request.cancelled:
+                if logits and not request.cancelled:
+                    self._sample(request, i, [])
+                i += 1
                 continue
-            token = llama_cpp.llama_sampler_sample(request.chain, self._ctx, i)
+            draft = drafts[id(request)]
+            if not request.cancelled:
+                self._sample(request, i, draft)
+            i += 1 + len(draft)
+        for request in [r for r in self._active if r.cancelled]:
+            self._release(request)
+
+    def _sample(self, request: _Request, index: int, draft: list[int]) -> None:
+        """Samples at batch position `index`, and on through the drafts while the model agrees
+        with them; removes the refused drafts' cells. Ends the reply at an end of turn or its budget."""
+        import llama_cpp
+
+        kept = 0  # drafts the model agreed with: their cells stay, their logits are used
+        end = None
+        while True:
+            token = llama_cpp.llama_sampler_sample(request.chain, self._ctx, index + kept)
             now = time.perf_counter()
             if request.token is None:
                 request.first_token_at = now
             if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                self._finish(request, "stop", now)
-                continue
+                end = "stop"
+                break
             request.ids.append(token)
             request.out.put(token)
+            if request.drafter is not None:
+                request.drafter.add(token)
             if len(request.ids) >= request.max_tokens:
-                self._finish(request, "length", now)
-                continue
+                end = "length"
+                break
             request.token = token
-        for request in [r for r in self._active if r.cancelled]:
-            self._release(request)
+            if kept < len(draft) and draft[kept] == token:
+                kept += 1
+                continue
+            break
+        if draft:
+            assert request.drafter is not None
+            request.drafter.checked(len(draft), kept)
+            request.accepted += kept
+            history = self._history[request.seq]
+            del history[len(history) - (len(draft) - kept) :]
+            llama_cpp.llama_memory_seq_rm(self._mem, request.seq, len(history), -1)
+        if end is not None:
+            self._finish(request, end, now)
 
     def _finish(self, request: _Request, reason: str, now: float) -> None:
         request.out.put(
@@ -267,6 +324,8 @@ class SequenceBatcher:
                 cached_tokens=request.cached,
                 prompt_seconds=request.first_token_at - request.started,
                 generate_seconds=now - request.first_token_at,
+                drafted_tokens=request.drafted,
+                accepted_tokens=request.accepted,
             )
         )
         self._release(request)

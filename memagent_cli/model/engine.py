@@ -206,7 +206,6 @@ class LlamaEngine:
         self.concurrent = sequences > 1  # several complete() calls at once, batched
         self._batcher: SequenceBatcher | None = None
         if sequences > 1:
-            self.speculate = False  # drafts are checked one sequence at a time: not with batching
             self._batcher = SequenceBatcher(
                 self._llm.model,
                 self._vocab,
@@ -216,6 +215,7 @@ class LlamaEngine:
                 threads=self.threads,
                 threads_batch=max(self.threads, available_cores()),
                 flash_attn=self.flash_attn,
+                speculate=self.speculate,
             )
             self.description += f", {sequences} sequences batched"
 
@@ -368,6 +368,8 @@ class LlamaEngine:
                     cached_tokens=item.cached_tokens,
                     prompt_seconds=item.prompt_seconds,
                     generate_seconds=item.generate_seconds,
+                    drafted_tokens=item.drafted_tokens,
+                    accepted_tokens=item.accepted_tokens,
                 )
             else:
                 yield TextDelta(item)
