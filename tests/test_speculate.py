@@ -19,7 +19,7 @@ from conftest import CODEWORD_MODEL as MODEL
 from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
 from memagent_cli.core.protocol import memory_prompt
-from memagent_cli.model.speculate import NGRAM_MIN, PromptLookup
+from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, DraftPolicy, PromptLookup
 
 # --- the drafter ---------------------------------------------------------------------------------
 
@@ -28,39 +28,106 @@ def test_drafts_what_followed_the_latest_earlier_occurrence():
     d = PromptLookup([1, 2, 3, 4, 5, 9, 2, 3, 7, 8])
     d.add(2)
     d.add(3)  # the text now ends "2 3": last seen followed by 7 8
-    assert d.draft(8) == [7, 8, 2, 3]
-    assert d.draft(1) == [7]
+    assert d.propose(8) == [7, 8, 2, 3]
+    assert d.propose(1) == [7]
 
 
 def test_the_longest_matching_ngram_wins():
     d = PromptLookup([5, 1, 2, 3, 40, 41, 9, 2, 3, 50, 51])
     for t in (1, 2, 3):
         d.add(t)  # "1 2 3" occurred once, followed by 40; "2 3" last by 50
-    assert d.draft(2) == [40, 41]
+    assert d.propose(2) == [40, 41]
 
 
 def test_no_match_no_draft_and_the_text_never_matches_itself():
     d = PromptLookup([1, 2, 3])
-    assert d.draft(4) == []  # "2 3" ends the text: nothing followed it yet
+    assert d.propose(4) == [] and d.draft(4) == []  # "2 3" ends the text: nothing followed it yet
     d.add(4)
-    assert d.draft(4) == []
-    assert PromptLookup([7] * (NGRAM_MIN - 1)).draft(4) == []
+    assert d.propose(4) == []
+    assert PromptLookup([7] * (NGRAM_MIN - 1)).propose(4) == []
 
 
-def test_the_draft_length_adapts_to_what_the_model_takes():
-    d = PromptLookup(list(range(100)) + list(range(50)), draft_max=16)
-    start = len(d.draft(100))
-    d.checked(start, start)
-    assert len(d.draft(100)) == min(16, start * 2)
-    d.checked(16, 0)
-    d.checked(8, 0)
-    assert len(d.draft(100)) == 4
-    for _ in range(5):
-        d.checked(4, 0)
-    assert len(d.draft(100)) == 1  # never below one while n-grams match
-    d.checked(1, 1)
-    assert len(d.draft(100)) == 2
-    assert d.draft(0) == []
+def _rate(p: float, k: int, a: float, b: float) -> float:
+    """Expected tokens per second of one decode holding the next token and k drafts."""
+    return sum(p**i for i in range(k + 1)) / (a + b * (1 + k))
+
+
+def test_the_policy_fits_the_decode_cost_to_the_width():
+    policy = DraftPolicy()
+    assert policy.cost() is None
+    for w in (1, 5, 9, 17, 1, 3):
+        policy.observe(w, 0.1 + 0.02 * w)
+    a, b = policy.cost()
+    assert a == pytest.approx(0.1) and b == pytest.approx(0.02)
+    one = DraftPolicy()
+    one.observe(1, 0.2)  # a single width says nothing of the slope: the prior share is assumed
+    a, b = one.cost()
+    assert a + b == pytest.approx(0.2) and b == pytest.approx(0.2 * PRIOR_EXTRA)
+
+
+def test_the_policy_estimates_how_often_a_drafted_token_is_taken():
+    policy = DraftPolicy()
+    assert policy.acceptance == 0.5  # the prior: one taken, one refused
+    for _ in range(200):
+        policy.outcome(4, 3)  # three taken, then a refusal
+    assert policy.acceptance == pytest.approx(0.75, abs=0.01)
+    policy.outcome(0, 0)  # nothing drafted: nothing learnt
+    assert policy.acceptance == pytest.approx(0.75, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "taken", "expected"),
+    [
+        (0.1, 0.001, 9, 16),  # a GPU: checking is nearly free, and the model copies: draft all
+        (0.01, 0.09, 3, 0),  # two busy CPU cores: a drafted token costs 90% of a decode; 3 in 4 taken
+        (0.01, 0.09, 99, None),  # ... the same machine, a model that copies nearly always
+    ],
+)
+def test_the_policy_drafts_what_gives_the_most_tokens_per_second(a, b, taken, expected):
+    policy = DraftPolicy()
+    for w in (1, 2, 5, 9, 17):
+        policy.observe(w, a + b * w)
+    for _ in range(300):
+        policy.outcome(taken + 1, taken)
+    p = policy.acceptance
+    k = policy.choose(16)
+    best = max(range(17), key=lambda j: _rate(p, j, a, b))
+    assert k == best
+    if expected is not None:
+        assert k == expected
+    else:
+        assert 0 < k < 16
+    assert policy.choose(0) == 0 and policy.choose(3) <= 3
+
+
+def test_in_a_batch_the_policy_weighs_drafts_against_the_whole_round():
+    """A decode's fixed cost is shared by the sequences in the round, so a drafted token's own
+    cost weighs more against what it may save: drafts that pay alone need not in a round of four."""
+    policy = DraftPolicy()
+    for w in (1, 4, 8, 16):
+        policy.observe(w, 0.1 + 0.05 * w)
+    for _ in range(300):
+        policy.outcome(2, 1)  # one in two taken
+    p = policy.acceptance
+    assert 0.05 / 0.15 < p < 4 * 0.05 / (0.1 + 4 * 0.05)  # pays alone, not beside three others
+    assert policy.choose(16) > 0
+    assert policy.choose(16, width=4, tokens=4.0) == 0
+
+
+def test_a_proposal_not_drafted_is_scored_against_what_the_model_writes():
+    policy = DraftPolicy()
+    for w in (1, 2, 5, 9):
+        policy.observe(w, 0.01 + 0.5 * w)  # drafts never pay here
+    d = PromptLookup([1, 2, 3, 4, 5, 6, 1, 2], policy)
+    before = policy.acceptance
+    assert d.draft(8) == []  # proposed 3 4 5 6 1 2, decoded nothing
+    for t in (3, 4, 5, 6, 1, 2):  # the model writes exactly the proposal
+        d.add(t)
+    assert policy.acceptance > before
+    d.draft(8)  # "1 2" again: 3 4 5 ...
+    lower = policy.acceptance
+    d.add(9)  # refused at once
+    assert policy.acceptance < lower
 
 
 # --- the engine ----------------------------------------------------------------------------------

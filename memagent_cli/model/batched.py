@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import MemagentError
 from .runtime import log_reason
-from .speculate import PromptLookup
+from .speculate import DraftPolicy, PromptLookup
 from .tokenizer import StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class SequenceBatcher:
         self.n_batch = n_batch
         self.n_ctx = n_ctx
         self.speculate = speculate
+        self._policy = DraftPolicy()  # shared by the sequences: the cost of a round is theirs together
         self._vocab, self._tokenizer = vocab, tokenizer
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx * sequences  # each sequence gets exactly n_ctx cells
@@ -133,7 +134,7 @@ class SequenceBatcher:
             raise self._broken
         request = _Request(prompt, max_tokens, chain, started=time.perf_counter())
         if self.speculate:
-            request.drafter = PromptLookup(prompt)
+            request.drafter = PromptLookup(prompt, self._policy)
         self._incoming.put(request)
         decoder = StreamDecoder(self._tokenizer)
         try:
@@ -233,21 +234,28 @@ class SequenceBatcher:
     def _round(self) -> None:
         """One llama_decode: a token (and its drafts) for each generating sequence, then prompt
         pieces in the room left."""
+        import llama_cpp
 
         # (request, token, is it a sampling point); a generating request's drafts follow its token
         items: list[tuple[_Request, int, bool]] = []
         drafts: dict[int, list[int]] = {}  # id(request) -> the drafts decoded after its token
         room = self.n_batch
         generating = [r for r in self._active if r.token is not None and not r.cancelled]
+        # The policy weighs each sequence's drafts against the whole round: its width so far, and
+        # the tokens expected from it (one per generating sequence, more for drafts taken).
+        width, expected = len(generating), float(len(generating))
         for j, request in enumerate(generating):
+            assert request.token is not None  # what `generating` holds
             draft: list[int] = []
             if request.drafter is not None:
                 past = len(self._history[request.seq]) + 1
                 # every generating sequence after this one still needs a place for its token
                 limit = min(request.max_tokens - len(request.ids), self.n_ctx - past - 1, room - (len(generating) - j))
-                draft = request.drafter.draft(limit)
+                draft = request.drafter.draft(limit, width, expected)
+                width += len(draft)
+                expected += request.drafter.expected(len(draft)) - 1
             drafts[id(request)] = draft
-            items.extend((request, t, True) for t in (request.token, *draft))
+            items.extend((request, t, True) for t in [request.token, *draft])
             request.drafted += len(draft)
             room -= 1 + len(draft)
         for request in self._active:
@@ -262,7 +270,12 @@ class SequenceBatcher:
             placed.append((token, len(self._history[request.seq]), request.seq, logits))
             self._history[request.seq].append(token)
         if placed:
+            started = time.perf_counter()
             decode(self._ctx, self._batch, placed)
+            if self.speculate and all(r.token is not None for r, _, _ in items):
+                # Rounds of generating sequences alone are the ones whose width drafts change.
+                llama_cpp.llama_synchronize(self._ctx)
+                self._policy.observe(len(placed), time.perf_counter() - started)
         i = 0
         while i < len(items):
             request, _token, logits = items[i]

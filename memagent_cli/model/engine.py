@@ -24,7 +24,7 @@ from .batched import Reply, SequenceBatcher, common_prefix, decode
 from .chat import ChatFormat
 from .gguf import GGUFInfo
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
-from .speculate import DRAFT_MAX, PromptLookup
+from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup
 from .tokenizer import StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
@@ -201,6 +201,7 @@ class LlamaEngine:
             ) from None
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         self.speculate = default_speculate(self.on_gpu) if speculate is None else speculate
+        self.draft_policy = DraftPolicy()  # what checking drafts costs on this machine, learnt as it runs
         self._batch = llama_cpp.llama_batch_init(DRAFT_MAX + 1, 0, 1)
         self.sequences = sequences
         self.concurrent = sequences > 1  # several complete() calls at once, batched
@@ -281,7 +282,7 @@ class LlamaEngine:
         prompt_done = time.perf_counter()
         chain = self._sampler(sampling)
         decoder = StreamDecoder(self.tokenizer)
-        drafter = PromptLookup(prompt) if self.speculate else None
+        drafter = PromptLookup(prompt, self.draft_policy) if self.speculate else None
         ids: list[int] = []
         finish = "length"
         n_past = len(prompt)  # the KV cache holds positions [0, n_past): the prompt, then the reply
@@ -324,7 +325,10 @@ class LlamaEngine:
                     llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
                     pending = []
                 draft = drafter.draft(min(max_tokens - len(ids), self.n_ctx - n_past - 1))
+                started = time.perf_counter()
                 self._decode([token, *draft], n_past)
+                llama_cpp.llama_synchronize(ctx)  # a GPU decode runs on until its logits are read
+                self.draft_policy.observe(1 + len(draft), time.perf_counter() - started)
                 n_past += 1
                 drafted += len(draft)
                 pending, taken, logits_at = list(draft), 0, 0

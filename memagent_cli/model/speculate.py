@@ -1,4 +1,4 @@
-"""Drafts for speculative memory rewrites: prompt-lookup n-grams.
+"""Drafts for speculative memory rewrites: prompt-lookup n-grams, and how many of them to check.
 
 A MemAgent memory update is told to "retain all relevant details from the previous memory", so
 long runs of the new memory repeat the previous memory, or the chunk, token for token. The
@@ -7,8 +7,13 @@ which holds both, or in the reply so far) and proposes what followed there. The 
 drafts against the model in one `llama_decode`; this module only guesses, so a bad guess costs
 time, never a different output.
 
-How many tokens it drafts adapts to how well it has been guessing in this reply: a model that
-copies gets long drafts, one that does not gets few, and none where no n-gram matches.
+Whether a check pays depends on the machine: on a GPU a decode of 17 tokens costs about two of
+one (B4), on two CPU cores a 1.5B model's costs about ten (B8), since there one token's decode is
+already bound by arithmetic. So the engine times its decodes and the policy fits their cost to
+the width, counts how often the model takes a drafted token, and drafts the number of tokens
+that gives the most tokens per second, none where no number does. While it drafts none it still
+scores what it would have drafted against what the model writes, so it notices when the model
+starts copying.
 """
 
 from __future__ import annotations
@@ -20,23 +25,101 @@ from collections.abc import Sequence
 NGRAM_MAX = 4
 NGRAM_MIN = 2
 DRAFT_MAX = 16  # the most tokens drafted at once (B4: 16 cost about two single-token decodes on a GPU)
-DRAFT_START = 8
+# Until the engine has timed decodes of two widths, a drafted token is assumed to cost this share
+# of a one-token decode: cheap enough that drafts get tried, and so timed.
+PRIOR_EXTRA = 0.05
+DECAY = 0.97  # weight of the past in the policy's counts and fit, per new observation
+
+
+class DraftPolicy:
+    """How many drafted tokens to check at once: the cost of a decode by its width, fitted to
+    the engine's own timings (t = a + b * width), and the share of drafted tokens the model takes."""
+
+    def __init__(self, draft_max: int = DRAFT_MAX):
+        self.draft_max = draft_max
+        self._taken = 0.0  # drafted tokens the model took (decayed count)
+        self._refused = 0.0  # drafts it refused a token of
+        self._sums = [0.0] * 5  # decayed n, sum w, sum t, sum w*w, sum w*t of timed decodes
+
+    def outcome(self, drafted: int, accepted: int) -> None:
+        """A draft of `drafted` tokens was checked (or scored in the shadow): `accepted` were taken."""
+        if drafted < 1:
+            return
+        self._taken = self._taken * DECAY + accepted
+        self._refused = self._refused * DECAY + (accepted < drafted)
+
+    @property
+    def acceptance(self) -> float:
+        """The chance the model takes the next drafted token, given it took the ones before:
+        the maximum-likelihood estimate for runs that end at the first refusal, with one taken
+        and one refused token as the prior."""
+        return (self._taken + 1) / (self._taken + self._refused + 2)
+
+    def observe(self, width: int, seconds: float) -> None:
+        """One timed llama_decode of `width` tokens."""
+        s = self._sums
+        for i, v in enumerate((1.0, width, seconds, width * width, width * seconds)):
+            s[i] = s[i] * DECAY + v
+
+    def cost(self) -> tuple[float, float] | None:
+        """(a, b): a decode of w tokens takes about a + b * w seconds; None before any timing."""
+        n, sw, st, sww, swt = self._sums
+        if n <= 0:
+            return None
+        var = sww / n - (sw / n) ** 2
+        if var < 0.25:  # (nearly) one width timed so far: the prior slope
+            per = st / sw  # seconds per token at that width
+            return per * (1 - PRIOR_EXTRA), per * PRIOR_EXTRA
+        b = max(0.0, (swt / n - (sw / n) * (st / n)) / var)
+        a = max(st / n - b * sw / n, 1e-9)
+        return a, b
+
+    def choose(self, available: int, width: int = 1, tokens: float = 1.0, acceptance: float | None = None) -> int:
+        """How many of `available` drafted tokens to decode after a sequence's next token.
+        `width` counts the tokens the decode holds already, this sequence's next one included;
+        `tokens` what they are expected to yield; `acceptance` replaces the estimate (benchmarks
+        ask what a given rate would choose). The most expected tokens per second wins."""
+        available = min(available, self.draft_max)
+        if available < 1:
+            return 0
+        fitted = self.cost()
+        a, b = fitted if fitted is not None else (1 - PRIOR_EXTRA, PRIOR_EXTRA)
+        p = self.acceptance if acceptance is None else acceptance
+        best, best_rate, expected = 0, tokens / (a + b * width), 0.0
+        for k in range(1, available + 1):
+            expected += p**k  # a drafted token counts only if every one before it was taken
+            rate = (tokens + expected) / (a + b * (width + k))
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
 
 
 class PromptLookup:
     """Proposes the tokens that followed the latest earlier occurrence of the text's last n-gram."""
 
-    def __init__(self, history: Sequence[int], *, draft_max: int = DRAFT_MAX):
+    def __init__(self, history: Sequence[int], policy: DraftPolicy | None = None):
         self._tokens: list[int] = []
         # _follow[n][n-gram] = the position right after that n-gram's latest occurrence whose
         # next token is known (so the text's own last n-gram never finds itself).
         self._follow: list[dict[tuple[int, ...], int]] = [{} for _ in range(NGRAM_MAX + 1)]
-        self.draft_max = draft_max
-        self._limit = min(DRAFT_START, draft_max)
+        self.policy = policy or DraftPolicy()
+        self._shadow: list[int] = []  # a proposal not decoded, scored against the tokens that come
+        self._shadow_taken = 0
         for token in history:
-            self.add(token)
+            self._extend(token)
 
     def add(self, token: int) -> None:
+        """The model wrote `token`."""
+        if self._shadow:
+            if self._shadow[self._shadow_taken] == token:
+                self._shadow_taken += 1
+                if self._shadow_taken == len(self._shadow):
+                    self._end_shadow()
+            else:
+                self._end_shadow()
+        self._extend(token)
+
+    def _extend(self, token: int) -> None:
         tokens = self._tokens
         j = len(tokens)
         for n in range(NGRAM_MIN, NGRAM_MAX + 1):
@@ -44,9 +127,13 @@ class PromptLookup:
                 self._follow[n][tuple(tokens[j - n : j])] = j
         tokens.append(token)
 
-    def draft(self, room: int) -> list[int]:
-        """Up to `room` tokens (and the current adaptive limit) that may come next; [] for none."""
-        k = min(room, self._limit)
+    def _end_shadow(self) -> None:
+        self.policy.outcome(len(self._shadow), self._shadow_taken)
+        self._shadow, self._shadow_taken = [], 0
+
+    def propose(self, room: int) -> list[int]:
+        """Up to `room` tokens (and DRAFT_MAX) that may come next; [] for none."""
+        k = min(room, self.policy.draft_max)
         if k < 1:
             return []
         tokens = self._tokens
@@ -58,12 +145,21 @@ class PromptLookup:
                 return tokens[j : j + k]
         return []
 
+    def draft(self, room: int, width: int = 1, tokens: float = 1.0) -> list[int]:
+        """What to decode after the next token: the proposal, cut to the length the policy
+        chooses (`width` and `tokens` as in DraftPolicy.choose). A proposal cut to nothing is
+        scored in the shadow."""
+        proposal = self.propose(room)
+        k = self.policy.choose(len(proposal), width, tokens) if proposal else 0
+        if k == 0 and proposal and not self._shadow:
+            self._shadow = proposal
+        return proposal[:k]
+
     def checked(self, drafted: int, accepted: int) -> None:
-        """What the model made of the last draft: a fully taken draft doubles the next one's
-        length, a fully refused one halves it (down to one)."""
-        if drafted == 0:
-            return
-        if accepted == drafted:
-            self._limit = min(self.draft_max, self._limit * 2)
-        elif accepted == 0:
-            self._limit = max(1, self._limit // 2)
+        """What the model made of the last draft decoded."""
+        self.policy.outcome(drafted, accepted)
+
+    def expected(self, drafted: int) -> float:
+        """Tokens a decode of the next token and `drafted` drafts is expected to yield."""
+        p = self.policy.acceptance
+        return sum(p**i for i in range(drafted + 1))
