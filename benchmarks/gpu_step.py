@@ -103,7 +103,7 @@ def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]
 class Bare:
     """A model and one context, driven by llama_decode alone."""
 
-    def __init__(self, model: Path, n_ctx: int, n_seq: int, flash_attn: bool, gpu_layers: int = -1):
+    def __init__(self, model: Path, n_ctx: int, n_seq: int, flash_attn: bool, gpu_layers: int = -1, threads: int | None = None):
         import llama_cpp
 
         from memagent_cli.model.runtime import quiet_llama_logs
@@ -120,8 +120,10 @@ class Bare:
         cparams.n_ubatch = 512
         cparams.n_seq_max = n_seq
         cparams.kv_unified = False
-        cparams.n_threads = max(1, (os.cpu_count() or 2) // 2)
-        cparams.n_threads_batch = os.cpu_count() or 1
+        # llama.cpp runs a one-token decode on n_threads and any wider one on n_threads_batch, so
+        # a CPU comparison of one sequence against several must give both the same count.
+        cparams.n_threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        cparams.n_threads_batch = threads or os.cpu_count() or 1
         cparams.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )

@@ -23,7 +23,7 @@ def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["n"] == 2
     done = [json.loads(line) for line in out.read_text().splitlines()]
-    # rows are written as items finish: the embedded engine batches items, so in any order
+    # rows are written as items finish: a batching engine (on a GPU, by default) ends them in any order
     assert sorted(d["id"] for d in done) == sorted(r["id"] for r in rows[:2])
     by_id = {r["id"]: r for r in rows}
     for d, r in ((d, by_id[d["id"]]) for d in done):

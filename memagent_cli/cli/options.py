@@ -78,7 +78,8 @@ BatchOpt = Annotated[
         rich_help_panel="Model",
         show_default=False,
         help="Run up to --parallel questions (or eval items) in one llama.cpp context on the embedded engine, "
-        f"each generation step of all of them one pass (at most {MAX_SEQUENCES}). Default: on, measured faster on CPU and GPU.",
+        f"each generation step of all of them one pass (at most {MAX_SEQUENCES}). Default: on where layers run "
+        "on a GPU, where it measured faster; off on a CPU, where it did not.",
     ),
 ]
 VerboseOpt = Annotated[

@@ -103,17 +103,19 @@ def _load_hint(reason: str, info: GGUFInfo, n_ctx: int) -> str:
 
 
 def default_batch(gpu: bool) -> bool:
-    """Whether several questions share one context by default: measured faster on both kinds of
-    device. Four sequences generated 2.41x the tokens per second of one on an H100 (B4) and 1.95x
-    on the 2-core CPU with a 1.5B-shaped model (B8)."""
-    return True
+    """Whether several questions share one context by default: where layers run on a GPU. There a
+    decode is bound by reading the weights, and four sequences generated 2.41x the tokens per
+    second of one on an H100 (B4). On two CPU cores a decode is bound by arithmetic: four sequences
+    gave 1.11x with a 1.5B-shaped model, and `ask -q` x4 ran 1.04x slower batched than one question
+    after another with drafts (B8)."""
+    return gpu
 
 
 def default_speculate(on_gpu: bool) -> bool:
     """Whether memory rewrites are drafted by default. On a CPU benchmarks/speculate.py measured
-    them faster (B6: 0.85x and 0.42x the generation time). On a GPU checking 16 drafted tokens
-    cost two single-token decodes (B4), so drafts pay there from one taken token in two checks;
-    the end-to-end GPU figure is still owed, and on until it says otherwise."""
+    them faster (B6). On a GPU checking 16 drafted tokens cost two single-token decodes (B4), so
+    drafts pay there from one taken token in two checks. Where checks cost more (a larger model on
+    a few CPU cores), DraftPolicy learns it from the engine's own timings and drafts fewer or none."""
     return True
 
 
@@ -150,7 +152,7 @@ class LlamaEngine:
         self.chat = chat
         self.n_ctx = n_ctx
         offload = llama_cpp.llama_supports_gpu_offload()
-        if not (default_batch(bool(offload)) if batch is None else batch):
+        if not (default_batch(bool(offload) and gpu_layers != 0) if batch is None else batch):
             sequences = 1
         n_layer = info.arch_get("block_count", 0)
         if gpu_layers is None:  # auto: as many layers as fit in free GPU memory
