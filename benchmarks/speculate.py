@@ -21,12 +21,14 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 CACHE = Path.home() / ".cache" / "memagent-bench"
 
@@ -101,6 +103,7 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int) -> dict:
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
     engines = {s: engine(model, s, n_ctx)[0] for s in (False, True)}
     runs: dict[bool, list[dict]] = {False: [], True: []}
+    policy = engines[True].draft_policy
     try:
         for r in range(repeat):  # interleaved, alternating which goes first
             for s in (False, True) if r % 2 == 0 else (True, False):
@@ -123,6 +126,7 @@ def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n
         "speculate_generate_seconds": round(med[True]["generate_seconds"], 3),
         "generate_ratio": round(med[True]["generate_seconds"] / med[False]["generate_seconds"], 3),
         "step_ratio": round(med[True]["step_seconds"] / med[False]["step_seconds"], 3),
+        "policy": policy_record(policy),
         "identical_steps": same,
         "first_difference": next(
             (
@@ -133,6 +137,67 @@ def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n
             None,
         ),
     }
+
+
+def policy_record(policy) -> dict:
+    """What the draft policy learnt: a decode of w tokens costs a + b*w; drafts pay from an
+    acceptance of b / (a + b) up."""
+    a, b = policy.cost()
+    return {
+        "a_ms": round(a * 1000, 3),
+        "b_ms": round(b * 1000, 3),
+        "break_even_acceptance": round(b / (a + b), 3),
+        "acceptance": round(policy.acceptance, 3),
+    }
+
+
+def costly(repeat: int, work: Path) -> dict:
+    """Where a check costs nearly as much as the tokens it holds: a Qwen2.5-1.5B-shaped Q4_K_M on
+    these cores. Decodes of 1 to 17 tokens of one sequence at a 256-token context are timed and
+    fitted as the engine's policy fits them, then asked what it would draft at several acceptance
+    rates, with the tokens per second that gives (and what the former rule, 8 drafts, gives)
+    against plain decoding."""
+    import gpu_step
+    import llama_cpp
+    import shapes
+
+    from memagent_cli.model.runtime import available_cores
+    from memagent_cli.model.speculate import DraftPolicy
+
+    model = shapes.build("qwen2.5-1.5b", work)
+    n = 256
+    bare = gpu_step.Bare(model, n + 64, 1, False, gpu_layers=0, threads=available_cores())
+    bare.prompt([(i * 7919) % 150000 + 100 for i in range(n)], 0)
+    bare.sync()
+    policy = DraftPolicy()
+    seconds: dict[int, list[float]] = {}
+    for _ in range(repeat):
+        for w in (1, 2, 3, 5, 9, 17):
+            llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
+            t = time.perf_counter()
+            bare.decode([(1000 + k, n + k, 0, True) for k in range(w)])
+            bare.sync()
+            seconds.setdefault(w, []).append(time.perf_counter() - t)
+            policy.observe(w, seconds[w][-1])
+    bare.close()
+    decode_ms = {w: round(statistics.median(v) * 1000, 1) for w, v in seconds.items()}
+    return {
+        "model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M",
+        "context_tokens": n,
+        "decode_ms": {str(w): ms for w, ms in decode_ms.items()},  # as JSON will have them
+        "policy": {**policy_record(policy), "acceptance": None},
+        "at_acceptance": at_acceptance(policy, decode_ms),
+    }
+
+
+def at_acceptance(policy, decode_ms: dict[int, float]) -> dict:
+    """For several acceptance rates: the drafts the policy chooses, and from the measured decode
+    times the expected tokens per second of k drafts against plain decoding, for each k timed."""
+    out = {}
+    for p in (0.5, 0.75, 0.9, 0.97):
+        measured = {str(w - 1): round(sum(p**i for i in range(w)) * decode_ms[1] / ms, 2) for w, ms in decode_ms.items() if w > 1}
+        out[str(p)] = {"drafts": policy.choose(16, acceptance=p), "vs_plain_by_drafts": measured}
+    return out
 
 
 def copying(repeat: int) -> dict:
@@ -164,9 +229,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--memory", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memagent-bench-shapes")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    results = {"copying": copying(args.repeat)}
+    results = {"costly": costly(args.repeat, args.work)}
+    print("costly", json.dumps(results["costly"]), file=sys.stderr, flush=True)
+    results["copying"] = copying(args.repeat)
     print("copying", json.dumps(results["copying"]), file=sys.stderr, flush=True)
     results["real"] = real(args.repeat, args.chunk, args.memory, args.steps)
     print("real", json.dumps(results["real"]), file=sys.stderr, flush=True)

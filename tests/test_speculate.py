@@ -188,6 +188,26 @@ def test_refused_drafts_leave_nothing_in_the_cache(engines):
         assert fast.cached_tokens == plain.cached_tokens > 0
 
 
+def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(engines):
+    """An engine whose timings say a drafted token costs as much as a decode (two busy CPU cores
+    with a larger model) decodes no drafts, gives the same replies, and still learns from the
+    proposals it did not decode that this model copies."""
+    eng = codeword_engine(speculate=True)
+    try:
+        for _ in range(300):  # timings and refusals that outweigh what a few replies add
+            for w in (1, 2, 5, 9):
+                eng.draft_policy.observe(w, 0.01 * w)
+            eng.draft_policy.outcome(4, 1)
+        before = eng.draft_policy.acceptance
+        message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
+        done = reply(eng, message)
+        assert done.drafted_tokens == 0
+        assert (done.text, done.completion_tokens) == (reply(engines[False], message).text, done.completion_tokens)
+        assert eng.draft_policy.acceptance > before  # the copied memory matched the proposals
+    finally:
+        eng.close()
+
+
 # --- through memagent ----------------------------------------------------------------------------
 
 
