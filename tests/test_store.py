@@ -565,6 +565,25 @@ def test_delete_refuses_a_running_run(store):
     assert store.delete(alive) == 1
 
 
+def test_release_ends_a_run_on_another_host_and_never_one_alive_here(store):
+    alive, elsewhere, done = new_run(store), new_run(store), new_run(store)
+    set_owner(store, elsewhere, host="gpu-box.example", pid=4242)
+    store.finish_run(done, "complete")
+    with pytest.raises(MemagentError) as info:
+        store.release(alive)
+    assert info.value.message == f"Run {alive[:8]} is still running here (pid {os.getpid()})"
+    with pytest.raises(MemagentError) as info:
+        store.release(done)
+    assert info.value.exit_code == 2 and "not running" in info.value.message
+    released = store.release(elsewhere)
+    assert (released.state, released.where()) == ("elsewhere", "pid 4242 on gpu-box.example")
+    run = store.get_run(elsewhere)
+    assert run["status"] == "interrupted"
+    assert run["error"] == f"Released on {socket.gethostname()}: its process (pid 4242 on gpu-box.example) was taken to be gone."
+    assert store.get_run(alive)["status"] == "running"
+    assert store.delete(elsewhere) == 1
+
+
 def test_delete_older_than_keeps_running_runs(store):
     alive, elsewhere, ended, done = (new_run(store, started_at=ago(days=3)) for _ in range(4))
     set_owner(store, elsewhere, host="gpu-box.example", pid=4242)

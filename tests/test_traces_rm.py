@@ -90,8 +90,24 @@ def test_a_run_on_another_host_is_kept_and_reported(memagent_home):
 
     swept = run_memagent("traces", "rm", "--older-than", "1d")
     assert swept.returncode == 0
-    assert swept.stderr.splitlines() == ["removed 0 runs", f"kept 1 run still running: {short} (pid 4242 on gpu-box.example)"]
+    assert swept.stderr.splitlines()[:2] == ["removed 0 runs", f"kept 1 run still running: {short} (pid 4242 on gpu-box.example)"]
+    assert "memagent traces release ID" in swept.stderr.splitlines()[2]
     named = run_memagent("traces", "rm", short)
     assert named.returncode == 1 and len(named.stderr.splitlines()) == 1
     assert "running on another host (pid 4242 on gpu-box.example)" in named.stderr and "kill 4242 on that host" in named.stderr
+    assert f"memagent traces release {short}" in named.stderr
+    resumed = run_memagent("ask", "--resume", short)
+    assert resumed.returncode == 2 and f"memagent traces release {short}" in resumed.stderr
     assert [(r["id"], r["status"]) for r in runs()] == [(run_id, "running")]
+
+    # Its container is gone, say: released, it is interrupted, and can be removed.
+    released = run_memagent("traces", "release", short)
+    assert released.returncode == 0 and released.stderr == f"released {short} (pid 4242 on gpu-box.example): now interrupted\n"
+    (run,) = runs()
+    assert run["status"] == "interrupted" and "pid 4242 on gpu-box.example" in run["error"]
+    again = run_memagent("traces", "release", short)
+    assert again.returncode == 2 and again.stderr == (
+        f"error: Run {short} is not running: there is nothing to release. "
+        f"Resume it (memagent ask --resume {short}) or remove it as it is.\n"
+    )
+    assert run_memagent("traces", "rm", short).returncode == 0 and runs() == []

@@ -271,3 +271,29 @@ def rm(
             k = len(removed.kept)
             which = ", ".join(f"{o.run_id[:8]} ({o.where()})" for o in removed.kept)
             err.print(f"kept {k} run{'s' if k != 1 else ''} still running: {which}", markup=False, soft_wrap=True)
+            if any(o.state == "elsewhere" for o in removed.kept):
+                err.print(
+                    "a run on another host whose process is gone (a replaced container, a renamed machine) can be "
+                    "released with `memagent traces release ID`, then removed",
+                    style="dim",
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+
+@app.command()
+@run_guard
+def release(
+    run_ref: Annotated[str, typer.Argument(metavar="ID|last", show_default=False, help="The run to release.")],
+) -> None:
+    """Mark interrupted a run recorded as running on another host, once its process is gone.
+
+    memagent checks whether a run's process is alive only on the host that ran it, so a run left
+    "running" by a container that was replaced, or on a machine since renamed, stays so for good.
+    Released, it can be resumed (memagent ask --resume ID) or removed. A run alive on this host is
+    never released: stop it instead.
+    """
+    store = _store()
+    run_id = store.resolve(run_ref)
+    owner = store.release(run_id)
+    SafeConsole(stderr=True).print(f"released {run_id[:8]} ({owner.where()}): now interrupted", markup=False)

@@ -181,7 +181,8 @@ def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
     if run["status"] == "running":
         raise MemagentError(
             f"Run {run['id'][:8]} is still running in another memagent.",
-            "Wait for it to finish, or stop it (Ctrl-C in its terminal) and resume it then.",
+            "Wait for it to finish, or stop it (Ctrl-C in its terminal) and resume it then; if it ran on a host"
+            f" or in a container that is gone, `memagent traces release {run['id'][:8]}` first.",
             exit_code=EXIT_USAGE,
         )
     if run["status"] == "complete":

@@ -501,9 +501,35 @@ class TraceStore:
                 if owner.state == "elsewhere":
                     raise MemagentError(
                         f"Run {run_id[:8]} is running on another host ({owner.where()}), which memagent cannot check from here",
-                        hint=f"Stop it there first (Ctrl-C in its terminal, or kill {owner.pid} on that host), then remove it.",
+                        hint=f"Stop it there first (Ctrl-C in its terminal, or kill {owner.pid} on that host), then remove it;"
+                        f" if that host or container is gone, `memagent traces release {run_id[:8]}` first.",
                     )
             return conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount
+
+    def release(self, ref: str) -> Owner:
+        """Marks interrupted a run recorded as running on another host, whose process the user
+        knows to be gone (a container replaced, a machine renamed): memagent cannot check it from
+        here, so it would stay "running" for good. Refuses a run whose process is alive here."""
+        run_id = self.resolve(ref)
+        with self._write() as conn:
+            owners = self._running(conn, "id = ?", (run_id,))
+            if not owners:
+                raise MemagentError(
+                    f"Run {run_id[:8]} is not running: there is nothing to release.",
+                    hint=f"Resume it (memagent ask --resume {run_id[:8]}) or remove it as it is.",
+                    exit_code=EXIT_USAGE,
+                )
+            owner = owners[0]
+            if owner.state == "alive":
+                raise MemagentError(
+                    f"Run {run_id[:8]} is still running here ({owner.where()})",
+                    hint=f"Stop it (Ctrl-C in its terminal, or kill {owner.pid}); it is then marked interrupted by itself.",
+                )
+            note = owner.ended_note()
+            if owner.state == "elsewhere":
+                note = f"Released on {socket.gethostname()}: its process (pid {owner.pid} on {owner.host}) was taken to be gone."
+            conn.execute("UPDATE runs SET status = 'interrupted', error = ? WHERE id = ? AND status = 'running'", (note, run_id))
+        return owner
 
     def delete_older_than(self, seconds: float) -> Removed:
         """Removes every run started longer ago than `seconds`, except those still running:
