@@ -693,8 +693,8 @@ def inspect(
             metavar="N",
             min=1,
             max=MAX_SEQUENCES,
-            help="Size the context for N questions batched in one llama.cpp context, as `ask` does with "
-            "N questions (-q ... up to --parallel).",
+            help="Size the context for N questions batched in one llama.cpp context, as `ask --batch` does "
+            "with N questions (-q ... up to --parallel; batching is on by default where layers run on a GPU).",
         ),
     ] = 1,
     template_file: ChatTemplateOpt = None,

@@ -46,7 +46,7 @@ def render_inspection(report: Report) -> Group:
         Text.assemble(
             ("document  ", "bold"),
             f"{report.stats.document_tokens:,} tokens → ",
-            (f"{report.steps} steps", "bold"),
+            (f"{report.steps} step{'' if report.steps == 1 else 's'}", "bold"),
             f" of {report.chunk_tokens:,} tokens + 1 final answer",
         ),
         _context_line(report.context),
