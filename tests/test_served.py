@@ -642,6 +642,62 @@ def test_a_stream_of_keep_alives_times_out(kind):
     assert len(peer.requests) == 2
 
 
+def _dribble(handler, peer: Peer, status: int, data: bytes, interval: float) -> None:
+    """An answer that is not streamed, its body sent a byte every `interval` s."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    _keep_sending(handler, peer, [data[i : i + 1] for i in range(len(data))], interval)
+
+
+@pytest.mark.parametrize("where", ["model list", "error answer", "whole completion"])
+def test_an_answer_dribbled_byte_by_byte_is_cut_at_the_timeout(where):
+    """Each byte comes inside the read timeout, so no read times out; the answer as a whole must
+    come within `timeout` s, or the attempt fails (and is asked again) instead of hanging the run."""
+    models = json.dumps({"data": [{"id": "m"}]}).encode()
+    error = json.dumps({"error": {"message": "overloaded " + "x" * 200}}).encode()
+    whole = json.dumps({"choices": [{"message": {"content": "hello " * 40}, "finish_reason": "stop"}]}).encode()
+
+    def script(n, handler, body):
+        if where == "model list":
+            _dribble(handler, peer, 200, models + b" " * 200, 0.01)
+        elif where == "error answer":
+            _dribble(handler, peer, 500, error, 0.01)
+        else:
+            _dribble(handler, peer, 200, whole, 0.01)
+
+    with Peer(script) as peer:
+        started = time.monotonic()
+        with pytest.raises(MemagentError) as caught:
+            # with no model named, the engine asks the server's list for one
+            engine = OpenAIEngine(peer.url, model=None if where == "model list" else "m", timeout=0.5, retries=1, backoff=0.01)
+            try:
+                _run(engine, "hi", 16)
+            finally:
+                engine.close()
+        elapsed = time.monotonic() - started
+    assert caught.value.message == f"The server at {peer.url} took more than 0.5 s to send one answer (2 attempts)"
+    assert "--timeout" in caught.value.hint
+    assert len(peer.requests) == 2 and elapsed < 4 * 0.5 + 1.0
+
+
+def test_an_answer_larger_than_any_api_sends_is_refused(monkeypatch):
+    from memagent_cli.model.served import http
+
+    monkeypatch.setattr(http, "MAX_BODY", 4096)
+
+    def script(n, handler, body):
+        send_json(handler, 200, {"data": [{"id": "m", "pad": "x" * 10_000}]})
+
+    with Peer(script) as peer:
+        with pytest.raises(MemagentError) as caught:
+            OpenAIEngine(peer.url, timeout=5, retries=3)  # no model named: it reads the server's list
+    assert caught.value.message == f"The server at {peer.url} sent an answer of more than 4,096 bytes"
+    assert len(peer.requests) == 1  # not transient: not asked again
+
+
 def test_a_slow_steady_stream_is_not_cut():
     """The timeout bounds the silence between tokens, not the reply: tokens 0.3 s apart with pings
     between them, 2 s in all, under a 0.8 s timeout, make a whole reply."""

@@ -48,6 +48,7 @@ from .http import (
     make_client,
     message_of,
     post_json,
+    read_body,
     retry_delay,
     shorten,
     stall_fault,
@@ -256,12 +257,11 @@ class OpenAIEngine:
         try:
             with self._http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
                 if not response.is_success:
-                    response.read()
-                    raise status_fault(self.base_url, response)
+                    raise status_fault(self.base_url, response, read_body(response, self.base_url, self.timeout))
                 if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
                     # A server that ignored stream: true answers with one JSON completion.
-                    response.read()
-                    yield from self._whole(response, user_message, max_tokens, reply.start)
+                    answer = read_body(response, self.base_url, self.timeout)
+                    yield from self._whole(answer, user_message, max_tokens, reply.start)
                     return
                 for line in self._lines(response, reply):
                     for text in self._event(line, reply, max_tokens):
@@ -400,9 +400,9 @@ class OpenAIEngine:
             transient=True,
         )
 
-    def _whole(self, response: httpx2.Response, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
+    def _whole(self, body: bytes, user_message: str, max_tokens: int, start: float) -> Iterator[Completion]:
         try:
-            payload = response.json()
+            payload = json.loads(body)
             choice = payload["choices"][0]
             text = (choice.get("message") or {}).get("content") or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):

@@ -11,13 +11,16 @@ to `retries` times with the usual backoff. So a server that accepts connections 
 ends in a `MemagentError` ("The server at URL timed out: it sent nothing for N s (A attempts)")
 after `longest_wait(timeout, retries, backoff)` seconds at most: timeout × attempts plus the sleeps.
 
-The OpenAI engine (engine.py) and the server's tokenizer (tokenizer.py) share it. httpx2 (the HTTP
+An answer that is not streamed is read whole by `read_body`, within `timeout` of its start and
+`MAX_BODY` bytes, so a server that dribbles one cannot hold a run. The OpenAI engine (engine.py)
+and the server's tokenizer (tokenizer.py) share it. httpx2 (the HTTP
 client memagent already has through huggingface_hub) is imported inside functions, so importing
 this module loads no HTTP client until a server is used.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from email.utils import parsedate_to_datetime
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 MAX_BACKOFF = 30.0  # seconds: the longest wait between two attempts that we choose ourselves
 MAX_RETRY_AFTER = 120.0  # a server's Retry-After is honoured up to this, so a bad header cannot hang a run
 CONNECT_TIMEOUT = 10.0  # a host that does not answer a TCP connect in this long is not coming
+MAX_BODY = 32 << 20  # bytes: an answer that is not streamed (a model list, an error, a completion) is far less
 # The longest silence from a server, in seconds, before an attempt is given up (--timeout). The wait
 # that must fit in it is the one before a reply's first byte, which a server spends queueing the
 # request and reading its prompt (~6K tokens: a chunk, the memory and the question) and sends
@@ -82,14 +86,42 @@ def shorten(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _server_message(response: httpx2.Response) -> str:
+def _server_message(body: bytes) -> str:
     """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
     llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
+    text = body.decode("utf-8", "replace")
     try:
-        payload = response.json()
-    except (ValueError, UnicodeDecodeError):
-        return shorten(response.text)
-    return message_of(payload) or shorten(response.text)
+        payload = json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        return shorten(text)
+    return message_of(payload) or shorten(text)
+
+
+def read_body(response: httpx2.Response, base: str, timeout: float) -> bytes:
+    """The body of an answer that is not streamed, read as it comes. The read timeout bounds only
+    the silence between two bytes, so a server that dribbles its answer (a byte inside each
+    timeout) or sends one without end would hold the run for good: the body must come whole
+    within `timeout` s of its start, and in at most MAX_BODY bytes."""
+    import httpx2
+
+    chunks: list[bytes] = []
+    size, started = 0, time.perf_counter()
+    try:
+        for data in response.iter_bytes():
+            size += len(data)
+            if size > MAX_BODY:
+                raise Fault(
+                    f"The server at {base} sent an answer of more than "
+                    + (f"{MAX_BODY >> 20} MiB" if MAX_BODY >= 1 << 20 else f"{MAX_BODY:,} bytes"),
+                    "Check --base-url: it must point at an OpenAI-compatible server.",
+                    transient=False,
+                )
+            chunks.append(data)
+            if time.perf_counter() - started > timeout:
+                raise Fault(f"The server at {base} took more than {timeout:g} s to send one answer", _SLOW_HINT, transient=True)
+    except httpx2.TransportError as error:
+        raise transport_fault(base, error, timeout) from None
+    return b"".join(chunks)
 
 
 def message_of(payload: Any) -> str:
@@ -119,9 +151,10 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
-def status_fault(base: str, response: httpx2.Response) -> Fault:
+def status_fault(base: str, response: httpx2.Response, body: bytes) -> Fault:
+    """What an answer with a status other than 2xx means; `body` is its body (read_body)."""
     status = response.status_code
-    message = _server_message(response)
+    message = _server_message(body)
     said = f"The server at {base} answered HTTP {status}" + (f": {message}" if message else "")
     if status == 429:
         return Fault(
@@ -235,13 +268,14 @@ def post_json(
     import httpx2
 
     try:
-        response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+        with client.stream(method, url, json=body) as response:
+            data = read_body(response, base, timeout)
     except httpx2.TransportError as error:
         raise transport_fault(base, error, timeout) from None
     if not response.is_success:
-        raise status_fault(base, response)
+        raise status_fault(base, response, data)
     try:
-        return response.json()
+        return json.loads(data)
     except ValueError:
         raise Fault(
             f"The server at {base} answered {url} with something that is not JSON",
