@@ -20,7 +20,7 @@ from memagent_cli.errors import MemagentError
 from memagent_cli.model.chat import ChatFormat
 from memagent_cli.model.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
-from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, normalize_base_url
+from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, count_margin, normalize_base_url
 from memagent_cli.model.served.http import DEFAULT_TIMEOUT, longest_wait
 from memagent_cli.model.served.tokenizer import remote_tokenizer
 from memagent_cli.model.tokenizer import load_tokenizer
@@ -575,8 +575,9 @@ def test_a_server_that_streams_forever_is_stopped_at_the_budget():
 
 
 def test_a_runaway_is_stopped_by_counted_tokens_with_few_counts():
-    """With count_tokens the budget is in counted tokens (3 to a delta here), and the counting is
-    scheduled by bytes, so a reply is counted a handful of times, not once per delta."""
+    """With count_tokens a server that packs tokens into deltas (3 to a delta here) is stopped by
+    the count, once it passes the budget by the margin; the counting is scheduled by bytes, so a
+    reply is counted a handful of times, not once per delta."""
     counts: list[str] = []
 
     def count(text: str) -> int:
@@ -595,9 +596,30 @@ def test_a_runaway_is_stopped_by_counted_tokens_with_few_counts():
         engine.close()
     assert elapsed < 3
     assert done.finish_reason == "length"
-    assert done.text == "a b c " * 10 and done.completion_tokens == 30
+    # stopped at the first delta after the count reached 30 + the margin (8): 13 deltas, 39 tokens
+    assert count_margin(30) == 8
+    assert done.text == "a b c " * 13 and done.completion_tokens == 39
     in_stream = counts[:-2]  # _done counts the message and the reply once more
-    assert 1 <= len(in_stream) <= 6
+    assert 1 <= len(in_stream) <= 8
+
+
+def test_a_reply_whose_text_counts_longer_than_its_tokens_is_not_cut():
+    """A server that keeps to the budget, one token a delta, whose text counts longer than the tokens
+    that made it (text the model wrote in pieces that are not canonical BPE): the reply is read to
+    the server's own finish, not cut a token early and taken for a runaway."""
+    words = [f"w{i} " for i in range(20)]
+
+    def script(n, handler, body):
+        send_sse(handler, [_chunk({"content": w}) for w in words] + [_chunk({}, "stop")])
+
+    def inflated(text: str) -> int:
+        return len(text.split()) + 3  # three more than the deltas, as split characters would add
+
+    with Peer(script) as peer:
+        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=inflated)
+        _, done = _run(engine, "hi", 20)  # exactly the budget
+        engine.close()
+    assert done.text == "".join(words) and done.finish_reason == "stop"
 
 
 def test_a_reply_at_its_budget_keeps_the_servers_usage():

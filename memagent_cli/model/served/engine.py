@@ -20,9 +20,11 @@ otherwise; --timeout on the command line):
   stream of keep-alives;
 - a server that streams tokens past the budget it was asked for (a runaway that never finishes) is
   stopped there: the stream is closed and what came is the reply, finish_reason "length", as if the
-  server had cut it at max_tokens. The budget is counted with `count_tokens` when the engine has it,
-  else a streamed text delta stands for a token (a delta holds one token or more, so a server that
-  packs several tokens into a delta may overrun the budget by that factor before it is stopped);
+  server had cut it at max_tokens. A streamed text delta holds one token or more, so a delta past
+  the budget stops it at once; with `count_tokens` the text is also counted, which catches a
+  server that packs several tokens into a delta, but only once the count passes the budget by a
+  margin (`count_margin`), since text the model wrote in pieces that are not canonical BPE counts
+  longer than the tokens that made it, and a reply at its budget must not lose its last tokens;
 - once a reply has its finish reason, a stream that then stays open (no [DONE], no close) is waited
   for `timeout` s and the reply kept.
 
@@ -143,10 +145,18 @@ class _Reply:
     def __post_init__(self) -> None:
         self.progress = self.start
 
-    def spent(self) -> int:
-        """The budget spent, as far as we can tell: never more than the tokens the server generated
-        when the text is counted by deltas."""
-        return max(self.generated, self.counted)
+    def past_budget(self, max_tokens: int) -> bool:
+        """Whether the server has generated its whole budget, so that a further token overruns
+        it. `generated` never counts more than the server generated; `counted` may (see the
+        module docstring), so it must pass the budget by count_margin."""
+        return self.generated >= max_tokens or self.counted >= max_tokens + count_margin(max_tokens)
+
+
+def count_margin(max_tokens: int) -> int:
+    """How far the reply's counted tokens may run past the budget before the server is taken to
+    overrun it: re-tokenized text that the model wrote in pieces that are not canonical BPE
+    counts some tokens longer (split characters decode to U+FFFD, each its own token)."""
+    return max(8, max_tokens // 8)
 
 
 class OpenAIEngine:
@@ -364,7 +374,7 @@ class OpenAIEngine:
             # newer vLLM) is not, but its tokens are generated and spend the budget all the same.
             text = delta.get("content")
             if text or delta.get("reasoning_content") or delta.get("reasoning"):
-                if reply.spent() >= max_tokens:
+                if reply.past_budget(max_tokens):
                     # A token past the budget: the server is not keeping to max_tokens.
                     reply.over = True
                     return texts
@@ -391,7 +401,7 @@ class OpenAIEngine:
         if self._count is None or reply.size < reply.next_count:
             return
         reply.counted = self._count("".join(reply.pieces))
-        reply.next_count = reply.size + max(1, max_tokens - reply.counted)
+        reply.next_count = reply.size + max(1, max_tokens + count_margin(max_tokens) - reply.counted)
 
     def _broken_event(self) -> Fault:
         return Fault(
