@@ -247,7 +247,9 @@ def memagent(args_: list[str], home: Path) -> tuple[dict, float]:
     return json.loads(proc.stdout), seconds
 
 
-def ask_args(model: Path, doc: Path, questions: list[str], chunk: int, memory: int, answer: int, fa: bool | None) -> list[str]:
+def ask_args(
+    model: Path, doc: Path, questions: list[str], chunk: int, memory: int, answer: int, fa: bool | None, *extra: str
+) -> list[str]:
     a = ["ask", str(doc)]
     if len(questions) == 1:
         a.append(questions[0])
@@ -258,7 +260,7 @@ def ask_args(model: Path, doc: Path, questions: list[str], chunk: int, memory: i
     a += ["--chunk-tokens", str(chunk), "--memory-tokens", str(memory), "--answer-tokens", str(answer)]
     if fa is not None:
         a.append("--flash-attn" if fa else "--no-flash-attn")
-    return a
+    return [*a, *extra]
 
 
 def bare_process(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> float:
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--answer", type=int, default=32)
     parser.add_argument("--sequences", default="1,4,16")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--parts", default="bare,memagent,batch,verify,doctor")
+    parser.add_argument("--parts", default="bare,memagent,e2e,batch,verify,doctor")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -350,7 +352,9 @@ def main(argv: list[str] | None = None) -> dict:
                     rows["bare"].append(bare_step(engine, [prompt], args.memory))
                     engine.close()
                 if "memagent" in parts:
-                    out, wall = memagent(ask_args(model, doc, [QUESTION], args.chunk, args.memory, args.answer, fa), home)
+                    # against the bare loop, which drafts nothing: memagent's own cost alone
+                    memagent_args = ask_args(model, doc, [QUESTION], args.chunk, args.memory, args.answer, fa, "--no-speculate")
+                    out, wall = memagent(memagent_args, home)
                     step = out["steps"][0]
                     rows["memagent"].append({"step_seconds": step["seconds"], "generated": step["generated_tokens"]})
                     rows["memagent_wall"].append(round(wall, 3))
@@ -363,6 +367,44 @@ def main(argv: list[str] | None = None) -> dict:
                 rows["wall_ratio"] = round(statistics.median(rows["memagent_wall"]) / statistics.median(rows["bare_wall"]), 3)
             results[key] = rows
             log(key, json.dumps(rows))
+
+    if "e2e" in parts:
+        # memagent end to end with its defaults (flash attention on where layers are on the GPU):
+        # one question with drafts and without, then 1, 4 and 16 questions batched.
+        rows = {}
+        for spec in (True, False):
+            flag = "--speculate" if spec else "--no-speculate"
+            out, wall = memagent(ask_args(model, doc, [QUESTION], args.chunk, args.memory, args.answer, None, flag), home)
+            step = out["steps"][0]
+            rows[flag] = {
+                "step_seconds": step["seconds"],
+                "generated": step["generated_tokens"],
+                "drafted": step["drafted_tokens"],
+                "accepted": step["accepted_tokens"],
+                "wall": round(wall, 3),
+                "device": out.get("device"),
+            }
+            log("e2e", flag, json.dumps(rows[flag]))
+        for n in [int(x) for x in args.sequences.split(",")]:
+            qs = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(n)]
+            extra = ("--batch", "--parallel", str(n))
+            out, wall = memagent(ask_args(model, doc, qs, args.chunk, args.memory, args.answer, None, *extra), home)
+            runs = out.get("results", [out])
+            generated = sum(s["generated_tokens"] for r in runs for s in r["steps"])
+            steps = [s["seconds"] for r in runs for s in r["steps"]]
+            rows[f"questions_{n}"] = {
+                "wall": round(wall, 3),
+                "generated": generated,
+                "longest_step_seconds": max(steps),
+                "device": runs[0].get("device"),
+            }
+            log("e2e", n, json.dumps(rows[f"questions_{n}"]))
+        one = rows.get("questions_1")
+        if one:
+            for n in [int(x) for x in args.sequences.split(",")]:
+                row = rows[f"questions_{n}"]
+                row["wall_vs_n_single_runs"] = round(row["wall"] / (n * one["wall"]), 3)
+        results["e2e"] = rows
 
     if "batch" in parts:
         seqs = [int(x) for x in args.sequences.split(",")]
