@@ -247,6 +247,22 @@ def codeword_engine(**kw):
     return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
 
 
+# `ask` on the code-word model with the section size it was trained on, and small budgets.
+CODEWORD_ASK = ["-m", CODEWORD_MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
+
+
+def codeword_document(path: Path, empty_sections: int) -> Path:
+    """A code-word document at `path`: the fact in its first 64-token section, then sections without it."""
+    import random
+
+    from codeword import make_document
+
+    rng = random.Random(5)
+    sections = [make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(empty_sections)]
+    path.write_text("\n".join(sections), encoding="utf-8")
+    return path
+
+
 def codeword_prompts(n: int) -> list[str]:
     """n memory prompts: the fact in every third chunk, the fact or no memory in turn."""
     import random

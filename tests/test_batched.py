@@ -14,8 +14,8 @@ import time
 
 import pytest
 from codeword import QUESTION, make_document
+from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, reply, run_memagent
 from conftest import CODEWORD_MODEL as MODEL
-from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-drafts", "drafts"])
@@ -114,14 +114,9 @@ def test_no_batching_when_turned_off():
 
 
 def test_ask_with_several_questions_batches_and_answers_the_same(tmp_path):
-    doc = tmp_path / "doc.txt"
-    rng = random.Random(5)
-    doc.write_text(
-        "\n".join([make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(2)]),
-        encoding="utf-8",
-    )
+    doc = codeword_document(tmp_path / "doc.txt", 2)
     common = ["ask", doc, "-q", QUESTION, "-q", "What is the code word here?", "-q", "Which code word is given?"]
-    common += ["-m", MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
+    common += CODEWORD_ASK
     common += ["--temperature", "0", "--threads", "1", "--json", "--no-trace"]
     out = {}
     for flag in ("--batch", "--no-batch"):

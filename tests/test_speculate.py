@@ -14,9 +14,8 @@ import random
 
 import pytest
 from codeword import QUESTION, make_document
+from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, reply, run_memagent
 from conftest import CODEWORD_FACT as FACT
-from conftest import CODEWORD_MODEL as MODEL
-from conftest import codeword_engine, codeword_prompts, reply, run_memagent
 
 from memagent_cli.core.protocol import memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, DraftPolicy, PromptLookup
@@ -212,14 +211,9 @@ def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(
 
 
 def test_ask_reports_drafts_per_step_and_answers_the_same(tmp_path):
-    doc = tmp_path / "doc.txt"
-    rng = random.Random(5)
-    doc.write_text(
-        "\n".join([make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(3)]),
-        encoding="utf-8",
-    )
+    doc = codeword_document(tmp_path / "doc.txt", 3)
     home = {"MEMAGENT_HOME": str(tmp_path / "home")}
-    common = ["ask", doc, QUESTION, "-m", MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
+    common = ["ask", doc, QUESTION, *CODEWORD_ASK]
     common += ["--temperature", "0", "--threads", "1", "--json"]
     runs = {}
     for flag in ("--speculate", "--no-speculate"):
