@@ -135,19 +135,11 @@ class Bare:
         self.mem = llama_cpp.llama_get_memory(self.ctx)
 
     def decode(self, items: list[tuple[int, int, int, bool]]) -> None:
-        """items: (token, position, sequence, wants logits)."""
-        import llama_cpp
+        """items: (token, position, sequence, wants logits): memagent's own batch filling, which
+        is a plain llama_decode (it raises where llama.cpp fails)."""
+        from memagent_cli.model.batched import decode
 
-        b = self.batch
-        for i, (token, pos, seq, logits) in enumerate(items):
-            b.token[i] = token
-            b.pos[i] = pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = logits
-        b.n_tokens = len(items)
-        rc = llama_cpp.llama_decode(self.ctx, b)
-        assert rc == 0, f"llama_decode returned {rc}"
+        decode(self.ctx, self.batch, items)
 
     def prompt(self, ids: list[int], seq: int = 0) -> None:
         for start in range(0, len(ids), 2048):

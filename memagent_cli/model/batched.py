@@ -123,9 +123,7 @@ class SequenceBatcher:
 
     def cells(self) -> tuple[int, int]:
         """The context llama.cpp made: cells in all, and cells each sequence may use."""
-        import llama_cpp
-
-        return int(llama_cpp.llama_n_ctx(self._ctx)), int(llama_cpp.llama_n_ctx_seq(self._ctx))
+        return context_cells(self._ctx)
 
     def complete(self, prompt: list[int], max_tokens: int, chain: Any) -> Iterator[str | Reply]:
         """Text pieces as they come, then the Reply; closing the iterator early cancels it."""
@@ -369,6 +367,13 @@ def decode(ctx: Any, batch: Any, items: list[tuple[int, int, int, bool]]) -> Non
     rc = llama_cpp.llama_decode(ctx, batch)
     if rc != 0:
         raise MemagentError(f"llama.cpp could not decode ({rc}): {log_reason() or 'no reason logged'}")
+
+
+def context_cells(ctx: Any) -> tuple[int, int]:
+    """A llama.cpp context's cells in all, and the cells each sequence may use."""
+    import llama_cpp
+
+    return int(llama_cpp.llama_n_ctx(ctx)), int(llama_cpp.llama_n_ctx_seq(ctx))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

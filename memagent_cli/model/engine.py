@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Protocol, Union
 
 from ..errors import MemagentError
-from .batched import Reply, SequenceBatcher, common_prefix, decode
+from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
 from .chat import ChatFormat
 from .gguf import GGUFInfo
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
@@ -237,12 +237,7 @@ class LlamaEngine:
 
     def cells(self) -> tuple[int, int]:
         """The context llama.cpp made for the replies: cells in all, and cells per sequence."""
-        import llama_cpp
-
-        if self._batcher is not None:
-            return self._batcher.cells()
-        ctx = self._model().ctx
-        return int(llama_cpp.llama_n_ctx(ctx)), int(llama_cpp.llama_n_ctx_seq(ctx))
+        return self._batcher.cells() if self._batcher is not None else context_cells(self._model().ctx)
 
     def _model(self) -> llama_cpp.Llama:
         llm = self._llm
