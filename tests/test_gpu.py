@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -350,7 +352,7 @@ def test_ask_flash_attn_option_shows_in_the_device(tiny, tmp_path):
     doc.write_text("the river flooded the old mill in spring\n" * 20, encoding="utf-8")
     base = ["ask", str(doc), "What flooded?", "-m", str(tiny), "--json", "--no-trace", "--memory-tokens", "8"]
     on = run_memagent(*base, "--answer-tokens", "4", "--flash-attn")
-    off = run_memagent(*base, "--answer-tokens", "4")
+    off = run_memagent(*base, "--answer-tokens", "4", "--no-flash-attn")  # the default is on with a GPU
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert json.loads(on.stdout)["device"].endswith("flash attention)")
     assert "flash attention" not in json.loads(off.stdout)["device"]
@@ -366,3 +368,20 @@ def test_default_threads_are_the_free_cores(monkeypatch):
     assert runtime.default_threads(2.6) == 5
     assert runtime.default_threads(30.0) == 1
     assert 1 <= runtime.default_threads() <= 8
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libstdc++ and the dynamic linker's scopes are Linux's")
+def test_the_model_package_puts_libstdcxx_in_the_global_scope():
+    """The CUDA build's SIGSEGV (PERFORMANCE.md, B4): numpy loads libstdc++ privately, so libllama's
+    stream calls bound to libggml-cuda's own copy. After importing memagent_cli.model, a process that
+    imported numpy first must find libstdc++'s stream symbol in the global scope, where the dynamic
+    linker looks before any library's own dependencies."""
+    probe = (
+        "import ctypes, numpy\n"
+        "symbol = '_ZNSo9_M_insertIlEERSoT_'  # std::ostream::_M_insert<long>, what print_info called\n"
+        "before = hasattr(ctypes.CDLL(None), symbol)\n"
+        "import memagent_cli.model\n"
+        "print(before, hasattr(ctypes.CDLL(None), symbol))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

@@ -25,6 +25,30 @@ _log_state: _LogState = {"verbose": False, "callback": None}
 _LOG_LISTENERS: list[Callable[[str], object]] = []
 
 
+def share_cxx_runtime() -> None:
+    """Make the system's C++ runtime (libstdc++) the one every later library binds to.
+
+    Measured on an H100 with llama-cpp-python 0.3.36 built with CUDA 13: libggml-cuda.so carries
+    its own static copy of libstdc++ (3,437 exported std:: symbols) and libllama.so links no
+    libstdc++ of its own, so libllama's C++ calls bind to whichever copy the lookup meets first.
+    Alone, that is libggml-cuda's, consistently. But numpy (which memagent's tokenizer imports
+    first) loads the system's libstdc++ privately, and then the two copies' locale state mixed:
+    SIGSEGV in `llama_model_load_from_file` as it printed the hyperparameters (every layer on the
+    GPU; a vocabulary-only load survived). Loading libstdc++ RTLD_GLOBAL first puts one copy in
+    the global scope, which the dynamic linker searches before any library's own dependencies:
+    the load then works in either order. Cheap (numpy has normally loaded it already); nothing
+    to do where the library is absent.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass
+
+
 def quiet_llama_logs(verbose: bool = False) -> None:
     """Route llama.cpp's log through us: kept for error messages, shown only with --verbose."""
     import ctypes
