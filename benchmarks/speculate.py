@@ -65,6 +65,9 @@ def report(results: dict, path: Path | None) -> dict:
     return results
 
 
+GPU_LAYERS = 0  # --gpu-layers: 0 measures this CPU; -1 put every layer on the H100 for B4
+
+
 def engine(model: Path, speculate: bool, n_ctx: int):
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.engine import LlamaEngine
@@ -73,7 +76,7 @@ def engine(model: Path, speculate: bool, n_ctx: int):
 
     info = read_gguf(model)
     tok = load_tokenizer(info)
-    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=0, speculate=speculate), tok
+    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=GPU_LAYERS, speculate=speculate), tok
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int) -> dict:
@@ -230,14 +233,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memagent-bench-shapes")
+    parser.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded by the copying and real parts")
+    parser.add_argument("--parts", default="costly,copying,real")
     args = parser.parse_args(argv)
+    global GPU_LAYERS
+    GPU_LAYERS = args.gpu_layers
+    parts = set(args.parts.split(","))
     t0 = time.perf_counter()
-    results = {"costly": costly(args.repeat, args.work)}
-    print("costly", json.dumps(results["costly"]), file=sys.stderr, flush=True)
-    results["copying"] = copying(args.repeat)
-    print("copying", json.dumps(results["copying"]), file=sys.stderr, flush=True)
-    results["real"] = real(args.repeat, args.chunk, args.memory, args.steps)
-    print("real", json.dumps(results["real"]), file=sys.stderr, flush=True)
+    results: dict = {}
+    if "costly" in parts:
+        results["costly"] = costly(args.repeat, args.work)
+        print("costly", json.dumps(results["costly"]), file=sys.stderr, flush=True)
+    if "copying" in parts:
+        results["copying"] = copying(args.repeat)
+        print("copying", json.dumps(results["copying"]), file=sys.stderr, flush=True)
+    if "real" in parts:
+        results["real"] = real(args.repeat, args.chunk, args.memory, args.steps)
+        print("real", json.dumps(results["real"]), file=sys.stderr, flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     return report(results, args.json)
 
