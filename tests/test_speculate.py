@@ -46,6 +46,23 @@ def test_no_match_no_draft_and_the_text_never_matches_itself():
     assert PromptLookup([7] * (NGRAM_MIN - 1)).propose(4) == []
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_prompt_indexed_at_once_drafts_as_one_built_token_by_token(seed):
+    """The prompt's n-gram index is built in one pass; it must propose what adding its tokens one
+    at a time would, over texts full of repeats (a 4-letter alphabet) and the reply after them."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(4) for _ in range(rng.randrange(0, 60))]
+    at_once, one_by_one = PromptLookup(prompt), PromptLookup([])
+    for token in prompt:
+        one_by_one.add(token)
+    assert at_once.propose(8) == one_by_one.propose(8)
+    for _ in range(20):
+        token = rng.randrange(4)
+        at_once.add(token)
+        one_by_one.add(token)
+        assert at_once.propose(8) == one_by_one.propose(8)
+
+
 def _rate(p: float, k: int, a: float, b: float) -> float:
     """Expected tokens per second of one decode holding the next token and k drafts."""
     return sum(p**i for i in range(k + 1)) / (a + b * (1 + k))

@@ -105,8 +105,15 @@ class PromptLookup:
         self.policy = policy or DraftPolicy()
         self._shadow: list[int] = []  # a proposal not decoded, scored against the tokens that come
         self._shadow_taken = 0
-        for token in history:
-            self._extend(token)
+        # The prompt's index in one pass per n at C speed (a per-token loop cost 0.85 ms of a
+        # 2.5 ms step with the code-word model): where an n-gram recurs, dict() keeps the last
+        # position, as _extend does.
+        tokens = self._tokens = list(history)
+        size = len(tokens)
+        for n in range(NGRAM_MIN, NGRAM_MAX + 1):
+            if size > n:
+                grams = zip(*(tokens[i : size - n + i] for i in range(n)))
+                self._follow[n] = dict(zip(grams, range(n, size)))
 
     def add(self, token: int) -> None:
         """The model wrote `token`."""
