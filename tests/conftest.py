@@ -263,28 +263,32 @@ def codeword_document(path: Path, empty_sections: int) -> Path:
     return path
 
 
-def codeword_prompts(n: int) -> list[str]:
-    """n memory prompts: the fact in every third chunk, the fact or no memory in turn."""
+def codeword_steps(n: int) -> list[tuple[str, str]]:
+    """n memory prompts with the memory each holds: the fact in every third chunk, the fact or no
+    memory in turn."""
     import random
 
     from codeword import QUESTION, make_document
 
     from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
 
-    return [
-        memory_prompt(
-            QUESTION, CODEWORD_FACT if s % 2 else INITIAL_MEMORY, make_document(random.Random(s), 64, fact=s % 3 == 0).text
-        )
-        for s in range(n)
-    ]
+    steps = []
+    for s in range(n):
+        memory = CODEWORD_FACT if s % 2 else INITIAL_MEMORY
+        steps.append((memory_prompt(QUESTION, memory, make_document(random.Random(s), 64, fact=s % 3 == 0).text), memory))
+    return steps
 
 
-def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3):
+def codeword_prompts(n: int) -> list[str]:
+    return [prompt for prompt, _ in codeword_steps(n)]
+
+
+def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3, expect: str = ""):
     """One complete() call to its CompletionDone, checking the streamed text adds up to it."""
     from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
 
     streamed, done = [], None
-    for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed)):
+    for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed), expect):
         if isinstance(item, TextDelta):
             streamed.append(item.text)
         else:

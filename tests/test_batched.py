@@ -14,7 +14,7 @@ import time
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, reply, run_memagent
+from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
 from conftest import CODEWORD_MODEL as MODEL
 
 
@@ -49,8 +49,10 @@ def test_drafts_inside_a_batch_are_checked_and_counted(pair):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_batched_replies_equal_replies_made_alone(pair, temperature):
+    """The batched calls are told the memory (drafted first, when drafting); the lone ones are not."""
     alone, batched = pair
-    texts = codeword_prompts(12)
+    steps = codeword_steps(12)
+    texts = [prompt for prompt, _ in steps]
     expected = [reply(alone, m, temperature=temperature).text for m in texts]
     got: dict[int, str] = {}
     errors: list[BaseException] = []
@@ -58,7 +60,7 @@ def test_batched_replies_equal_replies_made_alone(pair, temperature):
     def worker(k: int) -> None:
         try:
             for i in range(k, len(texts), 4):  # four threads, so rounds hold 1 to 4 sequences
-                got[i] = reply(batched, texts[i], temperature=temperature).text
+                got[i] = reply(batched, texts[i], temperature=temperature, expect=steps[i][1]).text
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -87,11 +89,11 @@ def test_a_reply_dropped_midway_frees_its_sequence(pair):
 
 def test_budgets_and_finish_reasons_match(pair):
     alone, batched = pair
-    for budget in (1, 2, 3, 5):
-        for message in codeword_prompts(3):
+    for budget in (1, 2, 3, 5, 7, 8):  # the copied fact is 7 tokens, then the drafted end of turn
+        for message, memory in codeword_steps(3):
             a, b = (
                 reply(alone, message, max_tokens=budget, temperature=0.0),
-                reply(batched, message, max_tokens=budget, temperature=0.0),
+                reply(batched, message, max_tokens=budget, temperature=0.0, expect=memory),
             )
             assert (b.text, b.finish_reason, b.completion_tokens) == (a.text, a.finish_reason, a.completion_tokens)
 

@@ -14,10 +14,10 @@ import random
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, reply, run_memagent
+from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
 from conftest import CODEWORD_FACT as FACT
 
-from memagent_cli.core.protocol import memory_prompt
+from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, DraftPolicy, PromptLookup
 
 # --- the drafter ---------------------------------------------------------------------------------
@@ -44,6 +44,30 @@ def test_no_match_no_draft_and_the_text_never_matches_itself():
     d.add(4)
     assert d.propose(4) == []
     assert PromptLookup([7] * (NGRAM_MIN - 1)).propose(4) == []
+
+
+def test_an_expected_reply_is_proposed_while_the_reply_follows_it():
+    d = PromptLookup([9, 9, 1, 2, 3, 8], expected=[1, 2, 3, 4, 0])
+    assert d.propose(8) == [1, 2, 3, 4, 0]  # before the reply's first token: all of it
+    d.add(1)
+    assert d.propose(8) == [2, 3, 4, 0] and d.propose(2) == [2, 3]
+    d.add(2)
+    d.add(3)
+    assert d.propose(8) == [4, 0]  # the prompt's "2 3" was followed by 8: the expectation wins
+    d.add(7)  # the reply leaves it: n-grams from here on
+    assert d.propose(8) == []
+    d.add(2)
+    d.add(3)
+    assert d.propose(8) == [7, 2, 3]  # the latest "2 3", in the reply itself
+
+
+def test_a_reply_that_starts_elsewhere_never_follows_the_expected_one():
+    d = PromptLookup([5, 6, 7, 8], expected=[1, 2, 3])
+    d.add(5)
+    d.add(6)
+    assert d.propose(8) == [7, 8, 5, 6]  # n-grams, as without an expectation
+    d.add(1)
+    assert d.propose(8) == []
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -157,12 +181,13 @@ def engines():
         e.close()
 
 
+@pytest.mark.parametrize("told", [False, True], ids=["n-grams", "memory-expected"])
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_speculation_changes_nothing_in_the_output(engines, temperature):
+def test_speculation_changes_nothing_in_the_output(engines, temperature, told):
     taken = 0
-    for message in codeword_prompts(12):
+    for message, memory in codeword_steps(12):
         plain = reply(engines[False], message, temperature=temperature)
-        fast = reply(engines[True], message, temperature=temperature)
+        fast = reply(engines[True], message, temperature=temperature, expect=memory if told else "")
         assert (fast.text, fast.finish_reason, fast.completion_tokens) == (
             plain.text,
             plain.finish_reason,
@@ -183,13 +208,32 @@ def test_a_copied_memory_takes_fewer_decodes(engines):
     assert done.accepted_tokens >= done.completion_tokens // 2
 
 
-@pytest.mark.parametrize("budget", [1, 2, 3, 5])
+@pytest.mark.parametrize("budget", [1, 2, 3, 5, 7, 8])  # the fact is 7 tokens, then the end of turn
 def test_the_token_budget_holds_with_drafts(engines, budget):
     message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
     plain = reply(engines[False], message, max_tokens=budget)
-    fast = reply(engines[True], message, max_tokens=budget)
-    assert fast.completion_tokens == plain.completion_tokens <= budget
-    assert (fast.text, fast.finish_reason) == (plain.text, plain.finish_reason)
+    for expect in ("", FACT):
+        fast = reply(engines[True], message, max_tokens=budget, expect=expect)
+        assert fast.completion_tokens == plain.completion_tokens <= budget
+        assert (fast.text, fast.finish_reason) == (plain.text, plain.finish_reason)
+
+
+def test_a_memory_told_to_the_engine_is_drafted_from_the_first_token_through_the_end_of_turn():
+    """Told the previous memory, the engine drafts it, and then the end of the turn, as soon as
+    the reply's first token matches; n-grams alone need two tokens of the reply first, and the
+    prompt's copy of the memory ends in a token merged with the newline after it."""
+    eng = codeword_engine(speculate=True)
+    try:
+        message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
+        for _ in range(4):  # the policy drafts the whole expectation once it has seen it taken
+            told = reply(eng, message, expect=FACT)
+        untold = reply(eng, message)
+        assert told.text == untold.text == FACT and told.finish_reason == "stop"
+        # every token after the first, and the end of turn, came out of one check
+        assert told.drafted_tokens == told.accepted_tokens == told.completion_tokens
+        assert untold.accepted_tokens < told.accepted_tokens
+    finally:
+        eng.close()
 
 
 def test_refused_drafts_leave_nothing_in_the_cache(engines):
@@ -242,6 +286,10 @@ def test_ask_reports_drafts_per_step_and_answers_the_same(tmp_path):
     assert [s["memory"] for s in fast["steps"]] == [s["memory"] for s in plain["steps"]]
     assert all(s["drafted_tokens"] == s["accepted_tokens"] == 0 for s in plain["steps"])
     assert sum(s["accepted_tokens"] for s in fast["steps"]) > 0
+    # a step that keeps the memory copies it: told the memory, the engine drafted all of it but
+    # the first token (without it, n-grams start drafting from the third)
+    copies = [s for prev, s in zip(fast["steps"], fast["steps"][1:]) if s["memory"] == prev["memory"] != INITIAL_MEMORY]
+    assert copies and all(s["accepted_tokens"] >= s["generated_tokens"] - 1 for s in copies), fast["steps"]
     # the trace keeps the same counts
     shown = run_memagent("traces", "show", fast["trace"], "--json", env=home)
     assert shown.returncode == 0, shown.stderr

@@ -127,10 +127,12 @@ def replayed_step(chunk: Chunk, stored: Mapping[str, Any], previous_memory: str)
     )
 
 
-def _call(engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int) -> Generator[Event, None, CompletionDone]:
+def _call(
+    engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int, expect: str = ""
+) -> Generator[Event, None, CompletionDone]:
     """One engine call as events (the streamed text, a served engine's retries); returns its CompletionDone."""
     done = None
-    for item in engine.complete(message, max_tokens, sampling):
+    for item in engine.complete(message, max_tokens, sampling, expect):
         if isinstance(item, TextDelta):
             yield TokenText(step, item.text)
         elif isinstance(item, Retrying):
@@ -186,6 +188,7 @@ def run_loop(
             config.memory_tokens,
             sampling_for(config, chunk.index),
             chunk.index,
+            memory,  # "retain all relevant details from the previous memory": often copied whole
         )
         if done.max_tokens < config.memory_tokens:
             yield Notice(

@@ -68,10 +68,10 @@ class GatedEngine:
         self.description = engine.description
         self.concurrent = engine.concurrent  # the gate decides how many calls overlap
 
-    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
         self.gate.acquire(self.stop)
         try:
-            stream = self.engine.complete(user_message, max_tokens, sampling)
+            stream = self.engine.complete(user_message, max_tokens, sampling, expect)
             try:
                 for item in stream:
                     if self.stop.is_set():  # checked per token, so Ctrl-C never waits for a reply

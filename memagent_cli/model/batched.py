@@ -125,14 +125,15 @@ class SequenceBatcher:
         """The context llama.cpp made: cells in all, and cells each sequence may use."""
         return context_cells(self._ctx)
 
-    def complete(self, prompt: list[int], max_tokens: int, chain: Any) -> Iterator[str | Reply]:
-        """Text pieces as they come, then the Reply; closing the iterator early cancels it."""
+    def complete(self, prompt: list[int], max_tokens: int, chain: Any, expected: Sequence[int] = ()) -> Iterator[str | Reply]:
+        """Text pieces as they come, then the Reply; closing the iterator early cancels it.
+        `expected`: ids the reply may repeat from its start, drafted first (PromptLookup)."""
         if self._broken is not None:
             _free_chain(chain)
             raise self._broken
         request = _Request(prompt, max_tokens, chain, started=time.perf_counter())
         if self.speculate:
-            request.drafter = PromptLookup(prompt, self._policy)
+            request.drafter = PromptLookup(prompt, self._policy, expected)
         self._incoming.put(request)
         decoder = StreamDecoder(self._tokenizer)
         try:
@@ -303,6 +304,8 @@ class SequenceBatcher:
             if request.token is None:
                 request.first_token_at = now
             if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                if kept < len(draft) and draft[kept] == token:
+                    kept += 1  # the drafted end of turn was taken (its cell is freed with the sequence)
                 end = "stop"
                 break
             request.ids.append(token)

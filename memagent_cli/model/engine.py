@@ -77,8 +77,10 @@ class Engine(Protocol):
     description: str  # one line for headers: where the model runs
     concurrent: bool  # whether calls may overlap (a server batches them; llama.cpp here cannot)
 
-    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
-        """Stream the reply to a single user message; the last item is CompletionDone."""
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+        """Stream the reply to a single user message; the last item is CompletionDone. `expect` is
+        text the reply may repeat from its start (a memory update's previous memory): an engine may
+        draft it, and its output never depends on it."""
 
     def close(self) -> None: ...
 
@@ -259,7 +261,7 @@ class LlamaEngine:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
         return chain
 
-    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
         import llama_cpp
 
         llm = self._model()
@@ -271,8 +273,9 @@ class LlamaEngine:
                 f"A prompt of {len(prompt)} tokens leaves no room to generate in a context of {self.n_ctx}.",
                 "Raise --ctx, or lower --chunk-tokens or --memory-tokens.",
             )
+        expected = self._expected(expect) if self.speculate else []
         if self._batcher is not None:
-            yield from self._complete_batched(prompt, max_tokens, sampling)
+            yield from self._complete_batched(prompt, max_tokens, sampling, expected)
             return
         start = time.perf_counter()
         cached = self._reuse_prefix(prompt)
@@ -280,7 +283,7 @@ class LlamaEngine:
         prompt_done = time.perf_counter()
         chain = self._sampler(sampling)
         decoder = StreamDecoder(self.tokenizer)
-        drafter = PromptLookup(prompt, self.draft_policy) if self.speculate else None
+        drafter = PromptLookup(prompt, self.draft_policy, expected) if self.speculate else None
         ids: list[int] = []
         finish = "length"
         n_past = len(prompt)  # the KV cache holds positions [0, n_past): the prompt, then the reply
@@ -292,6 +295,10 @@ class LlamaEngine:
             token = llama_cpp.llama_sampler_sample(chain, ctx, -1)
             while True:
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    if pending and drafter is not None:  # a drafted end of turn may be what the model chose
+                        agreed = taken + (pending[0] == token)
+                        accepted += agreed - taken
+                        drafter.checked(taken + len(pending), agreed)
                     finish = "stop"
                     break
                 ids.append(token)
@@ -356,10 +363,25 @@ class LlamaEngine:
             accepted_tokens=accepted,
         )
 
-    def _complete_batched(self, prompt: list[int], max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+    def _expected(self, text: str) -> list[int]:
+        """The reply's ids if it repeats `text` and ends: the text as the tokenizer writes it, then
+        the end-of-turn token. The prompt holds that text too, but followed by a newline its last
+        token merges differently, and nothing there shows where the reply ends."""
+        import llama_cpp
+
+        if not text:
+            return []
+        end = llama_cpp.llama_vocab_eot(self._vocab)
+        if end < 0:
+            end = llama_cpp.llama_vocab_eos(self._vocab)
+        return [*self.tokenizer.encode(text), *([end] if end >= 0 else [])]
+
+    def _complete_batched(
+        self, prompt: list[int], max_tokens: int, sampling: Sampling, expected: list[int]
+    ) -> Iterator[Completion]:
         assert self._batcher is not None
         # The driver thread samples with the chain and frees it when the reply ends or is dropped.
-        for item in self._batcher.complete(prompt, max_tokens, self._sampler(sampling)):
+        for item in self._batcher.complete(prompt, max_tokens, self._sampler(sampling), expected):
             if isinstance(item, Reply):
                 yield CompletionDone(
                     text=self.tokenizer.decode_bytes(item.ids).decode("utf-8", errors="replace"),

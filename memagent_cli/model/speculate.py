@@ -97,7 +97,7 @@ class DraftPolicy:
 class PromptLookup:
     """Proposes the tokens that followed the latest earlier occurrence of the text's last n-gram."""
 
-    def __init__(self, history: Sequence[int], policy: DraftPolicy | None = None):
+    def __init__(self, history: Sequence[int], policy: DraftPolicy | None = None, expected: Sequence[int] = ()):
         self._tokens: list[int] = []
         # _follow[n][n-gram] = the position right after that n-gram's latest occurrence whose
         # next token is known (so the text's own last n-gram never finds itself).
@@ -105,6 +105,12 @@ class PromptLookup:
         self.policy = policy or DraftPolicy()
         self._shadow: list[int] = []  # a proposal not decoded, scored against the tokens that come
         self._shadow_taken = 0
+        # What the reply may repeat from its start (a memory update's previous memory, then the
+        # end of the turn): proposed whole while the reply follows it, before any n-gram has
+        # formed; the first n-grams would also lead out of it at the prompt's merged last token.
+        self._expected = list(expected)
+        self._reply = 0  # tokens added since the prompt
+        self._following = bool(self._expected)
         # The prompt's index in one pass per n at C speed (a per-token loop cost 0.85 ms of a
         # 2.5 ms step with the code-word model): where an n-gram recurs, dict() keeps the last
         # position, as _extend does.
@@ -124,6 +130,9 @@ class PromptLookup:
                     self._end_shadow()
             else:
                 self._end_shadow()
+        if self._following:
+            self._following = self._reply < len(self._expected) and self._expected[self._reply] == token
+        self._reply += 1
         self._extend(token)
 
     def _extend(self, token: int) -> None:
@@ -143,6 +152,8 @@ class PromptLookup:
         k = min(room, self.policy.draft_max)
         if k < 1:
             return []
+        if self._following and self._reply < len(self._expected):
+            return self._expected[self._reply : self._reply + k]
         tokens = self._tokens
         for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
             if len(tokens) < n:

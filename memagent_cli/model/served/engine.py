@@ -239,7 +239,8 @@ class OpenAIEngine:
             body["seed"] = sampling.seed & 0xFFFFFFFF
         return body
 
-    def complete(self, user_message: str, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+        # `expect` is not sent: the server drafts (or not) by its own configuration.
         url = f"{self.base_url}/chat/completions"
         body = self.request_body(user_message, max_tokens, sampling)
         if self._log is not None:
