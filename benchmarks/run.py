@@ -209,8 +209,9 @@ def _b6_section(b6: dict | None) -> str:
     return f"""## B6: speculative memory rewrites (`--speculate`)
 
 `benchmarks/speculate.py`: the MemAgent loop's memory updates through memagent's own engine, with
-drafts (prompt-lookup n-grams from the previous memory, the chunk and the reply so far, checked by
-the model in one `llama_decode`) and without, interleaved, greedy; medians of the runs.
+drafts (the previous memory, which memagent tells the engine, while the reply follows it; else
+prompt-lookup n-grams from the memory, the chunk and the reply so far; checked by the model in one
+`llama_decode`) and without, interleaved, greedy; medians of the runs.{_rerun(b6)}
 
 | model | steps | generated | drafted / taken | generation time, with / without | step time ratio | identical steps |
 |---|---|---|---|---|---|---|
@@ -227,20 +228,23 @@ the model takes a drafted token (also for proposals it did not decode, scored ag
 model then wrote); and it drafts the number with the most expected tokens per second, or none.
 What it learnt in these runs: {_policy_cell(c["policy"])} for the code-word model, {_policy_cell(r["policy"])} for SmolLM2.
 {_costly(b6.get("costly"))}
-Why the code-word model misses 0.6x: its memory is the 7-token fact sentence. With drafts a copied
-memory takes about 3 decodes instead of 7 (the first token comes from the prompt, the second has no
-matching n-gram yet, then one check takes 4 drafted tokens; the prompt writes the sentence's
-last period as `.\\n`, one token, where the reply ends with `.`, so the draft breaks there), and a
-check of 9 tokens costs about two decodes of 1 for a model this small on a CPU. (The former fixed
-rule measured 0.853 here in the previous run: on a 7-token reply the policy's first, optimistic
-drafts, made before it has timed any, are a larger share.)
+How a copied memory gets under 0.6x: memagent tells the engine the previous memory (the prompt asks
+the model to retain it), and the engine drafts it, then the end of turn, from the reply's first
+token. The code-word model's copied memory is the 7-token fact sentence: one check of 8 tokens
+({_ms(c, 8)} ms) where plain decoding makes 7 decodes of one ({_ms(c, 1)} ms each). Before, with n-grams
+alone, it took about 3 decodes: the second token had no matching n-gram yet, and the prompt writes
+the sentence's last period as `.\\n`, one token, where the reply ends with `.`, so the draft broke
+there and the end of turn needed a decode of its own (0.93x then). On a model this small a wide
+decode costs much more than one ({_widths(c)}), so the gain stops near 0.5x. Sub-millisecond steps
+make this ratio noisy: {c.get("repeats", "several")} rounds, medians.
 
 Exactness: the code-word model's outputs are identical token for token, at temperature 0 and with
-a seed at 0.7 (tests/test_speculate.py asserts it). SmolLM2's greedy outputs are not: they first
-differ at step {diff["step"] if diff else "-"}, 5 tokens in, where the model's two best tokens were 0.11 apart and llama.cpp's
-logits for one position differ by up to 0.57 between a batch of 8 tokens and single-token decodes
-(Q4_1 weights, different CPU kernels per batch shape): a near-tie that the batch shape flips, the
-same effect the prompt's own batched evaluation has. Each run is still the model's greedy output.
+a seed at 0.7, told the memory or not (tests/test_speculate.py asserts it). SmolLM2's greedy
+outputs are not: they first differ at step {diff["step"] if diff else "-"}. In the run that first looked into it, that was 5
+tokens in, where the model's two best tokens were 0.11 apart and llama.cpp's logits for one
+position differed by up to 0.57 between a batch of 8 tokens and single-token decodes (Q4_1
+weights, different CPU kernels per batch shape): a near-tie that the batch shape flips, the same
+effect the prompt's own batched evaluation has. Each run is still the model's greedy output.
 
 """
 
@@ -385,6 +389,19 @@ def _b4_rows() -> list[tuple[str, str, str, str]]:
         r = sp["real"]["generate_ratio"]
         rows.append(("B4", "`--speculate` / `--no-speculate`, SmolLM2 on real prose, on the GPU", check(r, r <= 1.05), "≤ 1.05"))
     return rows
+
+
+def _rerun(b6: dict) -> str:
+    return f" ({b6['rerun']}.)" if b6.get("rerun") else ""
+
+
+def _ms(c: dict, width: int) -> str:
+    return str((c.get("decode_ms") or {}).get(str(width), "?"))
+
+
+def _widths(c: dict) -> str:
+    d = c.get("decode_ms") or {}
+    return ", ".join(f"{w} tokens {ms} ms" for w, ms in d.items()) or "not timed"
 
 
 def _gpu_gains() -> str:
