@@ -147,6 +147,7 @@ def memagent(
         str(answer_tokens),
         "--temperature",
         "0",
+        "--no-speculate",  # the bare loop drafts nothing: this measures memagent's own cost (B6 measures drafts)
         "--json",
     ]
     env = {**os.environ, "MEMAGENT_HOME": str(home), "COLUMNS": "110"}

@@ -18,7 +18,7 @@ from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_
 from conftest import CODEWORD_FACT as FACT
 
 from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
-from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, DraftPolicy, PromptLookup
+from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, Checked, DraftPolicy, PromptLookup, take_drafts
 
 # --- the drafter ---------------------------------------------------------------------------------
 
@@ -85,6 +85,36 @@ def test_the_prompt_indexed_at_once_drafts_as_one_built_token_by_token(seed):
         at_once.add(token)
         one_by_one.add(token)
         assert at_once.propose(8) == one_by_one.propose(8)
+
+
+END = 0  # the end of turn in the take_drafts tests
+
+
+@pytest.mark.parametrize(
+    ("model_writes", "draft", "room", "expected"),
+    [
+        ([6, 7, 8], [6, 7], 10, Checked([6, 7, 8], taken=2, cached=2, ended=False)),  # all taken, one more
+        ([6, 9], [6, 7, 8], 10, Checked([6, 9], taken=1, cached=1, ended=False)),  # refused at 7
+        ([5], [], 10, Checked([5], taken=0, cached=0, ended=False)),  # no draft: one token
+        ([6, END], [6, END], 10, Checked([6], taken=2, cached=1, ended=True)),  # the drafted end taken
+        ([6, END], [6, 7], 10, Checked([6], taken=1, cached=1, ended=True)),  # an end nobody drafted
+        ([END], [6], 10, Checked([], taken=0, cached=0, ended=True)),
+        ([6, 7, 8], [6, 7, 8], 2, Checked([6, 7], taken=1, cached=1, ended=False)),  # the budget, mid-draft
+    ],
+)
+def test_take_drafts_reads_while_the_model_agrees(model_writes, draft, room, expected):
+    """The rule both the lone engine and the batcher read a check by: `model_writes[i]` is what the
+    chain samples from the logits after the i-th token of the check (the decoded token, then each
+    draft), read only while the model chose every draft before it."""
+    read: list[int] = []
+
+    def sample(i: int) -> int:
+        read.append(i)
+        return model_writes[i]
+
+    got = take_drafts(sample, draft, room, lambda token: token == END)
+    assert got == expected
+    assert read == list(range(len(read)))  # positions in order, none twice
 
 
 def _rate(p: float, k: int, a: float, b: float) -> float:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import MemagentError
 from .runtime import log_reason
-from .speculate import DraftPolicy, PromptLookup
+from .speculate import DraftPolicy, PromptLookup, take_drafts
 from .tokenizer import StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
@@ -292,43 +292,37 @@ class SequenceBatcher:
             self._release(request)
 
     def _sample(self, request: _Request, index: int, draft: list[int]) -> None:
-        """Samples at batch position `index`, and on through the drafts while the model agrees
-        with them; removes the refused drafts' cells. Ends the reply at an end of turn or its budget."""
+        """Reads the request's logits from batch position `index` by the rule of take_drafts;
+        removes the refused drafts' cells. Ends the reply at an end of turn or its budget."""
         import llama_cpp
 
-        kept = 0  # drafts the model agreed with: their cells stay, their logits are used
-        end = None
-        while True:
-            token = llama_cpp.llama_sampler_sample(request.chain, self._ctx, index + kept)
-            now = time.perf_counter()
-            if request.token is None:
-                request.first_token_at = now
-            if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                if kept < len(draft) and draft[kept] == token:
-                    kept += 1  # the drafted end of turn was taken (its cell is freed with the sequence)
-                end = "stop"
-                break
+        got = take_drafts(
+            lambda i: llama_cpp.llama_sampler_sample(request.chain, self._ctx, index + i),
+            draft,
+            request.max_tokens - len(request.ids),
+            lambda token: bool(llama_cpp.llama_vocab_is_eog(self._vocab, token)),
+        )
+        now = time.perf_counter()
+        if request.token is None:
+            request.first_token_at = now
+        for token in got.tokens:
             request.ids.append(token)
             request.out.put(token)
             if request.drafter is not None:
                 request.drafter.add(token)
-            if len(request.ids) >= request.max_tokens:
-                end = "length"
-                break
-            request.token = token
-            if kept < len(draft) and draft[kept] == token:
-                kept += 1
-                continue
-            break
+        if got.tokens:
+            request.token = got.tokens[-1]
         if draft:
             assert request.drafter is not None
-            request.drafter.checked(len(draft), kept)
-            request.accepted += kept
+            request.drafter.checked(len(draft), got.taken)
+            request.accepted += got.taken
             history = self._history[request.seq]
-            del history[len(history) - (len(draft) - kept) :]
+            del history[len(history) - (len(draft) - got.cached) :]
             llama_cpp.llama_memory_seq_rm(self._mem, request.seq, len(history), -1)
-        if end is not None:
-            self._finish(request, end, now)
+        if got.ended:
+            self._finish(request, "stop", now)
+        elif len(request.ids) >= request.max_tokens:
+            self._finish(request, "length", now)
 
     def _finish(self, request: _Request, reason: str, now: float) -> None:
         request.out.put(

@@ -24,7 +24,7 @@ from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decod
 from .chat import ChatFormat
 from .gguf import GGUFInfo
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
-from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup
+from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup, take_drafts
 from .tokenizer import StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
@@ -287,61 +287,48 @@ class LlamaEngine:
         ids: list[int] = []
         finish = "length"
         n_past = len(prompt)  # the KV cache holds positions [0, n_past): the prompt, then the reply
-        pending: list[int] = []  # drafted tokens decoded after the last one sampled, not yet checked
-        logits_at = 0  # the batch index whose logits give the token after pending's first
-        drafted = accepted = taken = 0
+        drafted = accepted = 0
         ctx = llm.ctx
+
+        def is_end(token: int) -> bool:
+            return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
         try:
-            token = llama_cpp.llama_sampler_sample(chain, ctx, -1)
+            # the first token from the prompt's last logits; then, each round, one decode of the
+            # newest token (and its drafts) and what take_drafts reads from it
+            got = take_drafts(lambda i: llama_cpp.llama_sampler_sample(chain, ctx, -1), (), max_tokens, is_end)
             while True:
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                    if pending and drafter is not None:  # a drafted end of turn may be what the model chose
-                        agreed = taken + (pending[0] == token)
-                        accepted += agreed - taken
-                        drafter.checked(taken + len(pending), agreed)
+                for token in got.tokens:
+                    ids.append(token)
+                    piece = decoder.feed(token)
+                    if piece:
+                        yield TextDelta(piece)
+                    if drafter is not None:
+                        drafter.add(token)
+                if got.ended:
                     finish = "stop"
                     break
-                ids.append(token)
-                piece = decoder.feed(token)
-                if piece:
-                    yield TextDelta(piece)
                 if len(ids) >= max_tokens:
                     break
-                if drafter is None:
-                    self._decode([token], n_past)
-                    n_past += 1
-                    token = llama_cpp.llama_sampler_sample(chain, ctx, 0)
-                    continue
-                drafter.add(token)
-                if pending and pending[0] == token:
-                    # The model chose the drafted token: its logits are already computed. Sampling
-                    # each position with the run's own chain, in order, keeps the output exact.
-                    pending.pop(0)
-                    n_past += 1
-                    accepted += 1
-                    taken += 1
-                    logits_at += 1
-                    if not pending:
-                        drafter.checked(taken, taken)
-                    token = llama_cpp.llama_sampler_sample(chain, ctx, logits_at)
-                    continue
-                if pending:  # the rest of the draft was refused: drop it from the cache
-                    drafter.checked(taken + len(pending), taken)
-                    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
-                    pending = []
-                draft = drafter.draft(min(max_tokens - len(ids), self.n_ctx - n_past - 1))
+                draft: list[int] = []
+                if drafter is not None:
+                    draft = drafter.draft(min(max_tokens - len(ids), self.n_ctx - n_past - 1))
                 started = time.perf_counter()
-                self._decode([token, *draft], n_past)
-                llama_cpp.llama_synchronize(ctx)  # a GPU decode runs on until its logits are read
-                self.draft_policy.observe(1 + len(draft), time.perf_counter() - started)
-                n_past += 1
-                drafted += len(draft)
-                pending, taken, logits_at = list(draft), 0, 0
-                token = llama_cpp.llama_sampler_sample(chain, ctx, 0)
+                self._decode([ids[-1], *draft], n_past)
+                if drafter is not None:
+                    llama_cpp.llama_synchronize(ctx)  # a GPU decode runs on until its logits are read
+                    self.draft_policy.observe(1 + len(draft), time.perf_counter() - started)
+                got = take_drafts(lambda i: llama_cpp.llama_sampler_sample(chain, ctx, i), draft, max_tokens - len(ids), is_end)
+                n_past += 1 + got.cached
+                if draft:
+                    assert drafter is not None
+                    drafter.checked(len(draft), got.taken)
+                    drafted += len(draft)
+                    accepted += got.taken
+                    if got.cached < len(draft):  # the refused drafts: drop them from the cache
+                        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
         finally:
             llama_cpp.llama_sampler_free(chain)
-            if pending:
-                llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
             # llama-cpp-python's own bookkeeping, which the next call's prefix reuse reads
             reply = n_past - len(prompt)
             llm.input_ids[len(prompt) : n_past] = ids[:reply]

@@ -18,7 +18,8 @@ starts copying.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 # The longest and shortest n-gram looked up. One token matches too often by chance (common
 # words); two is where prompt-lookup decoding usually starts.
@@ -181,3 +182,38 @@ class PromptLookup:
         """Tokens a decode of the next token and `drafted` drafts is expected to yield."""
         p = self.policy.acceptance
         return sum(p**i for i in range(drafted + 1))
+
+
+@dataclass
+class Checked:
+    """What one decode gave: the reply's new tokens (an end of turn not among them), the drafted
+    tokens the model took, how many of them keep their cells (the reply's own), and whether the
+    turn ended."""
+
+    tokens: list[int]
+    taken: int
+    cached: int
+    ended: bool
+
+
+def take_drafts(sample: Callable[[int], int], draft: Sequence[int], room: int, is_end: Callable[[int], bool]) -> Checked:
+    """The one rule for reading a decode of a token and `draft` behind it, the lone engine's and
+    the batcher's: sample the logits after the token (index 0), then after each drafted token
+    while the model chose that drafted token; each sample uses the run's own chain, in order, so
+    the output is what plain decoding gives. Stops after `room` tokens or at an end of turn (a
+    drafted end of turn the model chose counts as taken)."""
+    tokens: list[int] = []
+    taken = 0
+    while True:
+        token = sample(taken)
+        if is_end(token):
+            if taken < len(draft) and draft[taken] == token:
+                taken += 1
+            return Checked(tokens, taken, min(taken, len(tokens)), True)
+        tokens.append(token)
+        if len(tokens) >= room:
+            return Checked(tokens, taken, min(taken, len(tokens)), False)
+        if taken < len(draft) and draft[taken] == token:
+            taken += 1
+            continue
+        return Checked(tokens, taken, taken, False)
