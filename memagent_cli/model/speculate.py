@@ -5,7 +5,10 @@ long runs of the new memory repeat the previous memory, or the chunk, token for 
 drafter finds the latest earlier place where the text's last few tokens occurred (in the prompt,
 which holds both, or in the reply so far) and proposes what followed there. The engine checks the
 drafts against the model in one `llama_decode`; this module only guesses, so a bad guess costs
-time, never a different output.
+time, never a different output. Told what the reply may repeat from its start (the previous
+memory), the drafter proposes that, then the end of the turn, while the reply follows it: n-grams
+need two tokens of the reply first, and the prompt's copy of the memory ends in a token merged
+with the newline after it. `take_drafts` is the one rule by which a check is read.
 
 Whether a check pays depends on the machine: on a GPU a decode of 17 tokens costs about two of
 one (B4), on two CPU cores a 1.5B model's costs about ten (B8), since there one token's decode is
