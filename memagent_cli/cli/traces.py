@@ -293,7 +293,5 @@ def release(
     Released, it can be resumed (memagent ask --resume ID) or removed. A run alive on this host is
     never released: stop it instead.
     """
-    store = _store()
-    run_id = store.resolve(run_ref)
-    owner = store.release(run_id)
-    SafeConsole(stderr=True).print(f"released {run_id[:8]} ({owner.where()}): now interrupted", markup=False)
+    owner = _store().release(run_ref)
+    SafeConsole(stderr=True).print(f"released {owner.run_id[:8]} ({owner.where()}): now interrupted", markup=False)
