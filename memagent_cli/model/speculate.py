@@ -214,8 +214,8 @@ def take_drafts(sample: Callable[[int], int], draft: Sequence[int], room: int, i
                 taken += 1
             return Checked(tokens, taken, min(taken, len(tokens)), True)
         tokens.append(token)
-        if len(tokens) >= room:
-            return Checked(tokens, taken, min(taken, len(tokens)), False)
+        if len(tokens) >= room:  # this last token, drafted or not, is not counted as taken
+            return Checked(tokens, taken, taken, False)
         if taken < len(draft) and draft[taken] == token:
             taken += 1
             continue
