@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
 def write_doc(results: dict) -> None:
     """docs/PERFORMANCE.md from a run's results (`--doc-only` redoes it from results.json)."""
     b1, b2, b3, started = results["B1"], results["B2"], results["B3"], results["when"]
+    gpu = _gpu_results()
     large, pdf = b1["large"], b3["pdf"]
     rows = [
         (
@@ -124,7 +125,7 @@ def write_doc(results: dict) -> None:
                 ("B5", f"convert {what}, speed / a file copy", check(row["ratio_to_copy"], row["ratio_to_copy"] >= 0.5), "≥ 0.5")
             )
             rows.append(("B5", f"convert {what}, peak RSS (MB)", check(row["peak_rss_mb"], row["peak_rss_mb"] <= 1500), "≤ 1500"))
-    rows += _b4_rows()
+    rows += _b4_rows(gpu)
     b6 = results.get("B6")
     if b6:
         c, r = b6["copying"]["generate_ratio"], b6["real"]["generate_ratio"]
@@ -184,7 +185,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section()}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"))}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu)}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -309,7 +310,7 @@ overrides it, and `memagent doctor` shows the choice.
 """
 
 
-def _b8_section(b8: dict | None) -> str:
+def _b8_section(b8: dict | None, gpu: dict | None) -> str:
     if not b8:
         return ""
     short = b8["short"]
@@ -333,7 +334,7 @@ them. Four generating sequences need logits for every token from the 152K-token 
 and each its own attention over its cache, so a decode of four costs {round(4 / short["gain"], 1)} times one here.
 An earlier version of this benchmark reported 1.95x: it ran one sequence on 1 thread and four on 2
 (llama.cpp gives a one-token decode `n_threads` and a wider one `n_threads_batch`), so the gain was
-the second core, not the batch. On a GPU, where a decode is bound by memory, {_gpu_gains()} (B4).
+the second core, not the batch. On a GPU, where a decode is bound by memory, {_gpu_gains(gpu)} (B4).
 
 End to end, `memagent ask` with four questions over real prose ({_ask_row(b8)}):
 
@@ -358,12 +359,17 @@ def _ask_row(b8: dict) -> str:
     return f"{a['model']}, {a['steps']} chunks of {a['chunk_tokens']:,} tokens, {a['memory_tokens']}-token memories, greedy"
 
 
-def _b4_rows() -> list[tuple[str, str, str, str]]:
-    """B4's targets for the summary table, from the GPU file kept between runs."""
+def _gpu_results() -> dict | None:
+    """benchmarks/gpu-results.json: written by `benchmarks/gpu_step.py` on a lent GPU, kept between
+    runs because this machine has none; None until a GPU has run it."""
     path = HERE / "gpu-results.json"
-    if not path.exists():
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _b4_rows(g: dict | None) -> list[tuple[str, str, str, str]]:
+    """B4's targets for the summary table."""
+    if g is None:
         return []
-    g = json.loads(path.read_text(encoding="utf-8"))
     rows = []
     for key, what in (("fa_on", "on"), ("fa_off", "off")):
         ratio = (g.get(key) or {}).get("step_ratio")
@@ -404,12 +410,11 @@ def _widths(c: dict) -> str:
     return ", ".join(f"{w} tokens {ms} ms" for w, ms in d.items()) or "not timed"
 
 
-def _gpu_gains() -> str:
-    """B4's batching gains for the CPU sections to compare with (the GPU file is kept between runs)."""
-    path = HERE / "gpu-results.json"
-    if not path.exists():
+def _gpu_gains(g: dict | None) -> str:
+    """B4's batching gains for the CPU sections to compare with."""
+    if g is None:
         return "batching has not been measured yet"
-    gain = json.loads(path.read_text(encoding="utf-8"))["batch_fa_on"]["gain_vs_1"]
+    gain = g["batch_fa_on"]["gain_vs_1"]
     return f"four sequences gave {gain['4']}x and sixteen {gain['16']}x"
 
 
@@ -417,13 +422,10 @@ def _median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["step_seconds"])[(len(runs) - 1) // 2]
 
 
-def _b4_section() -> str:
-    """B4 from benchmarks/gpu-results.json: written by `benchmarks/gpu_step.py` on a lent GPU, kept
-    between runs because this machine has none."""
-    path = HERE / "gpu-results.json"
-    if not path.exists():
+def _b4_section(g: dict | None) -> str:
+    """B4 from the GPU results (_gpu_results)."""
+    if g is None:
         return "## B4: one step on a GPU\n\nNot measured yet: run `python benchmarks/gpu_step.py` on a machine with a GPU.\n\n"
-    g = json.loads(path.read_text(encoding="utf-8"))
     on, off = _median_run(g["fa_on"]["bare"]), _median_run(g["fa_off"]["bare"])
     bon, boff = g["batch_fa_on"], g["batch_fa_off"]
     von, voff = g["verify_fa_on"], g["verify_fa_off"]
