@@ -7,6 +7,7 @@ import pytest
 
 from memagent_cli.core import chunking
 from memagent_cli.core.chunking import IngestStats, ReadAhead, iter_chunks, layout
+from memagent_cli.ingest.base import Place
 from memagent_cli.ingest.sources import Segment, Source
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.tokenizer import decode, load_tokenizer
@@ -37,7 +38,7 @@ def reader(texts: dict[str, list[tuple[str, int | None]]]):
     def read(src: Source):
         offset = 0
         for text, page in texts[src.title]:
-            yield Segment(source=0, text=text, page=page, offset=offset)
+            yield Segment(source=0, text=text, offset=offset, place=Place("page", page) if page else Place())
             offset += len(text)
 
     return read
@@ -94,6 +95,56 @@ def test_provenance_spans_map_back_to_pages_and_offsets(tok):
         (span,) = chunk.spans
         assert full[span.start : span.end] == chunk.text
     assert chunks[0].spans[0].start == 0 and chunks[-1].spans[0].end == len(full.strip())
+
+
+def test_spans_name_their_unit_labels_parts_and_ocr(tok):
+    def read(src: Source):
+        parts = [
+            ("intro text before any heading\n", Place()),
+            ("sheet one rows " * 8, Place("sheet", 1, "Q3")),
+            ("\n\nsheet two rows " * 8, Place("sheet", 2, "Q4")),
+            ("\n\nthe body of the mail " * 8, Place(part=None)),
+            ("\n\nscanned words " * 8, Place("page", 2, ocr=True, part="scan.pdf")),
+        ]
+        offset = 0
+        for text, place in parts:
+            yield Segment(0, text, offset, place)
+            offset += len(text)
+
+    sources = [source("mail.eml")]
+    stats = IngestStats()
+    (chunk,) = list(iter_chunks(layout(sources, read), tok, 5000, sources, stats))
+    spans = [span.to_dict() for span in chunk.spans]
+    assert [(s["path"], s["unit"], s["units"], s["labels"], s["ocr"]) for s in spans] == [
+        ("mail.eml", "sheet", [1, 2], ["Q3", "Q4"], False),
+        ("mail.eml/scan.pdf", "page", [2, 2], [None, None], True),
+    ]
+    assert spans[1]["pages"] == [2, 2] and spans[0]["pages"] is None
+    assert chunk.describe() == 'mail.eml sheets "Q3"–"Q4"; mail.eml/scan.pdf p. 2 (OCR)'
+    assert stats.source_units == ["sheet"] and stats.source_pages == [2]  # an attachment's pages are not the mail's
+    record = stats.source_records(sources)[0]
+    assert (record["unit"], record["units"], record["pages"]) == ("sheet", 2, None)
+
+
+@pytest.mark.parametrize(
+    "span, said",
+    [
+        ({"path": "r.pdf", "pages": [3, 5], "start": 0, "end": 9}, "r.pdf pp. 3–5"),  # a trace from before units
+        ({"path": "r.pdf", "unit": "page", "units": [3, 3], "labels": [None, None], "ocr": True}, "r.pdf p. 3 (OCR)"),
+        ({"path": "d.pptx", "unit": "slide", "units": [12, 12], "labels": ["Plan", "Plan"]}, "d.pptx slide 12"),
+        ({"path": "d.pptx", "unit": "slide", "units": [12, 14], "labels": [None, None]}, "d.pptx slides 12–14"),
+        ({"path": "x.xlsx", "unit": "sheet", "units": [2, 2], "labels": ["Q3", "Q3"]}, 'x.xlsx sheet "Q3"'),
+        ({"path": "b.epub", "unit": "chapter", "units": [4, 4], "labels": ["The Storm", "The Storm"]}, 'b.epub ch. 4 "The Storm"'),
+        ({"path": "b.epub", "unit": "chapter", "units": [4, 6], "labels": ["A", "C"]}, "b.epub chs. 4–6"),
+        ({"path": "p.html", "unit": "section", "units": [2, 2], "labels": ["Results", "Results"]}, 'p.html § "Results"'),
+        ({"path": "p.html", "unit": "section", "units": [2, 3], "labels": ["A", "B"]}, 'p.html §§ "A"–"B"'),
+        ({"path": "n.txt", "unit": None, "units": None, "start": 0, "end": 900}, "n.txt chars 0–900"),
+    ],
+)
+def test_describe_span_says_each_unit_its_own_way(span, said):
+    from memagent_cli.core.provenance import describe_span
+
+    assert describe_span(span) == said
 
 
 def test_split_character_is_replaced_like_the_reference(tok):

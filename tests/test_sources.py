@@ -21,6 +21,7 @@ from fpdf import FPDF
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.ingest import sources
+from memagent_cli.ingest import text as textmod
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,20 +136,43 @@ def test_wide_unicode_with_bom_is_decoded_not_called_binary(tmp_path, notes, mon
     path = tmp_path / "wide.txt"
     path.write_bytes(bom + text.encode(codec))
     # A tiny block splits code units and the BOM itself across reads.
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 3)
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 3)
     assert read_file(path, notes) == text.replace("\r\n", "\n")
     assert notes == []
 
 
 def test_invalid_utf8_is_replaced_with_one_warning(tmp_path, notes, monkeypatch):
-    path = tmp_path / "latin1.txt"
-    path.write_bytes(b"caf\xe9 ok\n" * 50 + b"trailing \xc3")  # Latin-1 é, and a cut-off sequence
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 16)  # damage spread over many blocks
+    # UTF-8 in the first DETECT_SIZE bytes (so UTF-8 is chosen), damaged after them.
+    path = tmp_path / "damaged.txt"
+    head = "naïve café\n".encode() * (textmod.DETECT_SIZE // 12 + 1)
+    path.write_bytes(head + b"caf\xe9 ok\n" * 50 + b"trailing \xc3")  # Latin-1 é, and a cut-off sequence
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 16)  # damage spread over many blocks
     text = read_file(path, notes)
-    assert text.startswith("caf\ufffd ok\ncaf\ufffd ok\n")
+    assert text.startswith("naïve café\n")
+    assert "\ncaf\ufffd ok\ncaf\ufffd ok\n" in text
     assert text.endswith("trailing \ufffd")
     assert len(notes) == 1
-    assert "latin1.txt" in notes[0] and "invalid UTF-8" in notes[0] and "51 bytes" in notes[0]
+    assert "damaged.txt" in notes[0] and "invalid UTF-8" in notes[0] and "51 bytes" in notes[0]
+
+
+@pytest.mark.parametrize(
+    "text, codec, named",
+    [
+        ("名前,年齢,住所\n山田太郎,30,東京都\n佐藤花子,25,大阪府\n", "cp932", "cp932"),
+        ("姓名,年龄,城市\n张伟,30,北京\n王芳,25,上海\n", "gb18030", "gb18030"),
+        ("이름,나이,도시\n김철수,30,서울\n이영희,25,부산\n", "euc-kr", "cp949"),
+        ("Grüße aus München – „schöne Straße“, café crème\n", "cp1252", "cp1252"),
+        ("caf\xe9 \xe0 la cr\xe8me br\xfbl\xe9e, gar\xe7on\n", "latin-1", "cp1252"),
+    ],
+)
+def test_legacy_encodings_are_detected_and_named(tmp_path, notes, monkeypatch, text, codec, named):
+    path = tmp_path / "legacy.csv"
+    path.write_bytes(b"plain ascii first line\n" + (text * 4).encode(codec))
+    for block in (3, textmod.BLOCK_SIZE):  # however the bytes arrive, the same text
+        notes.clear()
+        monkeypatch.setattr(textmod, "BLOCK_SIZE", block)
+        assert read_file(path, notes) == "plain ascii first line\n" + text * 4
+        assert notes == [f"{path.name and 'legacy.csv'} is not UTF-8; decoded as {named} (detected)".replace("legacy.csv", str(path))]
 
 
 def test_crlf_and_lone_cr_become_lf(tmp_path, notes):
@@ -157,7 +181,7 @@ def test_crlf_and_lone_cr_become_lf(tmp_path, notes):
 
 
 def test_crlf_split_across_blocks_is_one_newline(tmp_path, notes, monkeypatch):
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 4)
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 4)
     # Blocks: b"abc\r" | b"\ndef" | b"\r\r\ngh" ... the \r ends a block, the \n starts the next.
     (tmp_path / "split.txt").write_bytes(b"abc\r\ndefg\r\r\nhij\r")
     text, segments = read_all(only_source(tmp_path / "split.txt", notes), notes)
@@ -169,7 +193,7 @@ def test_multibyte_characters_split_across_blocks(tmp_path, notes, monkeypatch):
     text = "ab日本語é😀x" * 20
     (tmp_path / "mb.txt").write_text(text, encoding="utf-8")
     for size in (1, 2, 3, 5, 7):
-        monkeypatch.setattr(sources, "BLOCK_SIZE", size)
+        monkeypatch.setattr(textmod, "BLOCK_SIZE", size)
         assert read_file(tmp_path / "mb.txt", notes) == text, size
     assert notes == []
 
@@ -188,6 +212,11 @@ def _reference_decode(data: bytes) -> str:
         if data.startswith(bom):
             body, codec = data[len(bom) :], name
             break
+    else:  # no mark: the documented rule on the first DETECT_SIZE bytes
+        ascii_prefix = len(data) - len(data.lstrip(bytes(range(128))))
+        window = data[: textmod.DETECT_SIZE]
+        if ascii_prefix < len(window):
+            codec = textmod.choose_encoding(window, ascii_prefix, cut=len(data) > len(window)) or codec
     return body.decode(codec, "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -212,19 +241,19 @@ def test_any_bytes_decode_the_same_whatever_the_block_size(notes, monkeypatch):
     # decoded (test_binary_streams_are_refused_at_once), so that check is off here.
     rng = random.Random(1234)
     for _ in range(150):
-        monkeypatch.setattr(sources, "_check_stream_head", lambda head, title, ended: None)
+        monkeypatch.setattr(textmod, "_check_stream_head", lambda head, title, ended: None)
         data = rng.choice(boms) + b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
         expected = _reference_decode(data)
-        for size in (1, 2, 3, 4, 5, sources.BLOCK_SIZE):
-            monkeypatch.setattr(sources, "BLOCK_SIZE", size)
+        for size in (1, 2, 3, 4, 5, textmod.BLOCK_SIZE):
+            monkeypatch.setattr(textmod, "BLOCK_SIZE", size)
             notes.clear()
             assert read_stdin(data, notes) == expected, (data, size)
-            assert len(notes) == ("\ufffd" in expected), (data, size)
+            assert len([n for n in notes if "replaced" in n]) == ("\ufffd" in expected), (data, size)
         monkeypatch.undo()
 
 
 def test_text_segments_are_bounded_by_block_size(tmp_path, notes, monkeypatch):
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 1024)
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 1024)
     text = "".join(f"line {i}\n" for i in range(20_000))
     (tmp_path / "big.txt").write_text(text)
     got, segments = read_all(only_source(tmp_path / "big.txt", notes), notes)
@@ -271,7 +300,7 @@ def test_dash_twice_is_refused(notes):
 
 
 def test_stdin_is_streamed_not_slurped(notes, monkeypatch):
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 64)
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 64)
     stream = io.BytesIO(b"x" * 100_000)
     segments = read_source(Source("-", "stdin", "stdin", None), warn=notes.append, stdin=stream)
     first = next(segments)
@@ -357,11 +386,26 @@ def test_unreadable_file_really_refused(tmp_path, notes):
 
 
 def test_binary_file_named_directly_is_refused(tmp_path, notes):
-    blob = tmp_path / "photo.jpg"
-    blob.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(256)))
-    with pytest.raises(MemagentError, match="looks like a binary file") as caught:
+    blob = tmp_path / "program.bin"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    with pytest.raises(MemagentError, match="looks like a binary file of a kind memagent does not read") as caught:
         collect_sources([str(blob)], warn=notes.append)
-    assert "photo.jpg" in caught.value.message
+    assert "program.bin" in caught.value.message and "docs/FORMATS.md" in str(caught.value)
+
+
+@pytest.mark.parametrize("name, word", [("old.doc", "Word 97-2003"), ("old.ppt", "PowerPoint 97-2003")])
+def test_legacy_office_files_are_named_with_what_to_do(tmp_path, notes, name, word):
+    blob = tmp_path / name
+    blob.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(512))
+    with pytest.raises(MemagentError, match=f"{word} format, which memagent cannot read") as caught:
+        collect_sources([str(blob)], warn=notes.append)
+    assert "Save it as ." in str(caught.value)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / name).write_bytes(blob.read_bytes())
+    (tmp_path / "folder" / "a.txt").write_text("text")
+    notes.clear()
+    collect_sources([str(tmp_path / "folder")], warn=notes.append)
+    assert len(notes) == 1 and name in notes[0] and word in notes[0]
 
 
 def test_title_is_relative_under_cwd_and_absolute_outside(tmp_path, notes, monkeypatch):
@@ -424,12 +468,12 @@ def test_hidden_path_named_directly_is_read(in_tmp, notes):
 def test_binary_files_in_folder_are_skipped_with_note(in_tmp, notes):
     root = in_tmp / "mixed"
     root.mkdir()
-    (root / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (root / "program.so").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
     (root / "notes.txt").write_text("text")
     (root / "wide.txt").write_bytes(codecs.BOM_UTF16_LE + "utf-16 is text".encode("utf-16-le"))
     found = collect_sources(["mixed"], warn=notes.append)
     assert [s.title for s in found] == [os.path.join("mixed", n) for n in ["notes.txt", "wide.txt"]]
-    assert notes == [f"skipped {os.path.join('mixed', 'image.png')} (binary)"]
+    assert notes == [f"skipped {os.path.join('mixed', 'program.so')} (binary)"]
 
 
 def test_many_skips_collapse_into_one_summary(in_tmp, notes):
@@ -790,5 +834,5 @@ def test_a_pdf_piped_in_is_refused_with_what_to_do(notes):
 @pytest.mark.parametrize("bom", [codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE], ids=["16le", "16be", "32be"])
 def test_wide_unicode_streams_are_text_even_in_one_byte_reads(notes, monkeypatch, bom):
     codec = {codecs.BOM_UTF16_LE: "utf-16-le", codecs.BOM_UTF16_BE: "utf-16-be", codecs.BOM_UTF32_BE: "utf-32-be"}[bom]
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 1)  # the byte-order mark arrives a byte at a time
+    monkeypatch.setattr(textmod, "BLOCK_SIZE", 1)  # the byte-order mark arrives a byte at a time
     assert read_stdin(bom + "wide text".encode(codec), notes) == "wide text"

@@ -170,6 +170,7 @@ def run_loop(
                 math.ceil(stats.document_tokens / config.chunk_tokens),
                 tuple(stats.source_tokens),
                 tuple(stats.source_pages),
+                tuple(stats.source_units),
             )
 
     for chunk in chunks:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypedDi
 
 import numpy as np
 
+from ..ingest.base import Place
 from ..ingest.sources import Segment, Source
 from ..model.tokenizer import Tokenizer
 from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
@@ -42,7 +43,7 @@ class Piece:
 
     text: str
     source: int | None = None
-    page: int | None = None
+    place: Place | None = None  # where in its source: page, slide, sheet…; None for layout text
     offset: int = 0  # character offset of `text` in its source's text
 
 
@@ -50,39 +51,55 @@ class SpanDict(TypedDict):
     """A span as JSON, traces and `describe_span` give it (docs/JSON.md, "span")."""
 
     source: int
-    path: str
-    pages: list[int] | None  # [first, last], None for text without pages
+    path: str  # the source's title, and "/" and the part for a document inside it (an attachment)
+    unit: str | None  # "page", "slide", "sheet", "chapter", "section"; None for running text
+    units: list[int] | None  # [first, last] unit numbers
+    labels: list[str | None] | None  # [first, last] unit labels: sheet names, chapter titles, headings
+    pages: list[int] | None  # [first, last] when the unit is a page, else None
+    ocr: bool  # some of the span's text was recognised from a page image
     start: int
     end: int
 
 
 @dataclass(frozen=True)
 class Span:
-    """The part of one source a chunk covers."""
+    """The part of one source (and of one document inside it) a chunk covers."""
 
     source: int
     title: str
-    first_page: int | None
-    last_page: int | None
+    first: Place | None  # the first and last places with a unit (None: running text)
+    last: Place | None
     start: int  # character offsets within the source's extracted text
     end: int
+    part: str | None = None  # the document inside the source (an attachment), as Place.part
+    ocr: bool = False
+
+    @property
+    def first_page(self) -> int | None:
+        return self.first.page if self.first is not None else None
+
+    @property
+    def last_page(self) -> int | None:
+        return self.last.page if self.last is not None else None
 
     def describe(self) -> str:
         return describe_span(self.to_dict())
 
     def to_dict(self) -> SpanDict:
+        first, last = self.first, self.last
+        unit = first.unit if first is not None and last is not None else None
+        units = [first.number, last.number] if first and last and first.number is not None and last.number is not None else None
         return {
             "source": self.source,
-            "path": self.title,
-            "pages": _pages(self.first_page, self.last_page),
+            "path": f"{self.title}/{self.part}" if self.part else self.title,
+            "unit": unit,
+            "units": units,
+            "labels": [first.label, last.label] if first is not None and last is not None else None,
+            "pages": units if unit == "page" else None,
+            "ocr": self.ocr,
             "start": self.start,
             "end": self.end,
         }
-
-
-def _pages(first: int | None, last: int | None) -> list[int] | None:
-    # _spans sets both pages of a span or neither, so testing `last` too changes no output.
-    return None if first is None or last is None else [first, last]
 
 
 @dataclass(frozen=True)
@@ -104,7 +121,8 @@ class IngestStats:
 
     document_tokens: int = 0
     source_tokens: list[int] = field(default_factory=list)
-    source_pages: list[int] = field(default_factory=list)
+    source_pages: list[int] = field(default_factory=list)  # per source: the last unit number read (page, slide…)
+    source_units: list[str | None] = field(default_factory=list)  # per source: the unit it is read in
     done: bool = False
 
     def source_records(self, sources: Sequence[Source]) -> list[dict[str, Any]]:
@@ -115,7 +133,9 @@ class IngestStats:
                 "title": s.title,
                 "kind": s.kind,
                 "size": s.size,
-                "pages": self.source_pages[i] or None,
+                "pages": (self.source_pages[i] or None) if self.source_units[i] == "page" else None,
+                "unit": self.source_units[i],
+                "units": self.source_pages[i] or None,
                 "tokens": self.source_tokens[i],
             }
             for i, s in enumerate(sources)
@@ -134,10 +154,10 @@ def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]
             yield from stripper.feed(Piece(header), layout=True)
             body = _Stripper()
             for seg in read(source):
-                yield from body.feed(Piece(seg.text, i, seg.page, seg.offset))
+                yield from body.feed(Piece(seg.text, i, seg.place, seg.offset))
         else:
             for seg in read(source):
-                yield from stripper.feed(Piece(seg.text, i, seg.page, seg.offset))
+                yield from stripper.feed(Piece(seg.text, i, seg.place, seg.offset))
 
 
 class _Stripper:
@@ -158,7 +178,7 @@ class _Stripper:
             return
         if not self.started:
             stripped = text.lstrip()
-            piece = Piece(stripped, piece.source, piece.page, piece.offset + len(text) - len(stripped))
+            piece = Piece(stripped, piece.source, piece.place, piece.offset + len(text) - len(stripped))
             text = stripped
             if not text:
                 return
@@ -169,9 +189,9 @@ class _Stripper:
             return
         yield from self.held
         self.held = []
-        yield Piece(body, piece.source, piece.page, piece.offset)
+        yield Piece(body, piece.source, piece.place, piece.offset)
         if len(body) < len(text):
-            self.held.append(Piece(text[len(body) :], piece.source, piece.page, piece.offset + len(body)))
+            self.held.append(Piece(text[len(body) :], piece.source, piece.place, piece.offset + len(body)))
 
 
 def _inside(pattern: re.Pattern[str] | None, text: str, i: int) -> bool:
@@ -234,8 +254,8 @@ def _split_at(pieces: list[Piece], cut: int) -> tuple[list[Piece], list[Piece]]:
     for k, p in enumerate(pieces):
         if pos + len(p.text) > cut:
             local = cut - pos
-            head = pieces[:k] + ([Piece(p.text[:local], p.source, p.page, p.offset)] if local else [])
-            tail = [Piece(p.text[local:], p.source, p.page, p.offset + local)] + pieces[k + 1 :]
+            head = pieces[:k] + ([Piece(p.text[:local], p.source, p.place, p.offset)] if local else [])
+            tail = [Piece(p.text[local:], p.source, p.place, p.offset + local)] + pieces[k + 1 :]
             return head, tail
         pos += len(p.text)
     return pieces, []
@@ -271,6 +291,7 @@ def iter_chunks(
     stats = stats if stats is not None else IngestStats()
     stats.source_tokens = [0] * len(sources)
     stats.source_pages = [0] * len(sources)
+    stats.source_units = [None] * len(sources)
     pending: list[int] = []
     placed: list[_Placed] = []  # pieces not yet wholly behind the chunk start
     doc_bytes = 0  # bytes placed so far
@@ -307,8 +328,10 @@ def iter_chunks(
             data = p.text.encode("utf-8")
             placed.append(_Placed(p, doc_bytes, data))
             doc_bytes += len(data)
-            if p.source is not None and p.page is not None:
-                stats.source_pages[p.source] = max(stats.source_pages[p.source], p.page)
+            if p.source is not None and p.place is not None and p.place.unit is not None and p.place.part is None:
+                if stats.source_units[p.source] in (None, p.place.unit):
+                    stats.source_units[p.source] = p.place.unit
+                    stats.source_pages[p.source] = max(stats.source_pages[p.source], p.place.number or 0)
         _count_source_tokens(stats, block, block_start, ids, tokenizer)
         stats.document_tokens += len(ids)
         pending += ids
@@ -334,19 +357,26 @@ def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: in
 
 
 def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source]) -> tuple[Span, ...]:
+    """The spans of the chunk [start, end): one per run of a source, of one document inside it
+    (an attachment) and of one kind of unit."""
     spans: list[Span] = []
     for p in placed:
         if p.piece.source is None or p.end <= start or p.start >= end:
             continue
-        src, page = p.piece.source, p.piece.page
+        src, whole = p.piece.source, p.piece.place or Place()
+        place = whole if whole.unit is not None else None
         lo, hi = p.char_at(start), p.char_at(end)
-        if spans and spans[-1].source == src:
-            last = spans[-1]
-            first_page = last.first_page if last.first_page is not None else page
-            spans[-1] = Span(src, last.title, first_page, page if page is not None else last.last_page, last.start, hi)
+        last = spans[-1] if spans else None
+        if last is not None and last.source == src and last.part == whole.part and _same_unit(last.last, place):
+            spans[-1] = Span(src, last.title, last.first or place, place or last.last, last.start, hi, last.part, last.ocr or whole.ocr)
         else:
-            spans.append(Span(src, sources[src].title, page, page, lo, hi))
+            spans.append(Span(src, sources[src].title, place, place, lo, hi, whole.part, whole.ocr))
     return tuple(spans)
+
+
+def _same_unit(a: Place | None, b: Place | None) -> bool:
+    """Whether text at place `b` continues a span that reached place `a` (running text continues any)."""
+    return a is None or b is None or a.unit == b.unit
 
 
 class _Mark(enum.Enum):
@@ -380,6 +410,16 @@ class ReadAhead:
         except BaseException as exc:  # handed to the consumer, which raises it
             self._queue.put(exc)
         self._queue.put(_Mark.END)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the first item (a chunk, an error or the end) has come, waiting up to `timeout`
+        seconds for it; once it has, peek() returns at once."""
+        if self._first is _Mark.UNSET:
+            try:
+                self._first = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return False
+        return True
 
     def peek(self) -> Chunk | None:
         """Waits for the first chunk and keeps it for iteration; None if there is none.

@@ -40,6 +40,7 @@ class RunStarted:
     sources: tuple[Source, ...]
     config: AgentConfig
     tokenizer: str
+    ocr: str = "auto"  # how scanned pages and images were read (--ocr), kept so a resumed run reads them alike
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,22 @@ class Notice:
 
     message: str
     level: str = "warning"  # "warning" | "info"
+
+
+@dataclass(frozen=True)
+class OcrProgressed:
+    """OCR recognised a page (or an image) of a document: page `done` of `total`, after
+    `seconds` of recognition in that document. Comes from the reading thread, between steps or
+    before the first."""
+
+    title: str
+    done: int
+    total: int
+    seconds: float
+
+    @property
+    def pages_per_second(self) -> float | None:
+        return self.done / self.seconds if self.seconds > 0 else None
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,8 @@ class DocumentRead:
     document_tokens: int
     steps: int
     source_tokens: tuple[int, ...] = ()  # per source, in order: the tokens its text became
-    source_pages: tuple[int, ...] = ()  # per source: the last page read (0 for non-PDFs)
+    source_pages: tuple[int, ...] = ()  # per source: the last unit number read (page, slide…; 0 for running text)
+    source_units: tuple[str | None, ...] = ()  # per source: its unit ("page", "slide", …), None for running text
 
 
 @dataclass(frozen=True)
@@ -224,6 +242,7 @@ class RunFailed:
 Event = Union[
     RunStarted,
     Notice,
+    OcrProgressed,
     ModelLoaded,
     DocumentRead,
     StepStarted,

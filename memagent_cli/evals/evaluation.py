@@ -111,7 +111,7 @@ def _item_input(prep: Prepared, item: Item, chunk_tokens: int) -> tuple[Prepared
     stats = IngestStats()
 
     def read(_source: Source) -> Iterator[Segment]:
-        yield Segment(0, item.context, None, 0)
+        yield Segment(0, item.context, 0)
 
     chunks = iter_chunks(layout([source], read), prep.tokenizer, chunk_tokens, [source], stats)
     return dataclasses.replace(prep, sources=[source], notices=[]), chunks, stats

@@ -1,61 +1,66 @@
-"""Source ingestion: from the paths a user names to a stream of plain text.
+"""Source ingestion: from the paths a user names to a stream of text segments with provenance.
 
-This module owns two steps and nothing else:
+This module owns two steps:
 
-* `collect_sources` turns command-line paths (files, folders, "-" for standard input) into an
-  ordered list of `Source`s, deciding for each file whether it is a PDF or text and refusing
-  what memagent cannot read, before any model work starts.
-* `read_source` streams one source's text as `Segment`s of bounded size, so a consumer can
-  start on the first part of a large file before the rest is read. Text files and stdin are
-  decoded incrementally (UTF-8 by default, UTF-8/16/32 byte-order marks honoured, bad bytes
-  replaced, newlines normalised to "\\n"); PDFs are read page by page with pypdf.
+* `collect_sources` turns command-line paths (files, folders, zip archives, "-" for standard
+  input) into an ordered list of `Source`s, deciding each document's format (formats.detect) and
+  refusing what memagent cannot read, before any model work starts. An archive is read like a
+  folder: each document inside it is a source of its own, titled "archive.zip/inner/a.docx".
+* `read_source` streams one source's text as `Segment`s: it opens the file (or the archive
+  member), hands it to its format's reader (one module per format family in this package) and
+  numbers the reader's parts with character offsets, separating units (pages, slides, sheets).
 
 For every source, the texts of its segments concatenated in order are the source's full text,
 and each segment's `offset` is the number of characters before it in that text.
 
 Problems the user can fix raise `MemagentError`; lesser things (skipped files, replaced bytes,
-PDF pages that fail) are reported through the `warn` callback, one line each.
+pages that fail) are reported through the `warn` callback, one line each.
 """
 
 from __future__ import annotations
 
-import codecs
+import contextlib
 import fnmatch
 import os
 import posixpath
-import re
 import stat
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import IO, BinaryIO
 
 from ..errors import EXIT_USAGE, MemagentError
+from . import formats
+from .base import (
+    UNIT_SEPARATOR,
+    OcrMode,
+    OcrProgress,
+    Part,
+    ReadContext,
+    Segment,
+    Warn,
+    normalise_newlines,
+    printable,
+    short_reason,
+    unreadable,
+)
+from .text import SNIFF_SIZE, ByteStream, read_stream
 
-if TYPE_CHECKING:
-    from pypdf import PdfReader
-
-# Bytes read per step from a text file or stdin, and so (give or take one) the most characters
-# in a text segment. A module constant so tests can make it tiny to exercise block boundaries.
-BLOCK_SIZE = 1 << 20
-
-# How much of a file is inspected to tell text from binary.
-SNIFF_SIZE = 8 * 1024
-
-# What stands between two pages' texts in a PDF's full text.
-PAGE_SEPARATOR = "\n\n"
+__all__ = ["ByteStream", "Segment", "Source", "Warn", "collect_sources", "read_source", "STDIN_PATH", "SNIFF_SIZE"]
 
 STDIN_PATH = "-"
 
-
-class ByteStream(Protocol):
-    """What is read of stdin: a binary stream's `read` (and `read1`, used when it has one)."""
-
-    def read(self, n: int = -1, /) -> bytes: ...
-
-
-Warn = Callable[[str], None]
+# Archives: what is expanded at most, so a zip bomb costs neither the disk nor the memory. A
+# member is extracted to an anonymous temporary file (never to a path of its name), in memory up
+# to SPOOL_BYTES.
+ARCHIVE_MAX_DEPTH = 3  # an archive inside an archive inside an archive, and no deeper
+ARCHIVE_MAX_BYTES = 4 << 30  # the uncompressed size of all the members of one archive
+ARCHIVE_MAX_RATIO = 200  # uncompressed / compressed, for a member past RATIO_FLOOR
+RATIO_FLOOR = 1 << 20
+ARCHIVE_MAX_MEMBERS = 100_000
+SPOOL_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -64,29 +69,17 @@ class Source:
 
     `path` is what the user named or the file found in a folder ("-" for stdin); `title` is
     the name shown to the model: the path relative to the current directory when it lies
-    under it, else absolute, and "stdin" for standard input. `kind` is "pdf", "text" or
-    "stdin"; `size` is the size on disk in bytes, None for stdin and pipes.
+    under it, else absolute, and "stdin" for standard input. `kind` is the format (formats.FORMATS:
+    "pdf", "text", "docx", …) or "stdin"; `size` is the size in bytes, None for stdin and pipes.
+    `member` names the document inside the archive at `path` (one name per level of nesting):
+    `path` "a.zip", `member` ("inner/b.docx",), `title` "a.zip/inner/b.docx".
     """
 
     path: str
     title: str
     kind: str
     size: int | None
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A piece of one source's text, in reading order.
-
-    `source` is the index of the Source in the list from `collect_sources`, `page` the 1-based
-    PDF page (None for text), `offset` the number of characters before `text` in the source's
-    full text.
-    """
-
-    source: int
-    text: str
-    page: int | None
-    offset: int
+    member: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,6 +92,7 @@ def collect_sources(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     stdin_is_piped: bool = False,
+    ocr: OcrMode = "auto",
     warn: Warn,
 ) -> list[Source]:
     """Expand the user's paths into the ordered list of sources to read.
@@ -109,6 +103,9 @@ def collect_sources(
     order, so "B.txt" < "a.txt" and "ch10" < "ch2"), and a folder's contents come where its
     name sorts. Inside folders, hidden entries (name starts with "."), binary files, special
     files and folders reached twice (symlink loops) are skipped with a note through `warn`.
+    A zip archive (named, or in a folder) is read like a folder, its members in sorted order,
+    with the same patterns and rules, within the ARCHIVE_* bounds. Image files need OCR: with
+    `ocr` "never", or without the ocr extra, they are refused when named and skipped in folders.
 
     `include`/`exclude` are fnmatch-style patterns matched against a file's path relative to
     the named folder (with "/" separators) and against its bare name; with no include
@@ -116,6 +113,11 @@ def collect_sources(
     subfolders. Files named directly are never filtered. A file reached twice (named twice,
     named and inside a named folder, or linked) is listed once, where it is first reached.
     """
+    if ocr == "always":
+        from .ocr import OCR_INSTALL, ocr_available
+
+        if not ocr_available():
+            raise MemagentError("--ocr always needs OCR, which is not installed", hint=f"Install it: {OCR_INSTALL}", exit_code=EXIT_USAGE)
     if not paths:
         if stdin_is_piped:
             return [_stdin_source()]
@@ -124,7 +126,7 @@ def collect_sources(
             hint="Name a file or folder, or pipe text into memagent",
             exit_code=EXIT_USAGE,
         )
-    collector = _Collector(_Filters.make(include, exclude), warn)
+    collector = _Collector(_Filters.make(include, exclude), warn, ocr)
     for path in paths:
         collector.add(path)
     return collector.sources
@@ -164,7 +166,7 @@ def _matches_any(patterns: tuple[str, ...], rel: str, name: str) -> bool:
 class _Skipped:
     """What one folder's scan left out, reported as one note per reason."""
 
-    directory: str
+    title: str  # the folder's or archive's title, as shown
     by_reason: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, reason: str, name: str) -> None:
@@ -173,18 +175,19 @@ class _Skipped:
     def report(self, warn: Warn) -> None:
         for reason, names in self.by_reason.items():
             if len(names) == 1:
-                warn(f"skipped {_join_title(self.directory, names[0])} ({reason})")
+                warn(f"skipped {os.path.join(self.title, printable(names[0]))} ({reason})")
             else:
-                shown = ", ".join(map(_printable, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                warn(f"skipped {len(names)} entries in {_title(self.directory)} ({reason}): {shown}")
+                shown = ", ".join(map(printable, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                warn(f"skipped {len(names)} entries in {self.title} ({reason}): {shown}")
 
 
 class _Collector:
     """Accumulates sources across all named paths, remembering what it has already taken."""
 
-    def __init__(self, filters: _Filters, warn: Warn) -> None:
+    def __init__(self, filters: _Filters, warn: Warn, ocr: OcrMode = "auto") -> None:
         self.sources: list[Source] = []
         self._filters = filters
+        self._ocr = ocr
         self._warn = warn
         self._seen_files: set[tuple[int, int]] = set()
         self._stdin_taken = False
@@ -214,14 +217,14 @@ class _Collector:
         if special == "named pipe":
             # A pipe (such as bash's <(command)) is read once, as a stream like stdin: it is not
             # sniffed here, and _read_stream refuses binary data in its first bytes instead.
-            self.sources.append(Source(path, _title(path), _kind_from_name(path), None))
+            self.sources.append(Source(path, _title(path), "text", None))
             return
         if special is not None:
             # A device can be endless (/dev/zero, /dev/urandom) or block forever (/dev/tty,
             # /proc/kmsg); a socket cannot be opened at all.
             raise MemagentError(
-                f"{_printable(path)} is a {special}, not a file; memagent reads files, folders, pipes and stdin",
-                hint=f"Copy what you want read into a file first, e.g. head -c 1M {_printable(path)} > sample.txt",
+                f"{printable(path)} is a {special}, not a file; memagent reads files, folders, pipes and stdin",
+                hint=f"Copy what you want read into a file first, e.g. head -c 1M {printable(path)} > sample.txt",
                 exit_code=EXIT_USAGE,
             )
         if self._seen_before(info):
@@ -231,20 +234,42 @@ class _Collector:
             head = _sniff(path)
         except OSError as exc:
             raise _open_error(path, exc) from exc
-        kind = _kind(path, head)
-        if kind is None:
-            raise MemagentError(
-                f"{_printable(path)} looks like a binary file; memagent reads text and PDF files",
-                hint="Name a text or PDF file",
-            )
+        kind = formats.detect(path, head)
+        if kind == formats.ARCHIVE:
+            if self._add_archive(path, _title(path), os.path.basename(path), named=True) == 0:
+                raise MemagentError(
+                    f"No readable files in {printable(path)}",
+                    hint="It has no documents memagent reads, or --include/--exclude left none out",
+                )
+            return
+        refusal = self._refusal(kind, path, head)
+        if refusal is not None:
+            raise MemagentError(f"{printable(path)}: {refusal[0]}", hint=refusal[1])
+        assert kind is not None
         self.sources.append(Source(path, _title(path), kind, info.st_size))
+
+    def _refusal(self, kind: str | None, name: str, head: bytes) -> tuple[str, str] | None:
+        """Why a document of `kind` cannot be read here, and what to do; None if it can."""
+        if kind is None:
+            legacy = formats.legacy_format(name, head)
+            if legacy is not None:
+                return f"{legacy} format, which memagent cannot read", f"Save it as {legacy_fix(legacy)} and name that file"
+            return "looks like a binary file of a kind memagent does not read", "See docs/FORMATS.md for the formats memagent reads"
+        if kind == "image":
+            from .ocr import OCR_INSTALL, ocr_available
+
+            if self._ocr == "never":
+                return "an image, read only with OCR, and OCR is off (--ocr never)", "Drop --ocr never"
+            if not ocr_available():
+                return "an image, read only with OCR, which is not installed", f"Install it: {OCR_INSTALL}"
+        return None
 
     def _add_directory(self, root: str, info: os.stat_result) -> None:
         visited = {(info.st_dev, info.st_ino)}
         if self._walk(root, "", visited) == 0:
             raise MemagentError(
-                f"No readable files in {_printable(root)}",
-                hint="It has no text or PDF files, or --include/--exclude left none out; hidden and binary files are skipped",
+                f"No readable files in {printable(root)}",
+                hint="It has no documents memagent reads, or --include/--exclude left none out; hidden and binary files are skipped",
             )
 
     def _walk(self, directory: str, rel: str, visited: set[tuple[int, int]]) -> int:
@@ -262,7 +287,7 @@ class _Collector:
                 raise _open_error(directory, exc) from exc
             self._warn(f"skipped {_title(directory)} ({_reason(exc)})")
             return 0
-        skipped = _Skipped(directory)
+        skipped = _Skipped(_title(directory))
         # Classify the whole folder first so its notes come before those of its subfolders.
         plan = [self._classify(entry, rel, visited, skipped) for entry in entries]
         skipped.report(self._warn)
@@ -276,14 +301,17 @@ class _Collector:
             elif isinstance(step, _Subfolder):
                 subfolder = os.path.join(directory, step.name)
                 found += self._walk(subfolder, posixpath.join(rel, step.name), visited)
+            elif isinstance(step, _Archive):
+                path = os.path.join(directory, step.name)
+                found += self._add_archive(path, _title(path), posixpath.join(rel, step.name), named=False)
         return found
 
     def _classify(
         self, entry: os.DirEntry[str], rel_dir: str, visited: set[tuple[int, int]], skipped: _Skipped
-    ) -> Source | _Subfolder | _AlreadyTaken | None:
+    ) -> Source | _Subfolder | _Archive | _AlreadyTaken | None:
         """Decide what to do with one folder entry.
 
-        Returns a Source to add, a _Subfolder to walk, _ALREADY_TAKEN, or None to skip it.
+        Returns a Source to add, a _Subfolder or _Archive to walk, _ALREADY_TAKEN, or None to skip it.
         """
         name = entry.name
         rel = posixpath.join(rel_dir, name)
@@ -309,11 +337,84 @@ class _Collector:
         except OSError as exc:
             skipped.add(_reason(exc), name)
             return None
-        kind = _kind(name, head)
-        if kind is None:
-            skipped.add("binary", name)
+        kind = formats.detect(name, head)
+        if kind == formats.ARCHIVE:
+            return _Archive(name)
+        refusal = self._refusal(kind, name, head)
+        if refusal is not None:
+            skipped.add("binary" if kind is None and not formats.legacy_format(name, head) else refusal[0], name)
             return None
+        assert kind is not None
         return Source(entry.path, _title(entry.path), kind, info.st_size)
+
+    def _add_archive(self, path: str, title: str, rel: str, *, named: bool) -> int:
+        """Add the documents inside the zip archive at `path`; return how many were found. A zip
+        that cannot be opened is an error when named, and skipped with a note inside a folder."""
+        try:
+            with open(path, "rb") as file:
+                return self._walk_archive(file, path, title, rel, (), 1)
+        except _ArchiveRefused as refused:
+            if named:
+                raise MemagentError(f"{title}: {refused}", hint=refused.hint) from None
+            self._warn(f"skipped {title} ({refused})")
+        except (OSError, ValueError) as exc:
+            if named:
+                raise _open_error(path, exc) if isinstance(exc, OSError) else MemagentError(f"{title}: {exc}") from exc
+            self._warn(f"skipped {title} ({short_reason(exc)})")
+        return 0
+
+    def _walk_archive(self, file: IO[bytes], path: str, title: str, rel: str, prefix: tuple[str, ...], depth: int) -> int:
+        members = _list_archive(file, title)
+        skipped = _Skipped(title)
+        found = 0
+        with members.archive:
+            for info in members.infos:
+                name = info.filename
+                parts = name.split("/")
+                base = parts[-1]
+                member_rel = posixpath.join(rel, name)
+                if _unsafe_member(name):
+                    skipped.add("unsafe name: never read or written", name)
+                    continue
+                if any(p.startswith(".") for p in parts) or parts[0] == "__MACOSX":
+                    skipped.add("hidden", name)
+                    continue
+                ancestors = [posixpath.join(rel, *parts[: k + 1]) for k in range(len(parts) - 1)]
+                if any(self._filters.excludes(a, posixpath.basename(a)) for a in ancestors):
+                    continue
+                if not self._filters.wants_file(member_rel, base):
+                    continue
+                problem = _member_problem(info)
+                if problem is not None:
+                    skipped.add(problem, name)
+                    continue
+                try:
+                    with members.archive.open(info) as opened:
+                        head = opened.read(SNIFF_SIZE)
+                except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError) as exc:
+                    skipped.add(f"cannot be read: {short_reason(exc)}", name)
+                    continue
+                kind = formats.detect(base, head)
+                member_title = f"{title}/{printable(name)}"
+                if kind == formats.ARCHIVE:
+                    if depth >= ARCHIVE_MAX_DEPTH:
+                        skipped.add(f"archive nested more than {ARCHIVE_MAX_DEPTH} deep", name)
+                        continue
+                    try:
+                        with _extract(members.archive, info, member_title) as inner:
+                            found += self._walk_archive(inner, path, member_title, member_rel, prefix + (name,), depth + 1)
+                    except _ArchiveRefused as refused:
+                        skipped.add(str(refused), name)
+                    continue
+                refusal = self._refusal(kind, base, head)
+                if refusal is not None:
+                    skipped.add("binary" if kind is None and not formats.legacy_format(base, head) else refusal[0], name)
+                    continue
+                assert kind is not None
+                self.sources.append(Source(path, member_title, kind, info.file_size, prefix + (name,)))
+                found += 1
+        skipped.report(self._warn)
+        return found
 
     def _classify_directory(
         self, name: str, rel: str, info: os.stat_result, visited: set[tuple[int, int]], skipped: _Skipped
@@ -341,6 +442,11 @@ class _Subfolder:
     name: str
 
 
+@dataclass(frozen=True)
+class _Archive:
+    name: str
+
+
 class _AlreadyTaken:
     """A folder entry that is a file already in the list (hard link, symlink, named twice):
     readable, so the folder is not "empty", but not added again."""
@@ -360,7 +466,7 @@ def _stat_named(path: str) -> os.stat_result:
 
 
 def _open_error(path: str, exc: OSError | ValueError) -> MemagentError:
-    shown = _printable(path)
+    shown = printable(path)
     if isinstance(exc, FileNotFoundError):
         return MemagentError(f"{shown}: no such file or folder", hint="Check the path")
     if isinstance(exc, PermissionError):
@@ -394,57 +500,104 @@ def _sniff(path: str) -> bytes:
         return file.read(SNIFF_SIZE)
 
 
-# A NUL byte marks a binary file, except in UTF-16/32 text, where most characters have one.
-_WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
-
-
-def _kind(path: str, head: bytes) -> str | None:
-    """The kind ("pdf" or "text") from a file's name and first bytes; None if it looks binary."""
-    if head.startswith(b"%PDF-"):
-        return "pdf"
-    if _kind_from_name(path) == "pdf":
-        return "pdf"
-    if b"\0" in head and not head.startswith(_WIDE_BOMS):
-        return None
-    return "text"
-
-
-def _kind_from_name(path: str) -> str:
-    return "pdf" if path.lower().endswith(".pdf") else "text"
-
-
 def _title(path: str) -> str:
     absolute = os.path.abspath(path)
     try:
         relative = os.path.relpath(absolute, os.getcwd())
     except ValueError:  # another drive on Windows
-        return _printable(absolute)
+        return printable(absolute)
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return _printable(absolute)
-    return _printable(relative)
+        return printable(absolute)
+    return printable(relative)
 
 
 def _join_title(directory: str, name: str) -> str:
-    return os.path.join(_title(directory), _printable(name))
+    return os.path.join(_title(directory), printable(name))
 
 
-def _printable(text: str) -> str:
-    """`text` as valid Unicode, each lone surrogate replaced by U+FFFD.
-
-    A file name that is not UTF-8 comes from the OS with its bad bytes as lone surrogates
-    (Python's surrogateescape), and pypdf's text can hold them too (it decodes UTF-16 with
-    "surrogatepass"). Such a string cannot be encoded as UTF-8: a title or page text holding
-    one crashed chunking (UnicodeEncodeError), the tokenizer and printing. Found by
-    tests/test_fuzz.py. A surrogate pair split over two strings and joined (a PDF font mapping
-    one code to each half of an emoji) becomes the character it stands for. A Source's `path`
-    keeps the name as it is, to open the file with.
-    """
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+def legacy_fix(legacy: str) -> str:
+    return ".pptx" if legacy.startswith("PowerPoint") else ".docx"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# --------------------------------------------------------------------------------------------
+# Archives
+
+
+class _ArchiveRefused(Exception):
+    """An archive (or a member) past the bounds, or not a zip: said in a note or an error."""
+
+    def __init__(self, reason: str, hint: str = "Check that it is a complete zip archive") -> None:
+        super().__init__(reason)
+        self.hint = hint
+
+
+@dataclass
+class _Members:
+    archive: zipfile.ZipFile
+    infos: list[zipfile.ZipInfo]  # the files, sorted by name
+
+
+def _list_archive(file: IO[bytes], title: str) -> _Members:
+    try:
+        archive = zipfile.ZipFile(file)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise _ArchiveRefused(f"not a readable zip archive ({short_reason(exc)})") from exc
+    infos = sorted((i for i in archive.infolist() if not i.is_dir()), key=lambda i: i.filename)
+    if len(infos) > ARCHIVE_MAX_MEMBERS:
+        archive.close()
+        raise _ArchiveRefused(
+            f"{len(infos):,} files in one archive, over the {ARCHIVE_MAX_MEMBERS:,} memagent opens",
+            hint="Extract the documents you want read and name them",
+        )
+    total = sum(i.file_size for i in infos)
+    if total > ARCHIVE_MAX_BYTES:
+        archive.close()
+        raise _ArchiveRefused(
+            f"{total / 2**30:.1f} GiB uncompressed, over the {ARCHIVE_MAX_BYTES >> 30} GiB memagent expands (a zip bomb?)",
+            hint="Extract the documents you want read and name them",
+        )
+    return _Members(archive, infos)
+
+
+def _unsafe_member(name: str) -> bool:
+    """A member name that would point outside the archive if it were ever used as a path:
+    absolute, with a drive, with "..", or with backslashes. memagent writes no member anywhere,
+    but such a name marks a hostile archive, so the member is not read either."""
+    parts = name.split("/")
+    return name.startswith("/") or "\\" in name or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
+
+
+def _member_problem(info: zipfile.ZipInfo) -> str | None:
+    if info.flag_bits & 0x1:
+        return "encrypted"
+    if info.file_size > RATIO_FLOOR and info.file_size > ARCHIVE_MAX_RATIO * max(info.compress_size, 1):
+        return f"compressed over {ARCHIVE_MAX_RATIO}:1, a zip bomb?"
+    return None
+
+
+@contextlib.contextmanager
+def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, title: str) -> Iterator[IO[bytes]]:
+    """The member's bytes in an anonymous temporary file (memory up to SPOOL_BYTES), seekable,
+    as the readers need. zipfile stops at the declared size and checks the CRC, so a member
+    cannot expand past what the bounds were checked against."""
+    problem = _member_problem(info)
+    if problem is not None:
+        raise _ArchiveRefused(problem)
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+    try:
+        try:
+            with archive.open(info) as member:
+                while block := member.read(1 << 20):
+                    spool.write(block)
+        except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError) as exc:
+            raise MemagentError(
+                f"Cannot read {title} from its archive: {short_reason(exc)}",
+                hint="Check that the archive is complete and undamaged",
+            ) from exc
+        spool.seek(0)
+        yield spool
+    finally:
+        spool.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,255 +611,115 @@ def read_source(
     warn: Warn,
     stdin: ByteStream | None = None,
     index: int = 0,
+    ocr: OcrMode = "auto",
+    on_ocr: Callable[[OcrProgress], None] | None = None,
 ) -> Iterator[Segment]:
     """Stream `source`'s text as Segments, each tagged with `index` (its place in the list).
 
-    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each: one block's worth,
-    plus what earlier reads left held back (a final "\\r" and a character cut by the block's
-    end, or the first bytes of a file when reads were too short to tell its byte-order mark).
-    A PDF yields one segment per page that has text; every page after the first carries
-    PAGE_SEPARATOR at the start of its segment text, so the segments still concatenate to the
-    full text. Pages with no text (or only white space) are left out of the full text
-    altogether. Page text is valid Unicode (see _printable).
+    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each (see text.read_stream).
+    Documents with units (pages, slides, sheets, chapters) yield a segment per unit that has
+    text, every one after the first starting with UNIT_SEPARATOR, so the segments still
+    concatenate to the full text; units with no text (or only white space) are left out.
+    Segment text is valid Unicode (see base.printable) with "\\n" newlines.
 
     `stdin` is the binary stream read for the stdin source (default: sys.stdin.buffer).
     Errors surface on the first `next()`, like the reading itself.
     """
-    if source.kind == "pdf":
-        yield from _read_pdf(source, index, password, warn)
-    elif source.kind == "stdin":
-        yield from _read_stream(stdin if stdin is not None else sys.stdin.buffer, source.title, index, warn)
-    else:
-        try:
-            # Unbuffered, so each read is one system call and a pipe's data is passed on as
-            # soon as it arrives.
-            file = open(source.path, "rb", buffering=0)
-        except (OSError, ValueError) as exc:  # ValueError: see _stat_named
-            raise _open_error(source.path, exc) from exc
-        with file:
-            yield from _read_stream(file, source.title, index, warn)
-
-
-def _read_stream(stream: ByteStream, title: str, index: int, warn: Warn) -> Iterator[Segment]:
-    # read1 returns what is there instead of waiting to fill the block: a slow pipe's first
-    # lines reach the consumer early.
-    read = getattr(stream, "read1", None) or stream.read
-    decoder = _TextDecoder()
-    offset = 0
-    head = b""  # the first SNIFF_SIZE bytes: a stream is told from binary data as a file is
-    while True:
-        block = read(BLOCK_SIZE)
-        if len(head) < SNIFF_SIZE:
-            head += block[: SNIFF_SIZE - len(head)]
-            _check_stream_head(head, title, ended=not block)
-        text = decoder.feed(block, final=not block)
-        if text:
-            yield Segment(index, text, None, offset)
-            offset += len(text)
-        if not block:
-            break
-    if decoder.replaced_bytes:
-        warn(f"{title}: invalid {decoder.encoding} replaced ({_count(decoder.replaced_bytes, 'byte')})")
-
-
-def _check_stream_head(head: bytes, title: str, *, ended: bool) -> None:
-    """Refuse a stream (stdin, a pipe) whose first bytes are not text, before any is used: binary
-    data such as `cat /dev/urandom |` would otherwise be read, and paid for, without end."""
-    if len(head) < 4 and not ended:  # a byte-order mark may still be coming
+    context = ReadContext(
+        source.title, posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path),
+        warn, password, ocr, on_ocr, 0, _read_nested,
+    )
+    if source.kind == "stdin":
+        yield from _numbered(read_stream(stdin if stdin is not None else sys.stdin.buffer, context), index)
         return
-    if head.startswith(b"%PDF-"):
-        raise MemagentError(
-            f"{title} is a PDF arriving as a stream; memagent reads PDFs from files",
-            hint="Save it to a file and name the file",
-        )
-    if b"\0" in head and not head.startswith(_WIDE_BOMS):
-        raise MemagentError(
-            f"{title} looks like binary data; memagent reads text and PDF files",
-            hint="Pipe text, or name a text or PDF file",
-        )
+    with _open_document(source) as file:
+        yield from _numbered(_read(file, source.kind, context), index)
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-# Byte-order marks, longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32"),
-    (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32"),
-    (codecs.BOM_UTF8, "utf-8", "UTF-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16"),
-    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16"),
-)
-_LONGEST_BOM = 4
-
-
-# Undecodable bytes become U+FFFD, like errors="replace", but are also counted, so a file's
-# damage is reported once with its size. The codec registry is global, so the count lives in
-# a thread-local and each decode call reads it before and after.
-_REPLACE_AND_COUNT = "memagent.sources.replace-and-count"
-_replacements = threading.local()
-
-
-def _replace_and_count(error: UnicodeError) -> tuple[str, int]:
-    if not isinstance(error, UnicodeDecodeError):
-        raise error
-    _replacements.count = getattr(_replacements, "count", 0) + (error.end - error.start)
-    return "\ufffd", error.end
-
-
-codecs.register_error(_REPLACE_AND_COUNT, _replace_and_count)
-
-
-class _TextDecoder:
-    """Bytes to text, fed block by block: finds the byte-order mark, decodes incrementally
-    (so characters split between blocks come out whole), counts replaced bytes and turns
-    "\\r\\n" and lone "\\r" into "\\n" (holding back a final "\\r" in case "\\n" begins the
-    next block)."""
-
-    def __init__(self) -> None:
-        self.encoding = "UTF-8"
-        self.replaced_bytes = 0
-        self._decoder: codecs.IncrementalDecoder | None = None
-        self._head = b""
-        self._held_cr = False
-
-    def feed(self, data: bytes, *, final: bool) -> str:
-        if self._decoder is None:
-            # The byte-order mark may arrive split over several short reads from a pipe.
-            self._head += data
-            if len(self._head) < _LONGEST_BOM and not final:
-                return ""
-            data = self._start(self._head)
-            self._head = b""
-        return self._newlines(self._decode(data, final), final)
-
-    def _start(self, head: bytes) -> bytes:
-        codec = "utf-8"
-        for bom, name, label in _BOMS:
-            if head.startswith(bom):
-                codec, self.encoding, head = name, label, head[len(bom) :]
-                break
-        self._decoder = codecs.getincrementaldecoder(codec)(errors=_REPLACE_AND_COUNT)
-        return head
-
-    def _decode(self, data: bytes, final: bool) -> str:
-        assert self._decoder is not None
-        before = getattr(_replacements, "count", 0)
-        text = self._decoder.decode(data, final)
-        self.replaced_bytes += getattr(_replacements, "count", 0) - before
-        return text
-
-    def _newlines(self, text: str, final: bool) -> str:
-        if self._held_cr:
-            text = "\r" + text
-            self._held_cr = False
-        if text.endswith("\r") and not final:
-            text = text[:-1]
-            self._held_cr = True
-        return _normalise_newlines(text)
-
-
-def _normalise_newlines(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-# --------------------------------------------------------------------------------------------
-# PDFs
-
-
-def _read_pdf(source: Source, index: int, password: str | None, warn: Warn) -> Iterator[Segment]:
+@contextlib.contextmanager
+def _open_document(source: Source) -> Iterator[BinaryIO]:
+    # A text file is read unbuffered, so each read is one system call and a pipe's data is
+    # passed on as soon as it arrives.
+    streamed = source.kind == "text" and not source.member
     try:
-        # An open file rather than the path: given a path, pypdf reads the whole file into
-        # memory first; given a file, it seeks and reads what each page needs.
-        file = open(source.path, "rb")
+        file = open(source.path, "rb", buffering=0 if streamed else -1)
     except (OSError, ValueError) as exc:  # ValueError: see _stat_named
         raise _open_error(source.path, exc) from exc
-    with file:
-        reader = _open_pdf(file, source.title, password)
-        offset = 0
-        for number, text in _page_texts(reader, source.title, warn):
-            if offset:
-                text = PAGE_SEPARATOR + text
-            yield Segment(index, text, number, offset)
-            offset += len(text)
-    if offset == 0:
-        warn(f"{source.title} has no extractable text (it may be scanned; OCR is not done)")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(file)
+        current: IO[bytes] = file
+        title = _title(source.path)
+        for name in source.member:
+            try:
+                archive = stack.enter_context(zipfile.ZipFile(current))
+                info = archive.getinfo(name)
+                title = f"{title}/{printable(name)}"
+                current = stack.enter_context(_extract(archive, info, title))
+            except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
+                raise MemagentError(
+                    f"Cannot read {source.title}: {short_reason(exc)}", hint="Check that the archive did not change"
+                ) from exc
+            except _ArchiveRefused as refused:
+                raise MemagentError(f"{source.title}: {refused}", hint=refused.hint) from None
+        yield current  # type: ignore[misc]  # a SpooledTemporaryFile reads and seeks as a BinaryIO
 
 
-def _open_pdf(file: BinaryIO, title: str, password: str | None) -> PdfReader:
-    # pypdf is imported here so that commands which never meet a PDF do not pay for it.
-    from pypdf import PdfReader
-    from pypdf.errors import DependencyError
-
+def _read(file: BinaryIO, kind: str, context: ReadContext) -> Iterator[Part]:
+    """The reader's parts; a library's own exception (from a damaged file) becomes one line."""
+    read = formats.reader(kind)
     try:
-        reader = PdfReader(file, strict=False)
-        if reader.is_encrypted:
-            _unlock(reader, title, password)
-        len(reader.pages)  # a broken page tree fails here, as "cannot read", not mid-stream
+        yield from read(file, context)
     except MemagentError:
         raise
-    except DependencyError as exc:
-        raise _dependency_error(title, exc) from exc
-    except Exception as exc:  # pypdf raises many exception types on damaged files
-        raise MemagentError(
-            f"Cannot read PDF {title}: {_short_reason(exc)}",
-            hint="Check that it is a complete, undamaged PDF",
+    except Exception as exc:  # the libraries raise many types on damaged files
+        raise unreadable(
+            context.title, formats.what(kind), short_reason(exc), "Check that it is a complete, undamaged file"
         ) from exc
-    return reader
 
 
-def _unlock(reader: PdfReader, title: str, password: str | None) -> None:
-    from pypdf import PasswordType
+def _read_nested(file: BinaryIO, name: str, context: ReadContext) -> Iterator[Part]:
+    """A document inside another (a mail's attachment) as parts of the outer one, each placed
+    `within` its name. One that cannot be read is skipped with a note; the rest goes on."""
+    head = file.read(SNIFF_SIZE)
+    file.seek(0)
+    kind = formats.detect(name, head)
+    title = f"{context.title}/{printable(name)}"
+    why = None
+    if kind is None:
+        why = "binary"
+    elif kind == formats.ARCHIVE:
+        why = "an archive inside a document is not opened"
+    elif context.depth >= ARCHIVE_MAX_DEPTH:
+        why = f"nested more than {ARCHIVE_MAX_DEPTH} deep"
+    elif kind == "image":
+        from .ocr import ocr_available
 
-    if password and reader.decrypt(password) != PasswordType.NOT_DECRYPTED:
+        if context.ocr == "never" or not ocr_available():
+            why = "an image, and OCR is off or not installed"
+    if why is not None or kind is None:
+        context.warn(f"skipped {title} ({why})")
         return
-    # A file whose user password is empty (only an owner password, restricting printing and
-    # the like) opens for anyone, even when --password was meant for another file. An empty
-    # *owner* password does not count: pypdf accepts it, but the author set a user password to
-    # keep readers out, and PDF viewers ask for it.
-    if reader.decrypt("") == PasswordType.USER_PASSWORD:
-        return
-    if password is None:
-        raise MemagentError(f"{title} is encrypted", hint="Pass --password PASSWORD")
-    raise MemagentError(f"Wrong password for {title}", hint="Check the password given with --password")
+    inner = ReadContext(title, name, context.warn, context.password, context.ocr, context.on_ocr, context.depth + 1, _read_nested)
+    first = True
+    try:
+        for part in _read(file, kind, inner):
+            yield Part(part.text, part.place.within(printable(name)), part.joined and not first)
+            first = False
+    except MemagentError as exc:
+        context.warn(f"skipped the rest of {title} ({exc.message})")
 
 
-def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
-    """(1-based page number, text) for each page with text; failing pages skipped with a note."""
-    from pypdf.errors import DependencyError
-
-    for number in range(1, len(reader.pages) + 1):
-        try:
-            text = reader.pages[number - 1].extract_text() or ""
-        except DependencyError as exc:
-            if _needs_crypto(exc):
-                raise _dependency_error(title, exc) from exc
-            warn(f"{title}: skipped page {number} ({_short_reason(exc)})")
+def _numbered(parts: Iterable[Part], index: int) -> Iterator[Segment]:
+    """Parts to Segments: offsets counted, units separated, blank units dropped."""
+    offset = 0
+    for part in parts:
+        text = printable(normalise_newlines(part.text))
+        if not part.joined:
+            if not text.strip():
+                continue
+            if offset:
+                text = UNIT_SEPARATOR + text
+        elif not text:
             continue
-        except Exception as exc:  # one damaged page should not cost the rest of the document
-            warn(f"{title}: skipped page {number} ({_short_reason(exc)})")
-            continue
-        text = _printable(_normalise_newlines(text))
-        if text.strip():
-            yield number, text
-
-
-def _needs_crypto(exc: Exception) -> bool:
-    message = str(exc)
-    return "AES" in message or "cryptography" in message
-
-
-def _dependency_error(title: str, exc: Exception) -> MemagentError:
-    if _needs_crypto(exc):
-        return MemagentError(
-            f"{title} is AES-encrypted and the cryptography package is missing",
-            hint="Install pypdf's crypto extra: pip install 'pypdf[crypto]'",
-        )
-    return MemagentError(f"Cannot read PDF {title}: {_short_reason(exc)}")
-
-
-def _short_reason(exc: Exception, limit: int = 120) -> str:
-    lines = str(exc).strip().splitlines()
-    reason = _printable(lines[0]) if lines else type(exc).__name__
-    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+        yield Segment(index, text, offset, part.place)
+        offset += len(text)

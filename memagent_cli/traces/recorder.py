@@ -62,8 +62,12 @@ def fingerprint(source: Source) -> dict[str, Any]:
         "size": source.size,
         "sha256": None,
         "pages": None,
+        "unit": None,
+        "units": None,
         "tokens": None,
     }
+    if source.member:  # a document inside an archive: the archive is what is hashed
+        record["member"] = list(source.member)
     if source.path != STDIN_PATH and source.size is not None:  # a regular file, hashed now
         record["sha256"] = file_sha256(source.path)
         record["abspath"] = os.path.abspath(source.path)
@@ -142,6 +146,7 @@ class Recorder:
         self.settings = {
             **e.config.to_dict(),
             "cwd": os.getcwd(),
+            **({"ocr": e.ocr} if e.ocr != "auto" else {}),
             **({"engine": self.engine} if self.engine else {}),
             **({"chat_template": self.chat_template} if self.chat_template else {}),
         }
@@ -153,8 +158,10 @@ class Recorder:
         self._write(create)
 
     def _document_read(self, e: DocumentRead) -> None:
-        for record, tokens, pages in zip(self.sources, e.source_tokens, e.source_pages):
-            record["tokens"], record["pages"] = tokens, pages or None
+        units = e.source_units or (None,) * len(e.source_tokens)
+        for record, tokens, pages, unit in zip(self.sources, e.source_tokens, e.source_pages, units):
+            record["tokens"], record["unit"], record["units"] = tokens, unit, pages or None
+            record["pages"] = (pages or None) if unit == "page" else None
             if record["kind"] == "stdin" and self.stdin is not None:
                 digest = self.stdin.hexdigest()
                 if self.resume and record.get("sha256") and record["sha256"] != digest:
@@ -215,4 +222,6 @@ def resumed_config(settings: Mapping[str, Any]) -> AgentConfig:
 
 def resumed_paths(run: Mapping[str, Any]) -> Sequence[str]:
     """The sources as first named: relative paths resolve from the run's own directory."""
-    return [STDIN_PATH if s["kind"] == "stdin" else s["path"] for s in run["sources"]]
+    # The documents of one archive share its path: it is named once, and expands to them again.
+    paths = [STDIN_PATH if s["kind"] == "stdin" else s["path"] for s in run["sources"]]
+    return list(dict.fromkeys(paths))

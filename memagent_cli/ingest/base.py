@@ -1,0 +1,170 @@
+"""The one interface every reader speaks, and the records that carry provenance.
+
+A reader turns one document (an open, seekable binary file) into `Part`s: pieces of text in
+reading order, each with the `Place` it comes from (page 3, slide 12, sheet "Q3", chapter 4
+"The Storm", section "Results", an attachment's page). `sources.read_source` numbers the parts
+into `Segment`s with character offsets, so offsets and separators are kept in one place and no
+reader repeats them.
+
+Readers live one per format family in this package (text, pdf, office, ebook, web, mail,
+notebook, ocr; archives are expanded into sources by `sources` itself) and import their libraries
+inside the reading function, so that `memagent --help` loads none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO, Literal, Protocol
+
+from ..errors import MemagentError
+
+Warn = Callable[[str], None]
+
+# The units a place can name, in the words the JSON uses (docs/JSON.md, "span").
+Unit = Literal["page", "slide", "sheet", "chapter", "section"]
+
+# What stands between two units' texts (two pages, two slides) in a document's full text.
+UNIT_SEPARATOR = "\n\n"
+
+OcrMode = Literal["auto", "always", "never"]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a part of a document sits: its unit and that unit's number and label.
+
+    `unit` None is plain running text (a text file, a mail body). `number` is 1-based (page 3,
+    slide 12, the 2nd sheet); `label` the unit's name where it has one (sheet "Q3", chapter
+    "The Storm", section "Results"). `ocr` says the text was recognised from an image. `part`
+    names a document inside this one (a mail's attachment "report.pdf"), so the place reads
+    "mail.eml/report.pdf p. 2".
+    """
+
+    unit: Unit | None = None
+    number: int | None = None
+    label: str | None = None
+    ocr: bool = False
+    part: str | None = None
+
+    @property
+    def page(self) -> int | None:
+        return self.number if self.unit == "page" else None
+
+    def within(self, part: str) -> Place:
+        """This place, in a document that is itself `part` of another (an attachment)."""
+        return replace(self, part=part if self.part is None else f"{part}/{self.part}")
+
+
+NOWHERE = Place()
+
+
+@dataclass(frozen=True)
+class Part:
+    """A reader's piece of text. Parts that start a new unit are separated by UNIT_SEPARATOR
+    in the full text; a `joined` part continues the one before it with nothing between (the
+    blocks of a streamed text file)."""
+
+    text: str
+    place: Place = NOWHERE
+    joined: bool = False
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of one source's text, in reading order.
+
+    `source` is the index of the Source in the list from `collect_sources`, `offset` the number
+    of characters before `text` in the source's full text, `place` where the text comes from.
+    """
+
+    source: int
+    text: str
+    offset: int
+    place: Place = NOWHERE
+
+    @property
+    def page(self) -> int | None:
+        return self.place.page
+
+
+@dataclass(frozen=True)
+class OcrProgress:
+    """One recognised page or image, for the live view: `done` of `total` in `title`, after
+    `seconds` of recognition in this document."""
+
+    title: str
+    done: int
+    total: int
+    seconds: float
+
+
+@dataclass
+class ReadContext:
+    """What a reader is told besides its bytes.
+
+    `title` names the document in notes and errors; `name` is its file name (a zip member's or
+    attachment's own name), from which readers of inner documents pick a format. `nested`
+    reads a document found inside this one (a mail's attachment) with the reader its name and
+    bytes call for; `depth` counts how deep such nesting already is.
+    """
+
+    title: str
+    name: str
+    warn: Warn
+    password: str | None = None
+    ocr: OcrMode = "auto"
+    on_ocr: Callable[[OcrProgress], None] | None = None
+    depth: int = 0
+    nested: Callable[[BinaryIO, str, ReadContext], Iterator[Part]] | None = field(default=None, repr=False)
+
+
+class Reader(Protocol):
+    """A format family's reading function: `(file, context) -> parts in reading order`.
+
+    `file` is open for binary reading and seekable. A reader raises `MemagentError` (see
+    `unreadable`) for a document it cannot read at all, and reports lesser losses (a sheet that
+    fails, a skipped attachment) through `context.warn`, one line each.
+    """
+
+    def __call__(self, file: BinaryIO, context: ReadContext, /) -> Iterator[Part]: ...
+
+
+def unreadable(title: str, what: str, reason: str, hint: str) -> MemagentError:
+    """The one-line error for a document that cannot be read: 'Cannot read Word file a.docx: …'."""
+    return MemagentError(f"Cannot read {what} {title}: {reason}", hint=hint)
+
+
+def short_reason(exc: BaseException, limit: int = 120) -> str:
+    """An exception's first line, printable and at most `limit` characters."""
+    lines = str(exc).strip().splitlines()
+    reason = printable(lines[0]) if lines else type(exc).__name__
+    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """`text` as valid Unicode, each lone surrogate replaced by U+FFFD.
+
+    A file name that is not UTF-8 comes from the OS with its bad bytes as lone surrogates
+    (Python's surrogateescape), and pypdf's text can hold them too (it decodes UTF-16 with
+    "surrogatepass"). Such a string cannot be encoded as UTF-8: a title or page text holding
+    one crashed chunking (UnicodeEncodeError), the tokenizer and printing. Found by
+    tests/test_fuzz.py. A surrogate pair split over two strings and joined (a PDF font mapping
+    one code to each half of an emoji) becomes the character it stands for. A Source's `path`
+    keeps the name as it is, to open the file with.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

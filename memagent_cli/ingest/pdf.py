@@ -1,0 +1,146 @@
+"""PDFs, page by page with pypdf; pages without a text layer are recognised with OCR.
+
+`--ocr auto` (the default) recognises only pages whose text layer is empty, `always` every page
+(for a text layer that is garbage), `never` none. Without the `ocr` extra, pages that needed it
+are named in one note with the command that installs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, BinaryIO
+
+from ..errors import MemagentError
+from .base import Part, Place, ReadContext, Warn, normalise_newlines, printable, short_reason
+from .ocr import OCR_INSTALL, PdfOcr, ocr_available
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
+
+
+def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
+    reader = _open_pdf(file, context.title, context.password)
+    total = len(reader.pages)
+    ocr: PdfOcr | None = None
+    scanned: list[int] = []  # pages with no text but an image, that OCR did not read
+    any_text = False
+    try:
+        for number, text in _page_texts(reader, context.title, context.warn):
+            wanted = context.ocr == "always" or (context.ocr == "auto" and not text.strip() and _has_images(reader, number))
+            if wanted and ocr is None and ocr_available():
+                ocr = PdfOcr(file, context, total)
+            if wanted and ocr is not None:
+                recognised = printable(normalise_newlines(ocr.page_text(number)))
+                if recognised.strip():
+                    any_text = True
+                    yield Part(recognised, Place("page", number, ocr=True))
+                    continue
+            if text.strip():
+                any_text = True
+                yield Part(text, Place("page", number))
+            elif ocr is None and (context.ocr == "never" or _has_images(reader, number)):
+                scanned.append(number)
+    finally:
+        if ocr is not None:
+            ocr.close()
+    _report(context, scanned, total, any_text, ocr is not None)
+
+
+def _report(context: ReadContext, scanned: list[int], total: int, any_text: bool, recognised: bool) -> None:
+    """One note for what was not read: pages that look scanned (OCR off or not installed), or
+    a document with no text at all."""
+    if context.ocr == "never":
+        why = "it may be scanned; OCR is off: --ocr never"
+    elif not ocr_available():
+        why = f"it may be scanned; to read it with OCR: {OCR_INSTALL}"
+    else:
+        why = "OCR found none either" if recognised else "no text layer and no images"
+    if not any_text:
+        context.warn(f"{context.title} has no extractable text ({why})")
+    elif scanned and (context.ocr == "never" or not ocr_available()):
+        pages = f"{len(scanned)} of {total} pages have" if len(scanned) > 1 else f"page {scanned[0]} of {total} has"
+        context.warn(f"{context.title}: {pages} no text layer ({why})")
+
+
+def _has_images(reader: PdfReader, number: int) -> bool:
+    """Whether a page draws any external object (a scan is an image XObject): a page with none
+    is blank, and rendering it for OCR would find nothing."""
+    try:
+        resources = reader.pages[number - 1].get("/Resources")
+        xobjects = resources.get_object().get("/XObject") if resources is not None else None
+        return bool(xobjects is not None and len(xobjects.get_object()))
+    except Exception:  # a damaged resource dictionary: let OCR look
+        return True
+
+
+def _open_pdf(file: BinaryIO, title: str, password: str | None) -> PdfReader:
+    # pypdf is imported here so that commands which never meet a PDF do not pay for it.
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError
+
+    try:
+        # An open file rather than the path: given a path, pypdf reads the whole file into
+        # memory first; given a file, it seeks and reads what each page needs.
+        reader = PdfReader(file, strict=False)
+        if reader.is_encrypted:
+            _unlock(reader, title, password)
+        len(reader.pages)  # a broken page tree fails here, as "cannot read", not mid-stream
+    except MemagentError:
+        raise
+    except DependencyError as exc:
+        raise _dependency_error(title, exc) from exc
+    except Exception as exc:  # pypdf raises many exception types on damaged files
+        raise MemagentError(
+            f"Cannot read PDF {title}: {short_reason(exc)}",
+            hint="Check that it is a complete, undamaged PDF",
+        ) from exc
+    return reader
+
+
+def _unlock(reader: PdfReader, title: str, password: str | None) -> None:
+    from pypdf import PasswordType
+
+    if password and reader.decrypt(password) != PasswordType.NOT_DECRYPTED:
+        return
+    # A file whose user password is empty (only an owner password, restricting printing and
+    # the like) opens for anyone, even when --password was meant for another file. An empty
+    # *owner* password does not count: pypdf accepts it, but the author set a user password to
+    # keep readers out, and PDF viewers ask for it.
+    if reader.decrypt("") == PasswordType.USER_PASSWORD:
+        return
+    if password is None:
+        raise MemagentError(f"{title} is encrypted", hint="Pass --password PASSWORD")
+    raise MemagentError(f"Wrong password for {title}", hint="Check the password given with --password")
+
+
+def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
+    """(1-based page number, text) for each page, "" for one without text; failing pages
+    skipped with a note."""
+    from pypdf.errors import DependencyError
+
+    for number in range(1, len(reader.pages) + 1):
+        try:
+            text = reader.pages[number - 1].extract_text() or ""
+        except DependencyError as exc:
+            if _needs_crypto(exc):
+                raise _dependency_error(title, exc) from exc
+            warn(f"{title}: skipped page {number} ({short_reason(exc)})")
+            continue
+        except Exception as exc:  # one damaged page should not cost the rest of the document
+            warn(f"{title}: skipped page {number} ({short_reason(exc)})")
+            continue
+        yield number, printable(normalise_newlines(text))
+
+
+def _needs_crypto(exc: Exception) -> bool:
+    message = str(exc)
+    return "AES" in message or "cryptography" in message
+
+
+def _dependency_error(title: str, exc: Exception) -> MemagentError:
+    if _needs_crypto(exc):
+        return MemagentError(
+            f"{title} is AES-encrypted and the cryptography package is missing",
+            hint="Install pypdf's crypto extra: pip install 'pypdf[crypto]'",
+        )
+    return MemagentError(f"Cannot read PDF {title}: {short_reason(exc)}")
