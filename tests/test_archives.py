@@ -48,7 +48,11 @@ def test_an_archive_inside_a_folder_takes_its_place_in_the_walk(in_tmp):
     make_zip(in_tmp / "docs" / "m.zip", {"inner.txt": b"inside"})
     (in_tmp / "docs" / "z.txt").write_text("omega")
     found = collect_sources(["docs"], warn=lambda note: None)
-    assert [s.title for s in found] == [os.path.join("docs", "a.txt"), os.path.join("docs", "m.zip") + "/inner.txt", os.path.join("docs", "z.txt")]
+    assert [s.title for s in found] == [
+        os.path.join("docs", "a.txt"),
+        os.path.join("docs", "m.zip") + "/inner.txt",
+        os.path.join("docs", "z.txt"),
+    ]
 
 
 def test_include_exclude_hidden_and_binary_rules_apply_inside(in_tmp):

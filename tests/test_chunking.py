@@ -134,7 +134,10 @@ def test_spans_name_their_unit_labels_parts_and_ocr(tok):
         ({"path": "d.pptx", "unit": "slide", "units": [12, 12], "labels": ["Plan", "Plan"]}, "d.pptx slide 12"),
         ({"path": "d.pptx", "unit": "slide", "units": [12, 14], "labels": [None, None]}, "d.pptx slides 12–14"),
         ({"path": "x.xlsx", "unit": "sheet", "units": [2, 2], "labels": ["Q3", "Q3"]}, 'x.xlsx sheet "Q3"'),
-        ({"path": "b.epub", "unit": "chapter", "units": [4, 4], "labels": ["The Storm", "The Storm"]}, 'b.epub ch. 4 "The Storm"'),
+        (
+            {"path": "b.epub", "unit": "chapter", "units": [4, 4], "labels": ["The Storm", "The Storm"]},
+            'b.epub ch. 4 "The Storm"',
+        ),
         ({"path": "b.epub", "unit": "chapter", "units": [4, 6], "labels": ["A", "C"]}, "b.epub chs. 4–6"),
         ({"path": "p.html", "unit": "section", "units": [2, 2], "labels": ["Results", "Results"]}, 'p.html § "Results"'),
         ({"path": "p.html", "unit": "section", "units": [2, 3], "labels": ["A", "B"]}, 'p.html §§ "A"–"B"'),

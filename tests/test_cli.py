@@ -44,7 +44,16 @@ def test_json_output_as_documented(doc, models):
     assert out["schema"] == 1
     size = doc.stat().st_size
     assert out["sources"] == [
-        {"path": str(doc), "title": str(doc), "kind": "text", "size": size, "pages": None, "tokens": out["document_tokens"]}
+        {
+            "path": str(doc),
+            "title": str(doc),
+            "kind": "text",
+            "size": size,
+            "pages": None,
+            "unit": None,
+            "units": None,
+            "tokens": out["document_tokens"],
+        }
     ]
     assert len(out["steps"]) == -(-out["document_tokens"] // 300)
     step = out["steps"][0]

@@ -20,7 +20,6 @@ import pytest
 from fpdf import FPDF
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.ingest import sources
 from memagent_cli.ingest import text as textmod
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
@@ -172,7 +171,7 @@ def test_legacy_encodings_are_detected_and_named(tmp_path, notes, monkeypatch, t
         notes.clear()
         monkeypatch.setattr(textmod, "BLOCK_SIZE", block)
         assert read_file(path, notes) == "plain ascii first line\n" + text * 4
-        assert notes == [f"{path.name and 'legacy.csv'} is not UTF-8; decoded as {named} (detected)".replace("legacy.csv", str(path))]
+        assert notes == [f"{path} is not UTF-8; decoded as {named} (detected)"]
 
 
 def test_crlf_and_lone_cr_become_lf(tmp_path, notes):
@@ -615,7 +614,8 @@ def test_pdf_page_without_text_is_left_out(tmp_path, notes):
 def test_pdf_with_no_text_at_all_says_so(tmp_path, notes):
     path = make_pdf(tmp_path / "drawing.pdf", ["", ""])
     assert read_all(only_source(path, notes), notes) == ("", [])
-    assert notes == [f"{path} has no extractable text (it may be scanned; OCR is not done)"]
+    # Pages that draw nothing are not worth OCR: they are said to be empty, whatever --ocr says.
+    assert notes == [f"{path} has no extractable text (no text layer and no images)"]
 
 
 def test_pdf_page_that_fails_is_skipped_with_note(tmp_path, notes, monkeypatch):

@@ -56,10 +56,12 @@ LEGACY = {".doc": "Word 97-2003", ".ppt": "PowerPoint 97-2003"}
 
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the compound-file header of .xls, .msg, .doc, .ppt
 _ZIP = b"PK\x03\x04"
-_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*", b"BM")
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")  # "BM" (BMP) is too weak: text can begin so
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
 _HTML_HEAD = re.compile(rb"^\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>])", re.IGNORECASE | re.DOTALL)
-_FEED_HEAD = re.compile(rb"^\s*(<\?xml[^>]*>\s*)?(<\?xml-stylesheet[^>]*>\s*)?(<!--.*?-->\s*)*<(rss[\s>]|feed[\s>]|rdf:RDF[\s>])", re.DOTALL)
+_FEED_HEAD = re.compile(
+    rb"^\s*(<\?xml[^>]*>\s*)?(<\?xml-stylesheet[^>]*>\s*)?(<!--.*?-->\s*)*<(rss[\s>]|feed[\s>]|rdf:RDF[\s>])", re.DOTALL
+)
 
 
 def ending(name: str) -> str:

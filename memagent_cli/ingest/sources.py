@@ -117,7 +117,9 @@ def collect_sources(
         from .ocr import OCR_INSTALL, ocr_available
 
         if not ocr_available():
-            raise MemagentError("--ocr always needs OCR, which is not installed", hint=f"Install it: {OCR_INSTALL}", exit_code=EXIT_USAGE)
+            raise MemagentError(
+                "--ocr always needs OCR, which is not installed", hint=f"Install it: {OCR_INSTALL}", exit_code=EXIT_USAGE
+            )
     if not paths:
         if stdin_is_piped:
             return [_stdin_source()]
@@ -254,7 +256,10 @@ class _Collector:
             legacy = formats.legacy_format(name, head)
             if legacy is not None:
                 return f"{legacy} format, which memagent cannot read", f"Save it as {legacy_fix(legacy)} and name that file"
-            return "looks like a binary file of a kind memagent does not read", "See docs/FORMATS.md for the formats memagent reads"
+            return (
+                "looks like a binary file of a kind memagent does not read",
+                "See docs/FORMATS.md for the formats memagent reads",
+            )
         if kind == "image":
             from .ocr import OCR_INSTALL, ocr_available
 
@@ -269,7 +274,8 @@ class _Collector:
         if self._walk(root, "", visited) == 0:
             raise MemagentError(
                 f"No readable files in {printable(root)}",
-                hint="It has no documents memagent reads, or --include/--exclude left none out; hidden and binary files are skipped",
+                hint="It has no documents memagent reads, or --include/--exclude left none out; "
+                "hidden and binary files are skipped",
             )
 
     def _walk(self, directory: str, rel: str, visited: set[tuple[int, int]]) -> int:
@@ -626,8 +632,14 @@ def read_source(
     Errors surface on the first `next()`, like the reading itself.
     """
     context = ReadContext(
-        source.title, posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path),
-        warn, password, ocr, on_ocr, 0, _read_nested,
+        source.title,
+        posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path),
+        warn,
+        password,
+        ocr,
+        on_ocr,
+        0,
+        _read_nested,
     )
     if source.kind == "stdin":
         yield from _numbered(read_stream(stdin if stdin is not None else sys.stdin.buffer, context), index)
@@ -666,9 +678,8 @@ def _open_document(source: Source) -> Iterator[BinaryIO]:
 
 def _read(file: BinaryIO, kind: str, context: ReadContext) -> Iterator[Part]:
     """The reader's parts; a library's own exception (from a damaged file) becomes one line."""
-    read = formats.reader(kind)
     try:
-        yield from read(file, context)
+        yield from formats.reader(kind)(file, context)
     except MemagentError:
         raise
     except Exception as exc:  # the libraries raise many types on damaged files

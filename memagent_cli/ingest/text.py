@@ -50,8 +50,9 @@ def read_stream(stream: ByteStream, context: ReadContext) -> Iterator[Part]:
         if decoder.detected:
             context.warn(f"{context.title} is not UTF-8; decoded as {decoder.encoding} (detected)")
             decoder.detected = False
-        if text:
-            yield Part(text, joined=True)
+        # A chosen encoding decodes the whole first window at once: it is passed on in blocks too.
+        for start in range(0, len(text), BLOCK_SIZE):
+            yield Part(text[start : start + BLOCK_SIZE], joined=True)
         if not block:
             break
     if decoder.replaced_bytes:
@@ -148,7 +149,9 @@ def _reads_as_western(data: bytes) -> bool:
     return sum(c.isalpha() for c in wide) <= 0.3 * letters
 
 
-_TYPOGRAPHIC = frozenset("\u201e\u201a\u2039\u203a\u2022\u2122\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u00a0\u00ab\u00bb\u20ac\u00b0\u00a3\u00a7\u00b7")
+_TYPOGRAPHIC = frozenset(
+    "\u201e\u201a\u2039\u203a\u2022\u2122\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u00a0\u00ab\u00bb\u20ac\u00b0\u00a3\u00a7\u00b7"
+)
 
 
 def choose_encoding(window: bytes, ascii_prefix: int, *, cut: bool) -> str | None:
