@@ -7,13 +7,14 @@ Answers go to stdout, everything else (live view, warnings, errors) to stderr, s
 from __future__ import annotations
 
 import contextlib
+import enum
 import io
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterable, Iterator, NoReturn, Optional, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterable, Iterator, NoReturn, Optional, Protocol
 
 import typer
 from rich.console import Console
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from ..core.events import Event, RunResult
+    from ..ingest.base import OcrMode, OcrProgress
     from ..traces.recorder import HashingReader, Recorder
     from ..traces.store import TraceStore
     from .views.live import LiveView, PlainProgress
@@ -95,6 +97,28 @@ ExcludeOpt = Annotated[
 ]
 PasswordOpt = Annotated[
     Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources", show_default=False)
+]
+
+
+class OcrChoice(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _ocr_mode(choice: OcrChoice) -> OcrMode:
+    return choice.value
+
+
+OcrOpt = Annotated[
+    OcrChoice,
+    typer.Option(
+        "--ocr",
+        case_sensitive=False,
+        rich_help_panel="Sources",
+        help="Read scanned PDF pages and images with OCR: auto (only pages with no text layer), always (every "
+        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli[ocr]'.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
 
@@ -172,6 +196,7 @@ def ask(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
+    ocr: OcrOpt = OcrChoice.auto,
     resume: Annotated[
         Optional[str],
         typer.Option(
@@ -272,6 +297,7 @@ def ask(
             }
             _refuse_changed_options(ctx, run, given, model, template_file, engine, served_model, tokenizer)
             _enter(run["settings"].get("cwd"))
+            ocr = OcrChoice(run["settings"].get("ocr", "auto"))
             paths, questions, config = resumed_paths(run), [run["question"]], resumed_config(run["settings"])
             model = run["model"]["path"]
             stored_template = run["settings"].get("chat_template")
@@ -331,7 +357,12 @@ def ask(
             )
         )
         source_options = SourceOptions(
-            include=include or (), exclude=exclude or (), password=password, stdin=stdin, stdin_is_piped=_stdin_piped()
+            include=include or (),
+            exclude=exclude or (),
+            password=password,
+            ocr=_ocr_mode(ocr),
+            stdin=stdin,
+            stdin_is_piped=_stdin_piped(),
         )
         engine_record = served.record if served is not None else None
         template_record = template.record if template is not None else None
@@ -668,9 +699,16 @@ def _save_svg(view: LiveView, path: Path, err: Console) -> None:
 def inspect(
     sources: Annotated[
         Optional[list[str]],
-        typer.Argument(metavar="[SOURCE]...", show_default=False, help="PDFs, text files, folders or - for stdin."),
+        typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents, folders, zip archives or - for stdin."),
     ] = None,
     model: ModelOpt = None,
+    show_text: Annotated[
+        bool,
+        typer.Option(
+            "--text",
+            help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no model.",
+        ),
+    ] = False,
     question: Annotated[
         Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.", show_default=False)
     ] = None,
@@ -701,19 +739,31 @@ def inspect(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
+    ocr: OcrOpt = OcrChoice.auto,
     json_out: JsonOpt = False,
 ) -> None:
-    """Count what a question would cost, without loading any weights.
+    """Count what a question would cost, without loading any weights; or show what memagent reads.
 
     Shows files and pages, the exact token count in the model's own tokenizer, the number of
     steps, the llama.cpp context and its KV cache, and an estimate of the run time;
     --show-prompt prints what the model would see. A vocabulary-only GGUF is enough.
+    --text prints the document text itself (no model needed): what a Word file, a web page or a
+    scan became.
+
+    [dim]Examples:[/]
+      memagent inspect report.pdf --model m.gguf
+      memagent inspect deck.pptx --text | less
+      memagent inspect scan.pdf --text --ocr always
     """
     from ..core.inspection import inspect_sources, step_prompt
     from .views.reports import render_inspection
 
     err = stderr_console()
     _quiet_library_logs(False)
+    warn = lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
+    if show_text:
+        _print_document_text(sources or [], include, exclude, password, ocr, warn, err)
+        return
     try:
         if show_prompt is not None and not question:
             raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
@@ -731,7 +781,8 @@ def inspect(
             keep_chunk=show_prompt,
             chat_template=template.text if template is not None else None,
             sequences=sequences,
-            warn=lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True),
+            ocr=_ocr_mode(ocr),
+            warn=warn,
         )
         if show_prompt is not None:
             text, note = step_prompt(report, show_prompt)
@@ -746,6 +797,50 @@ def inspect(
         print_json(report.to_dict())
     else:
         SafeConsole(highlight=False).print(render_inspection(report))
+
+
+def _print_document_text(
+    paths: list[str],
+    include: list[str] | None,
+    exclude: list[str] | None,
+    password: str | None,
+    ocr: OcrChoice,
+    warn: Callable[[str], None],
+    err: Console,
+) -> None:
+    """`inspect --text`: the laid-out document on stdout as it is read, notes on stderr."""
+    from ..core.pipeline import SourceOptions, document_text
+
+    options = SourceOptions(
+        include=include or (),
+        exclude=exclude or (),
+        password=password,
+        ocr=_ocr_mode(ocr),
+        stdin=sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None,
+        stdin_is_piped=_stdin_piped(),
+        on_ocr=_ocr_reporter(err),
+    )
+    ended_with_newline = True
+    try:
+        for piece in document_text(paths, options, warn):
+            sys.stdout.write(piece)
+            ended_with_newline = piece.endswith("\n")
+    except MemagentError as exc:
+        sys.stdout.flush()
+        fail(err, exc)
+    if sys.stdout.isatty() and not ended_with_newline:
+        sys.stdout.write("\n")  # the shell's prompt on a line of its own; piped, the text stays exact
+    sys.stdout.flush()
+
+
+def _ocr_reporter(err: Console) -> Callable[[OcrProgress], None] | None:
+    """OCR progress on stderr for `inspect --text`, one line per page (a live view has none)."""
+    from .views.live import ocr_line
+
+    def report(progress: OcrProgress) -> None:
+        err.print(ocr_line(progress.title, progress.done, progress.total, progress.seconds), style="dim", markup=False)
+
+    return report
 
 
 def _traces_app() -> typer.Typer:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..ingest.base import OcrMode
 from .agent import plan_context
 from .chunking import IngestStats
 from .config import AgentConfig
@@ -90,10 +91,11 @@ def inspect_sources(
     keep_chunk: int | None = None,
     chat_template: str | None = None,
     sequences: int = 1,
+    ocr: OcrMode = "auto",
 ) -> Report:
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
     `sequences`: questions batched in one context, which the context is sized for."""
-    options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped)
+    options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped, ocr=ocr)
     prep = prepare(model, paths, options, EngineOptions(chat_template=chat_template))
     for note in prep.notices:
         warn(note)

@@ -11,6 +11,7 @@ thread, so reading overlaps model loading and generation) -> the agent loop -> e
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import MemagentError
+from ..ingest.base import OcrMode, OcrProgress
 from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source
 from ..install.registry import resolve_model
 from ..model.chat import ChatFormat
@@ -33,6 +35,7 @@ from .events import (
     Event,
     ModelLoaded,
     Notice,
+    OcrProgressed,
     RunFailed,
     RunFinished,
     RunResult,
@@ -67,6 +70,8 @@ class SourceOptions:
     include: Sequence[str] = ()  # glob patterns for files inside directories
     exclude: Sequence[str] = ()
     password: str | None = None  # for encrypted PDFs
+    ocr: OcrMode = "auto"  # pages without text and images: "auto" OCRs them, "always" every page, "never" none
+    on_ocr: Callable[[OcrProgress], None] | None = None  # told after each page OCR recognises
     stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
 
@@ -91,7 +96,12 @@ def prepare(
     quantization, or a vocabulary-only file); None asks the server to tokenize."""
     prep = prepare_model(model, engine)
     prep.sources = collect_sources(
-        paths, include=sources.include, exclude=sources.exclude, stdin_is_piped=sources.stdin_is_piped, warn=prep.notices.append
+        paths,
+        include=sources.include,
+        exclude=sources.exclude,
+        stdin_is_piped=sources.stdin_is_piped,
+        ocr=sources.ocr,
+        warn=prep.notices.append,
     )
     return prep
 
@@ -156,20 +166,42 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: i
     )
 
 
+def document_text(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> Iterator[str]:
+    """The document as the model reads it (`inspect --text`), streamed: the same sources, readers
+    and layout as `ask`, with no model. Notes about the sources go to `warn`."""
+    found = collect_sources(
+        paths,
+        include=sources.include,
+        exclude=sources.exclude,
+        stdin_is_piped=sources.stdin_is_piped,
+        ocr=sources.ocr,
+        warn=warn,
+    )
+    for piece in layout(found, _reader(sources, warn)):
+        yield piece.text
+
+
+def _reader(sources: SourceOptions, warn: Callable[[str], None]) -> Callable[[Source], Iterator[Segment]]:
+    """How `layout` reads each source: its segments, and a note if the file changed meanwhile."""
+
+    def read(source: Source) -> Iterator[Segment]:
+        before = _stamp(source)
+        yield from read_source(
+            source, password=sources.password, warn=warn, stdin=sources.stdin, ocr=sources.ocr, on_ocr=sources.on_ocr
+        )
+        if before is not None and _stamp(source) != before:
+            warn(f"{source.title} changed while it was read; the answer may mix its old and new text.")
+
+    return read
+
+
 def chunk_stream(
     prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn: Callable[[str], None]
 ) -> tuple[Iterator[Chunk], IngestStats]:
     """The document's chunks, lazily, and the counts that fill in as they are read."""
     stats = IngestStats()
-    stdin = sources.stdin
-
-    def read(source: Source) -> Iterator[Segment]:
-        before = _stamp(source)
-        yield from read_source(source, password=sources.password, warn=warn, stdin=stdin)
-        if before is not None and _stamp(source) != before:
-            warn(f"{source.title} changed while it was read; the answer may mix its old and new text.")
-
-    return iter_chunks(layout(prep.sources, read), prep.tokenizer, chunk_tokens, prep.sources, stats, warn), stats
+    pieces = layout(prep.sources, _reader(sources, warn))
+    return iter_chunks(pieces, prep.tokenizer, chunk_tokens, prep.sources, stats, warn), stats
 
 
 def _stamp(source: Source) -> tuple[int, int] | None:
@@ -336,7 +368,7 @@ def ask_many_events(
         else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx) for q in questions)
     )
     for i, q in enumerate(questions):
-        yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name)
+        yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name, sources.ocr)
     for note in prep.notices:
         yield None, Notice(note)
     default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None and not served else None
@@ -349,22 +381,32 @@ def ask_many_events(
 
     # Reading starts before the model loads, so both overlap; but a source that cannot be
     # read, or holds no text, is reported before minutes go into loading weights.
-    pending: collections.deque[str] = collections.deque()
+    pending: collections.deque[Notice | OcrProgressed] = collections.deque()
 
-    def notices() -> Iterator[tuple[None, Notice]]:  # what the reading thread noted since last time
+    def notices() -> Iterator[tuple[None, Notice | OcrProgressed]]:  # what the reading thread told since last time
         while pending:
-            yield None, Notice(pending.popleft())
+            yield None, pending.popleft()
 
-    stream, stats = chunk_stream(prep, config.chunk_tokens, sources, pending.append)
+    def on_ocr(progress: OcrProgress) -> None:
+        pending.append(OcrProgressed(progress.title, progress.done, progress.total, progress.seconds))
+        if sources.on_ocr is not None:
+            sources.on_ocr(progress)
+
+    told = dataclasses.replace(sources, on_ocr=on_ocr)
+    stream, stats = chunk_stream(prep, config.chunk_tokens, told, lambda message: pending.append(Notice(message)))
     chunks = ReadAhead(stream)
     shared: SharedEngine | None = None
     stop = threading.Event()
     try:
+        # The first chunk can take long (a scanned PDF's pages are recognised first): what the
+        # reading thread tells meanwhile (OCR progress) is passed on while waiting.
+        while not chunks.wait(0.2):
+            yield from notices()
         if chunks.peek() is None:
             yield from notices()
             raise MemagentError(
                 "There is no text to read in the input.",
-                "Check the file; scanned PDFs need OCR first, which memagent does not do.",
+                "Check the file; the notes above say what was skipped and why.",
             )
         shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=len(questions))
         for i in range(len(questions)):

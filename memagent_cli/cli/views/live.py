@@ -23,6 +23,7 @@ from ...core.events import (
     Event,
     ModelLoaded,
     Notice,
+    OcrProgressed,
     ReplyRestarted,
     RunFinished,
     RunResult,
@@ -43,6 +44,12 @@ CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 def evidence_line(result: RunResult) -> str:
     """Where the answer's evidence entered the memory: the steps whose additions survived."""
     return visible(" · ".join(f"step {s.index} ({s.chunk.describe()})" for s in result.evidence))
+
+
+def ocr_line(title: str, done: int, total: int, seconds: float) -> str:
+    """'OCR scan.pdf: page 3 of 6 · 0.42 pages/s', for every view."""
+    rate = f" · {done / seconds:.2f} pages/s" if seconds > 0 else ""
+    return f"OCR {visible(title)}: page {done} of {total}{rate}"
 
 
 def _words(runs: list[str]) -> int:
@@ -83,6 +90,7 @@ class LiveView:
         self.memory = ""
         self.history: list[Text] = []  # step summaries, also kept for the snapshot
         self.pending: list[RenderableType] = []  # lines to print above the view at the next frame
+        self.ocr: str | None = None  # the OCR progress line, while a document's pages are recognised
         self.last_draw = 0.0
 
     # -- event handling ------------------------------------------------------------------------
@@ -118,6 +126,10 @@ class LiveView:
     def _on_Notice(self, e: Notice) -> None:
         style = "yellow" if e.level == "warning" else "dim"
         self._print(Text(("warning: " if e.level == "warning" else "") + visible(e.message), style=style))
+
+    def _on_OcrProgressed(self, e: OcrProgressed) -> None:
+        self.ocr = ocr_line(e.title, e.done, e.total, e.seconds) if e.done < e.total else None
+        self._draw()
 
     def _on_ModelLoaded(self, e: ModelLoaded) -> None:
         self.header.append_text(
@@ -244,6 +256,8 @@ class LiveView:
             Text(f"{_duration(time.perf_counter() - self.started)} · ETA {_duration(self._eta())}", style="dim"),
             Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
         )
+        if self.ocr:
+            grid.add_row(Text(self.ocr, style="yellow"))
         return grid
 
     def _live_rate(self) -> float | None:
@@ -295,6 +309,8 @@ class PlainProgress:
                 highlight=False,
                 soft_wrap=True,
             )
+        elif isinstance(event, OcrProgressed):
+            self.console.print(ocr_line(event.title, event.done, event.total, event.seconds), markup=False, highlight=False)
         elif isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepFinished):

@@ -22,6 +22,7 @@ from ...core.events import (
     DocumentRead,
     Event,
     Notice,
+    OcrProgressed,
     ReplyRestarted,
     RunFailed,
     RunFinished,
@@ -31,7 +32,7 @@ from ...core.events import (
     TokenText,
 )
 from ..textout import clip, visible
-from .live import FPS
+from .live import FPS, ocr_line
 
 
 @dataclass
@@ -80,6 +81,9 @@ class MultiView:
             if line not in self.seen:  # a notice about the input reaches every question
                 self.seen.add(line)
                 self._say(line)
+            return
+        if isinstance(event, OcrProgressed):  # the input is read once, for every question
+            self._say(ocr_line(event.title, event.done, event.total, event.seconds))
             return
         if index is None:
             return
