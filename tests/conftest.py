@@ -296,3 +296,36 @@ def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, 
             done = item
     assert done is not None and "".join(streamed) == done.text
     return done
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails the test: nothing a document points at may be fetched."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def read_path(path):
+    """What memagent reads of one document by the full path: (text, segment places, notes)."""
+    from memagent_cli.ingest.sources import collect_sources, read_source
+
+    notes: list[str] = []
+    sources = collect_sources([str(path)], warn=notes.append)
+    assert len(sources) == 1
+    segments = list(read_source(sources[0], warn=notes.append))
+    return "".join(s.text for s in segments), [s.place for s in segments], notes
+
+
+def codeword_tokenizer():
+    """The trained code-word model's tokenizer (tests/data/codeword.gguf): (encode, decode)."""
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import decode, load_tokenizer
+
+    tok = load_tokenizer(read_gguf(REPO / "tests" / "data" / "codeword.gguf"))
+    return tok.encode, lambda ids: decode(tok, ids)

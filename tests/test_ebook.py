@@ -11,12 +11,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import read_path
 from ebooklib import epub
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest.base import Place, ReadContext
 from memagent_cli.ingest.ebook import read_epub
-from memagent_cli.ingest.sources import collect_sources, read_source
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"IMAGEBYTES" * 100
 
@@ -70,14 +70,6 @@ BOOK_PLACES = [
     Place("chapter", 2, "I. The Calm Before"),
     Place("chapter", 3, None),
 ]
-
-
-def read_path(path: Path) -> tuple[str, list[Place], list[str]]:
-    notes: list[str] = []
-    sources = collect_sources([str(path)], warn=notes.append)
-    assert len(sources) == 1
-    segments = list(read_source(sources[0], warn=notes.append))
-    return "".join(s.text for s in segments), [s.place for s in segments], notes
 
 
 def read_parts(data: bytes, name: str = "book.epub") -> tuple[list, list[str]]:

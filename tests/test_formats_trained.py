@@ -16,34 +16,15 @@ from pathlib import Path
 
 import pytest
 from codeword import QUESTION, fact_sentence, filler_sentence, random_value
-from conftest import REPO, run_memagent
+from conftest import codeword_tokenizer, run_memagent
+from test_trained import RUN
 
 from memagent_cli.core.pipeline import SourceOptions, document_text
-
-MODEL = REPO / "tests" / "data" / "codeword.gguf"
-RUN = [
-    "-m",
-    MODEL,
-    "--chunk-tokens",
-    "64",
-    "--memory-tokens",
-    "32",
-    "--answer-tokens",
-    "24",
-    "--temperature",
-    "0",
-    "--threads",
-    "1",
-]
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import decode, load_tokenizer
-
-    tok = load_tokenizer(read_gguf(MODEL))
-    return tok.encode, lambda ids: decode(tok, ids)
+    return codeword_tokenizer()
 
 
 def read_text(path: Path) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from conftest import REPO, run_memagent, spawn_memagent
+from conftest import REPO, codeword_tokenizer, run_memagent, spawn_memagent
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"
@@ -40,11 +40,7 @@ RUN = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import decode, load_tokenizer
-
-    tok = load_tokenizer(read_gguf(MODEL))
-    return tok.encode, lambda ids: decode(tok, ids)
+    return codeword_tokenizer()
 
 
 def whole_fact_document(tokenizer, n_tokens: int, where: float, seed: int = 0):

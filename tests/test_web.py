@@ -11,43 +11,23 @@ import base64
 import io
 import os
 import re
-import socket
 import time
 from pathlib import Path
 
 import pytest
+from conftest import read_path
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest.base import Place, ReadContext
-from memagent_cli.ingest.sources import collect_sources, read_source
 from memagent_cli.ingest.web import html_to_text, read_feed, read_html
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any connection attempt fails the test: a page or feed must never make memagent fetch."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args!r}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def read_path(path: Path) -> tuple[str, list[Place], list[str]]:
-    """What memagent reads of `path` by the full path: text, segment places, notes."""
-    notes: list[str] = []
-    sources = collect_sources([str(path)], warn=notes.append)
-    assert len(sources) == 1
-    segments = list(read_source(sources[0], warn=notes.append))
-    return "".join(s.text for s in segments), [s.place for s in segments], notes
 
 
 def parts_of(reader, data: bytes, name: str) -> tuple[list, list[str]]:

@@ -209,6 +209,29 @@ _W_CHARS = {_W + "tab": "\t", _W + "ptab": "\t", _W + "br": "\n", _W + "cr": "\n
 _HEADING_NAME = re.compile(r"(heading [1-9]|title)$", re.IGNORECASE)
 
 
+class _Sections:
+    """Blocks of a text document, (text, is it a heading), to parts: text before the first
+    heading has no unit; each heading starts a section labelled by it. `count` says how many."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def parts(self, blocks: Iterable[tuple[str, bool]]) -> Iterator[Part]:
+        place = Place()
+        lines: list[str] = []
+        for text, heading in blocks:
+            if not text.strip():
+                continue
+            if heading:
+                if lines:
+                    yield Part("\n".join(lines), place)
+                self.count += 1
+                place, lines = Place("section", self.count, _label(text)), []
+            lines.append(text)
+        if lines:
+            yield Part("\n".join(lines), place)
+
+
 def read_docx(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     """A Word document's text: sections split at headings, then its notes and comments."""
     _check_package(file, context, "docx")
@@ -222,20 +245,8 @@ def read_docx(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     except Exception as exc:  # python-docx raises KeyError, XMLSyntaxError, PackageNotFoundError…
         raise unreadable(context.title, _what("docx"), short_reason(exc), _DAMAGED_HINT) from exc
 
-    place = Place()
-    lines: list[str] = []
-    sections = 0
-    for text, heading in word.blocks(body):
-        if not text.strip():
-            continue
-        if heading:
-            if lines:
-                yield Part("\n".join(lines), place)
-            sections += 1
-            place, lines = Place("section", sections, _label(text)), []
-        lines.append(text)
-    if lines:
-        yield Part("\n".join(lines), place)
+    sections = _Sections()
+    yield from sections.parts(word.blocks(body))
 
     notes = []
     for reltype, kind in ((RT.FOOTNOTES, "Footnote"), (RT.ENDNOTES, "Endnote"), (RT.COMMENTS, "Comment")):
@@ -247,7 +258,7 @@ def read_docx(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
         except Exception as exc:  # a damaged notes part loses the notes, not the document
             context.warn(f"{context.title}: the {kind.lower()}s could not be read ({short_reason(exc)})")
     if notes:
-        yield Part("\n".join(notes), Place("section", sections + 1, "Notes"))
+        yield Part("\n".join(notes), Place("section", sections.count + 1, "Notes"))
 
 
 def _related_xml(part: Any, reltype: str) -> Any:
@@ -634,22 +645,10 @@ def read_odt(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     if body is None:
         raise unreadable(context.title, _what("odt"), "it holds no text body (another OpenDocument kind?)", _DAMAGED_HINT)
     odf = _Odf()
-    place = Place()
-    lines: list[str] = []
-    sections = 0
-    for text, heading in odf.blocks(body):
-        if not text.strip():
-            continue
-        if heading:
-            if lines:
-                yield Part("\n".join(lines), place)
-            sections += 1
-            place, lines = Place("section", sections, _label(text)), []
-        lines.append(text)
-    if lines:
-        yield Part("\n".join(lines), place)
+    sections = _Sections()
+    yield from sections.parts(odf.blocks(body))
     if odf.notes or odf.comments:
-        yield Part("\n".join(odf.notes + odf.comments), Place("section", sections + 1, "Notes"))
+        yield Part("\n".join(odf.notes + odf.comments), Place("section", sections.count + 1, "Notes"))
 
 
 def read_odp(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
