@@ -58,7 +58,9 @@ def build(tmp_path: Path, tokenizer, make) -> tuple[Path, str]:
 def answer(path: Path) -> dict:
     done = run_memagent("ask", path.name, QUESTION, *RUN, "--json", "--no-trace", cwd=path.parent)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    out = json.loads(done.stdout)
+    out["stderr"] = done.stderr
+    return out
 
 
 def evidence_places(out: dict) -> list[str]:
@@ -194,3 +196,5 @@ def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
     out = answer(path)
     assert out["answer"] == value
     assert evidence_places(out) and all(place == "scan.pdf p. 1 (OCR)" for place in evidence_places(out))
+    assert out["sources"][0]["pages"] == 1
+    assert "OCR scan.pdf: page 1 of 1" in out["stderr"]  # the progress line, piped

@@ -820,10 +820,15 @@ def _print_document_text(
         stdin_is_piped=_stdin_piped(),
         on_ocr=_ocr_reporter(err),
     )
+    from .textout import visible
+
     ended_with_newline = True
+    # On a terminal the document is displayed, never obeyed (an escape sequence in it is shown as
+    # a control picture); piped, it is data, exactly as the model reads it.
+    shown = visible if sys.stdout.isatty() else str
     try:
         for piece in document_text(paths, options, warn):
-            sys.stdout.write(piece)
+            sys.stdout.write(shown(piece))
             ended_with_newline = piece.endswith("\n")
     except MemagentError as exc:
         sys.stdout.flush()

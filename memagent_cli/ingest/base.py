@@ -162,6 +162,17 @@ def printable(text: str) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# Terminal escape sequences (CSI, OSC, single-character) and the other C0/C1 controls, which a
+# mail header or a notebook's colored traceback carries: the model gains nothing from them.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)|\x9b[0-?]*[ -/]*[@-~]?")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def strip_controls(text: str) -> str:
+    """`text` without escape sequences and control characters (tabs and newlines kept)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
 def normalise_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

@@ -23,7 +23,7 @@ from email.message import Message
 from typing import Any, BinaryIO
 
 from ..errors import MemagentError
-from .base import Part, ReadContext, short_reason, unreadable
+from .base import Part, ReadContext, short_reason, strip_controls, unreadable
 
 # Bounds on what one message expands to: an attachment past MAX_ATTACHMENT_BYTES (decoded) is
 # skipped with a note, and attachments past the first MAX_ATTACHMENTS are not read.
@@ -35,8 +35,6 @@ _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # Terminal escape sequences (CSI such as "\x1b[31m", OSC such as a window title, and the
 # two-character ones) and the other control characters: a header or body holding them could
 # repaint the user's terminal when the text is shown, so they are dropped whole.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)|\x9b[0-?]*[ -/]*[@-~]?")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r"\s+")
 
 _EML_HINT = "Check that it is a complete e-mail message saved as .eml"
@@ -96,7 +94,7 @@ def _header(message: Message, name: str, *, every: bool) -> str:
             continue
         # Controls are dropped before parsing too: an escape sequence inside an address makes the
         # parser lose the address.
-        values.append(clean_line(_decode_header(message, key, clean_text(str(raw)))))
+        values.append(clean_line(_decode_header(message, key, strip_controls(str(raw)))))
         if not every:
             break
     return ", ".join(v for v in values if v)
@@ -116,12 +114,7 @@ def _decode_header(message: Message, name: str, raw: str) -> str:
 
 def clean_line(text: str) -> str:
     """`text` on one line: escape sequences and control characters dropped, white space collapsed."""
-    return _SPACES.sub(" ", _CONTROLS.sub("", _ESCAPES.sub("", text))).strip()
-
-
-def clean_text(text: str) -> str:
-    """`text` with escape sequences and control characters dropped (tabs and newlines kept)."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return _SPACES.sub(" ", strip_controls(text)).strip()
 
 
 def _find_body(message: Message) -> Message | None:
@@ -179,7 +172,7 @@ def _part_text(part: Message, context: ReadContext) -> str:
     text = decode_bytes(payload, part.get_content_charset(), context)
     if part.get_content_type() == "text/html":
         text = html_text(text)
-    return clean_text(text)
+    return strip_controls(text)
 
 
 def decode_bytes(data: bytes, charset: str | None, context: ReadContext) -> str:
@@ -326,7 +319,7 @@ def read_msg(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
             )
             if value and clean_line(value)
         ]
-        yield Part("\n".join(lines) + "\n\n" + clean_text(_msg_body(message, context)))
+        yield Part("\n".join(lines) + "\n\n" + strip_controls(_msg_body(message, context)))
         yield from _msg_attachments(message, context)
     finally:
         message.close()

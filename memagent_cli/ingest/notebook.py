@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .base import Part, Place, ReadContext, short_reason, unreadable
+from .base import Part, Place, ReadContext, short_reason, strip_controls, unreadable
 
 _HINT = "Check that it is a complete Jupyter notebook (.ipynb)"
 
@@ -23,8 +23,6 @@ _HINT = "Check that it is a complete Jupyter notebook (.ipynb)"
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 # Terminal colour codes and other escape sequences, as IPython writes tracebacks and as progress
 # bars write streams, then the control characters left.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)|\x9b[0-?]*[ -/]*[@-~]?")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _LANGUAGE = re.compile(r"[^\w+#.-]")
 LABEL_LIMIT = 80
 
@@ -59,9 +57,9 @@ def read_notebook(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
             if heading is not None:
                 section += 1
                 place = Place("section", section, heading)
-            yield Part(_clean(source), place)
+            yield Part(strip_controls(source), place)
         elif kind == "raw":
-            yield Part(_clean(source), place)
+            yield Part(strip_controls(source), place)
         elif kind == "code":
             text = _code_cell(source, cell.get("outputs"), _cell_language(cell, language))
             if text:
@@ -119,17 +117,13 @@ def _text(value: Any) -> str:
     return ""
 
 
-def _clean(text: str) -> str:
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
-
-
 def _heading(source: str) -> str | None:
     """The heading a markdown cell starts with, as a place's label; None if it starts with none."""
     first = source.lstrip("\r\n").split("\n", 1)[0].rstrip("\r")
     match = _HEADING.match(first)
     if match is None:
         return None
-    label = " ".join(_clean(match.group(2) or "").split())
+    label = " ".join(strip_controls(match.group(2) or "").split())
     if len(label) > LABEL_LIMIT:
         label = label[: LABEL_LIMIT - 1].rstrip() + "…"
     return label or None
@@ -138,7 +132,7 @@ def _heading(source: str) -> str | None:
 def _code_cell(source: str, outputs: Any, language: str) -> str:
     pieces: list[str] = []
     if source.strip():
-        code = _clean(source).strip("\n")
+        code = strip_controls(source).strip("\n")
         longest = max((len(run) for run in re.findall(r"`{3,}", code)), default=0)
         fence = "`" * max(3, longest + 1)  # a fence the code itself cannot close
         pieces.append(f"{fence}{language}\n{code}\n{fence}")
@@ -154,7 +148,7 @@ def _output_text(output: Any) -> str:
         return ""
     kind = output.get("output_type")
     if kind == "stream":
-        return _clean(_text(output.get("text")))
+        return strip_controls(_text(output.get("text")))
     if kind in ("execute_result", "display_data", "pyout", "update_display_data"):
         # nbformat 4 keeps the representations under "data"; nbformat 3 beside the type ("text").
         data = output.get("data")
@@ -163,12 +157,12 @@ def _output_text(output: Any) -> str:
         for key in _TEXT_DATA:
             text = _text(data.get(key))
             if text.strip():
-                return _clean(text)
+                return strip_controls(text)
         html = _text(data.get("text/html"))
         if html.strip():
             from .web import html_to_text
 
-            return _clean(html_to_text(html))
+            return strip_controls(html_to_text(html))
         return ""
     if kind in ("error", "pyerr"):
         name = output.get("ename")
@@ -176,6 +170,6 @@ def _output_text(output: Any) -> str:
         lines = [f"{name if isinstance(name, str) else 'Error'}: {value if isinstance(value, str) else ''}".rstrip()]
         traceback = output.get("traceback")
         if isinstance(traceback, list):
-            lines.extend(_clean(line).rstrip() for line in traceback if isinstance(line, str))
+            lines.extend(strip_controls(line).rstrip() for line in traceback if isinstance(line, str))
         return "\n".join(lines)
     return ""
