@@ -184,3 +184,20 @@ def test_the_live_generation_rate_counts_from_the_first_token(monkeypatch):
     assert abs(view._live_rate() - 20.0) < 1e-9  # 20 tokens in 1 s after the first, not 21 in 11 s
     view.handle(ReplyRestarted(1, "the server lost the reply"))
     assert view._live_rate() is None  # counted again from the new reply's first token
+
+
+def test_ocr_progress_is_a_line_of_the_live_view_while_pages_are_recognised():
+    from memagent_cli.core.events import OcrProgressed
+
+    console = recording_console()
+    view = LiveView(console, fps=1000)
+    view.handle(OcrProgressed("scan\x1b[2J.pdf", 2, 6, 4.0))
+    console.print(view.render())
+    shown = console.export_text()
+    assert "OCR scan␛[2J.pdf: page 2 of 6 · 0.50 pages/s" in shown  # its name shown, not obeyed
+    view.handle(OcrProgressed("scan.pdf", 6, 6, 12.0))  # the last page: the line goes
+    console.print(view.render())
+    assert "page 6 of 6" not in console.export_text()
+    plain = io.StringIO()
+    PlainProgress(Console(file=plain, force_terminal=False, width=200)).handle(OcrProgressed("scan.pdf", 1, 6, 0.0))
+    assert plain.getvalue() == "OCR scan.pdf: page 1 of 6\n"
