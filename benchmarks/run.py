@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import batch  # noqa: E402
 import convert  # noqa: E402
+import ingest  # noqa: E402
 import overhead  # noqa: E402
 import scale  # noqa: E402
 import speculate  # noqa: E402
@@ -185,7 +186,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu)}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu)}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -357,6 +358,15 @@ this CPU, `--batch` is on by default only where layers run on a GPU.
 def _ask_row(b8: dict) -> str:
     a = b8["ask"]
     return f"{a['model']}, {a['steps']} chunks of {a['chunk_tokens']:,} tokens, {a['memory_tokens']}-token memories, greedy"
+
+
+def _ingest_section() -> str:
+    """B9 from benchmarks/ingest-results.json (`python benchmarks/ingest.py` writes it; about 5
+    minutes, so run on its own), or nothing before its first run."""
+    path = HERE / "ingest-results.json"
+    if not path.exists():
+        return ""
+    return ingest.section(json.loads(path.read_text(encoding="utf-8")))
 
 
 def _gpu_results() -> dict | None:

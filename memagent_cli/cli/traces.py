@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocol import INITIAL_MEMORY
-from ..core.provenance import describe_spans
+from ..core.provenance import describe_extent, describe_spans
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
 from .textout import SafeConsole, clip, print_json, visible
@@ -123,7 +123,9 @@ def show(
 
 def _header(run: Mapping[str, Any]) -> Text:
     model = run.get("model") or {}
-    sources = ", ".join(f"{s['path']}" + (f" ({s['pages']} pages)" if s.get("pages") else "") for s in run["sources"])
+    sources = ", ".join(
+        str(s.get("title") or s["path"]) + (f" ({describe_extent(s)})" if describe_extent(s) else "") for s in run["sources"]
+    )
     total = f"/{run['steps_total']}" if run.get("steps_total") else ""
     status_style = {"complete": "green", "running": "cyan", "interrupted": "yellow", "failed": "red"}.get(run["status"], "")
     text = Text.assemble(

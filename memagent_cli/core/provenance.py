@@ -49,6 +49,16 @@ def _units(unit: str, units: list[int] | None, labels: list[str | None]) -> str:
     return f"{several} {first}–{last}"
 
 
+def describe_extent(source: Mapping[str, Any]) -> str:
+    """How much of a source was read, in its units: "12 pages", "3 slides", "1 sheet"; "" for
+    running text. Reads a source record (docs/JSON.md, "source"), old traces' `pages` too."""
+    unit = source.get("unit") or ("page" if source.get("pages") else None)
+    count = source.get("units") or source.get("pages")
+    if not unit or not count:
+        return ""
+    return f"{count:,} {unit}" + ("" if count == 1 else "s")
+
+
 def describe_spans(spans: Iterable[Mapping[str, Any]]) -> str:
     """Every span of a chunk, joined by "; "."""
     return "; ".join(describe_span(s) for s in spans) or HEADERS_ONLY

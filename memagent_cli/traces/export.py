@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.protocol import INITIAL_MEMORY
-from ..core.provenance import describe_spans
+from ..core.provenance import describe_extent, describe_spans
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -119,8 +119,9 @@ def _model(run: Record) -> str:
 
 def _source_line(source: Record) -> str:
     bits = [str(source.get("kind") or "")]
-    if source.get("pages"):
-        bits.append(f"{_num(source['pages'])} pages")
+    extent = describe_extent(source)
+    if extent:
+        bits.append(extent)
     if source.get("tokens") is not None:
         bits.append(f"{_num(source['tokens'])} tokens")
     detail = ", ".join(b for b in bits if b)

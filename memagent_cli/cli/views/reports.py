@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...core.inspection import Report
+from ...core.provenance import describe_extent
 
 
 def _duration(seconds: float) -> str:
@@ -27,13 +28,13 @@ def render_inspection(report: Report) -> Group:
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("source", "left"),
         ("kind", "left"),
-        ("pages", "right"),
+        ("read in", "right"),
         ("tokens", "right"),
     )
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for s in d["sources"]:
-        table.add_row(s["path"], s["kind"], str(s["pages"] or ""), f"{s['tokens']:,}")
+        table.add_row(s["title"], s["kind"], describe_extent(s), f"{s['tokens']:,}")
     est = report.estimate
     lines: list[RenderableType] = [
         Text.assemble(
