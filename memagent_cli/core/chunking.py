@@ -368,7 +368,9 @@ def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source
         lo, hi = p.char_at(start), p.char_at(end)
         last = spans[-1] if spans else None
         if last is not None and last.source == src and last.part == whole.part and _same_unit(last.last, place):
-            spans[-1] = Span(src, last.title, last.first or place, place or last.last, last.start, hi, last.part, last.ocr or whole.ocr)
+            spans[-1] = Span(
+                src, last.title, last.first or place, place or last.last, last.start, hi, last.part, last.ocr or whole.ocr
+            )
         else:
             spans.append(Span(src, sources[src].title, place, place, lo, hi, whole.part, whole.ocr))
     return tuple(spans)
