@@ -95,3 +95,102 @@ def test_an_image_without_the_extra_is_refused_named_and_skipped_in_a_folder(tmp
     notes.clear()
     collect_sources([str(tmp_path / "folder")], ocr="never", warn=notes.append)
     assert len(notes) == 1 and "--ocr never" in notes[0]
+
+
+PHRASE = "The harbour held forty boats."
+
+
+def _docx(path):
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph(PHRASE)
+    document.save(path)
+
+
+def _pptx(path):
+    from pptx import Presentation
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Harbour"
+    slide.notes_slide.notes_text_frame.text = PHRASE
+    deck.save(path)
+
+
+def _xlsx(path):
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.append(["Note"])
+    book.active.append([PHRASE])
+    book.save(path)
+
+
+def _odt(path):
+    from odf.opendocument import OpenDocumentText
+    from odf.text import P
+
+    document = OpenDocumentText()
+    document.text.addElement(P(text=PHRASE))
+    document.save(str(path))
+
+
+def _epub(path):
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("x")
+    book.set_title("Harbour")
+    chapter = epub.EpubHtml(title="One", file_name="one.xhtml")
+    chapter.content = f"<h1>One</h1><p>{PHRASE}</p>"
+    book.add_item(chapter)
+    book.spine = [chapter]
+    book.toc = [chapter]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    epub.write_epub(str(path), book)
+
+
+def _eml(path):
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "a@example.org", "b@example.org", "Boats"
+    message.set_content(PHRASE)
+    path.write_bytes(bytes(message))
+
+
+WRITERS = {
+    "report.docx": _docx,
+    "deck.pptx": _pptx,
+    "data.xlsx": _xlsx,
+    "text.odt": _odt,
+    "book.epub": _epub,
+    "mail.eml": _eml,
+    "page.html": lambda p: p.write_text(f"<html><body><nav>Menu</nav><article><p>{PHRASE}</p></article></body></html>"),
+    "feed.rss": lambda p: p.write_text(
+        '<rss version="2.0"><channel><title>T</title><item><title>I</title>'
+        f"<description>&lt;p&gt;{PHRASE}&lt;/p&gt;</description></item></channel></rss>"
+    ),
+    "notes.ipynb": lambda p: p.write_text(
+        '{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["'
+        + PHRASE
+        + '"]}]}'
+    ),
+    "letter.rtf": lambda p: p.write_text(r"{\rtf1\ansi{\fonttbl\f0\fswiss Helvetica;}\f0\pard " + PHRASE + r"\par}"),
+    "legacy.txt": lambda p: p.write_bytes(("Café " + PHRASE).encode("cp1252")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_every_reader_through_inspect_text(tmp_path, monkeypatch, name):
+    """Each format, through the real command: the text holds the document's words, none of its
+    markup, and is exactly what the pipeline reads."""
+    WRITERS[name](tmp_path / name)
+    done = run_memagent("inspect", "--text", name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert PHRASE in done.stdout
+    assert not any(mark in done.stdout for mark in ("<p>", "<html", "{\\rtf", '"cell_type"', "<item>", "Menu"))
+    monkeypatch.chdir(tmp_path)
+    assert done.stdout == "".join(document_text([name], SourceOptions(), lambda note: None))
