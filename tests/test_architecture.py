@@ -141,14 +141,16 @@ def test_the_package_has_no_import_cycles():
 
 
 def test_the_command_line_starts_without_heavy_libraries():
-    """`memagent --help` pays for typer and rich only: numpy, llama_cpp, huggingface_hub, pypdf and
-    gguf are imported by the commands that use them."""
+    """`memagent --help` pays for typer and rich only: numpy, llama_cpp, huggingface_hub, pypdf,
+    gguf and every document format's library are imported by the commands that use them."""
     import subprocess
     import sys
 
     code = (
         "import sys, memagent_cli.cli.app; "
-        "print(' '.join(m for m in ('numpy', 'llama_cpp', 'huggingface_hub', 'pypdf', 'gguf', 'tiktoken') "
+        "print(' '.join(m for m in ('numpy', 'llama_cpp', 'huggingface_hub', 'pypdf', 'gguf', 'tiktoken', "
+        "'docx', 'pptx', 'openpyxl', 'xlrd', 'odf', 'ebooklib', 'trafilatura', 'lxml', 'feedparser', "
+        "'extract_msg', 'striprtf', 'charset_normalizer', 'rapidocr', 'onnxruntime', 'pypdfium2', 'PIL') "
         "if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
