@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from memagent_cli.errors import MemagentError
-from memagent_cli.ingest import sources
+from memagent_cli.ingest import archive
 from memagent_cli.ingest.sources import collect_sources, read_source
 
 
@@ -130,7 +130,7 @@ def test_a_zip_bomb_member_is_skipped_by_its_ratio(in_tmp):
 
 
 def test_an_archive_past_the_total_size_is_refused_whole(in_tmp, monkeypatch):
-    monkeypatch.setattr(sources, "ARCHIVE_MAX_BYTES", 1000)
+    monkeypatch.setattr(archive, "MAX_BYTES", 1000)
     make_zip(in_tmp / "big.zip", {"a.txt": b"x" * 800, "b.txt": b"y" * 800}, zipfile.ZIP_STORED)
     with pytest.raises(MemagentError, match="over the 0 GiB memagent expands|zip bomb"):
         collect_sources(["big.zip"], warn=lambda note: None)

@@ -13,6 +13,7 @@ inside the reading function, so that `memagent --help` loads none of them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,25 @@ class Part:
     text: str
     place: Place = NOWHERE
     joined: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    """One document to read.
+
+    `path` is what the user named or the file found in a folder ("-" for stdin); `title` is
+    the name shown to the model: the path relative to the current directory when it lies
+    under it, else absolute, and "stdin" for standard input. `kind` is the format (formats.FORMATS:
+    "pdf", "text", "docx", …) or "stdin"; `size` is the size in bytes, None for stdin and pipes.
+    `member` names the document inside the archive at `path` (one name per level of nesting):
+    `path` "a.zip", `member` ("inner/b.docx",), `title` "a.zip/inner/b.docx".
+    """
+
+    path: str
+    title: str
+    kind: str
+    size: int | None
+    member: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,3 +202,36 @@ def normalise_newlines(text: str) -> str:
 
 def count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+STDIN_PATH = "-"
+
+
+def title_of(path: str) -> str:
+    """The name a file is shown by: relative to the current directory when it lies under it,
+    else absolute; printable."""
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute, os.getcwd())
+    except ValueError:  # another drive on Windows
+        return printable(absolute)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return printable(absolute)
+    return printable(relative)
+
+
+def open_error(path: str, exc: OSError | ValueError) -> MemagentError:
+    """The one-line error for a path that cannot be opened."""
+    shown = printable(path)
+    if isinstance(exc, FileNotFoundError):
+        return MemagentError(f"{shown}: no such file or folder", hint="Check the path")
+    if isinstance(exc, PermissionError):
+        return MemagentError(f"{shown}: permission denied", hint="Check the file's permissions")
+    if isinstance(exc, ValueError):
+        return MemagentError(f"{shown} is not a valid file name", hint="Check the path")
+    return MemagentError(f"Cannot open {shown}: {os_reason(exc)}")
+
+
+def os_reason(exc: OSError) -> str:
+    """An OS error's reason in lower case: "permission denied"."""
+    return (exc.strerror or str(exc)).lower()

@@ -1,14 +1,14 @@
 """Source ingestion: from the paths a user names to a stream of text segments with provenance.
 
-This module owns two steps:
+This module owns collecting, and is the package's front door:
 
 * `collect_sources` turns command-line paths (files, folders, zip archives, "-" for standard
   input) into an ordered list of `Source`s, deciding each document's format (formats.detect) and
   refusing what memagent cannot read, before any model work starts. An archive is read like a
   folder: each document inside it is a source of its own, titled "archive.zip/inner/a.docx".
-* `read_source` streams one source's text as `Segment`s: it opens the file (or the archive
-  member), hands it to its format's reader (one module per format family in this package) and
-  numbers the reader's parts with character offsets, separating units (pages, slides, sheets).
+* `read_source` (from `reading`, where it lives) streams one source's text as `Segment`s: it
+  opens the file (or the archive member), hands it to its format's reader (one module per
+  format family in this package) and numbers the reader's parts with character offsets.
 
 For every source, the texts of its segments concatenated in order are the source's full text,
 and each segment's `offset` is the number of characters before it in that text.
@@ -19,67 +19,22 @@ pages that fail) are reported through the `warn` callback, one line each.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import os
 import posixpath
 import stat
-import sys
-import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO
+from typing import IO
 
 from ..errors import EXIT_USAGE, MemagentError
-from . import formats
-from .base import (
-    UNIT_SEPARATOR,
-    OcrMode,
-    OcrProgress,
-    Part,
-    ReadContext,
-    Segment,
-    Warn,
-    normalise_newlines,
-    printable,
-    short_reason,
-    unreadable,
-)
-from .text import SNIFF_SIZE, ByteStream, read_stream
+from . import archive, formats
+from .base import STDIN_PATH, OcrMode, Segment, Source, Warn, open_error, os_reason, printable, short_reason, title_of
+from .reading import read_source
+from .text import SNIFF_SIZE, ByteStream
 
 __all__ = ["ByteStream", "Segment", "Source", "Warn", "collect_sources", "read_source", "STDIN_PATH", "SNIFF_SIZE"]
-
-STDIN_PATH = "-"
-
-# Archives: what is expanded at most, so a zip bomb costs neither the disk nor the memory. A
-# member is extracted to an anonymous temporary file (never to a path of its name), in memory up
-# to SPOOL_BYTES.
-ARCHIVE_MAX_DEPTH = 3  # an archive inside an archive inside an archive, and no deeper
-ARCHIVE_MAX_BYTES = 4 << 30  # the uncompressed size of all the members of one archive
-ARCHIVE_MAX_RATIO = 200  # uncompressed / compressed, for a member past RATIO_FLOOR
-RATIO_FLOOR = 1 << 20
-ARCHIVE_MAX_MEMBERS = 100_000
-SPOOL_BYTES = 32 << 20
-
-
-@dataclass(frozen=True)
-class Source:
-    """One document to read.
-
-    `path` is what the user named or the file found in a folder ("-" for stdin); `title` is
-    the name shown to the model: the path relative to the current directory when it lies
-    under it, else absolute, and "stdin" for standard input. `kind` is the format (formats.FORMATS:
-    "pdf", "text", "docx", …) or "stdin"; `size` is the size in bytes, None for stdin and pipes.
-    `member` names the document inside the archive at `path` (one name per level of nesting):
-    `path` "a.zip", `member` ("inner/b.docx",), `title` "a.zip/inner/b.docx".
-    """
-
-    path: str
-    title: str
-    kind: str
-    size: int | None
-    member: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,7 +174,7 @@ class _Collector:
         if special == "named pipe":
             # A pipe (such as bash's <(command)) is read once, as a stream like stdin: it is not
             # sniffed here, and _read_stream refuses binary data in its first bytes instead.
-            self.sources.append(Source(path, _title(path), "text", None))
+            self.sources.append(Source(path, title_of(path), "text", None))
             return
         if special is not None:
             # A device can be endless (/dev/zero, /dev/urandom) or block forever (/dev/tty,
@@ -230,15 +185,15 @@ class _Collector:
                 exit_code=EXIT_USAGE,
             )
         if self._seen_before(info):
-            self._warn(f"{_title(path)} is named more than once; reading it once")
+            self._warn(f"{title_of(path)} is named more than once; reading it once")
             return
         try:
             head = _sniff(path)
         except OSError as exc:
-            raise _open_error(path, exc) from exc
+            raise open_error(path, exc) from exc
         kind = formats.detect(path, head)
         if kind == formats.ARCHIVE:
-            if self._add_archive(path, _title(path), os.path.basename(path), named=True) == 0:
+            if self._add_archive(path, title_of(path), os.path.basename(path), named=True) == 0:
                 raise MemagentError(
                     f"No readable files in {printable(path)}",
                     hint="It has no documents memagent reads, or --include/--exclude left none out",
@@ -248,7 +203,7 @@ class _Collector:
         if refusal is not None:
             raise MemagentError(f"{printable(path)}: {refusal[0]}", hint=refusal[1])
         assert kind is not None
-        self.sources.append(Source(path, _title(path), kind, info.st_size))
+        self.sources.append(Source(path, title_of(path), kind, info.st_size))
 
     def _refusal(self, kind: str | None, name: str, head: bytes) -> tuple[str, str] | None:
         """Why a document of `kind` cannot be read here, and what to do; None if it can."""
@@ -290,10 +245,10 @@ class _Collector:
                 entries = sorted(scan, key=lambda entry: entry.name)
         except OSError as exc:
             if not rel:  # the folder the user named
-                raise _open_error(directory, exc) from exc
-            self._warn(f"skipped {_title(directory)} ({_reason(exc)})")
+                raise open_error(directory, exc) from exc
+            self._warn(f"skipped {title_of(directory)} ({os_reason(exc)})")
             return 0
-        skipped = _Skipped(_title(directory))
+        skipped = _Skipped(title_of(directory))
         # Classify the whole folder first so its notes come before those of its subfolders.
         plan = [self._classify(entry, rel, visited, skipped) for entry in entries]
         skipped.report(self._warn)
@@ -309,7 +264,7 @@ class _Collector:
                 found += self._walk(subfolder, posixpath.join(rel, step.name), visited)
             elif isinstance(step, _Archive):
                 path = os.path.join(directory, step.name)
-                found += self._add_archive(path, _title(path), posixpath.join(rel, step.name), named=False)
+                found += self._add_archive(path, title_of(path), posixpath.join(rel, step.name), named=False)
         return found
 
     def _classify(
@@ -327,7 +282,7 @@ class _Collector:
         try:
             info = entry.stat()  # follows symlinks: linked files and folders are read
         except OSError as exc:
-            skipped.add("broken link" if entry.is_symlink() else _reason(exc), name)
+            skipped.add("broken link" if entry.is_symlink() else os_reason(exc), name)
             return None
         if stat.S_ISDIR(info.st_mode):
             return self._classify_directory(name, rel, info, visited, skipped)
@@ -341,7 +296,7 @@ class _Collector:
         try:
             head = _sniff(entry.path)
         except OSError as exc:
-            skipped.add(_reason(exc), name)
+            skipped.add(os_reason(exc), name)
             return None
         kind = formats.detect(name, head)
         if kind == formats.ARCHIVE:
@@ -351,7 +306,7 @@ class _Collector:
             skipped.add("binary" if kind is None and not formats.legacy_format(name, head) else refusal[0], name)
             return None
         assert kind is not None
-        return Source(entry.path, _title(entry.path), kind, info.st_size)
+        return Source(entry.path, title_of(entry.path), kind, info.st_size)
 
     def _add_archive(self, path: str, title: str, rel: str, *, named: bool) -> int:
         """Add the documents inside the zip archive at `path`; return how many were found. A zip
@@ -359,18 +314,18 @@ class _Collector:
         try:
             with open(path, "rb") as file:
                 return self._walk_archive(file, path, title, rel, (), 1)
-        except _ArchiveRefused as refused:
+        except archive.Refused as refused:
             if named:
                 raise MemagentError(f"{title}: {refused}", hint=refused.hint) from None
             self._warn(f"skipped {title} ({refused})")
         except (OSError, ValueError) as exc:
             if named:
-                raise _open_error(path, exc) if isinstance(exc, OSError) else MemagentError(f"{title}: {exc}") from exc
+                raise open_error(path, exc) if isinstance(exc, OSError) else MemagentError(f"{title}: {exc}") from exc
             self._warn(f"skipped {title} ({short_reason(exc)})")
         return 0
 
     def _walk_archive(self, file: IO[bytes], path: str, title: str, rel: str, prefix: tuple[str, ...], depth: int) -> int:
-        members = _list_archive(file, title)
+        members = archive.listing(file, title)
         skipped = _Skipped(title)
         found = 0
         with members.archive:
@@ -379,7 +334,7 @@ class _Collector:
                 parts = name.split("/")
                 base = parts[-1]
                 member_rel = posixpath.join(rel, name)
-                if _unsafe_member(name):
+                if archive.unsafe_name(name):
                     skipped.add("unsafe name: never read or written", name)
                     continue
                 if any(p.startswith(".") for p in parts) or parts[0] == "__MACOSX":
@@ -390,7 +345,7 @@ class _Collector:
                     continue
                 if not self._filters.wants_file(member_rel, base):
                     continue
-                problem = _member_problem(info)
+                problem = archive.member_problem(info)
                 if problem is not None:
                     skipped.add(problem, name)
                     continue
@@ -403,13 +358,13 @@ class _Collector:
                 kind = formats.detect(base, head)
                 member_title = f"{title}/{printable(name)}"
                 if kind == formats.ARCHIVE:
-                    if depth >= ARCHIVE_MAX_DEPTH:
-                        skipped.add(f"archive nested more than {ARCHIVE_MAX_DEPTH} deep", name)
+                    if depth >= archive.MAX_DEPTH:
+                        skipped.add(f"archive nested more than {archive.MAX_DEPTH} deep", name)
                         continue
                     try:
-                        with _extract(members.archive, info, member_title) as inner:
+                        with archive.extract(members.archive, info, member_title) as inner:
                             found += self._walk_archive(inner, path, member_title, member_rel, prefix + (name,), depth + 1)
-                    except _ArchiveRefused as refused:
+                    except archive.Refused as refused:
                         skipped.add(str(refused), name)
                     continue
                 refusal = self._refusal(kind, base, head)
@@ -468,18 +423,7 @@ def _stat_named(path: str) -> os.stat_result:
         # ValueError: a path no file can have, such as one with a NUL byte or (on POSIX) a lone
         # surrogate that stands for no byte (UnicodeEncodeError is a ValueError). os.stat
         # raises it instead of OSError; found by tests/test_fuzz.py.
-        raise _open_error(path, exc) from exc
-
-
-def _open_error(path: str, exc: OSError | ValueError) -> MemagentError:
-    shown = printable(path)
-    if isinstance(exc, FileNotFoundError):
-        return MemagentError(f"{shown}: no such file or folder", hint="Check the path")
-    if isinstance(exc, PermissionError):
-        return MemagentError(f"{shown}: permission denied", hint="Check the file's permissions")
-    if isinstance(exc, ValueError):
-        return MemagentError(f"{shown} is not a valid file name", hint="Check the path")
-    return MemagentError(f"Cannot open {shown}: {_reason(exc)}")
+        raise open_error(path, exc) from exc
 
 
 def _special_kind(mode: int) -> str | None:
@@ -497,240 +441,14 @@ def _special_kind(mode: int) -> str | None:
     return "special file"
 
 
-def _reason(exc: OSError) -> str:
-    return (exc.strerror or str(exc)).lower()
-
-
 def _sniff(path: str) -> bytes:
     with open(path, "rb") as file:
         return file.read(SNIFF_SIZE)
 
 
-def _title(path: str) -> str:
-    absolute = os.path.abspath(path)
-    try:
-        relative = os.path.relpath(absolute, os.getcwd())
-    except ValueError:  # another drive on Windows
-        return printable(absolute)
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return printable(absolute)
-    return printable(relative)
-
-
-def _join_title(directory: str, name: str) -> str:
-    return os.path.join(_title(directory), printable(name))
+def _jointitle_of(directory: str, name: str) -> str:
+    return os.path.join(title_of(directory), printable(name))
 
 
 def legacy_fix(legacy: str) -> str:
     return ".pptx" if legacy.startswith("PowerPoint") else ".docx"
-
-
-# --------------------------------------------------------------------------------------------
-# Archives
-
-
-class _ArchiveRefused(Exception):
-    """An archive (or a member) past the bounds, or not a zip: said in a note or an error."""
-
-    def __init__(self, reason: str, hint: str = "Check that it is a complete zip archive") -> None:
-        super().__init__(reason)
-        self.hint = hint
-
-
-@dataclass
-class _Members:
-    archive: zipfile.ZipFile
-    infos: list[zipfile.ZipInfo]  # the files, sorted by name
-
-
-def _list_archive(file: IO[bytes], title: str) -> _Members:
-    try:
-        archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise _ArchiveRefused(f"not a readable zip archive ({short_reason(exc)})") from exc
-    infos = sorted((i for i in archive.infolist() if not i.is_dir()), key=lambda i: i.filename)
-    if len(infos) > ARCHIVE_MAX_MEMBERS:
-        archive.close()
-        raise _ArchiveRefused(
-            f"{len(infos):,} files in one archive, over the {ARCHIVE_MAX_MEMBERS:,} memagent opens",
-            hint="Extract the documents you want read and name them",
-        )
-    total = sum(i.file_size for i in infos)
-    if total > ARCHIVE_MAX_BYTES:
-        archive.close()
-        raise _ArchiveRefused(
-            f"{total / 2**30:.1f} GiB uncompressed, over the {ARCHIVE_MAX_BYTES >> 30} GiB memagent expands (a zip bomb?)",
-            hint="Extract the documents you want read and name them",
-        )
-    return _Members(archive, infos)
-
-
-def _unsafe_member(name: str) -> bool:
-    """A member name that would point outside the archive if it were ever used as a path:
-    absolute, with a drive, with "..", or with backslashes. memagent writes no member anywhere,
-    but such a name marks a hostile archive, so the member is not read either."""
-    parts = name.split("/")
-    return name.startswith("/") or "\\" in name or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
-
-
-def _member_problem(info: zipfile.ZipInfo) -> str | None:
-    if info.flag_bits & 0x1:
-        return "encrypted"
-    if info.file_size > RATIO_FLOOR and info.file_size > ARCHIVE_MAX_RATIO * max(info.compress_size, 1):
-        return f"compressed over {ARCHIVE_MAX_RATIO}:1, a zip bomb?"
-    return None
-
-
-@contextlib.contextmanager
-def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, title: str) -> Iterator[IO[bytes]]:
-    """The member's bytes in an anonymous temporary file (memory up to SPOOL_BYTES), seekable,
-    as the readers need. zipfile stops at the declared size and checks the CRC, so a member
-    cannot expand past what the bounds were checked against."""
-    problem = _member_problem(info)
-    if problem is not None:
-        raise _ArchiveRefused(problem)
-    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
-    try:
-        try:
-            with archive.open(info) as member:
-                while block := member.read(1 << 20):
-                    spool.write(block)
-        except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError) as exc:
-            raise MemagentError(
-                f"Cannot read {title} from its archive: {short_reason(exc)}",
-                hint="Check that the archive is complete and undamaged",
-            ) from exc
-        spool.seek(0)
-        yield spool
-    finally:
-        spool.close()
-
-
-# --------------------------------------------------------------------------------------------
-# Reading sources
-
-
-def read_source(
-    source: Source,
-    *,
-    password: str | None = None,
-    warn: Warn,
-    stdin: ByteStream | None = None,
-    index: int = 0,
-    ocr: OcrMode = "auto",
-    on_ocr: Callable[[OcrProgress], None] | None = None,
-) -> Iterator[Segment]:
-    """Stream `source`'s text as Segments, each tagged with `index` (its place in the list).
-
-    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each (see text.read_stream).
-    Documents with units (pages, slides, sheets, chapters) yield a segment per unit that has
-    text, every one after the first starting with UNIT_SEPARATOR, so the segments still
-    concatenate to the full text; units with no text (or only white space) are left out.
-    Segment text is valid Unicode (see base.printable) with "\\n" newlines.
-
-    `stdin` is the binary stream read for the stdin source (default: sys.stdin.buffer).
-    Errors surface on the first `next()`, like the reading itself.
-    """
-    context = ReadContext(
-        source.title,
-        posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path),
-        warn,
-        password,
-        ocr,
-        on_ocr,
-        0,
-        _read_nested,
-    )
-    if source.kind == "stdin":
-        yield from _numbered(read_stream(stdin if stdin is not None else sys.stdin.buffer, context), index)
-        return
-    with _open_document(source) as file:
-        yield from _numbered(_read(file, source.kind, context), index)
-
-
-@contextlib.contextmanager
-def _open_document(source: Source) -> Iterator[BinaryIO]:
-    # A text file is read unbuffered, so each read is one system call and a pipe's data is
-    # passed on as soon as it arrives.
-    streamed = source.kind == "text" and not source.member
-    try:
-        file = open(source.path, "rb", buffering=0 if streamed else -1)
-    except (OSError, ValueError) as exc:  # ValueError: see _stat_named
-        raise _open_error(source.path, exc) from exc
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(file)
-        current: IO[bytes] = file
-        title = _title(source.path)
-        for name in source.member:
-            try:
-                archive = stack.enter_context(zipfile.ZipFile(current))
-                info = archive.getinfo(name)
-                title = f"{title}/{printable(name)}"
-                current = stack.enter_context(_extract(archive, info, title))
-            except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
-                raise MemagentError(
-                    f"Cannot read {source.title}: {short_reason(exc)}", hint="Check that the archive did not change"
-                ) from exc
-            except _ArchiveRefused as refused:
-                raise MemagentError(f"{source.title}: {refused}", hint=refused.hint) from None
-        yield current  # type: ignore[misc]  # a SpooledTemporaryFile reads and seeks as a BinaryIO
-
-
-def _read(file: BinaryIO, kind: str, context: ReadContext) -> Iterator[Part]:
-    """The reader's parts; a library's own exception (from a damaged file) becomes one line."""
-    try:
-        yield from formats.reader(kind)(file, context)
-    except MemagentError:
-        raise
-    except Exception as exc:  # the libraries raise many types on damaged files
-        raise unreadable(
-            context.title, formats.what(kind), short_reason(exc), "Check that it is a complete, undamaged file"
-        ) from exc
-
-
-def _read_nested(file: BinaryIO, name: str, context: ReadContext) -> Iterator[Part]:
-    """A document inside another (a mail's attachment) as parts of the outer one, each placed
-    `within` its name. One that cannot be read is skipped with a note; the rest goes on."""
-    head = file.read(SNIFF_SIZE)
-    file.seek(0)
-    kind = formats.detect(name, head)
-    title = f"{context.title}/{printable(name)}"
-    why = None
-    if kind is None:
-        why = "binary"
-    elif kind == formats.ARCHIVE:
-        why = "an archive inside a document is not opened"
-    elif context.depth >= ARCHIVE_MAX_DEPTH:
-        why = f"nested more than {ARCHIVE_MAX_DEPTH} deep"
-    elif kind == "image":
-        from .ocr import ocr_available
-
-        if context.ocr == "never" or not ocr_available():
-            why = "an image, and OCR is off or not installed"
-    if why is not None or kind is None:
-        context.warn(f"skipped {title} ({why})")
-        return
-    inner = ReadContext(title, name, context.warn, context.password, context.ocr, context.on_ocr, context.depth + 1, _read_nested)
-    first = True
-    try:
-        for part in _read(file, kind, inner):
-            yield Part(part.text, part.place.within(printable(name)), part.joined and not first)
-            first = False
-    except MemagentError as exc:
-        context.warn(f"skipped the rest of {title} ({exc.message})")
-
-
-def _numbered(parts: Iterable[Part], index: int) -> Iterator[Segment]:
-    """Parts to Segments: offsets counted, units separated, blank units dropped."""
-    offset = 0
-    for part in parts:
-        text = printable(normalise_newlines(part.text))
-        if not part.joined:
-            if not text.strip():
-                continue
-            if offset:
-                text = UNIT_SEPARATOR + text
-        elif not text:
-            continue
-        yield Segment(index, text, offset, part.place)
-        offset += len(text)
