@@ -99,3 +99,19 @@ def test_bad_data_is_one_line(models, tmp_path):
     assert nothing.returncode == 2 and "is not a file" in nothing.stderr
     small = run_memagent("eval", "make-niah", "--tokens", "5", "--needles", "3", "-o", tmp_path / "x.jsonl")
     assert small.returncode == 2 and "Traceback" not in small.stderr
+
+
+def test_eval_takes_the_engine_flags_ask_takes_through_the_same_settings(models, tmp_path):
+    """--gpu-layers (and the configured threads) reach eval's engine by the function ask uses: a
+    bad value is refused by both in the same words, and a good one runs."""
+    data = tmp_path / "items.jsonl"
+    data.write_text(json.dumps({"context": "The sky is blue. " * 20, "input": "What colour?", "answers": ["blue"]}) + "\n")
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The sky is blue. " * 20)
+    bad_eval = run_memagent("eval", data, "-m", models["random"], *BUDGETS, "--gpu-layers", "lots")
+    bad_ask = run_memagent("ask", doc, "What colour?", "-m", models["random"], *BUDGETS, "--gpu-layers", "lots")
+    assert bad_eval.returncode == bad_ask.returncode != 0
+    assert bad_eval.stderr.splitlines()[-1] == bad_ask.stderr.splitlines()[-1] and "gpu" in bad_eval.stderr.lower()
+    good = run_memagent("eval", data, "-m", models["random"], *BUDGETS, "--gpu-layers", "0", "--json")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["n"] == 1

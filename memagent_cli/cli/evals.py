@@ -28,6 +28,7 @@ from .options import (
     EngineOpt,
     FinalOpt,
     FlashAttnOpt,
+    GpuLayersOpt,
     MemoryOpt,
     SeedOpt,
     ServedModelOpt,
@@ -40,6 +41,7 @@ from .options import (
     VerboseOpt,
     agent_config,
     chat_template,
+    embedded_engine,
     served_options,
 )
 from .textout import SafeConsole
@@ -125,6 +127,7 @@ def run(
     top_p: TopPOpt = DEFAULTS.top_p,
     seed: SeedOpt = DEFAULTS.seed,
     final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
+    gpu_layers: GpuLayersOpt = None,
     threads: ThreadsOpt = None,
     flash_attn: FlashAttnOpt = None,
     speculate: SpeculateOpt = None,
@@ -136,7 +139,6 @@ def run(
     from rich.table import Table
 
     from ..core.events import RunFailed
-    from ..core.pipeline import EngineOptions
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
     from .textout import json_text, print_json
 
@@ -160,13 +162,14 @@ def run(
         options = (
             served.engine
             if served is not None
-            else EngineOptions(
+            else embedded_engine(
+                gpu_layers=gpu_layers,
                 threads=threads,
                 flash_attn=flash_attn,
                 speculate=speculate,
                 batch=batch,
                 verbose=verbose,
-                chat_template=template.text if template is not None else None,
+                template=template,
             )
         )
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)

@@ -7,6 +7,9 @@ typer takes defaults from the signature, and `eval` keeps a final prompt of its 
 
 from __future__ import annotations
 
+import enum
+import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -19,6 +22,7 @@ from ..model.runtime import MAX_SEQUENCES
 
 if TYPE_CHECKING:
     from ..core.pipeline import EngineOptions
+    from ..ingest.base import OcrMode
 
 DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
 
@@ -248,3 +252,146 @@ def agent_config(**settings: Any) -> AgentConfig:
         return AgentConfig(**settings)
     except ValueError as exc:
         raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+
+
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.", show_default=False, rich_help_panel="Model"),
+]
+IncludeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--include",
+        help="Only files matching this glob inside folders (repeatable).",
+        rich_help_panel="Sources",
+        show_default=False,
+    ),
+]
+ExcludeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--exclude",
+        help="Skip files matching this glob inside folders (repeatable).",
+        rich_help_panel="Sources",
+        show_default=False,
+    ),
+]
+PasswordOpt = Annotated[
+    Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources", show_default=False)
+]
+
+
+class OcrChoice(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def ocr_mode(choice: OcrChoice) -> OcrMode:
+    return choice.value
+
+
+OcrOpt = Annotated[
+    OcrChoice,
+    typer.Option(
+        "--ocr",
+        case_sensitive=False,
+        rich_help_panel="Sources",
+        help="Read scanned PDF pages and images with OCR: auto (only pages with no text layer), always (every "
+        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli[ocr]'.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
+
+
+def quiet_library_logs(verbose: bool) -> None:
+    # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
+    # Python prints raw to stderr; what matters reaches the user as our own notes.
+    logging.getLogger("pypdf").setLevel(logging.WARNING if verbose else logging.ERROR)
+
+
+def stdin_piped() -> bool:
+    try:
+        return not sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def read_questions(path: Path) -> list[str]:
+    """One question per line, or JSONL objects with "question" or "input"; blank lines skipped."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MemagentError(
+            f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.", exit_code=EXIT_USAGE
+        ) from None
+    out: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MemagentError(f"{path} line {n} is not valid JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
+            found = item.get("question", item.get("input")) if isinstance(item, dict) else None
+            if not isinstance(found, str):
+                raise MemagentError(f'{path} line {n} has no "question" or "input" text.', exit_code=EXIT_USAGE)
+            line = found
+        out.append(line)
+    if not out:
+        raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
+    return out
+
+
+def gpu_layers_setting(flag: str | None) -> int | None:
+    """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
+    from ..install.settings import KEYS, get_setting
+
+    value = flag if flag is not None else get_setting("gpu_layers")
+    if value is None or value == "auto":
+        return None
+    layers = KEYS["gpu_layers"][0](str(value))
+    return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone
+
+
+GpuLayersOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        metavar="auto|N",
+        help="Layers to offload to the GPU: auto (all that fit in free GPU memory), -1 (all), 0 (none) or a number.",
+        rich_help_panel="Model",
+        show_default=False,
+    ),
+]
+
+
+def embedded_engine(
+    *,
+    gpu_layers: str | None,
+    threads: int | None,
+    flash_attn: bool | None,
+    speculate: bool | None,
+    batch: bool | None,
+    verbose: bool,
+    template: ChatTemplate | None,
+    n_ctx: int | None = None,
+) -> EngineOptions:
+    """The settings of the embedded engine from the flags every command that runs a model shares
+    (ask, eval): a flag given wins, else the configured setting (`memagent config`), else auto."""
+    from ..core.pipeline import EngineOptions
+    from ..install.settings import get_setting
+
+    return EngineOptions(
+        n_ctx=n_ctx,
+        gpu_layers=gpu_layers_setting(gpu_layers),
+        threads=threads or get_setting("threads"),
+        flash_attn=flash_attn,
+        speculate=speculate,
+        batch=batch,
+        verbose=verbose,
+        chat_template=template.text if template is not None else None,
+    )

@@ -1,0 +1,187 @@
+"""`memagent inspect`: what a question would cost without loading weights, the prompt a step
+would send, and (`--text`) the document text exactly as the model will read it."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import EXIT_USAGE, MemagentError
+from ..model.runtime import MAX_SEQUENCES
+from .common import fail, stderr_console
+from .options import (
+    DEFAULTS,
+    ChatTemplateOpt,
+    ChunkOpt,
+    ExcludeOpt,
+    IncludeOpt,
+    JsonOpt,
+    MemoryOpt,
+    ModelOpt,
+    OcrChoice,
+    OcrOpt,
+    PasswordOpt,
+    chat_template,
+    ocr_mode,
+    quiet_library_logs,
+    stdin_piped,
+)
+from .textout import SafeConsole, print_json
+
+if TYPE_CHECKING:
+    from ..ingest.base import OcrProgress
+
+
+def inspect(
+    sources: Annotated[
+        Optional[list[str]],
+        typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents, folders, zip archives or - for stdin."),
+    ] = None,
+    model: ModelOpt = None,
+    show_text: Annotated[
+        bool,
+        typer.Option(
+            "--text",
+            help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no model.",
+        ),
+    ] = False,
+    question: Annotated[
+        Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.", show_default=False)
+    ] = None,
+    show_prompt: Annotated[
+        Optional[int],
+        typer.Option(
+            "--show-prompt",
+            metavar="K",
+            min=1,
+            show_default=False,
+            help="Print exactly the text sent for memory step K (needs --question).",
+        ),
+    ] = None,
+    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
+    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    sequences: Annotated[
+        int,
+        typer.Option(
+            "--sequences",
+            metavar="N",
+            min=1,
+            max=MAX_SEQUENCES,
+            help="Size the context for N questions batched in one llama.cpp context, as `ask --batch` does "
+            "with N questions (-q ... up to --parallel; batching is on by default where layers run on a GPU).",
+        ),
+    ] = 1,
+    template_file: ChatTemplateOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    password: PasswordOpt = None,
+    ocr: OcrOpt = OcrChoice.auto,
+    json_out: JsonOpt = False,
+) -> None:
+    """Count what a question would cost, without loading any weights; or show what memagent reads.
+
+    Shows files and pages, the exact token count in the model's own tokenizer, the number of
+    steps, the llama.cpp context and its KV cache, and an estimate of the run time;
+    --show-prompt prints what the model would see. A vocabulary-only GGUF is enough.
+    --text prints the document text itself (no model needed): what a Word file, a web page or a
+    scan became.
+
+    [dim]Examples:[/]
+      memagent inspect report.pdf --model m.gguf
+      memagent inspect deck.pptx --text | less
+      memagent inspect scan.pdf --text --ocr always
+    """
+    from ..core.inspection import inspect_sources, step_prompt
+    from .views.reports import render_inspection
+
+    err = stderr_console()
+    quiet_library_logs(False)
+    warn = lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
+    if show_text:
+        _print_document_text(sources or [], include, exclude, password, ocr, warn, err)
+        return
+    try:
+        if show_prompt is not None and not question:
+            raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
+        template = chat_template(template_file, "llama")
+        report = inspect_sources(
+            sources or [],
+            model=model,
+            question=question,
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            include=include or (),
+            exclude=exclude or (),
+            password=password,
+            stdin_is_piped=stdin_piped(),
+            keep_chunk=show_prompt,
+            chat_template=template.text if template is not None else None,
+            sequences=sequences,
+            ocr=ocr_mode(ocr),
+            warn=warn,
+        )
+        if show_prompt is not None:
+            text, note = step_prompt(report, show_prompt)
+            if note:
+                err.print(note, style="dim", markup=False)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+    except MemagentError as exc:
+        fail(err, exc)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        SafeConsole(highlight=False).print(render_inspection(report))
+
+
+def _print_document_text(
+    paths: list[str],
+    include: list[str] | None,
+    exclude: list[str] | None,
+    password: str | None,
+    ocr: OcrChoice,
+    warn: Callable[[str], None],
+    err: Console,
+) -> None:
+    """`inspect --text`: the laid-out document on stdout as it is read, notes on stderr."""
+    from ..core.pipeline import SourceOptions, document_text
+
+    options = SourceOptions(
+        include=include or (),
+        exclude=exclude or (),
+        password=password,
+        ocr=ocr_mode(ocr),
+        stdin=sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None,
+        stdin_is_piped=stdin_piped(),
+        on_ocr=_ocr_reporter(err),
+    )
+    from .textout import visible
+
+    ended_with_newline = True
+    # On a terminal the document is displayed, never obeyed (an escape sequence in it is shown as
+    # a control picture); piped, it is data, exactly as the model reads it.
+    shown = visible if sys.stdout.isatty() else str
+    try:
+        for piece in document_text(paths, options, warn):
+            sys.stdout.write(shown(piece))
+            ended_with_newline = piece.endswith("\n")
+    except MemagentError as exc:
+        sys.stdout.flush()
+        fail(err, exc)
+    if sys.stdout.isatty() and not ended_with_newline:
+        sys.stdout.write("\n")  # the shell's prompt on a line of its own; piped, the text stays exact
+    sys.stdout.flush()
+
+
+def _ocr_reporter(err: Console) -> Callable[[OcrProgress], None] | None:
+    """OCR progress on stderr for `inspect --text`, one line per page (a live view has none)."""
+    from .views.live import ocr_line
+
+    def report(progress: OcrProgress) -> None:
+        err.print(ocr_line(progress.title, progress.done, progress.total, progress.seconds), style="dim", markup=False)
+
+    return report
