@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
+from ..model.convert.quantize import DEFAULT_QUANT, QUANTS
 from .common import run_guard
 from .textout import SafeConsole, print_json, visible
 
@@ -46,7 +47,11 @@ def offline_requested(flag: bool) -> bool:
 QuantOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--quant", "-Q", metavar="Q", help="Quantization: q4_k_m (default), q5_k_m, q6_k, q8_0, f16 or bf16.", show_default=False
+        "--quant",
+        "-Q",
+        metavar="Q",
+        help=f"Quantization: {DEFAULT_QUANT} (default), {', '.join(QUANTS[1:-1])} or {QUANTS[-1]}.",
+        show_default=False,
     ),
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")]
@@ -226,7 +231,7 @@ def convert(
     from ..install import pulling
 
     offline = offline_requested(offline)
-    plan = pulling.plan_convert(source, quant=quant or "q4_k_m", name=name, offline=offline)
+    plan = pulling.plan_convert(source, quant=quant or DEFAULT_QUANT, name=name, offline=offline)
     install(plan, offline=offline, err=SafeConsole(stderr=True, highlight=False), json_out=json_out)
 
 

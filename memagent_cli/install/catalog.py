@@ -14,13 +14,12 @@ from functools import lru_cache
 from typing import Any, TypedDict
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.convert.quantize import DEFAULT_QUANT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-DEFAULT_QUANT = "q4_k_m"
 
 
 class Quantization(TypedDict, total=False):

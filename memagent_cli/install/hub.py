@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 from urllib.parse import urlsplit
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.convert.quantize import DEFAULT_QUANT
 from ..model.memory import format_bytes
 
 if TYPE_CHECKING:
@@ -163,8 +164,8 @@ def pick_file(files: list[HubFile], quant: str | None) -> HubFile:
                 f"{repo} has only split GGUF files, which memagent cannot load yet",
                 hint="Pick a repository with single-file GGUFs",
             )
-        if any(quant_of(f.filename) == "q4_k_m" for f in singles):
-            wanted = "q4_k_m"  # the usual size/quality trade-off for a laptop
+        if any(quant_of(f.filename) == DEFAULT_QUANT for f in singles):
+            wanted = DEFAULT_QUANT
         else:
             return min(singles, key=lambda f: (f.size if f.size is not None else float("inf"), f.filename))
 

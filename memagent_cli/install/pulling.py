@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.convert.checkpoint import METADATA_FILES
+from ..model.convert.quantize import DEFAULT_QUANT
 from ..model.memory import format_bytes
 from ..paths import models_dir
 from . import catalog
@@ -157,7 +158,7 @@ def plan_pull(spec: str, *, quant: str | None = None, name: str | None = None, o
     return _convert_plan_hub(entry.weights, files, wanted, label)
 
 
-def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None, offline: bool = False) -> Plan:
+def plan_convert(source: str, *, quant: str = DEFAULT_QUANT, name: str | None = None, offline: bool = False) -> Plan:
     """The plan for `models convert SOURCE`: a local checkpoint folder or hf:OWNER/REPO[@REVISION]."""
     from . import hub
 
@@ -201,7 +202,7 @@ def plan_convert(source: str, *, quant: str = "q4_k_m", name: str | None = None,
 def _quant(quant: str | None) -> str:
     from ..model.convert.quantize import check_quant
 
-    return check_quant(quant or catalog.DEFAULT_QUANT)
+    return check_quant(quant or DEFAULT_QUANT)
 
 
 def _is_checkpoint(files: list[HubFile]) -> bool:
@@ -288,7 +289,7 @@ def _size_conversion(plan: Plan, weights: int, *, params: int, dtype: str) -> No
     is neither counted nor touched."""
     from ..model.convert.quantize import BITS_PER_WEIGHT
 
-    quant = plan.quant or catalog.DEFAULT_QUANT
+    quant = plan.quant or DEFAULT_QUANT
     plan.outtype = intermediate_type(dtype, quant)
     header = 16 * 1024 * 1024  # metadata and vocabulary (a 152K-token vocabulary takes ~8 MB)
     intermediate = params * 2 + header
@@ -421,7 +422,7 @@ def _convert_stages(plan: Plan, folder: Path, staging: Path, report: Progress, o
             report("download", done, total)
     if not converted:
         checkpoint = open_checkpoint(folder)
-        outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or catalog.DEFAULT_QUANT)
+        outtype = intermediate_type(_main_dtype(checkpoint), plan.quant or DEFAULT_QUANT)
         inter = _intermediate_path(plan, outtype)
         target = inter if inter is not None else plan.dest
         report("convert", 0, None)  # the stage has begun (the vocabulary takes seconds before any tensor)

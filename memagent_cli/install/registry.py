@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from .. import paths
 from ..errors import EXIT_USAGE, MemagentError
-from ..model.gguf import GGUFInfo, read_gguf
+from ..model.gguf import FILE_TYPES, GGUFInfo, read_gguf
 from . import catalog
 
 ENV_MODEL = "MEMAGENT_MODEL"
@@ -89,35 +89,10 @@ def describe(info: GGUFInfo) -> ModelInfo:
         "size": info.file_size,
         "layers": info.arch_get("block_count"),
         "context_length": info.arch_get("context_length"),
-        "quantization": _FILE_TYPES.get(file_type, f"type {file_type}" if file_type is not None else None),
+        "quantization": FILE_TYPES.get(file_type, f"type {file_type}" if file_type is not None else None),
         "chat_template": info.chat_template is not None,
         "weights_bytes": model_memory(info).weights_total if info.has_weights else 0,
     }
-
-
-# llama.cpp's llama_ftype names for general.file_type (the common ones).
-_FILE_TYPES = {
-    0: "f32",
-    1: "f16",
-    2: "q4_0",
-    3: "q4_1",
-    7: "q8_0",
-    8: "q5_0",
-    9: "q5_1",
-    10: "q2_k",
-    11: "q3_k_s",
-    12: "q3_k_m",
-    13: "q3_k_l",
-    14: "q4_k_s",
-    15: "q4_k_m",
-    16: "q5_k_s",
-    17: "q5_k_m",
-    18: "q6_k",
-    19: "iq2_xxs",
-    20: "iq2_xs",
-    30: "iq4_xs",
-    32: "bf16",
-}
 
 
 def add(path: str | Path, name: str | None = None, *, source: str = "local", sha256: str | None = None) -> tuple[str, Record]:

@@ -185,3 +185,28 @@ def _parse(path: Path, buf: Any, size: int) -> GGUFInfo:
     except struct.error as exc:
         raise MemagentError(f"{path} is a truncated or damaged GGUF file ({exc}).", "Download or convert it again.") from None
     return GGUFInfo(path=path, version=version, metadata=metadata, tensors=tensors, file_size=size)
+
+
+# llama.cpp's llama_ftype names for general.file_type (the common ones).
+FILE_TYPES = {
+    0: "f32",
+    1: "f16",
+    2: "q4_0",
+    3: "q4_1",
+    7: "q8_0",
+    8: "q5_0",
+    9: "q5_1",
+    10: "q2_k",
+    11: "q3_k_s",
+    12: "q3_k_m",
+    13: "q3_k_l",
+    14: "q4_k_s",
+    15: "q4_k_m",
+    16: "q5_k_s",
+    17: "q5_k_m",
+    18: "q6_k",
+    19: "iq2_xxs",
+    20: "iq2_xs",
+    30: "iq4_xs",
+    32: "bf16",
+}

@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import TypedDict
 
 from ...errors import MemagentError
+from ..gguf import FILE_TYPES
 
+# The quantizations memagent makes, the default first: its usual size/quality trade-off for a laptop.
+QUANTS = ("q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", "bf16")
+DEFAULT_QUANT = QUANTS[0]
 # memagent's quantization names -> llama.cpp's llama_ftype.
-FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "f16": 1, "bf16": 32}
-QUANTS = tuple(FTYPES)
+FTYPES = {quant: next(k for k, name in FILE_TYPES.items() if name == quant) for quant in QUANTS}
 # Bits per weight of each type as llama.cpp's quantizer makes them for a Qwen2-shaped model (the mixes
 # of k-quants keep some tensors at higher precision), for size estimates before anything is made.
 BITS_PER_WEIGHT = {"q4_k_m": 4.9, "q5_k_m": 5.7, "q6_k": 6.6, "q8_0": 8.5, "f16": 16.0, "bf16": 16.0}
