@@ -798,7 +798,7 @@ def speed(folder: Path, quick: bool, repeat: int, only: set[str] | None) -> list
 
 # What each child imports before it reads, so the baseline child that only imports pays the same.
 _IMPORTS = {
-    "xlsx": ["openpyxl", "memagent_cli.ingest.office"],
+    "xlsx": ["openpyxl", "memagent_cli.ingest.sheets"],
     "text": ["memagent_cli.ingest.text", "charset_normalizer"],
     "html": ["trafilatura", "lxml.html", "memagent_cli.ingest.web"],
 }

@@ -1,4 +1,4 @@
-"""Tests for memagent_cli.ingest.office: Word, PowerPoint, Excel, OpenDocument and RTF.
+"""Tests for memagent_cli.ingest.office, word, slides and sheets: Word, PowerPoint, Excel, OpenDocument and RTF.
 
 Every document is built here with its format's own writer (python-docx, python-pptx, openpyxl,
 odfpy); the .xls files and the OLE containers of encrypted Office files, which no installed
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memagent_cli.errors import MemagentError
-from memagent_cli.ingest import office
+from memagent_cli.ingest import office, sheets, slides, word
 from memagent_cli.ingest.base import Part, Place, ReadContext
 from memagent_cli.ingest.sources import collect_sources, read_source
 
@@ -179,7 +179,7 @@ def test_docx_keeps_body_order_headings_lists_tables_and_sections(tmp_path):
         d.add_paragraph("We found it.")
 
     path = make_docx(tmp_path / "a.docx", build)
-    parts = read_parts(office.read_docx, path)
+    parts = read_parts(word.read_docx, path)
     assert parts == [
         Part("Preface before any heading.", Place()),
         Part(
@@ -215,7 +215,7 @@ def test_docx_keeps_notes_comments_equations_alt_text_and_captions(tmp_path):
         d.add_paragraph("Figure 1: The lighthouse", style="Caption")
 
     path = make_docx(tmp_path / "n.docx", build)
-    parts = read_parts(office.read_docx, path)
+    parts = read_parts(word.read_docx, path)
     assert parts == [
         Part(
             "A claim[Footnote 1] and another[Endnote 1]\nDisputed sentence.\nEnergy: E=mc2\n"
@@ -248,7 +248,7 @@ def test_docx_tracked_deletions_and_textbox_fallbacks_are_not_repeated(tmp_path)
             f"</mc:AlternateContent></w:r>",
         )
 
-    parts = read_parts(office.read_docx, make_docx(tmp_path / "t.docx", build))
+    parts = read_parts(word.read_docx, make_docx(tmp_path / "t.docx", build))
     assert [p.text for p in parts] == ["Kept inserted\nBoxed note"]
 
 
@@ -397,7 +397,7 @@ def make_pptx(path: Path) -> Path:
 
 def test_pptx_reads_each_slide_with_tables_charts_alt_text_groups_and_notes(tmp_path):
     path = make_pptx(tmp_path / "deck.pptx")
-    parts = read_parts(office.read_pptx, path)
+    parts = read_parts(slides.read_pptx, path)
     assert parts == [
         Part("Quarterly Review\nPrepared by Ops", Place("slide", 1, "Quarterly Review")),
         Part(
@@ -436,7 +436,7 @@ def make_xlsx(path: Path) -> Path:
 
 def test_xlsx_reads_each_sheet_as_tab_separated_rows(tmp_path):
     path = make_xlsx(tmp_path / "book.xlsx")
-    parts = read_parts(office.read_xlsx, path)
+    parts = read_parts(sheets.read_xlsx, path)
     assert parts == [
         Part(
             "Sheet: Q3 Sales\nRegion\tUnits\tPrice\tShipped\tPaid\nNorth\t12\t2.5\t2024-03-05\tTRUE\n"
@@ -453,14 +453,14 @@ def test_xlsx_reads_each_sheet_as_tab_separated_rows(tmp_path):
 def test_xlsx_streams_a_long_sheet_in_joined_blocks(tmp_path, monkeypatch):
     import openpyxl
 
-    monkeypatch.setattr(office, "ROWS_PER_PART", 3)
+    monkeypatch.setattr(sheets, "ROWS_PER_PART", 3)
     book = openpyxl.Workbook(write_only=True)
     sheet = book.create_sheet("Log")
     for i in range(1, 8):
         sheet.append([f"row {i}", i])
     path = tmp_path / "long.xlsx"
     book.save(str(path))
-    parts = read_parts(office.read_xlsx, path)
+    parts = read_parts(sheets.read_xlsx, path)
     place = Place("sheet", 1, "Log")
     assert parts == [
         Part("Sheet: Log\nrow 1\t1\nrow 2\t2\nrow 3\t3", place),
@@ -597,7 +597,7 @@ def test_xls_reads_values_dates_and_cached_formula_results(tmp_path):
             }
         )
     )
-    parts = read_parts(office.read_xls, path)
+    parts = read_parts(sheets.read_xls, path)
     assert parts == [
         Part("Sheet: Budget\nItem\tCost\tDue\tPaid\nRent\t1200\t2024-02-29\tTRUE\nTotal\t1250.5", Place("sheet", 1, "Budget")),
         Part("Sheet: Other\n\t\tfar right", Place("sheet", 3, "Other")),
@@ -698,7 +698,7 @@ def make_odt(path: Path) -> Path:
 
 def test_odt_reads_sections_lists_tables_notes_comments_and_alt_text(tmp_path):
     path = make_odt(tmp_path / "doc.odt")
-    parts = read_parts(office.read_odt, path)
+    parts = read_parts(word.read_odt, path)
     assert parts == [
         Part("Before any heading.", Place()),
         Part(
@@ -758,7 +758,7 @@ def test_ods_reads_values_dates_and_repeats_without_expanding_empty_runs(tmp_pat
             ([{"valuetype": "string", "text": "same"}, {"valuetype": "float", "value": "1.5"}], 3),
         ],
     )
-    parts = read_parts(office.read_ods, path)
+    parts = read_parts(sheets.read_ods, path)
     assert parts == [
         Part(
             "Sheet: Data\nItem\tWhen\n12\t2024-03-05\tTRUE\t13:05:00\t\t\t\t0.25\nsame\t1.5\nsame\t1.5\nsame\t1.5",
@@ -770,13 +770,13 @@ def test_ods_reads_values_dates_and_repeats_without_expanding_empty_runs(tmp_pat
 
 
 def test_ods_caps_repeats_of_cells_with_content(tmp_path, monkeypatch):
-    monkeypatch.setattr(office, "MAX_ROWS", 4)
+    monkeypatch.setattr(sheets, "MAX_ROWS", 4)
     path = make_ods(
         tmp_path / "bomb.ods",
         [([{"valuetype": "string", "text": "x", "numbercolumnsrepeated": 10_000_000}], 10_000_000)],
     )
     notes: list[str] = []
-    parts = read_parts(office.read_ods, path, notes)
+    parts = read_parts(sheets.read_ods, path, notes)
     lines = "".join(p.text for p in parts).split("\n")
     assert lines[0] == "Sheet: Data" and len(lines) == 5
     assert all(line == "\t".join(["x"] * office.MAX_COLUMNS) for line in lines[1:])
@@ -841,7 +841,7 @@ def make_odp(path: Path) -> Path:
 
 def test_odp_reads_each_slide_with_title_text_alt_text_and_notes(tmp_path):
     path = make_odp(tmp_path / "talk.odp")
-    parts = read_parts(office.read_odp, path)
+    parts = read_parts(slides.read_odp, path)
     assert parts == [
         Part("Welcome\nAgenda item one\nAgenda item two\nNotes: Greet everyone.", Place("slide", 1, "Welcome")),
         Part("Inside a shape\n[Image: Logo]", Place("slide", 2, "Details")),
@@ -901,7 +901,7 @@ def test_rtf_text_without_control_words(tmp_path):
     path = tmp_path / "letter.rtf"
     path.write_text(RTF, encoding="ascii")
     expected = "Café costs 5€ today.\nthe site\n\nあ\nBrace { and backslash \\ kept.\nTab\tend."
-    assert read_parts(office.read_rtf, path) == [Part(expected, Place())]
+    assert read_parts(word.read_rtf, path) == [Part(expected, Place())]
     text, places = read_path(path)
     assert text == expected and places == [Place()]
 
