@@ -70,8 +70,8 @@ GPU_LAYERS = 0  # --gpu-layers: 0 measures this CPU; -1 put every layer on the H
 
 def engine(model: Path, speculate: bool, n_ctx: int):
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
     from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)

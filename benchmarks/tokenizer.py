@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     import llama_cpp
 
-    from memagent_cli.model.engine import quiet_llama_logs
     from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.runtime import quiet_llama_logs
     from memagent_cli.model.tokenizer import load_tokenizer
 
     quiet_llama_logs()

@@ -239,8 +239,8 @@ CODEWORD_FACT = "The code word is amber falcon."
 def codeword_engine(**kw):
     """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
     from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(CODEWORD_MODEL)

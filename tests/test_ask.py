@@ -19,8 +19,9 @@ from memagent_cli.core.events import (
 )
 from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
 from memagent_cli.model.chat import ChatFormat
-from memagent_cli.model.engine import LlamaEngine, Sampling
+from memagent_cli.model.engine import Sampling
 from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.llama import LlamaEngine
 from memagent_cli.model.tokenizer import load_tokenizer
 
 GREEDY = dict(temperature=0.0)

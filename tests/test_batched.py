@@ -137,16 +137,16 @@ def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch):
     the one the item gets run alone."""
     from memagent_cli import AgentConfig, EngineOptions
     from memagent_cli.evals.evaluation import ItemScored, evaluate_events
-    from memagent_cli.model import engine as engine_module
+    from memagent_cli.model import llama as llama_module
 
     made: list[int] = []  # the sequences of each batching context made (the real one, counted)
-    real = engine_module.SequenceBatcher
+    real = llama_module.SequenceBatcher
 
     def counted(*args, **kw):
         made.append(kw["sequences"])
         return real(*args, **kw)
 
-    monkeypatch.setattr(engine_module, "SequenceBatcher", counted)
+    monkeypatch.setattr(llama_module, "SequenceBatcher", counted)
 
     rng = random.Random(9)
     data = tmp_path / "items.jsonl"
@@ -201,8 +201,8 @@ def test_inspect_sizes_the_context_llama_cpp_makes_for_n_sequences(tmp_path):
     import re
 
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
     from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import LlamaEngine
     from memagent_cli.model.runtime import llama_log_listener
     from memagent_cli.model.tokenizer import load_tokenizer
 

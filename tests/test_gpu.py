@@ -329,7 +329,7 @@ def test_flash_attention_reaches_llama_cpp_and_is_off_on_a_cpu_by_default(tiny, 
     import llama_cpp
 
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.engine import LlamaEngine
+    from memagent_cli.model.llama import LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(tiny)

@@ -18,8 +18,9 @@ from conftest import free_port, llama_server, write_clean_model
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.chat import ChatFormat
-from memagent_cli.model.engine import CompletionDone, LlamaEngine, Retrying, Sampling, TextDelta
+from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.llama import LlamaEngine
 from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, count_margin, normalize_base_url
 from memagent_cli.model.served.http import DEFAULT_TIMEOUT, longest_wait
 from memagent_cli.model.served.tokenizer import remote_tokenizer

@@ -24,8 +24,9 @@ from ..ingest.base import OcrMode, OcrProgress
 from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source
 from ..install.registry import resolve_model
 from ..model.chat import ChatFormat
-from ..model.engine import Engine, LlamaEngine
+from ..model.engine import Engine
 from ..model.gguf import GGUFInfo, read_gguf
+from ..model.llama import LlamaEngine
 from ..model.tokenizer import Tokenizer, load_tokenizer
 from .agent import check_question, plan_context, run_loop
 from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout

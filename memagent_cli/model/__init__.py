@@ -1,6 +1,6 @@
 """Models: GGUF files (reading, and `convert/` writing them from safetensors), tokenizers, chat
-templates, the `Engine` protocol with its llama.cpp and served (`served/`) implementations, the
-llama.cpp runtime (`runtime`), model memory sizing (`memory`) and GPU planning (`gpu`)."""
+templates, the `Engine` protocol (`engine`) with its llama.cpp (`llama`) and served (`served/`)
+implementations, the llama.cpp runtime (`runtime`), model memory sizing (`memory`) and GPU planning (`gpu`)."""
 
 from .runtime import share_cxx_runtime
 

@@ -59,7 +59,7 @@ GGML_TYPE_SIZES: dict[int, tuple[int, int]] = {
 GIB = 1024**3
 MIB = 1024**2
 
-# The engine's micro-batch (engine.LlamaEngine: n_ubatch=512); the compute buffer scales with it.
+# The engine's micro-batch (llama.LlamaEngine: n_ubatch=512); the compute buffer scales with it.
 N_UBATCH = 512
 # Fixed part of the compute-buffer estimate: graph scratch (attention, FFN activations) and
 # backend workspaces. The logits buffer (n_vocab floats per micro-batch token) comes on top.
