@@ -1,14 +1,15 @@
 """The trace store: every MemAgent run recorded in SQLite, step by step.
 
 This module owns the database file (`traces.db` under $MEMAGENT_HOME, else the platform's
-user data directory), its schema and numbered migrations, and every read and write of it.
-A run row holds the question, where the input came from (paths, sizes, hashes: never the
-document's text), the model, the settings and the answer; a step row holds the memory after
-each chunk and what the step cost. The rest of memagent only calls TraceStore.
+user data directory) and every read and write of it; the schema and its numbered migrations
+are in migrations.py. A run row holds the question, where the input came from (paths, sizes,
+hashes: never the document's text), the model, the settings and the answer; a step row holds
+the memory after each chunk and what the step cost. The rest of memagent only calls TraceStore.
 
 A run also records who runs it (process id, host name, and on Linux the process's start time),
 so that a "running" run whose process is gone can be told from one still at work: the first
 is marked interrupted when it is looked at (listed, shown, removed), the second is never removed.
+What is recorded of that process, and the checks whether it is still at work, are in ownership.py.
 """
 
 from __future__ import annotations
@@ -20,130 +21,21 @@ import secrets
 import shutil
 import socket
 import sqlite3
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, NoReturn, Sequence
+from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
+from .migrations import migrate
+from .ownership import Owner, liveness, this_process
 
 DB_NAME = "traces.db"
 BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's write to finish
 STATUSES = ("running", "complete", "interrupted", "failed")
-
-# Numbered migrations: MIGRATIONS[k] brings a database from version k to k + 1. Never edit
-# one that has shipped; append a new one instead. Each runs in one transaction, recorded in
-# schema_migrations (which _migrate creates, so a migration never has to).
-MIGRATIONS: list[str] = [
-    # 1: runs and their steps.
-    """
-    CREATE TABLE runs (
-        id TEXT PRIMARY KEY,            -- 12 lowercase hex characters
-        started_at TEXT NOT NULL,       -- ISO 8601 UTC, one format so text order is time order
-        ended_at TEXT,
-        status TEXT NOT NULL,           -- running | complete | interrupted | failed
-        error TEXT,
-        question TEXT NOT NULL,
-        sources TEXT NOT NULL,          -- JSON list of {path, kind, size, sha256, pages, tokens}
-        model TEXT NOT NULL,            -- JSON {path, name, size}
-        settings TEXT NOT NULL,         -- JSON of every setting
-        document_tokens INTEGER,
-        steps_total INTEGER,
-        raw_answer TEXT,
-        answer TEXT
-    );
-    CREATE INDEX runs_started_at ON runs (started_at);
-    CREATE TABLE steps (
-        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        "index" INTEGER NOT NULL,       -- 1-based
-        spans TEXT NOT NULL,            -- JSON list of {source, path, pages, start, end}
-        tokens INTEGER,
-        memory TEXT NOT NULL,           -- the memory after this step
-        memory_tokens INTEGER,
-        prompt_tokens INTEGER,
-        generated_tokens INTEGER,
-        seconds REAL,
-        finish_reason TEXT,
-        PRIMARY KEY (run_id, "index")
-    );
-    """,
-    # 2: full-text search over memories, questions and answers.
-    # search_docs is the searchable text with a stable integer key: the FTS index needs one,
-    # and neither table has it (the implicit rowid of runs and steps may change on VACUUM).
-    # Triggers keep search_docs in step with runs and steps, and the index with search_docs.
-    """
-    CREATE TABLE search_docs (
-        id INTEGER PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        step INTEGER,                   -- NULL for the run's question and answer
-        field TEXT NOT NULL,            -- memory | question | answer
-        body TEXT NOT NULL
-    );
-    CREATE INDEX search_docs_run ON search_docs (run_id, step);
-    CREATE VIRTUAL TABLE search_fts USING fts5 (body, content = 'search_docs', content_rowid = 'id');
-
-    CREATE TRIGGER search_docs_ai AFTER INSERT ON search_docs BEGIN
-        INSERT INTO search_fts (rowid, body) VALUES (new.id, new.body);
-    END;
-    CREATE TRIGGER search_docs_ad AFTER DELETE ON search_docs BEGIN
-        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', old.id, old.body);
-    END;
-
-    CREATE TRIGGER runs_search_ai AFTER INSERT ON runs BEGIN
-        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.id, NULL, 'question', new.question);
-        INSERT INTO search_docs (run_id, step, field, body)
-            SELECT new.id, NULL, 'answer', new.answer WHERE new.answer IS NOT NULL;
-    END;
-    CREATE TRIGGER runs_search_au AFTER UPDATE OF id, question, answer ON runs BEGIN
-        DELETE FROM search_docs WHERE run_id = old.id AND step IS NULL;
-        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.id, NULL, 'question', new.question);
-        INSERT INTO search_docs (run_id, step, field, body)
-            SELECT new.id, NULL, 'answer', new.answer WHERE new.answer IS NOT NULL;
-    END;
-    -- Explicit rather than a foreign key, so a run deleted with foreign keys off (the sqlite3
-    -- shell's default) still leaves no orphaned search rows.
-    CREATE TRIGGER runs_search_ad AFTER DELETE ON runs BEGIN
-        DELETE FROM search_docs WHERE run_id = old.id;
-    END;
-
-    CREATE TRIGGER steps_search_ai AFTER INSERT ON steps BEGIN
-        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.run_id, new."index", 'memory', new.memory);
-    END;
-    CREATE TRIGGER steps_search_au AFTER UPDATE OF run_id, "index", memory ON steps BEGIN
-        DELETE FROM search_docs WHERE run_id = old.run_id AND step = old."index";
-        INSERT INTO search_docs (run_id, step, field, body) VALUES (new.run_id, new."index", 'memory', new.memory);
-    END;
-    CREATE TRIGGER steps_search_ad AFTER DELETE ON steps BEGIN
-        DELETE FROM search_docs WHERE run_id = old.run_id AND step = old."index";
-    END;
-
-    -- Backfill what was recorded before this migration (the triggers above index it).
-    INSERT INTO search_docs (run_id, step, field, body) SELECT id, NULL, 'question', question FROM runs;
-    INSERT INTO search_docs (run_id, step, field, body)
-        SELECT id, NULL, 'answer', answer FROM runs WHERE answer IS NOT NULL;
-    INSERT INTO search_docs (run_id, step, field, body) SELECT run_id, "index", 'memory', memory FROM steps;
-    """,
-    # 3: who runs a run, so that a running run can be told from one whose process died. Set when
-    # the run is created and again when another process resumes it; NULL in runs recorded before.
-    # The partial index keeps finding the running runs cheap however many runs there are.
-    """
-    ALTER TABLE runs ADD COLUMN pid INTEGER;           -- the process running it
-    ALTER TABLE runs ADD COLUMN host TEXT;             -- socket.gethostname() of that process
-    ALTER TABLE runs ADD COLUMN pid_started TEXT;      -- Linux: "<boot id>/<start time in ticks>", against pid reuse
-    CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
-    """,
-    # 4: speculative memory rewrites: per step, the tokens drafted and the model's share of them
-    # (0 without --speculate; NULL in steps recorded before).
-    """
-    ALTER TABLE steps ADD COLUMN drafted_tokens INTEGER;
-    ALTER TABLE steps ADD COLUMN accepted_tokens INTEGER;
-    """,
-]
 
 RUN_COLUMNS = (
     "id",
@@ -228,7 +120,7 @@ class TraceStore:
             conn.execute("PRAGMA foreign_keys = ON")
             # WAL: readers never block the writer, and each commit is one append.
             self._enable_wal(conn)
-            _migrate(conn)
+            migrate(conn, lambda: _timestamp(None))
         except sqlite3.DatabaseError as e:
             if _error_code(e) not in (SQLITE_CORRUPT, SQLITE_NOTADB):
                 conn.close()
@@ -354,7 +246,7 @@ class TraceStore:
             conn.execute(
                 "INSERT INTO runs (id, started_at, status, question, sources, model, settings, pid, host, pid_started)"
                 " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings), *_this_process()),
+                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings), *this_process()),
             )
         return run_id
 
@@ -388,7 +280,7 @@ class TraceStore:
         names = list(fields)  # checked above
         if fields.get("status") == "running":  # resumed: this process runs it now
             names += OWNER_COLUMNS
-            values += _this_process()
+            values += this_process()
         assignments = ", ".join(f"{name} = ?" for name in names)
         with self._write() as conn:
             self._require(conn, run_id)
@@ -548,7 +440,7 @@ class TraceStore:
     def _running(self, conn: sqlite3.Connection, where: str = "", params: Sequence[object] = ()) -> list[Owner]:
         """The runs recorded as running (those matching `where` too), each judged alive or not."""
         sql = "SELECT id, pid, host, pid_started FROM runs WHERE status = 'running'" + (f" AND {where}" if where else "")
-        return [Owner(row[0], row[1], row[2], row[3], _liveness(row[1], row[2], row[3])) for row in conn.execute(sql, params)]
+        return [Owner(row[0], row[1], row[2], row[3], liveness(row[1], row[2], row[3])) for row in conn.execute(sql, params)]
 
     def _mark_ended(self, conn: sqlite3.Connection, owners: Sequence[Owner]) -> None:
         """Marks interrupted the runs among `owners` whose process is gone. The owner must still
@@ -576,28 +468,6 @@ class TraceStore:
 
 
 @dataclass(frozen=True)
-class Owner:
-    """A run recorded as running, and what is known of the process that runs it."""
-
-    run_id: str
-    pid: int | None
-    host: str | None
-    started: str | None
-    # alive: its process is at work on this host; dead: it is gone (or was never recorded, by
-    # an older memagent); elsewhere: it runs on another host, where it cannot be checked.
-    state: Literal["alive", "dead", "elsewhere"]
-
-    def where(self) -> str:
-        """ "pid 4242", or "pid 4242 on gpu-box" for another host's."""
-        return f"pid {self.pid}" + (f" on {self.host}" if self.state == "elsewhere" else "")
-
-    def ended_note(self) -> str:
-        if self.pid is None:
-            return "Its process was not recorded (an older memagent ran it) and it is no longer taken as running."
-        return f"Its process (pid {self.pid}) ended without finishing the run."
-
-
-@dataclass(frozen=True)
 class Removed:
     """What `delete_older_than` did: how many runs it removed, and the running ones it kept."""
 
@@ -621,120 +491,6 @@ def parse_age(text: str) -> float:
             f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)", exit_code=EXIT_USAGE
         )
     return float(match.group(1)) * AGE_UNITS[match.group(2)]
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    version = _schema_version(conn)
-    if version > len(MIGRATIONS):
-        raise MemagentError(
-            f"The trace database was written by a newer memagent (schema {version}, this one knows {len(MIGRATIONS)})",
-            hint="upgrade memagent, or run with --no-trace",
-        )
-    for number in range(version + 1, len(MIGRATIONS) + 1):
-        # The version row goes in first: when two processes open a new database at once, the
-        # second one waits for the write lock and then fails on it instead of on the schema.
-        script = (
-            f"BEGIN IMMEDIATE;"
-            f" CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT);"
-            f" INSERT INTO schema_migrations VALUES ({number}, '{_timestamp(None)}');"
-            f" {MIGRATIONS[number - 1]}; COMMIT;"
-        )
-        try:
-            conn.executescript(script)
-        except sqlite3.IntegrityError:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if _schema_version(conn) < number:  # not a concurrent open: a real failure
-                raise
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone():
-        version: int = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
-        return version
-    return 0
-
-
-def _this_process() -> tuple[int, str, str | None]:
-    """The owner columns (pid, host, pid_started) for a run this process runs."""
-    pid = os.getpid()
-    stat = _proc_stat(pid)
-    return pid, socket.gethostname(), stat[1] if stat else None
-
-
-def _liveness(pid: int | None, host: str | None, started: str | None) -> Literal["alive", "dead", "elsewhere"]:
-    """Whether the process recorded as running a run is still at work. Alive unless shown gone."""
-    if pid is None or host is None:  # recorded before runs had owners
-        return "dead"
-    if host != socket.gethostname():
-        return "elsewhere"
-    if pid <= 0:  # never a real process; os.kill would signal a process group
-        return "dead"
-    if not _pid_exists(pid):
-        return "dead"
-    stat = _proc_stat(pid)
-    if stat is None:  # no /proc (macOS), or it is hidden from us: the pid alone decides
-        return "alive"
-    state, now_started = stat
-    if state in ("Z", "X"):  # a zombie: it has ended, its parent has not collected it yet
-        return "dead"
-    if started is not None and now_started != started:  # the pid was reused by another process
-        return "dead"
-    return "alive"
-
-
-def _pid_exists(pid: int) -> bool:
-    if sys.platform == "win32":  # os.kill(pid, 0) would terminate it there
-        import ctypes
-
-        kernel32 = ctypes.windll.kernel32
-        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-        if not handle:
-            return bool(kernel32.GetLastError() != 87)  # ERROR_INVALID_PARAMETER: no such process
-        code = ctypes.c_ulong()
-        try:
-            ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        finally:
-            kernel32.CloseHandle(handle)
-        return not ok or code.value == 259  # STILL_ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, and belongs to another user
-        return True
-    except OSError:  # cannot tell: taken as alive, so that it is never removed by mistake
-        return True
-    return True
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """Linux: the process's state and "<boot id>/<start time>" (field 22 of /proc/PID/stat,
-    in clock ticks after boot: with the boot id, it names one process for good). Else None."""
-    boot = _boot_id()
-    if boot is None:
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    # Field 2, the command name in parentheses, may hold spaces and parentheses itself.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 20:
-        return None
-    return fields[0].decode("ascii", "replace"), f"{boot}/{fields[19].decode('ascii', 'replace')}"
-
-
-@lru_cache(maxsize=1)
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
-    except (OSError, ValueError):
-        return None
 
 
 def _timestamp(moment: str | datetime | None) -> str:
