@@ -298,7 +298,7 @@ OcrOpt = Annotated[
         case_sensitive=False,
         rich_help_panel="Sources",
         help="Read scanned PDF pages and images with OCR: auto (only pages with no text layer), always (every "
-        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli[ocr]'.",
+        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli\\[ocr]'.",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
