@@ -62,7 +62,7 @@ def device_name() -> str:
 
 def make_doc(model: Path, folder: Path, chunk: int) -> Path:
     """A document of exactly `chunk` tokens: one step."""
-    from conftest import words
+    from helpers import words
 
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer

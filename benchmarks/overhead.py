@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def make_inputs(folder: Path, steps: int, chunk: int) -> tuple[Path, Path]:
-    from conftest import words
+    from helpers import words
     from tinymodel import write_tiny_qwen2
 
     from memagent_cli.model.gguf import read_gguf

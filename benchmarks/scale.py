@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def document(path: Path, tokens: int, tok) -> int:
     """Writes prose of about `tokens` tokens; returns the exact count."""
-    from conftest import words
+    from helpers import words
 
     block = words(20_000, seed=5) + "\n"
     per_block = len(tok.encode(block))
@@ -113,8 +113,8 @@ def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
 
 
 def pdf_ingestion(folder: Path, pages: int) -> dict:
-    from conftest import words
     from fpdf import FPDF
+    from helpers import words
     from pypdf import PdfReader
 
     from memagent_cli.ingest.sources import collect_sources, read_source

@@ -1,81 +1,12 @@
-"""Shared fixtures: paths to ../shared, tiny GGUF models made once per session."""
+"""Shared fixtures: a trace store per test, tiny GGUF models made once per session, processes
+killed at teardown, no network. What is not a fixture lives in helpers.py."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-
-
-def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",), timeout=300):
-    """`memagent ARGS` as a user runs it: a real process, stdout and stderr apart, NO_COLOR,
-    and none of the caller's own model choice (`drop` names variables not passed on). `timeout`
-    bounds a hung run, with room for a machine busy with other work (the suite must pass beside
-    two CPU-bound processes on two cores, about three times slower)."""
-    full = {k: v for k, v in os.environ.items() if k not in drop}
-    full.update({"NO_COLOR": "1", **(env or {})})
-    return subprocess.run(
-        [sys.executable, "-m", "memagent_cli", *map(str, args)],
-        input=input,
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=cwd or REPO,
-        timeout=timeout,
-    )
-
-
-def sigint_default() -> None:
-    """preexec_fn for a child a test interrupts with SIGINT: started from a background job or a
-    service manager, pytest inherits SIGINT ignored and its children would too (the Unix convention
-    memagent keeps), so the Ctrl-C under test would never arrive."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def spawn_memagent(*args, env=None, cwd=None, preexec_fn=sigint_default, **popen) -> subprocess.Popen:
-    """`memagent ARGS` started as a user starts it, for a test that watches it run or signals it:
-    stdout and stderr piped as text unless given, none of the caller's own model choice, and SIGINT
-    at its default (`preexec_fn`). Add it to the `spawned` fixture so a failed test stops it."""
-    full = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    full.update(env or {})
-    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    return subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", *map(str, args)], cwd=cwd or REPO, env=full, preexec_fn=preexec_fn, **popen
-    )
-
-
-def drain_terminal(leader: int) -> bytes:
-    """All a program writes to a pseudo-terminal until it closes it. Read while it draws, or it
-    blocks on a full buffer; closes `leader`."""
-    shown = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the program closed the terminal: it has exited
-            break
-        if not data:
-            break
-        shown += data
-    os.close(leader)
-    return shown
-
-
-def shared_path(*parts: str) -> Path:
-    """A file under ../shared (the project's reference material), or skip the test."""
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} is not here (CI clones the repo with ../shared beside it)")
-    return path
+from helpers import shared_path
 
 
 @pytest.fixture(autouse=True)
@@ -107,22 +38,6 @@ def models(tmp_path_factory):
     }
 
 
-def words(n: int, seed: int = 0) -> str:
-    """n words of plain prose in lines: a document for tests."""
-    import random
-
-    rng = random.Random(seed)
-    vocab = "the river city banks flooded in spring while a quick brown fox ran over lazy dogs near old mills".split()
-    lines, line = [], []
-    for _ in range(n):
-        line.append(rng.choice(vocab))
-        if len(line) == 11:
-            lines.append(" ".join(line) + ".")
-            line = []
-    lines.append(" ".join(line))
-    return "\n".join(lines).strip()
-
-
 @pytest.fixture(scope="session")
 def gpt2_pre_model(tmp_path_factory):
     """A model whose pre-tokenizer (GPT-2's) has no tiktoken pattern here: the fallback path."""
@@ -143,161 +58,6 @@ def spawned():
             proc.wait(timeout=30)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def llama_server(model: Path, workdir: Path, *extra: str, port: int | None = None):
-    """llama-cpp-python's own OpenAI-compatible server (`python -m llama_cpp.server`, from the
-    test extra) serving `model` on a free port of 127.0.0.1; yields its base URL (…/v1) and
-    stops it after. The process is at `llama_server.proc` for tests that kill it."""
-    import httpx2
-
-    port = port or free_port()
-    log = workdir / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(model),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "2048",
-                "--n_threads",
-                "1",
-                "--n_threads_batch",
-                "1",
-                # by default it drops a streaming reply when another request arrives
-                "--interrupt_requests",
-                "false",
-                *extra,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    llama_server.proc = proc
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx2.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer in 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def write_clean_model(path: Path) -> Path:
-    """A tiny random qwen2 that never emits a control token, a token over 32 bytes or a token that
-    is not whole UTF-8 on its own: llama-cpp-python's server drops the bytes of the last two kinds
-    (abetlen/llama-cpp-python#2362, and its stream decodes with errors="ignore"), the embedded
-    engine does not, and served-engine tests compare sampling, not those decoders. Its replies
-    run to max_tokens."""
-    from tinymodel import build_vocab, write_tiny_qwen2
-
-    vocab = build_vocab()
-    banned = {}
-    for i, (token, kind) in enumerate(zip(vocab.tokens, vocab.token_types)):
-        try:
-            token.decode("utf-8")
-            whole = True
-        except UnicodeDecodeError:
-            whole = False
-        if kind == 3 or len(token) > 32 or not whole:
-            banned[i] = -30.0
-    return write_tiny_qwen2(path, seed=1, bias=banned)
-
-
-# --- the trained code-word model's engine, for tests that compare replies ---------------------
-
-CODEWORD_MODEL = Path(__file__).resolve().parent / "data" / "codeword.gguf"
-CODEWORD_FACT = "The code word is amber falcon."
-
-
-def codeword_engine(**kw):
-    """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(CODEWORD_MODEL)
-    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
-
-
-# `ask` on the code-word model with the section size it was trained on, and small budgets.
-CODEWORD_ASK = ["-m", CODEWORD_MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
-
-
-def codeword_document(path: Path, empty_sections: int) -> Path:
-    """A code-word document at `path`: the fact in its first 64-token section, then sections without it."""
-    import random
-
-    from codeword import make_document
-
-    rng = random.Random(5)
-    sections = [make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(empty_sections)]
-    path.write_text("\n".join(sections), encoding="utf-8")
-    return path
-
-
-def codeword_steps(n: int) -> list[tuple[str, str]]:
-    """n memory prompts with the memory each holds: the fact in every third chunk, the fact or no
-    memory in turn."""
-    import random
-
-    from codeword import QUESTION, make_document
-
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
-
-    steps = []
-    for s in range(n):
-        memory = CODEWORD_FACT if s % 2 else INITIAL_MEMORY
-        steps.append((memory_prompt(QUESTION, memory, make_document(random.Random(s), 64, fact=s % 3 == 0).text), memory))
-    return steps
-
-
-def codeword_prompts(n: int) -> list[str]:
-    return [prompt for prompt, _ in codeword_steps(n)]
-
-
-def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3, expect: str = ""):
-    """One complete() call to its CompletionDone, checking the streamed text adds up to it."""
-    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
-
-    streamed, done = [], None
-    for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed), expect):
-        if isinstance(item, TextDelta):
-            streamed.append(item.text)
-        else:
-            assert isinstance(item, CompletionDone)
-            done = item
-    assert done is not None and "".join(streamed) == done.text
-    return done
-
-
 @pytest.fixture
 def no_network(monkeypatch):
     """Any connection attempt fails the test: nothing a document points at may be fetched."""
@@ -309,23 +69,3 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
-
-
-def read_path(path):
-    """What memagent reads of one document by the full path: (text, segment places, notes)."""
-    from memagent_cli.ingest.sources import collect_sources, read_source
-
-    notes: list[str] = []
-    sources = collect_sources([str(path)], warn=notes.append)
-    assert len(sources) == 1
-    segments = list(read_source(sources[0], warn=notes.append))
-    return "".join(s.text for s in segments), [s.place for s in segments], notes
-
-
-def codeword_tokenizer():
-    """The trained code-word model's tokenizer (tests/data/codeword.gguf): (encode, decode)."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import decode, load_tokenizer
-
-    tok = load_tokenizer(read_gguf(REPO / "tests" / "data" / "codeword.gguf"))
-    return tok.encode, lambda ids: decode(tok, ids)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
 
 PACKAGE = REPO / "memagent_cli"
 # Higher imports lower; equal ranks are siblings and may not import each other.

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from conftest import shared_path, words
+from helpers import shared_path, words
 from tinymodel import LONG_TOKEN
 
 from memagent_cli import AgentConfig, EngineOptions, MemagentError, ask, ask_events

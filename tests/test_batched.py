@@ -14,8 +14,8 @@ import time
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
-from conftest import CODEWORD_MODEL as MODEL
+from helpers import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
+from helpers import CODEWORD_MODEL as MODEL
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-drafts", "drafts"])

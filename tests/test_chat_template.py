@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_memagent, shared_path, words
+from helpers import run_memagent, shared_path, words
 from tinymodel import QWEN25_CHAT_TEMPLATE, write_tiny_qwen2
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError

@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from conftest import run_memagent, spawn_memagent, words
+from helpers import run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_memagent, shared_path, words
+from helpers import REPO, run_memagent, shared_path, words
 from hfcheckpoint import TINY, Shape, tensor_shapes, write_checkpoint
 
 from memagent_cli.errors import MemagentError

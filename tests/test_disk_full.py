@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, spawn_memagent, words
 from test_pull_cli import env_for, memagent
 from test_pull_convert import REPO_ID, _installed, _staging, checkpoint_files, hub  # noqa: F401 - fixtures
 

@@ -2,7 +2,7 @@
 
 import re
 
-from conftest import REPO
+from helpers import REPO
 
 
 def readme_commands() -> list[str]:

@@ -11,8 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import read_path
 from ebooklib import epub
+from helpers import read_path
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest.base import Place, ReadContext

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from codeword import QUESTION, fact_sentence, filler_sentence, random_value
-from conftest import codeword_tokenizer, run_memagent
+from helpers import codeword_tokenizer, run_memagent
 from test_trained import RUN
 
 from memagent_cli.core.pipeline import SourceOptions, document_text

@@ -346,7 +346,7 @@ def test_flash_attention_reaches_llama_cpp_and_is_off_on_a_cpu_by_default(tiny, 
 def test_ask_flash_attn_option_shows_in_the_device(tiny, tmp_path):
     import json
 
-    from conftest import run_memagent
+    from helpers import run_memagent
 
     doc = tmp_path / "doc.txt"
     doc.write_text("the river flooded the old mill in spring\n" * 20, encoding="utf-8")

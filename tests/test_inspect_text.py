@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from conftest import run_memagent
+from helpers import run_memagent
 
 from memagent_cli.core.pipeline import SourceOptions, document_text
 from memagent_cli.errors import MemagentError

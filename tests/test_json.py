@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, run_memagent, words
+from helpers import REPO, run_memagent, words
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", "--temperature", "0"]
 DOC = REPO / "docs" / "JSON.md"

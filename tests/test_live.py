@@ -6,7 +6,7 @@ import pty
 import subprocess
 import sys
 
-from conftest import REPO, drain_terminal, words
+from helpers import REPO, drain_terminal, words
 from rich.console import Console
 
 from memagent_cli import AgentConfig, ask_events

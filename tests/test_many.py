@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_memagent, words
+from helpers import run_memagent, words
 
 BUDGETS = ["--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0", "--threads", "1"]
 

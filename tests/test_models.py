@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, words
+from helpers import REPO, run_memagent, words
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.install import catalog, registry, settings

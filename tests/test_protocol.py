@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import shared_path
+from helpers import shared_path
 
 from memagent_cli.core import protocol
 from memagent_cli.core.protocol import (

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, words
 from fakehub import FakeHub
+from helpers import REPO, words
 
 SEVEN_B = "mradermacher/RL-MemoryAgent-7B-GGUF"  # the catalog's first candidate for memagent-7b
 FAST = ["--chunk-tokens", "300", "--memory-tokens", "6", "--answer-tokens", "4", "--temperature", "0"]

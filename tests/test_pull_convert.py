@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import shared_path, sigint_default, words
 from fakehub import FakeHub
+from helpers import shared_path, sigint_default, words
 from hfcheckpoint import TINY, write_checkpoint
 from test_hub import point_at
 from test_pull_cli import FAST, memagent
@@ -179,7 +179,7 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_rerun_skips_what_was_do
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
     from test_pull_cli import env_for
 
     proc = subprocess.Popen(

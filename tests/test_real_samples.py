@@ -4,7 +4,7 @@ python-pptx's public test suites, MIT): what `memagent inspect --text` prints fo
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, read_path, run_memagent
+from helpers import REPO, read_path, run_memagent
 
 SAMPLES = REPO / "tests" / "data" / "samples"
 

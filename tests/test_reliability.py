@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app

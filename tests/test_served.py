@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import free_port, llama_server, write_clean_model
+from helpers import free_port, llama_server, write_clean_model
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.chat import ChatFormat

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import llama_server, run_memagent, words, write_clean_model
+from helpers import llama_server, run_memagent, words, write_clean_model
 
 BUDGETS = ["--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0"]
 

@@ -14,8 +14,8 @@ import random
 
 import pytest
 from codeword import QUESTION, make_document
-from conftest import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
-from conftest import CODEWORD_FACT as FACT
+from helpers import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
+from helpers import CODEWORD_FACT as FACT
 
 from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, Checked, DraftPolicy, PromptLookup, take_drafts

@@ -17,7 +17,7 @@ import sys
 import termios
 
 import pytest
-from conftest import REPO, drain_terminal, run_memagent, words
+from helpers import REPO, drain_terminal, run_memagent, words
 
 from memagent_cli.cli.textout import visible
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, spawn_memagent, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -214,7 +214,7 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_resum
 
 def test_the_interrupt_tests_pass_when_pytest_runs_with_sigint_ignored(tmp_path):
     # `pytest -q &` or a CI service starts pytest with SIGINT ignored, and children inherit that;
-    # tests that send Ctrl-C restore it in the child they start (conftest.sigint_default).
+    # tests that send Ctrl-C restore it in the child they start (helpers.sigint_default).
     tests = [
         "tests/test_cli.py::test_ctrl_c_mid_run_exits_130_without_a_traceback",
         "tests/test_traces.py::test_interrupted_run_resumes_to_the_same_result",

@@ -4,7 +4,7 @@ SQLite store in MEMAGENT_HOME. A run whose process died is marked interrupted, t
 import json
 import sqlite3
 
-from conftest import run_memagent, spawn_memagent, words
+from helpers import run_memagent, spawn_memagent, words
 
 from memagent_cli.traces.store import TraceStore
 

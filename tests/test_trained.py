@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from conftest import REPO, codeword_tokenizer, run_memagent, spawn_memagent
+from helpers import REPO, codeword_tokenizer, run_memagent, spawn_memagent
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"

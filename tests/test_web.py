@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_path
+from helpers import read_path
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest.base import Place, ReadContext
