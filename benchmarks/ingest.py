@@ -33,7 +33,6 @@ import os
 import platform
 import random
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 HERE = REPO / "benchmarks"
 VOCAB = REPO.parent / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "tests"):  # memagent, and tests/officefiles.py's legacy Office builders
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 TARGET = 0.9
 PARTS = ("speed", "memory", "ocr", "tokens")
@@ -477,95 +477,14 @@ def make_pdf(path: Path, n: int) -> None:
 
 def make_xls(path: Path, n: int) -> None:
     """An Excel 97-2003 workbook: BIFF8 records (numbers, dates, labels, booleans) in a compound
-    file, as tests/test_office.py builds them, with a compound file that holds megabytes."""
+    file, built by tests/officefiles.py as tests/test_office.py builds its own."""
     rng = random.Random(15)
+    from officefiles import biff8
+
     sheets = {f"Ledger {2021 + s}": [HEADER] + [_row(rng, i) for i in range(n // 2)] for s in range(2)}
-    path.write_bytes(biff8(sheets))
-
-
-def biff8(sheets: dict[str, list[list[object]]]) -> bytes:
-    def rec(code: int, data: bytes = b"") -> bytes:
-        return struct.pack("<HH", code, len(data)) + data
-
-    def bof(kind: int) -> bytes:
-        return rec(0x0809, struct.pack("<HHHHII", 0x0600, kind, 0x0DBB, 0x07CC, 0, 0x06))
-
-    def xf(fmt: int, style: bool) -> bytes:
-        return rec(0x00E0, struct.pack("<HHHBBBBIiH", 0, fmt, 0xFFF4 if style else 0x0000, 0x20, 0, 0, 0, 0, 0, 0))
-
-    def sheet_stream(rows: list[list[object]]) -> bytes:
-        body = [bof(0x0010)]
-        for r, row in enumerate(rows):
-            for c, value in enumerate(row):
-                if isinstance(value, bool):
-                    body.append(rec(0x0205, struct.pack("<HHHBB", r, c, 0, int(value), 0)))
-                elif isinstance(value, (int, float)):
-                    body.append(rec(0x0203, struct.pack("<HHHd", r, c, 0, float(value))))
-                elif isinstance(value, dt.date):
-                    body.append(rec(0x0203, struct.pack("<HHHd", r, c, 1, float((value - dt.date(1899, 12, 30)).days))))
-                else:
-                    text = str(value)
-                    body.append(rec(0x0204, struct.pack("<HHHHB", r, c, 0, len(text), 1) + text.encode("utf-16-le")))
-        body.append(rec(0x000A))
-        return b"".join(body)
-
-    def globals_stream(offsets: list[int]) -> bytes:
-        body = bof(0x0005) + rec(0x0042, struct.pack("<H", 1200)) + rec(0x0022, struct.pack("<H", 0))
-        body += xf(0, True) + xf(14, False)
-        for name, offset in zip(sheets, offsets):
-            body += rec(0x0085, struct.pack("<IBBBB", offset, 0, 0, len(name), 1) + name.encode("utf-16-le"))
-        return body + rec(0x000A)
-
-    streams = [sheet_stream(rows) for rows in sheets.values()]
-    start = len(globals_stream([0] * len(sheets)))
-    offsets = []
-    for stream in streams:
-        offsets.append(start)
-        start += len(stream)
-    return cfb("Workbook", globals_stream(offsets) + b"".join(streams))
-
-
-def cfb(name: str, data: bytes) -> bytes:
-    """An OLE compound file (version 3, 512-byte sectors) holding one stream of at least 4096
-    bytes at its root: the FAT sectors first (up to the 109 the header lists), then the
-    directory, then the stream."""
-    end, free, fat_sector = 0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFD
-    data += b"\0" * (-len(data) % 512)
-    data += b"\0" * max(0, 4096 - len(data))
-    sectors = len(data) // 512
-    n_fat = 1
-    while n_fat * 128 < n_fat + 1 + sectors:
-        n_fat += 1
-    if n_fat > 109:
-        raise ValueError("stream too large for a compound file without DIFAT sectors")
-    fat = [fat_sector] * n_fat + [end]  # the FAT, then the one directory sector
-    first = len(fat)
-    fat += list(range(first + 1, first + sectors)) + [end]
-    fat += [free] * (n_fat * 128 - len(fat))
-
-    def entry(entry_name: str, kind: int, child: int, start: int, size: int) -> bytes:
-        encoded = entry_name.encode("utf-16-le") + b"\0\0"
-        return (
-            encoded.ljust(64, b"\0")
-            + struct.pack("<HBB", len(encoded), kind, 1)
-            + struct.pack("<III", free, free, child)
-            + b"\0" * 16
-            + struct.pack("<IQQ", 0, 0, 0)
-            + struct.pack("<II", start, size)
-            + b"\0" * 4
-        )
-
-    directory = (entry("Root Entry", 5, 1, end, 0) + entry(name, 2, free, first, len(data))).ljust(512, b"\0")
-    header = (
-        b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-        + b"\0" * 16
-        + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
-        + b"\0" * 6
-        + struct.pack("<IIIIIIIII", 0, n_fat, n_fat, 0, 4096, end, 0, end, 0)
-        + struct.pack(f"<{n_fat}I", *range(n_fat))
-        + struct.pack("<I", free) * (109 - n_fat)
+    path.write_bytes(
+        biff8({name: [(r, c, v) for r, row in enumerate(rows) for c, v in enumerate(row)] for name, rows in sheets.items()})
     )
-    return header + struct.pack(f"<{len(fat)}I", *fat) + directory + data
 
 
 # --------------------------------------------------------------------------------------------
