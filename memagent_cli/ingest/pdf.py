@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import MemagentError
-from .base import Part, Place, ReadContext, Warn, normalise_newlines, printable, short_reason
+from .base import Part, Place, ReadContext, Warn, short_reason
 from .ocr import OCR_INSTALL, PdfOcr, ocr_available
 
 if TYPE_CHECKING:
@@ -26,11 +26,13 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     any_text = False
     try:
         for number, text in _page_texts(reader, context.title, context.warn):
-            wanted = context.ocr == "always" or (context.ocr == "auto" and not text.strip() and _has_images(reader, number))
+            # An empty page that draws an image looks scanned; one that draws nothing is blank.
+            drawn = not text.strip() and context.ocr != "never" and _has_images(reader, number)
+            wanted = context.ocr == "always" or (context.ocr == "auto" and drawn)
             if wanted and ocr is None and ocr_available():
                 ocr = PdfOcr(file, context, total)
             if wanted and ocr is not None:
-                recognised = printable(normalise_newlines(ocr.page_text(number)))
+                recognised = ocr.page_text(number)
                 if recognised.strip():
                     any_text = True
                     yield Part(recognised, Place("page", number, ocr=True))
@@ -38,7 +40,7 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
             if text.strip():
                 any_text = True
                 yield Part(text, Place("page", number))
-            elif ocr is None and (context.ocr == "never" or _has_images(reader, number)):
+            elif ocr is None and (context.ocr == "never" or drawn):
                 scanned.append(number)
     finally:
         if ocr is not None:
@@ -129,7 +131,7 @@ def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int
         except Exception as exc:  # one damaged page should not cost the rest of the document
             warn(f"{title}: skipped page {number} ({short_reason(exc)})")
             continue
-        yield number, printable(normalise_newlines(text))
+        yield number, text  # newlines and lone surrogates are mended where every reader's parts are numbered
 
 
 def _needs_crypto(exc: Exception) -> bool:
