@@ -51,11 +51,10 @@ _BY_ENDING = {ending: f.kind for f in FORMATS for ending in f.endings}
 ARCHIVE_ENDINGS = (".zip",)
 ARCHIVE = "zip"
 
-# Older binary Office formats no well-kept library reads: said by name, with what to do.
-LEGACY = {".doc": "Word 97-2003", ".ppt": "PowerPoint 97-2003"}
+# Older binary Office formats no well-kept library reads: said by name, with the ending to save as.
+LEGACY = {".doc": ("Word 97-2003", ".docx"), ".ppt": ("PowerPoint 97-2003", ".pptx")}
 
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the compound-file header of .xls, .msg, .doc, .ppt
-_ZIP = b"PK\x03\x04"
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")  # "BM" (BMP) is too weak: text can begin so
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
 _HTML_HEAD = re.compile(rb"^\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>])", re.IGNORECASE | re.DOTALL)
@@ -92,8 +91,9 @@ def detect(name: str, head: bytes) -> str | None:
     return "text"
 
 
-def legacy_format(name: str, head: bytes) -> str | None:
-    """'Word 97-2003' for a .doc (or .ppt) file, which memagent cannot read; else None."""
+def legacy_format(name: str, head: bytes) -> tuple[str, str] | None:
+    """("Word 97-2003", ".docx") for a .doc (or .ppt) file, which memagent cannot read: its
+    format and what to save it as; else None."""
     if head.startswith(_OLE):
         return LEGACY.get(ending(name))
     return None

@@ -26,7 +26,7 @@ import stat
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, NamedTuple
 
 from ..errors import EXIT_USAGE, MemagentError
 from . import archive, formats
@@ -201,17 +201,19 @@ class _Collector:
             return
         refusal = self._refusal(kind, path, head)
         if refusal is not None:
-            raise MemagentError(f"{printable(path)}: {refusal[0]}", hint=refusal[1])
+            raise MemagentError(f"{printable(path)}: {refusal.message}", hint=refusal.hint)
         assert kind is not None
         self.sources.append(Source(path, title_of(path), kind, info.st_size))
 
-    def _refusal(self, kind: str | None, name: str, head: bytes) -> tuple[str, str] | None:
+    def _refusal(self, kind: str | None, name: str, head: bytes) -> _Refusal | None:
         """Why a document of `kind` cannot be read here, and what to do; None if it can."""
         if kind is None:
             legacy = formats.legacy_format(name, head)
             if legacy is not None:
-                return f"{legacy} format, which memagent cannot read", f"Save it as {legacy_fix(legacy)} and name that file"
-            return (
+                said = f"{legacy[0]} format, which memagent cannot read"
+                return _Refusal(said, said, f"Save it as {legacy[1]} and name that file")
+            return _Refusal(
+                "binary",
                 "looks like a binary file of a kind memagent does not read",
                 "See docs/FORMATS.md for the formats memagent reads",
             )
@@ -219,9 +221,11 @@ class _Collector:
             from .ocr import OCR_INSTALL, ocr_available
 
             if self._ocr == "never":
-                return "an image, read only with OCR, and OCR is off (--ocr never)", "Drop --ocr never"
+                said = "an image, read only with OCR, and OCR is off (--ocr never)"
+                return _Refusal(said, said, "Drop --ocr never")
             if not ocr_available():
-                return "an image, read only with OCR, which is not installed", f"Install it: {OCR_INSTALL}"
+                said = "an image, read only with OCR, which is not installed"
+                return _Refusal(said, said, f"Install it: {OCR_INSTALL}")
         return None
 
     def _add_directory(self, root: str, info: os.stat_result) -> None:
@@ -303,7 +307,7 @@ class _Collector:
             return _Archive(name)
         refusal = self._refusal(kind, name, head)
         if refusal is not None:
-            skipped.add("binary" if kind is None and not formats.legacy_format(name, head) else refusal[0], name)
+            skipped.add(refusal.note, name)
             return None
         assert kind is not None
         return Source(entry.path, title_of(entry.path), kind, info.st_size)
@@ -369,7 +373,7 @@ class _Collector:
                     continue
                 refusal = self._refusal(kind, base, head)
                 if refusal is not None:
-                    skipped.add("binary" if kind is None and not formats.legacy_format(base, head) else refusal[0], name)
+                    skipped.add(refusal.note, name)
                     continue
                 assert kind is not None
                 self.sources.append(Source(path, member_title, kind, info.file_size, prefix + (name,)))
@@ -408,6 +412,15 @@ class _Archive:
     name: str
 
 
+class _Refusal(NamedTuple):
+    """A document that cannot be read here: `note` in a folder's skip list, `message` and
+    `hint` in the error when it was named."""
+
+    note: str
+    message: str
+    hint: str
+
+
 class _AlreadyTaken:
     """A folder entry that is a file already in the list (hard link, symlink, named twice):
     readable, so the folder is not "empty", but not added again."""
@@ -444,11 +457,3 @@ def _special_kind(mode: int) -> str | None:
 def _sniff(path: str) -> bytes:
     with open(path, "rb") as file:
         return file.read(SNIFF_SIZE)
-
-
-def _jointitle_of(directory: str, name: str) -> str:
-    return os.path.join(title_of(directory), printable(name))
-
-
-def legacy_fix(legacy: str) -> str:
-    return ".pptx" if legacy.startswith("PowerPoint") else ".docx"
