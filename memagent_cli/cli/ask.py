@@ -51,11 +51,10 @@ from .options import (
     agent_config,
     chat_template,
     embedded_engine,
-    ocr_mode,
     quiet_library_logs,
     read_questions,
     served_options,
-    stdin_piped,
+    source_settings,
 )
 from .textout import SafeConsole, print_json
 
@@ -187,7 +186,7 @@ def ask(
       memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
-    from ..core.pipeline import SourceOptions, ask_events, ask_many_events
+    from ..core.pipeline import ask_events, ask_many_events
     from ..traces.recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
 
     err = stderr_console()
@@ -278,14 +277,7 @@ def ask(
                 n_ctx=n_ctx,
             )
         )
-        source_options = SourceOptions(
-            include=include or (),
-            exclude=exclude or (),
-            password=password,
-            ocr=ocr_mode(ocr),
-            stdin=stdin,
-            stdin_is_piped=stdin_piped(),
-        )
+        source_options = source_settings(include, exclude, password, ocr, stdin)
         engine_record = served.record if served is not None else None
         template_record = template.record if template is not None else None
         if len(questions) > 1:

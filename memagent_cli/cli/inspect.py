@@ -4,7 +4,7 @@ would send, and (`--text`) the document text exactly as the model will read it."
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -25,9 +25,8 @@ from .options import (
     OcrOpt,
     PasswordOpt,
     chat_template,
-    ocr_mode,
     quiet_library_logs,
-    stdin_piped,
+    source_settings,
 )
 from .textout import SafeConsole, print_json
 
@@ -113,14 +112,10 @@ def inspect(
             question=question,
             chunk_tokens=chunk_tokens,
             memory_tokens=memory_tokens,
-            include=include or (),
-            exclude=exclude or (),
-            password=password,
-            stdin_is_piped=stdin_piped(),
+            sources=source_settings(include, exclude, password, ocr, _stdin()),
             keep_chunk=show_prompt,
             chat_template=template.text if template is not None else None,
             sequences=sequences,
-            ocr=ocr_mode(ocr),
             warn=warn,
         )
         if show_prompt is not None:
@@ -148,17 +143,9 @@ def _print_document_text(
     err: Console,
 ) -> None:
     """`inspect --text`: the laid-out document on stdout as it is read, notes on stderr."""
-    from ..core.pipeline import SourceOptions, document_text
+    from ..core.pipeline import document_text
 
-    options = SourceOptions(
-        include=include or (),
-        exclude=exclude or (),
-        password=password,
-        ocr=ocr_mode(ocr),
-        stdin=sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None,
-        stdin_is_piped=stdin_piped(),
-        on_ocr=_ocr_reporter(err),
-    )
+    options = source_settings(include, exclude, password, ocr, _stdin(), on_ocr=_ocr_reporter(err))
     from .textout import visible
 
     ended_with_newline = True
@@ -175,6 +162,10 @@ def _print_document_text(
     if sys.stdout.isatty() and not ended_with_newline:
         sys.stdout.write("\n")  # the shell's prompt on a line of its own; piped, the text stays exact
     sys.stdout.flush()
+
+
+def _stdin() -> BinaryIO | None:
+    return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
 
 
 def _ocr_reporter(err: Console) -> Callable[[OcrProgress], None] | None:

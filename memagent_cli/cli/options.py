@@ -11,7 +11,7 @@ import enum
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -21,8 +21,9 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 
 if TYPE_CHECKING:
-    from ..core.pipeline import EngineOptions
-    from ..ingest.base import OcrMode
+    from ..core.pipeline import EngineOptions, SourceOptions
+    from ..ingest.base import OcrProgress
+    from ..ingest.text import ByteStream
 
 DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
 
@@ -287,10 +288,6 @@ class OcrChoice(str, enum.Enum):
     never = "never"
 
 
-def ocr_mode(choice: OcrChoice) -> OcrMode:
-    return choice.value
-
-
 OcrOpt = Annotated[
     OcrChoice,
     typer.Option(
@@ -315,6 +312,28 @@ def stdin_piped() -> bool:
         return not sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def source_settings(
+    include: list[str] | None,
+    exclude: list[str] | None,
+    password: str | None,
+    ocr: OcrChoice,
+    stdin: ByteStream | None,
+    on_ocr: Callable[[OcrProgress], None] | None = None,
+) -> SourceOptions:
+    """What to read and how, from the source flags every reading command shares (ask, inspect)."""
+    from ..core.pipeline import SourceOptions
+
+    return SourceOptions(
+        include=include or (),
+        exclude=exclude or (),
+        password=password,
+        ocr=ocr.value,
+        stdin=stdin,
+        stdin_is_piped=stdin_piped(),
+        on_ocr=on_ocr,
+    )
 
 
 def read_questions(path: Path) -> list[str]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
-from ..ingest.base import OcrMode
 from .agent import plan_context
 from .chunking import IngestStats
 from .config import AgentConfig
@@ -83,26 +82,21 @@ def inspect_sources(
     question: str | None,
     chunk_tokens: int,
     memory_tokens: int,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    password: str | None,
-    stdin_is_piped: bool,
+    sources: SourceOptions,
     warn: Callable[[str], None],
     keep_chunk: int | None = None,
     chat_template: str | None = None,
     sequences: int = 1,
-    ocr: OcrMode = "auto",
 ) -> Report:
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
     `sequences`: questions batched in one context, which the context is sized for."""
-    options = SourceOptions(include=include, exclude=exclude, password=password, stdin_is_piped=stdin_is_piped, ocr=ocr)
-    prep = prepare(model, paths, options, EngineOptions(chat_template=chat_template))
+    prep = prepare(model, paths, sources, EngineOptions(chat_template=chat_template))
     for note in prep.notices:
         warn(note)
     default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None else None
     if default is not None and default[0] == "warning":
         warn(default[1])
-    chunks, stats = chunk_stream(prep, chunk_tokens, options, warn)
+    chunks, stats = chunk_stream(prep, chunk_tokens, sources, warn)
     report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None)
     for chunk in chunks:
         if chunk.index == keep_chunk:

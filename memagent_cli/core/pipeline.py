@@ -96,15 +96,19 @@ def prepare(
     """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
     quantization, or a vocabulary-only file); None asks the server to tokenize."""
     prep = prepare_model(model, engine)
-    prep.sources = collect_sources(
+    prep.sources = _collect(paths, sources, prep.notices.append)
+    return prep
+
+
+def _collect(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
+    return collect_sources(
         paths,
         include=sources.include,
         exclude=sources.exclude,
         stdin_is_piped=sources.stdin_is_piped,
         ocr=sources.ocr,
-        warn=prep.notices.append,
+        warn=warn,
     )
-    return prep
 
 
 def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOptions()) -> Prepared:
@@ -170,14 +174,7 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: i
 def document_text(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> Iterator[str]:
     """The document as the model reads it (`inspect --text`), streamed: the same sources, readers
     and layout as `ask`, with no model. Notes about the sources go to `warn`."""
-    found = collect_sources(
-        paths,
-        include=sources.include,
-        exclude=sources.exclude,
-        stdin_is_piped=sources.stdin_is_piped,
-        ocr=sources.ocr,
-        warn=warn,
-    )
+    found = _collect(paths, sources, warn)
     for piece in layout(found, _reader(sources, warn)):
         yield piece.text
 
