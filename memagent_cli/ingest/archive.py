@@ -74,10 +74,16 @@ def unsafe_name(name: str) -> bool:
     return name.startswith("/") or "\\" in name or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
 
 
+def too_compressed(info: zipfile.ZipInfo, floor: int = RATIO_FLOOR) -> bool:
+    """Whether a member unpacks past `floor` bytes at more than MAX_RATIO to 1: a zip bomb's mark
+    (Office packages, whose XML compresses well, pass a higher floor)."""
+    return info.file_size > floor and info.file_size > MAX_RATIO * max(info.compress_size, 1)
+
+
 def member_problem(info: zipfile.ZipInfo) -> str | None:
     if info.flag_bits & 0x1:
         return "encrypted"
-    if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+    if too_compressed(info):
         return f"compressed over {MAX_RATIO}:1, a zip bomb?"
     return None
 

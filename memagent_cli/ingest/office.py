@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
+from . import archive
 from .base import ReadContext, printable, short_reason, unreadable
 from .formats import BY_KIND
 
@@ -29,10 +30,9 @@ from .formats import BY_KIND
 # not a real sheet.
 MAX_COLUMNS = 16_384
 
-# A zip package member that unpacks to more than this, at more than MAX_RATIO to 1, is a zip
+# A zip package member that unpacks to more than this, at more than archive.MAX_RATIO to 1, is a zip
 # bomb: the Word, PowerPoint and OpenDocument libraries load every member into memory.
 BOMB_FLOOR = 64 << 20
-MAX_RATIO = 200
 MAX_UNPACKED = 2 << 30  # all members together, where the library loads them all
 
 LABEL_LENGTH = 80
@@ -93,9 +93,12 @@ def check_package(file: BinaryIO, context: ReadContext, kind: str, *, streamed: 
         file.seek(0)
     loaded = [i for i in infos if streamed is None or not streamed(i.filename)]
     for info in loaded:
-        if info.file_size > BOMB_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        if archive.too_compressed(info, BOMB_FLOOR):
             raise unreadable(
-                context.title, what, f"{printable(info.filename)} is compressed over {MAX_RATIO}:1 (a zip bomb?)", DAMAGED_HINT
+                context.title,
+                what,
+                f"{printable(info.filename)} is compressed over {archive.MAX_RATIO}:1 (a zip bomb?)",
+                DAMAGED_HINT,
             )
     total = sum(i.file_size for i in loaded)
     if total > MAX_UNPACKED:
