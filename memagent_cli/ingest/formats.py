@@ -82,13 +82,18 @@ def detect(name: str, head: bytes) -> str | None:
         return "image"
     if head.startswith(b"{\\rtf"):
         return "rtf"
-    if b"\0" in head and not head.startswith(_WIDE_BOMS):
-        return None  # binary: the OLE and zip families are known only by their endings
+    if looks_binary(head):
+        return None  # the OLE and zip families are known only by their endings
     if _HTML_HEAD.match(head):
         return "html"
     if _FEED_HEAD.match(head):
         return "feed"
     return "text"
+
+
+def looks_binary(head: bytes) -> bool:
+    """A NUL byte marks binary data, except in UTF-16/32 text, where most characters have one."""
+    return b"\0" in head and not head.startswith(_WIDE_BOMS)
 
 
 def legacy_format(name: str, head: bytes) -> tuple[str, str] | None:

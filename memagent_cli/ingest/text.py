@@ -15,6 +15,7 @@ from typing import BinaryIO, Protocol
 
 from ..errors import MemagentError
 from .base import Part, ReadContext, count, normalise_newlines
+from .formats import looks_binary
 
 # Bytes read per step, and so (give or take one) the most characters in a text part. A module
 # constant so tests can make it tiny to exercise block boundaries.
@@ -59,10 +60,6 @@ def read_stream(stream: ByteStream, context: ReadContext) -> Iterator[Part]:
         context.warn(f"{context.title}: invalid {decoder.encoding} replaced ({count(decoder.replaced_bytes, 'byte')})")
 
 
-# A NUL byte marks a binary file, except in UTF-16/32 text, where most characters have one.
-_WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
-
-
 def _check_stream_head(head: bytes, title: str, *, ended: bool) -> None:
     """Refuse a stream (stdin, a pipe) whose first bytes are not text, before any is used: binary
     data such as `cat /dev/urandom |` would otherwise be read, and paid for, without end."""
@@ -73,7 +70,7 @@ def _check_stream_head(head: bytes, title: str, *, ended: bool) -> None:
             f"{title} is a PDF arriving as a stream; memagent reads PDFs from files",
             hint="Save it to a file and name the file",
         )
-    if b"\0" in head and not head.startswith(_WIDE_BOMS):
+    if looks_binary(head):
         raise MemagentError(
             f"{title} looks like binary data; memagent reads text and documents from files",
             hint="Pipe text, or save the data to a file and name the file",
