@@ -9,6 +9,8 @@ gives, never the store itself, and writes text for the caller to save or print.
 - HTML is one self-contained page (inline CSS, no script, no URL of any kind) with the memory
   timeline diffed step against step. Everything that came from a document, a model or a user is
   escaped; a Content-Security-Policy that forbids scripts and loads is a second line of defence.
+  Its parts are public (PAGE_CSS, PAGE_CSP, status_note, run_meta_html, timeline_html) so that
+  report.py draws the same timeline for every run of a per-document job on one page.
 
 "Evidence" steps are those whose added words are still in the final memory
 (memdiff.evidence_steps): the answer is written from that memory alone, so those are the
@@ -138,7 +140,7 @@ def _progress(run: Record) -> str:
     return f"{_num(done)} of {_num(total)} steps" if total is not None else f"{_num(done)} steps (total not known yet)"
 
 
-def _status_note(run: Record) -> str | None:
+def status_note(run: Record) -> str | None:
     """A sentence for a run that did not complete, None for one that did."""
     status = run.get("status")
     if status == "complete":
@@ -184,7 +186,7 @@ def export_markdown(run: Record) -> str:
     memories = _memories(run)
     evidence = _evidence(run)
     out = [f"# {_md_inline(run.get('question') or '(no question)')}", ""]
-    note = _status_note(run)
+    note = status_note(run)
     if note:
         out += [f"> **Note:** {_md_inline(note)}", ""]
     out += [
@@ -237,7 +239,7 @@ def _e(value: Any) -> str:
 
 
 # No url(), @import or web fonts: the page must load nothing.
-_CSS = """
+PAGE_CSS = """
 :root { --fg: #1d1f23; --muted: #5f6670; --line: #d9dce1; --card: #fff; --bg: #f4f5f7;
         --ins: #d7f5dd; --ins-fg: #0b5d1e; --del: #fbdcdc; --del-fg: #8a1c1c; --star: #b8860b; }
 * { box-sizing: border-box; }
@@ -285,7 +287,7 @@ footer { max-width: 60rem; margin: 0 auto; padding: 1rem 1.25rem 2rem; color: va
 
 # Defence in depth: should a value ever slip through unescaped, the browser still runs no script
 # and fetches nothing. Only the inline <style> is allowed.
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
 def _words(runs: list[str]) -> str:
@@ -300,42 +302,10 @@ def _diff_html(before: str, after: str) -> tuple[str, tuple[list[str], list[str]
     return "".join(tags[kind].format(_e(text)) for kind, text in ops), split_changes(ops)
 
 
-def export_html(run: Record) -> str:
-    steps = _steps(run)
-    memories = _memories(run)
-    evidence = _evidence(run)
-    question = str(run.get("question") or "(no question)")
-    title = " ".join(question.split())
-    title = title if len(title) <= 80 else title[:79] + "…"
+def run_meta_html(run: Record) -> str:
+    """The run's facts (status, id, times, model, sources, settings, error) as one <dl>."""
     status = str(run.get("status") or "?")
     model = run.get("model") or {}
-
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>memagent: {_e(title)}</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
-        "<body>",
-        "<header>",
-        f"<h1>{_e(question)}</h1>",
-    ]
-    answer = run.get("answer")
-    if answer is not None:
-        out.append(f'<div class="answer">{_e(answer)}</div>')
-    else:
-        out.append('<div class="answer none">No answer.</div>')
-    raw = run.get("raw_answer")
-    if raw is not None and raw != answer:
-        out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{_e(raw)}</pre></details>')
-    note = _status_note(run)
-    if note:
-        out.append(f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>')
-
     sources = "".join(
         f"<li>{_e(_source_line(s))}"
         + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
@@ -355,10 +325,19 @@ def export_html(run: Record) -> str:
     ]
     if run.get("error"):
         meta.append(("Error", _e(run["error"])))
-    out.append('<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>")
-    out += ["</header>", "<main>", "<h2>Memory timeline</h2>"]
+    return '<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>"
+
+
+def timeline_html(run: Record, *, id_prefix: str = "") -> str:
+    """The memory timeline: the hide-dropped-text switch, the legend and one <li> per step, each
+    memory diffed against the one before. `id_prefix` keeps element ids unique when one page holds
+    several runs' timelines; PAGE_CSS's switch rule matches only the unprefixed "hide-del"."""
+    steps = _steps(run)
+    memories = _memories(run)
+    evidence = _evidence(run)
+    switch = _e(f"{id_prefix}hide-del")
     # A CSS-only switch (no script): the checkbox hides the struck-out text of every step.
-    out.append('<input type="checkbox" id="hide-del"> <label for="hide-del">hide dropped text</label>')
+    out = [f'<input type="checkbox" id="{switch}"> <label for="{switch}">hide dropped text</label>']
     out.append(
         f'<p class="legend"><ins>added</ins> <del>dropped</del> against the memory before the step; '
         f'<span class="badge">{EVIDENCE_MARK}</span>: {EVIDENCE_MEANING}.</p>'
@@ -375,7 +354,7 @@ def export_html(run: Record) -> str:
         stats = _e(_stats(step))
         if step.get("finish_reason") == "length":
             stats += f' · <span class="cut">{CUT_NOTE}</span>'
-        step_id = f"step-{index}" if isinstance(index, int) else f"step-n{n}"
+        step_id = f"{id_prefix}step-{index}" if isinstance(index, int) else f"{id_prefix}step-n{n}"
         out += [
             f'<li class="step{" evidence" if is_evidence else ""}" id="{_e(step_id)}">',
             f'<div class="head">{"".join(head)}</div>',
@@ -387,5 +366,41 @@ def export_html(run: Record) -> str:
     out.append("</ol>")
     if not steps:
         out.append("<p>No steps recorded.</p>")
+    return "\n".join(out)
+
+
+def export_html(run: Record) -> str:
+    question = str(run.get("question") or "(no question)")
+    title = " ".join(question.split())
+    title = title if len(title) <= 80 else title[:79] + "…"
+
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(PAGE_CSP)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>memagent: {_e(title)}</title>",
+        f"<style>{PAGE_CSS}</style>",
+        "</head>",
+        "<body>",
+        "<header>",
+        f"<h1>{_e(question)}</h1>",
+    ]
+    answer = run.get("answer")
+    if answer is not None:
+        out.append(f'<div class="answer">{_e(answer)}</div>')
+    else:
+        out.append('<div class="answer none">No answer.</div>')
+    raw = run.get("raw_answer")
+    if raw is not None and raw != answer:
+        out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{_e(raw)}</pre></details>')
+    note = status_note(run)
+    if note:
+        out.append(f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>')
+
+    out.append(run_meta_html(run))
+    out += ["</header>", "<main>", "<h2>Memory timeline</h2>", timeline_html(run)]
     out += ["</main>", f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>", "</body>", "</html>"]
     return "\n".join(out) + "\n"
