@@ -59,6 +59,7 @@ class EngineOptions:
     verbose: bool = False  # show llama.cpp's own log
     kind: str = "llama"  # "llama": the GGUF runs in this process; "openai": a server runs the model
     base_url: str | None = None  # kind "openai": the server's OpenAI-compatible API, e.g. http://host:8000/v1
+    base_urls: tuple[str, ...] = ()  # kind "openai": several servers of the same model, a pool (base_url is the first)
     api_key: str | None = None  # kind "openai": sent as a bearer token
     served_model: str | None = None  # kind "openai": the model's name on the server; None: the one it serves
     log: Callable[[str], None] | None = None  # kind "openai": where --verbose shows each request
@@ -96,11 +97,12 @@ def prepare(
     """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
     quantization, or a vocabulary-only file); None asks the server to tokenize."""
     prep = prepare_model(model, engine)
-    prep.sources = _collect(paths, sources, prep.notices.append)
+    prep.sources = find_sources(paths, sources, prep.notices.append)
     return prep
 
 
-def _collect(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
+def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
+    """The documents the paths name (folders and archives expanded), as `ask` reads them."""
     return collect_sources(
         paths,
         include=sources.include,
@@ -146,6 +148,17 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: i
         from ..model.served.engine import OpenAIEngine
 
         tokenizer = prep.tokenizer
+        if len(options.base_urls) > 1:
+            from ..model.served.pool import ServedPool
+
+            return ServedPool(
+                options.base_urls,
+                api_key=options.api_key,
+                model=options.served_model,
+                log=options.log,
+                count_tokens=lambda text: len(tokenizer.encode(text)),
+                timeout=_timeout(options),
+            )
         return OpenAIEngine(
             _base_url(options),
             api_key=options.api_key,
@@ -174,7 +187,7 @@ def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: i
 def document_text(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> Iterator[str]:
     """The document as the model reads it (`inspect --text`), streamed: the same sources, readers
     and layout as `ask`, with no model. Notes about the sources go to `warn`."""
-    found = _collect(paths, sources, warn)
+    found = find_sources(paths, sources, warn)
     for piece in layout(found, _reader(sources, warn)):
         yield piece.text
 
@@ -228,6 +241,10 @@ class SharedEngine:
     @property
     def description(self) -> str:
         return self.engine.description
+
+    def for_chain(self, key: str) -> SharedEngine:
+        """The engine as one run of many calls it: tagged with the run's key (see Job.chain_key)."""
+        return dataclasses.replace(self, engine=self.engine.for_chain(key))
 
     def loaded(self) -> ModelLoaded:
         return ModelLoaded(self.description, self.n_ctx, self.load_seconds, self.gpu_layers, self.gpu_reason)

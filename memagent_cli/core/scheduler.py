@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Iterator, Literal, TypeVar, Union
 
-from ..model.engine import Completion, Engine, Sampling
+from ..model.engine import Chained, Completion, Engine, Sampling
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -83,6 +83,11 @@ class GatedEngine:
                     close()
         finally:
             self.gate.release()
+
+    def for_chain(self, key: str) -> GatedEngine:
+        """This engine for one run's calls, tagged with `key` where the engine takes one; same gate."""
+        inner = self.engine.for_chain(key) if isinstance(self.engine, Chained) else self.engine
+        return GatedEngine(inner, self.gate, self.stop)
 
     def close(self) -> None:
         self.engine.close()

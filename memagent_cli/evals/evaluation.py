@@ -4,7 +4,8 @@ Items are the authors' RULER-HotpotQA layout, JSONL or a JSON array of objects w
 `context`, `input` (the question), `answers` and optionally `id`. Each item is its own
 MemAgent run over its own context, chunked as the reference does (the stripped text,
 tokenized once, sliced); each runs through the same pipeline as a question of `ask -q`
-(core.pipeline.run_question), and the runs share one engine, several in flight on a served one.
+(core.pipeline.run_question), scheduled by core.jobs as `ask --each` and `batch` are: the runs share
+one engine, several in flight where it takes several calls at once.
 Scores are the reference's (memagent_cli.scoring). Results go to a JSONL file as each item finishes, so
 a rerun skips what is done; JSONL items are read one at a time, so a data set of
 multi-million-token contexts never sits in memory whole.
@@ -12,22 +13,17 @@ multi-million-token contexts never sits in memory whole.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from ..core.agent import check_question, plan_context
-from ..core.chunking import Chunk, IngestStats, iter_chunks, layout
 from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
-from ..core.pipeline import EngineOptions, Prepared, SharedEngine, open_shared_engine, prepare_model, run_question
-from ..core.scheduler import RunError, run_all
+from ..core.jobs import Job, run_jobs
+from ..core.pipeline import EngineOptions
 from ..errors import EXIT_USAGE, MemagentError
-from ..ingest.sources import Segment, Source
 from .scoring import score
 
 
@@ -105,18 +101,6 @@ def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _item_input(prep: Prepared, item: Item, chunk_tokens: int) -> tuple[Prepared, Iterator[Chunk], IngestStats]:
-    """The item as its own source: the model's side of `prep` with that source, its chunks, their stats."""
-    source = Source(path=f"item {item.id}", title=f"item {item.id}", kind="text", size=None)
-    stats = IngestStats()
-
-    def read(_source: Source) -> Iterator[Segment]:
-        yield Segment(0, item.context, 0)
-
-    chunks = iter_chunks(layout([source], read), prep.tokenizer, chunk_tokens, [source], stats)
-    return dataclasses.replace(prep, sources=[source], notices=[]), chunks, stats
-
-
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Percentages over the scored items, as the paper's table reports them."""
     n = len(rows)
@@ -165,13 +149,13 @@ def evaluate_events(
 ) -> Iterator[tuple[Item, Event | ItemScored]]:
     """Runs every item not in `skip`; yields (item, event) while it runs (ending with RunFinished)
     and (item, ItemScored) when it is scored. A failed item yields RunFailed and is left for the
-    next run. Items are read as they are started: only those in flight are held."""
-    prep = prepare_model(model, engine)
-    stop = threading.Event()
-    shared: SharedEngine | None = None
-    running: dict[int, Item] = {}  # only the items in flight: a context may be megabytes
+    next run. Items are read as they are started: only those in flight are held. The runs go
+    through core.jobs, the scheduler `ask --each` and `batch` use."""
+    # Only the items in flight, by their job (ids in a data set may repeat): a context may be megabytes.
+    running: dict[int, tuple[Item, float]] = {}
+    found: dict[int, bool] = {}
 
-    def wanted() -> Iterator[Item]:
+    def wanted() -> Iterator[Job]:
         count = 0
         for item in read_items(data):
             if item.id in skip:
@@ -179,54 +163,20 @@ def evaluate_events(
             if limit is not None and count >= limit:
                 return
             count += 1
-            yield item
+            job = Job(key=item.id, question=item.question, context=item.context, title=f"item {item.id}")
+            running[id(job)] = (item, time.perf_counter())
+            yield job
 
-    try:
-        if engine.kind == "openai":
-            n_ctx = 0  # the server sizes its own context
-        else:  # the embedded engine: sized for the largest step these budgets make
-            chat = prep.chat
-            assert chat is not None  # prepare_model reads it from the GGUF for every engine but a served one
-            # Questions differ per item: room for the longest one allowed (question_tokens).
-            n_ctx = plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
-            if engine.n_ctx is not None:
-                n_ctx = plan_context(chat, prep.tokenizer, "?", config, engine.n_ctx)
-        # The embedded engine batches up to `parallel` items (no more than --limit asks for).
-        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=limit)
-
-        def job(item: Item) -> Callable[[], Iterator[Event | ItemScored]]:
-            def run() -> Iterator[Event | ItemScored]:
-                started = time.perf_counter()
-                question = check_question(item.question, prep.tokenizer, config)
-                item_prep, chunks, stats = _item_input(prep, item, config.chunk_tokens)
-                found, result = False, None
-                for event in run_question(question, chunks, stats, item_prep, shared, config, started=started):
-                    if isinstance(event, AnswerFinished):
-                        found = event.found
-                    elif isinstance(event, RunFinished):
-                        result = event.result
-                    yield event
-                assert result is not None  # run_question ends with RunFinished, or raises
-                yield ItemScored(_row(item, result, found, time.perf_counter() - started))
-
-            return run
-
-        def jobs() -> Iterator[Callable[[], Iterator[Event | ItemScored]]]:
-            for k, item in enumerate(wanted()):
-                running[k] = item
-                yield job(item)
-
-        for index, event in run_all(jobs(), workers=shared.slots, stop=stop):
-            item = running[index]
-            if isinstance(event, RunError):
-                del running[index]
-                yield item, RunFailed(event.error)
-            elif isinstance(event, ItemScored):
-                del running[index]
-                yield item, event
-            else:
-                yield item, event
-    finally:
-        stop.set()
-        if shared is not None:
-            shared.close()
+    # The embedded engine batches up to `parallel` items (no more than --limit asks for).
+    for job, event in run_jobs(wanted(), model=model, config=config, engine=engine, parallel=parallel, count=limit):
+        item, started = running[id(job)]
+        if isinstance(event, AnswerFinished):
+            found[id(job)] = event.found
+        elif isinstance(event, RunFailed):
+            del running[id(job)]
+            found.pop(id(job), None)
+        yield item, event
+        if isinstance(event, RunFinished):
+            del running[id(job)]
+            row = _row(item, event.result, found.pop(id(job), False), time.perf_counter() - started)
+            yield item, ItemScored(row)

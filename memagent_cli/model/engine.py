@@ -9,7 +9,7 @@ served model (vLLM, llama-server: `served/`) can stand in for the embedded llama
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Union
+from typing import Iterator, Protocol, Union, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -64,3 +64,12 @@ class Engine(Protocol):
         draft it, and its output never depends on it."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Chained(Protocol):
+    """An engine that can tag a run's requests with a key (a served one: served/engine.py says
+    which header carries it and why), so a router keeps a run's calls on one replica."""
+
+    def for_chain(self, key: str) -> Engine:
+        """The same engine, sending `key` with every request; it shares everything else."""

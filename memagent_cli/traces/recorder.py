@@ -89,6 +89,7 @@ class Recorder:
         stdin: HashingReader | None = None,
         engine: Mapping[str, Any] | None = None,
         chat_template: Mapping[str, str] | None = None,
+        job: Mapping[str, str] | None = None,
     ):
         self.store = store
         self.warn = warn
@@ -101,6 +102,7 @@ class Recorder:
         self.failed_write: str | None = None
         self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
         self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
+        self.job = job  # a run of a job (`batch`): its results file and key, so a rerun finds the run again
 
     def _write(self, action: Callable[[], object]) -> None:
         if self.failed_write is not None:
@@ -149,6 +151,7 @@ class Recorder:
             **({"ocr": e.ocr} if e.ocr != "auto" else {}),
             **({"engine": self.engine} if self.engine else {}),
             **({"chat_template": self.chat_template} if self.chat_template else {}),
+            **({"job": self.job} if self.job else {}),
         }
         model = model_record(e.model, e.model_path)
 

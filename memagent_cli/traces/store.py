@@ -362,6 +362,18 @@ class TraceStore:
         rows = self._db.execute(sql, [*params, -1 if limit is None else limit])
         return [_decode(row) for row in rows]
 
+    def unfinished_job_runs(self, job: str) -> dict[str, str]:
+        """The interrupted or failed runs of a job (`batch`'s results file: settings.job.file), by
+        their key within it (settings.job.key); the newest run where a key ran more than once."""
+        self._reap()  # a run whose process died is interrupted, and so resumable
+        rows = self._db.execute(
+            "SELECT id, json_extract(settings, '$.job.key') FROM runs"
+            " WHERE json_extract(settings, '$.job.file') = ? AND status IN ('interrupted', 'failed')"
+            " ORDER BY started_at, rowid",
+            (job,),
+        )
+        return {str(key): str(run_id) for run_id, key in rows if key is not None}
+
     def search(self, text: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Runs and steps whose memory, question or answer holds every word of `text`."""
         words = text.split()

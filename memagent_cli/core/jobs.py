@@ -1,0 +1,200 @@
+"""Many independent MemAgent runs on one engine: a question per document (`ask --each`), the
+lines of a job file (`batch`), the items of a data set (`eval`). This is the one scheduler they
+share.
+
+A `Job` names its input (sources already found, paths found when it starts, or text given inline)
+and one question; each is its own run, with its own memory and its own trace. `run_jobs` loads the
+model once and drives the jobs through scheduler.run_all with as many in flight as the engine takes
+calls at once (`SharedEngine.slots`):
+- the embedded engine on a CPU takes one call at a time, and batching measured no faster there
+  (PERFORMANCE.md B8), so jobs run one after another, in this thread: each answer lands as its run
+  ends, not all at the end;
+- the embedded engine batching on a GPU takes a call per sequence: that many runs share its context;
+- a served engine (one server or a pool) takes `parallel` calls; a pool spreads them by load.
+A job's document is read when its run starts and let go when it ends, so a job of 10,000 documents
+holds only the runs in flight, whatever is waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from ..errors import MemagentError
+from ..ingest.base import OcrProgress
+from ..ingest.sources import Segment, Source
+from .agent import check_question, plan_context
+from .chunking import Chunk, IngestStats, iter_chunks, layout
+from .config import AgentConfig
+from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted
+from .pipeline import (
+    EngineOptions,
+    Prepared,
+    SharedEngine,
+    SourceOptions,
+    chunk_stream,
+    find_sources,
+    open_shared_engine,
+    prepare_model,
+    run_question,
+)
+from .scheduler import RunError, run_all
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a question over one input.
+
+    `key` identifies the job within its job (a `batch` line's custom_id, a document and a question
+    of `--each`): a served pool's chain key is derived from it, and a trace is found again by it.
+    The input is `sources` (found already), else `paths` (found when the run starts, as `ask`
+    finds them), else `context` (text given inline). `title` is what views call the job.
+    `done_steps` are an interrupted run's stored steps: it goes on from there."""
+
+    key: str
+    question: str
+    sources: tuple[Source, ...] = ()
+    paths: tuple[str, ...] = ()
+    context: str | None = None
+    title: str = ""
+    done_steps: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def chain_key(self) -> str:
+        """The key sent with every request of this run: stable across reruns, ASCII, and saying
+        nothing of the document or question."""
+        return hashlib.sha256(self.key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def job_context_size(prep: Prepared, config: AgentConfig, engine: EngineOptions, questions: Sequence[str] = ()) -> int:
+    """The embedded engine's context for jobs: enough for the longest of `questions`, or, when the
+    questions are not known up front (a job file read as it goes), for the longest question
+    allowed (config.question_tokens). 0 for a served engine, which sizes its own."""
+    if engine.kind == "openai" or prep.chat is None:
+        return 0
+    chat = prep.chat
+    if questions:
+        return max(plan_context(chat, prep.tokenizer, q, config, engine.n_ctx) for q in questions)
+    if engine.n_ctx is not None:
+        return plan_context(chat, prep.tokenizer, "?", config, engine.n_ctx)
+    return plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
+
+
+def run_jobs(
+    jobs: Iterable[Job],
+    *,
+    model: str | None,
+    config: AgentConfig,
+    engine: EngineOptions,
+    sources: SourceOptions = SourceOptions(),
+    parallel: int = 1,
+    questions: Sequence[str] = (),
+    count: int | None = None,
+    on_loaded: Callable[[SharedEngine], None] | None = None,
+) -> Iterator[tuple[Job, Event]]:
+    """Runs every job, yielding (job, event) as events come; each job's events run from RunStarted
+    to RunFinished, or RunFailed when it failed (the others go on). `jobs` is read as runs start.
+
+    `questions`, when every job's question is known, sizes the embedded engine's context exactly;
+    `count`, the number of jobs when known, keeps a batching engine from reserving sequences no job
+    will use. `on_loaded` is told once the engine is open. Ctrl-C (KeyboardInterrupt) stops every
+    run; what each recorded is the caller's to keep."""
+    prep = prepare_model(model, engine)
+    n_ctx = job_context_size(prep, config, engine, questions)
+    stop = threading.Event()
+    shared: SharedEngine | None = None
+    running: dict[int, Job] = {}  # only the jobs in flight
+    try:
+        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=count)
+        if on_loaded is not None:
+            on_loaded(shared)
+        opened = shared
+
+        def run(job: Job) -> Callable[[], Iterator[Event]]:
+            return lambda: _run_job(job, prep, opened, config, sources)
+
+        def start() -> Iterator[Callable[[], Iterator[Event]]]:
+            for k, job in enumerate(jobs):
+                running[k] = job
+                yield run(job)
+
+        for index, event in run_all(start(), workers=shared.slots, stop=stop):
+            job = running[index]
+            if isinstance(event, RunError):
+                del running[index]
+                yield job, RunFailed(event.error)
+                continue
+            if isinstance(event, RunFinished):
+                del running[index]
+            yield job, event
+    finally:
+        stop.set()
+        if shared is not None:
+            shared.close()
+
+
+def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig, options: SourceOptions) -> Iterator[Event]:
+    """One job's run, in the worker that took it: find and read its input, then the agent loop."""
+    started = time.perf_counter()
+    notes: list[Event] = []  # what reading told since the last event: passed on in order
+    question = check_question(job.question, prep.tokenizer, config)
+    if job.sources:
+        found = list(job.sources)
+    elif job.context is None:
+        found = find_sources(job.paths, options, lambda message: notes.append(Notice(message)))
+    else:
+        found = [Source(path=job.title or job.key, title=job.title or job.key, kind="text", size=None)]
+    job_prep = dataclasses.replace(prep, sources=found, notices=[])
+    yield RunStarted(question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr)
+    yield shared.loaded()
+    chunks, stats = _job_chunks(job, job_prep, config, options, notes)
+    first = next(chunks, None)
+    yield from _drain(notes)
+    if first is None:
+        raise MemagentError(
+            f"There is no text to read in {job.title or job.key}.", "Check the file; the notes above say what was skipped."
+        )
+    replay = tuple(job.done_steps)
+    events = run_question(
+        question,
+        itertools.chain((first,), chunks),
+        stats,
+        job_prep,
+        shared.for_chain(job.chain_key),
+        config,
+        done_steps=replay,
+        started=started,
+    )
+    for event in events:
+        yield from _drain(notes)
+        yield event
+
+
+def _job_chunks(
+    job: Job, prep: Prepared, config: AgentConfig, options: SourceOptions, notes: list[Event]
+) -> tuple[Iterator[Chunk], IngestStats]:
+    if job.context is None:
+
+        def on_ocr(progress: OcrProgress) -> None:
+            notes.append(OcrProgressed(progress.title, progress.done, progress.total, progress.seconds))
+
+        told = dataclasses.replace(options, on_ocr=on_ocr)
+        return chunk_stream(prep, config.chunk_tokens, told, lambda message: notes.append(Notice(message)))
+    context = job.context
+    stats = IngestStats()
+
+    def read(_source: Source) -> Iterator[Segment]:
+        yield Segment(0, context, 0)
+
+    chunks = iter_chunks(layout(prep.sources, read), prep.tokenizer, config.chunk_tokens, prep.sources, stats)
+    return chunks, stats
+
+
+def _drain(notes: list[Event]) -> Iterator[Event]:
+    while notes:
+        yield notes.pop(0)
