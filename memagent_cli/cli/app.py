@@ -1,4 +1,4 @@
-"""The `memagent` command line, assembled: the commands (one module each: ask, inspect, traces,
+"""The `memagent` command line, assembled: the commands (one module each: ask, batch, inspect, traces,
 eval, models), the version flag, and `main`, which maps an unexpected error to one line.
 
 Answers go to stdout, everything else (live view, warnings, errors) to stderr, so
@@ -32,9 +32,11 @@ app = typer.Typer(
 )
 
 from .ask import ask  # noqa: E402  # the commands, registered below in the order --help lists them
+from .batch import batch  # noqa: E402
 from .inspect import inspect  # noqa: E402
 
 app.command(no_args_is_help=True)(ask)
+app.command(no_args_is_help=True)(batch)
 app.command(no_args_is_help=False)(inspect)
 
 

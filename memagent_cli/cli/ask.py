@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterable, Iterator, NoReturn, Optional, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterable, NoReturn, Optional, Protocol
 
 import typer
 from rich.console import Console
@@ -17,7 +16,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import fail, stderr_console
+from .common import fail, sigterm_as_interrupt, stderr_console
 from .models import model_for_run
 from .options import (
     DEFAULTS,
@@ -59,8 +58,6 @@ from .options import (
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from ..core.events import Event, RunResult
     from ..traces.recorder import HashingReader, Recorder
     from ..traces.store import TraceStore
@@ -151,6 +148,43 @@ def ask(
             help='Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
         ),
     ] = None,
+    each: Annotated[
+        bool,
+        typer.Option(
+            "--each",
+            rich_help_panel="Questions",
+            help="Ask every document on its own: each file (in folders and archives too) x each question is its "
+            "own run, with its own memory and trace, on one loaded model.",
+        ),
+    ] = False,
+    jsonl: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="FILE",
+            show_default=False,
+            rich_help_panel="Questions",
+            help="With --each: append each run's JSON record to FILE as it finishes.",
+        ),
+    ] = None,
+    csv_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--csv",
+            metavar="FILE",
+            show_default=False,
+            rich_help_panel="Questions",
+            help="With --each: a spreadsheet of the runs (document, question, answer, evidence, trace, error).",
+        ),
+    ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="FILE",
+            show_default=False,
+            rich_help_panel="Questions",
+            help="With --each: one self-contained page to share: the table, the evidence, each run's memory timeline.",
+        ),
+    ] = None,
     parallel: Annotated[
         int,
         typer.Option(
@@ -183,6 +217,7 @@ def ask(
       memagent ask notes/ --include "*.md" "What did we decide about pricing?"
       cat build.log | memagent ask "Why did the build fail?"
       memagent ask contract.pdf -q "Who signed it?" -q "When does it end?"
+      memagent ask contracts/ --each -q "Who signed it?" --csv signed.csv
       memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
@@ -203,6 +238,14 @@ def ask(
         if store is not None and raw_stdin is not None:
             stdin = hashing = HashingReader(raw_stdin)
         run = None
+        if not each and (jsonl or csv_file or html):
+            raise MemagentError("--jsonl, --csv and --html go with --each.", "Add --each, or use --json.", exit_code=EXIT_USAGE)
+        if each and (resume or svg):
+            raise MemagentError(
+                f"--each does not take {'--resume' if resume else '--svg'}.",
+                "Resume one of its runs with memagent ask --resume ID; a picture is of one run.",
+                exit_code=EXIT_USAGE,
+            )
         if resume:
             if store is None:
                 raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
@@ -231,7 +274,8 @@ def ask(
                 stored = run["settings"]["engine"]
                 served = served_options(
                     "openai",
-                    base_url or stored["base_url"],  # the server may have moved; the model it serves may not
+                    # the servers may have moved; the model they serve may not
+                    base_url or stored.get("base_urls") or stored["base_url"],
                     api_key,
                     stored.get("served_model"),
                     stored.get("tokenizer"),
@@ -245,6 +289,10 @@ def ask(
             questions = list(question or []) + (read_questions(questions_file) if questions_file else [])
             if questions:
                 paths = list(args or [])
+                if each and not paths:
+                    raise MemagentError(
+                        "--each needs the sources to ask.", "e.g. memagent ask docs/ --each -q QUESTION", exit_code=EXIT_USAGE
+                    )
             else:
                 paths, one = _split_question(args or [])
                 questions = [one]
@@ -280,6 +328,30 @@ def ask(
         source_options = source_settings(include, exclude, password, ocr, stdin)
         engine_record = served.record if served is not None else None
         template_record = template.record if template is not None else None
+        if each:
+            from .each import EachOutput, run_each
+
+            new_recorder: Callable[[], Recorder] | None = None
+            if store is not None:
+                traced = store
+
+                def new_recorder() -> Recorder:
+                    return Recorder(traced, warn=warn, stdin=hashing, engine=engine_record, chat_template=template_record)
+
+            run_each(
+                paths,
+                questions,
+                model=model,
+                config=config,
+                engine=engine_options,
+                sources=source_options,
+                parallel=parallel,
+                store=store,
+                recorder=new_recorder,
+                err=err,
+                output=EachOutput(quiet=quiet, json_out=json_out, raw=raw, jsonl=jsonl, csv=csv_file, html=html),
+            )
+            return
         if len(questions) > 1:
             recorders = [
                 Recorder(store, warn=warn, stdin=hashing, engine=engine_record, chat_template=template_record)
@@ -415,7 +487,7 @@ def _ask_many(
     view = MultiView(err, len(questions), live=err.is_terminal) if not quiet else None
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_sigterm_as_interrupt())
+            stack.enter_context(sigterm_as_interrupt())
             if view is not None:
                 stack.enter_context(view)
             for index, event in events:
@@ -507,24 +579,6 @@ def _resume_hint(recorder: Recorder | None) -> str | None:
     return f" after step {recorder.steps}. Resume with: memagent ask --resume {recorder.run_id[:8]}"
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (embedded): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class _Consumer(Protocol):
     """What a run's events are fed to: the recorder and the views."""
 
@@ -544,7 +598,7 @@ def _consume(events: Iterable[Event], err: Console, recorder: Recorder | None, *
     consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]
     result = None
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_sigterm_as_interrupt())
+        stack.enter_context(sigterm_as_interrupt())
         for view in views:
             if isinstance(view, LiveView):
                 stack.enter_context(view)

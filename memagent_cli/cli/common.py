@@ -3,8 +3,10 @@ and the guard that turns a MemagentError into them."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from typing import Callable, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -12,6 +14,9 @@ from rich.text import Text
 
 from ..errors import MemagentError
 from .textout import SafeConsole, visible
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,3 +48,21 @@ def run_guard(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(exc.exit_code)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (embedded): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -102,12 +103,14 @@ EngineOpt = Annotated[
     ),
 ]
 BaseUrlOpt = Annotated[
-    Optional[str],
+    Optional[list[str]],
     typer.Option(
         "--base-url",
         show_default=False,
         rich_help_panel="Served engine",
-        help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai).",
+        help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai). Repeat it, or name a file "
+        "with one URL per line, for a pool of servers of one model: requests spread by load, and a server "
+        "that fails is left for the others.",
     ),
 ]
 ApiKeyOpt = Annotated[
@@ -206,9 +209,37 @@ class Served:
         self.engine, self.record, self.tokenizer = engine, record, tokenizer
 
 
+def base_urls(given: Sequence[str] | str | None) -> list[str]:
+    """The servers --base-url names: each value a URL, or a file of URLs (one per line; blank lines
+    and # comments skipped), each checked to be http(s), in order, once each."""
+    urls: list[str] = []
+    for value in [given] if isinstance(given, str) else list(given or []):
+        if not value.startswith(("http://", "https://")) and os.path.isfile(value):
+            try:
+                with open(value, encoding="utf-8") as f:
+                    lines = [line.split("#", 1)[0].strip() for line in f]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise MemagentError(f"Cannot read the URLs in {value}: {exc}.", exit_code=EXIT_USAGE) from None
+            found = [line for line in lines if line]
+            if not found:
+                raise MemagentError(f"{value} lists no server URL.", "Put one URL per line.", exit_code=EXIT_USAGE)
+        else:
+            found = [value]
+        for url in found:
+            if not url.startswith(("http://", "https://")):
+                raise MemagentError(
+                    f"--base-url {url!r} is not an http(s) URL (nor a file of them).",
+                    "e.g. http://127.0.0.1:8000/v1",
+                    exit_code=EXIT_USAGE,
+                )
+            if url not in urls:
+                urls.append(url)
+    return urls
+
+
 def served_options(
     kind: str,
-    base_url: str | None,
+    base_url: Sequence[str] | str | None,
     api_key: str | None,
     served_model: str | None,
     tokenizer: str | None,
@@ -231,19 +262,26 @@ def served_options(
         return None
     if timeout is not None and not (0 < timeout < float("inf")):
         raise MemagentError(f"--timeout {timeout:g} is not a positive number of seconds.", exit_code=EXIT_USAGE)
-    if not base_url:
+    urls = base_urls(base_url)
+    if not urls:
         raise MemagentError(
             "--engine openai needs --base-url.",
             "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
             exit_code=EXIT_USAGE,
         )
-    if not base_url.startswith(("http://", "https://")):
-        raise MemagentError(
-            f"--base-url {base_url!r} is not an http(s) URL.", "e.g. http://127.0.0.1:8000/v1", exit_code=EXIT_USAGE
-        )
     log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
-    engine = EngineOptions(kind="openai", base_url=base_url, api_key=api_key, served_model=served_model, log=log, timeout=timeout)
-    record = {"kind": "openai", "base_url": base_url, "served_model": served_model, "tokenizer": tokenizer}
+    engine = EngineOptions(
+        kind="openai",
+        base_url=urls[0],
+        base_urls=tuple(urls),
+        api_key=api_key,
+        served_model=served_model,
+        log=log,
+        timeout=timeout,
+    )
+    record: dict[str, Any] = {"kind": "openai", "base_url": urls[0], "served_model": served_model, "tokenizer": tokenizer}
+    if len(urls) > 1:
+        record["base_urls"] = urls
     return Served(engine, record, tokenizer)
 
 

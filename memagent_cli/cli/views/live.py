@@ -56,7 +56,7 @@ def _words(runs: list[str]) -> int:
     return sum(len(r.split()) for r in runs)
 
 
-def _duration(seconds: float | None) -> str:
+def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "-:--"
     seconds = int(seconds)
@@ -210,7 +210,7 @@ class LiveView:
         self._draw()
 
     def _on_RunFinished(self, e: RunFinished) -> None:
-        self.phase = f"done in {_duration(e.result.timings.get('total_seconds'))}"
+        self.phase = f"done in {duration_text(e.result.timings.get('total_seconds'))}"
         if e.result.evidence:
             self._print(Text.assemble(("evidence: ", "bold"), evidence_line(e.result)))
         self._draw(force=True)
@@ -253,7 +253,7 @@ class LiveView:
             Text(f"Step {self.step}/{total if total else '?'}", style="bold"),
             ProgressBar(total=total or 100, completed=done if total else 0, width=24, pulse=not total),
             Text(f"{tokens} tokens", style="cyan"),
-            Text(f"{_duration(time.perf_counter() - self.started)} · ETA {_duration(self._eta())}", style="dim"),
+            Text(f"{duration_text(time.perf_counter() - self.started)} · ETA {duration_text(self._eta())}", style="dim"),
             Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
         )
         if self.ocr:

@@ -1,0 +1,460 @@
+"""`memagent batch JOB.jsonl -o RESULTS.jsonl`: a job file's runs, resumable as one job.
+
+Each line of the job file is `{"custom_id", "sources": [...] | "context": "...", "question" |
+"questions": [...]}`; each question is its own run on one loaded model (or pool of servers), and
+each line's result is appended to the results file, keyed by its custom_id, as it finishes. A rerun
+skips the ids already there, redoes the lines that ended in an error, and resumes a run that was
+interrupted from its last recorded step, through the trace store (each run's trace names the
+results file and its key). The whole file is checked before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Iterator
+
+import typer
+from rich.text import Text
+
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from .common import fail, stderr_console
+from .models import model_for_run
+from .options import (
+    DEFAULTS,
+    AnswerOpt,
+    ApiKeyOpt,
+    BaseUrlOpt,
+    BatchOpt,
+    ChatTemplateOpt,
+    ChunkOpt,
+    EngineOpt,
+    FinalOpt,
+    FlashAttnOpt,
+    GpuLayersOpt,
+    JsonOpt,
+    MemoryOpt,
+    ModelOpt,
+    OcrChoice,
+    OcrOpt,
+    PasswordOpt,
+    SeedOpt,
+    ServedModelOpt,
+    SpeculateOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TimeoutOpt,
+    TokenizerOpt,
+    TopPOpt,
+    VerboseOpt,
+    agent_config,
+    chat_template,
+    embedded_engine,
+    quiet_library_logs,
+    served_options,
+    source_settings,
+)
+from .textout import print_json, visible
+
+if TYPE_CHECKING:
+    from ..core.config import AgentConfig
+    from ..core.jobs import Job
+    from ..traces.recorder import Recorder
+    from ..traces.store import TraceStore
+    from .jobs import Finished
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the job file, checked."""
+
+    custom_id: str
+    questions: tuple[str, ...]
+    several: bool  # "questions" (a list, answered as "results") rather than "question"
+    sources: tuple[str, ...] = ()
+    context: str | None = None
+
+
+def _check(obj: object, where: str) -> Line:
+    def bad(what: str) -> MemagentError:
+        return MemagentError(
+            f"{where}: {what}.",
+            'Each line is {"custom_id", "sources" or "context", "question" or "questions"}.',
+            exit_code=EXIT_USAGE,
+        )
+
+    if not isinstance(obj, dict):
+        raise bad("not a JSON object")
+    custom_id = obj.get("custom_id")
+    if isinstance(custom_id, int) and not isinstance(custom_id, bool):
+        custom_id = str(custom_id)
+    if not isinstance(custom_id, str) or not custom_id:
+        raise bad('"custom_id" must be a non-empty string')
+    if ("sources" in obj) == ("context" in obj):
+        raise bad('give exactly one of "sources" (a list of paths) and "context" (the text)')
+    sources, context = obj.get("sources"), obj.get("context")
+    if "sources" in obj and (not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources)):
+        raise bad('"sources" must be a non-empty list of paths')
+    if "context" in obj and not isinstance(context, str):
+        raise bad('"context" must be a string')
+    if ("question" in obj) == ("questions" in obj):
+        raise bad('give exactly one of "question" and "questions"')
+    if "question" in obj:
+        if not isinstance(obj["question"], str) or not obj["question"].strip():
+            raise bad('"question" must be a non-empty string')
+        questions: tuple[str, ...] = (obj["question"],)
+    else:
+        listed = obj["questions"]
+        if not isinstance(listed, list) or not listed or not all(isinstance(q, str) and q.strip() for q in listed):
+            raise bad('"questions" must be a non-empty list of strings')
+        questions = tuple(listed)
+    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context)
+
+
+def read_lines(path: Path) -> Iterator[Line]:
+    """The job file's lines, checked one at a time (blank lines skipped); a bad one is a usage
+    error naming its line number."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    with f:
+        try:
+            for n, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise MemagentError(f"{path} line {n} is not JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
+                yield _check(obj, f"{path} line {n}")
+        except UnicodeDecodeError:
+            raise MemagentError(
+                f"{path} is not UTF-8 text.", "Save the job file as UTF-8 JSON lines.", exit_code=EXIT_USAGE
+            ) from None
+
+
+@dataclass
+class Plan:
+    """What a run of the job has to do: the runs left, and what is already in the results."""
+
+    runs: int = 0
+    lines: int = 0
+    done: set[str] = field(default_factory=set)
+    resumable: dict[str, dict[str, Any]] = field(default_factory=dict)  # run key -> the stored run to go on from
+
+
+def finished_ids(out: Path) -> tuple[set[str], list[str], bool]:
+    """The ids the results file has a result for, the lines to keep, and whether any line is to be
+    dropped (a result that is an error, a line cut off by a crash): those are redone."""
+    if not out.exists():
+        return set(), [], False
+    done: set[str] = set()
+    keep: list[str] = []
+    dropped = False
+    try:
+        with open(out, encoding="utf-8", errors="surrogateescape") as f:
+            for text in f:
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError:
+                    dropped = dropped or bool(text.strip())
+                    continue
+                if not isinstance(row, dict) or "custom_id" not in row or row.get("error"):
+                    dropped = True
+                    continue
+                done.add(str(row["custom_id"]))
+                keep.append(text if text.endswith("\n") else text + "\n")
+    except OSError as exc:
+        raise MemagentError(f"Cannot read {out}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    return done, keep, dropped
+
+
+def run_key(line: Line, n: int) -> str:
+    """A run's key within the job: the custom_id, and the question's number when there are several."""
+    return f"{line.custom_id}#{n + 1}" if line.several else line.custom_id
+
+
+def batch(
+    job_file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="JOB.jsonl",
+            show_default=False,
+            help='Lines of {"custom_id", "sources": [...] or "context", "question" or "questions": [...]}.',
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="RESULTS.jsonl",
+            show_default=False,
+            help="Each line's result is appended here as it finishes, keyed by custom_id; a rerun goes on from it.",
+        ),
+    ],
+    model: ModelOpt = None,
+    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
+    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
+    top_p: TopPOpt = DEFAULTS.top_p,
+    seed: SeedOpt = DEFAULTS.seed,
+    final: FinalOpt = DEFAULTS.final,
+    gpu_layers: GpuLayersOpt = None,
+    threads: ThreadsOpt = None,
+    flash_attn: FlashAttnOpt = None,
+    speculate: SpeculateOpt = None,
+    batch_opt: BatchOpt = None,
+    template_file: ChatTemplateOpt = None,
+    password: PasswordOpt = None,
+    ocr: OcrOpt = OcrChoice.auto,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one "
+            "(see --batch).",
+        ),
+    ] = 8,
+    engine: EngineOpt = "llama",
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    served_model: ServedModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    timeout: TimeoutOpt = None,
+    no_trace: Annotated[
+        bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Record no traces: an interrupted run then starts over.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No table, no progress: only errors.")] = False,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a job file: every line's question(s) over its sources or context, each its own run.
+
+    Results go to RESULTS.jsonl as each line finishes. Ctrl-C keeps everything: run the same
+    command again and it skips the finished lines, redoes those that failed, and resumes the
+    interrupted runs from their last step.
+
+    [dim]Examples:[/]
+      memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b
+      memagent batch job.jsonl -o out.jsonl --engine openai --base-url urls.txt --parallel 64
+    """
+    from ..core.jobs import Job, run_jobs
+    from ..traces.recorder import Recorder
+    from .jobs import Interrupted, Sinks, atomic_write, drive
+    from .views.jobview import JobView
+
+    err = stderr_console()
+    quiet_library_logs(verbose)
+    try:
+        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
+        template = chat_template(template_file, engine)
+        config = agent_config(
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            answer_tokens=answer_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            final=final,
+        )
+        if not job_file.is_file():
+            raise MemagentError(
+                f"{job_file} is not a file.", 'Give a JSONL job file: one {"custom_id", ...} per line.', exit_code=EXIT_USAGE
+            )
+        results = os.path.abspath(out)
+        done, keep, dropped = finished_ids(out)
+        plan = Plan(done=done)
+        seen: set[str] = set()
+        for line in read_lines(job_file):  # checked whole before anything loads; only ids are kept
+            if line.custom_id in seen:
+                raise MemagentError(
+                    f"{job_file}: custom_id {line.custom_id!r} is used twice.",
+                    "Each line needs its own custom_id.",
+                    exit_code=EXIT_USAGE,
+                )
+            seen.add(line.custom_id)
+            if line.custom_id not in done:
+                plan.lines += 1
+                plan.runs += len(line.questions)
+        if dropped:  # failed and cut-off lines go: they are redone, and a reader finds one line per id
+            atomic_write(out, "".join(keep))
+        store = None if no_trace else _open_store(err)
+        if store is not None:
+            plan.resumable = _resumable(store, results, config, err)
+        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
+        options = (
+            served.engine
+            if served is not None
+            else embedded_engine(
+                gpu_layers=gpu_layers,
+                threads=threads,
+                flash_attn=flash_attn,
+                speculate=speculate,
+                batch=batch_opt,
+                verbose=verbose,
+                template=template,
+            )
+        )
+        sources = source_settings(None, None, password, ocr, None)
+    except MemagentError as exc:
+        fail(err, exc)
+    if plan.runs == 0:
+        message = f"Nothing to do: all {len(done)} lines of {job_file} have results in {out}."
+        if json_out:
+            print_json({"done": 0, "failed": 0, "skipped": len(done), "out": str(out)})
+        else:
+            err.print(message, markup=False, soft_wrap=True)
+        return
+    if done and not quiet:
+        resumed = f", resuming {len(plan.resumable)} interrupted run(s)" if plan.resumable else ""
+        err.print(f"{len(done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
+
+    question_counts: dict[str, int] = {}  # lines with several questions that are in flight
+
+    def jobs() -> Iterator[Job]:  # the file again, now one line at a time: only runs in flight are held
+        for line in read_lines(job_file):
+            if line.custom_id in done:
+                continue
+            if line.several:
+                question_counts[line.custom_id] = len(line.questions)
+            for n, question in enumerate(line.questions):
+                key = run_key(line, n)
+                stored = plan.resumable.get(key)
+                steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
+                yield Job(
+                    key=key, question=question, paths=line.sources, context=line.context, title=line.custom_id, done_steps=steps
+                )
+
+    engine_record = served.record if served is not None else None
+    template_record = template.record if template is not None else None
+
+    def recorder_for(job: Job) -> Recorder | None:
+        if store is None:
+            return None
+        stored = plan.resumable.get(job.key) if job.done_steps else None
+        return Recorder(
+            store,
+            warn=lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True),
+            resume=stored,
+            engine=engine_record,
+            chat_template=template_record,
+            job={"file": results, "key": job.key},
+        )
+
+    tally = _Tally()
+    partial: dict[str, dict[int, dict[str, Any]]] = {}  # lines with several questions, until all are in
+    sinks = Sinks(out, None, "custom_id")
+
+    def finished(run: Finished) -> None:
+        custom_id = run.job.title
+        record = run.record(custom_id=custom_id)
+        key = run.job.key
+        if key == custom_id:  # one question: the line is the run's record
+            tally.add(record)
+            sinks.add(record)
+            return
+        got = partial.setdefault(custom_id, {})
+        got[int(key.rsplit("#", 1)[1])] = {k: v for k, v in record.items() if k != "custom_id"}
+        if len(got) == question_counts[custom_id]:
+            del partial[custom_id], question_counts[custom_id]
+            listed = [got[n] for n in sorted(got)]
+            failed = sum(1 for r in listed if r.get("error"))
+            line: dict[str, Any] = {"custom_id": custom_id, "results": listed}
+            if failed:
+                line["error"] = f"{failed} of {len(listed)} questions failed"
+            tally.add(line)
+            sinks.add(line)
+
+    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
+    try:
+        try:
+            drive(
+                run_jobs(
+                    jobs(), model=model_spec, config=config, engine=options, sources=sources, parallel=parallel, count=plan.runs
+                ),
+                view=view,
+                recorder_for=recorder_for,
+                finished=finished,
+            )
+        finally:
+            sinks.close()
+    except Interrupted as stop:
+        err.print(
+            Text.assemble(
+                ("interrupted", "yellow"),
+                f": {tally.lines} line(s) done this time, in {out}; {len(stop.stopped.traces)} run(s) stopped. "
+                "Run the same command again to go on.",
+            ),
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except MemagentError as exc:
+        fail(err, exc, f" after {tally.lines} line(s); they are in {out}. Run the same command again to go on.")
+    if json_out:
+        print_json({"done": tally.lines, "failed": tally.failed, "skipped": len(done), "out": str(out)})
+    elif not quiet and view is not None:
+        err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
+    if tally.failed:
+        err.print(
+            Text.assemble(
+                ("error: ", "bold red"),
+                visible(f"{tally.failed} line(s) failed (first: {tally.first}); run the same command again to retry them."),
+            ),
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+
+
+@dataclass
+class _Tally:
+    lines: int = 0
+    failed: int = 0
+    first: str = ""
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.lines += 1
+        if line.get("error"):
+            self.failed += 1
+            if not self.first:
+                self.first = f"{line['custom_id']}: {line['error']}"
+
+
+def _open_store(err: Any) -> TraceStore | None:
+    from ..traces import store as trace_store
+
+    try:
+        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
+    except MemagentError as exc:
+        err.print(
+            f"warning: {exc} Runs are not recorded, so an interrupted one starts over.",
+            style="yellow",
+            markup=False,
+            soft_wrap=True,
+        )
+        return None
+    if store.notice:
+        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+    return store
+
+
+def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -> dict[str, dict[str, Any]]:
+    """This job's interrupted runs that can go on: same settings, sources unchanged."""
+    from ..traces.recorder import resume_plan, resumed_config
+
+    found: dict[str, dict[str, Any]] = {}
+    for key, run_id in store.unfinished_job_runs(results).items():
+        try:
+            run = resume_plan(store, run_id)
+        except MemagentError as exc:
+            err.print(f"warning: {exc} It starts over.", style="yellow", markup=False, soft_wrap=True)
+            continue
+        if resumed_config(run["settings"]) != config:
+            continue  # other budgets or sampling: its steps are not this job's
+        if run["steps"]:
+            found[key] = run
+    return found

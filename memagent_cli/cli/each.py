@@ -1,0 +1,173 @@
+"""`memagent ask --each`: every document the sources name (each file, each file in folders and
+archives) times every question, each its own run with its own memory and trace, on one loaded
+model; answers as they land, a table on a terminal, and the job's files (--jsonl, --csv, --html)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..ingest.base import STDIN_PATH
+from .common import fail
+from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
+from .textout import print_json, visible
+
+if TYPE_CHECKING:
+    from ..core.config import AgentConfig
+    from ..core.pipeline import EngineOptions, SourceOptions
+    from ..traces.recorder import Recorder
+    from ..traces.store import TraceStore
+
+
+@dataclass(frozen=True)
+class EachOutput:
+    """Where `ask --each` puts what it finds, besides stdout."""
+
+    quiet: bool = False
+    json_out: bool = False
+    raw: bool = False
+    jsonl: Path | None = None
+    csv: Path | None = None
+    html: Path | None = None
+
+
+def run_each(
+    paths: Sequence[str],
+    questions: list[str],
+    *,
+    model: str | None,
+    config: AgentConfig,
+    engine: EngineOptions,
+    sources: SourceOptions,
+    parallel: int,
+    store: TraceStore | None,
+    recorder: Callable[[], Recorder] | None,
+    err: Console,
+    output: EachOutput,
+) -> None:
+    """Runs the job and prints its answers; exits 1 when a run failed (after the others), 130 on
+    Ctrl-C (each stopped run recorded as interrupted, resumable with `ask --resume`)."""
+    from ..core.jobs import Job, run_jobs
+    from ..core.pipeline import find_sources
+    from .views.jobview import JobView
+
+    def warn(message: str) -> None:
+        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    documents = find_sources(paths, sources, warn)
+    if not documents:
+        raise MemagentError("There is no document to read in the sources.", "The notes above say what was skipped and why.")
+    if len(questions) > 1 and any(d.path == STDIN_PATH for d in documents):
+        raise MemagentError(
+            "Standard input can be read once, so --each cannot ask it several questions.",
+            "Save it to a file and name the file.",
+            exit_code=EXIT_USAGE,
+        )
+    jobs = [
+        Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title) for d in documents for q in questions
+    ]  # a document's questions together: its answers land together
+    number = {id(job): questions.index(job.question) + 1 for job in jobs}
+    several = len(questions) > 1
+    records: list[dict[str, Any]] = []
+    failures: list[Finished] = []
+    stdout_tty = sys.stdout.isatty()
+    late: list[str] = []  # a terminal's answers wait for the table to close; piped ones go at once
+    sinks = Sinks(output.jsonl, output.csv, "document")
+
+    def finished(done: Finished) -> None:
+        record = done.record(document=done.job.title)
+        sinks.add(record)
+        if output.json_out or output.html is not None:
+            records.append(record)
+        if done.result is None:
+            failures.append(done)
+            return
+        if output.json_out:
+            return
+        answer = done.result.raw_answer if output.raw else done.result.answer
+        head = f"{done.job.title} · Q{number[id(done.job)]}: {done.job.question}" if several else done.job.title
+        text = f"{visible(head)}\n{visible(answer)}\n" if stdout_tty else f"{head}\n{answer}\n"
+        if stdout_tty and not output.quiet and err.is_terminal:
+            late.append(text)
+        else:
+            print(text, flush=True)
+
+    view = None if output.quiet else JobView(err, len(jobs), live=err.is_terminal, several=several)
+    events = run_jobs(
+        jobs,
+        model=model,
+        config=config,
+        engine=engine,
+        sources=sources,
+        parallel=parallel,
+        questions=questions,
+        count=len(jobs),
+    )
+    try:
+        drive(events, view=view, recorder_for=lambda job: recorder() if recorder is not None else None, finished=finished)
+    except Interrupted as stop:
+        sinks.close()
+        for text in late:
+            print(text)
+        ids = stop.stopped.traces
+        hint = "".join(f"\n  memagent ask --resume {run_id[:8]}" for run_id in ids[:5])
+        more = f"\n  … and {len(ids) - 5} more (memagent traces list --status interrupted)" if len(ids) > 5 else ""
+        err.print(
+            Text.assemble(
+                ("interrupted", "yellow"),
+                f"; {len(ids)} run(s) stopped, each resumable:{hint}{more}" if ids else "",
+            ),
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except MemagentError as exc:
+        sinks.close()
+        fail(err, exc)
+    sinks.close()
+    for text in late:
+        print(text)
+    if output.html is not None:
+        write_html(output.html, records, store, err)
+    if view is not None:
+        err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
+    if output.json_out:
+        print_json({"results": records})
+    for done in failures:
+        err.print(Text.assemble(("error: ", "bold red"), visible(f"{done.job.title}: {error_text(done.error)}")), soft_wrap=True)
+    if failures:
+        raise typer.Exit(1)
+
+
+def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | None, err: Console) -> None:
+    """The job's page: the table, each answer's evidence, each run's memory timeline."""
+    from ..traces.report import each_report_html
+
+    runs: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        trace = record.get("trace")
+        if store is not None and trace:
+            try:
+                runs[trace] = store.get_run(trace)
+            except MemagentError:  # removed meanwhile: the row stays, without its timeline
+                continue
+    rows = [
+        {
+            "document": r.get("document") or r.get("custom_id") or "",
+            "question": r.get("question", ""),
+            "answer": r.get("answer"),
+            "evidence": r.get("evidence") or [],
+            "error": r.get("error"),
+            "trace": r.get("trace"),
+            "steps": len(r.get("steps") or []),
+        }
+        for r in records
+    ]
+    atomic_write(path, each_report_html(rows, runs))
+    err.print(f"wrote {path}", style="dim", markup=False, soft_wrap=True)

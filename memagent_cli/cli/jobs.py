@@ -1,0 +1,197 @@
+"""What `ask --each` and `batch` share: feeding many runs' events to their traces and the view,
+turning each finished run into its record, and the files records go to as they land (`--jsonl`,
+`--csv`, `--html`).
+
+A record is `ask --json`'s, with "trace" (the run's id) and what names the run within the job
+("document" for `--each`, "custom_id" for `batch`); a run that failed has "question", "error" and
+"trace" in its place (docs/JSON.md, "job result").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
+
+from ..core.events import RunFailed, RunFinished, RunStarted
+from ..core.provenance import describe_spans
+from ..errors import EXIT_USAGE, MemagentError
+from .common import sigterm_as_interrupt
+from .textout import json_text
+
+if TYPE_CHECKING:
+    from ..core.events import Event, RunResult
+    from ..core.jobs import Job
+    from ..traces.recorder import Recorder
+    from .views.jobview import JobView
+
+
+@dataclass
+class Finished:
+    """A run that ended: its result, or the error that stopped it; its trace's id when recorded."""
+
+    job: Job
+    result: RunResult | None
+    error: BaseException | None
+    trace: str | None
+
+    def record(self, **names: Any) -> dict[str, Any]:
+        """The run's record (see the module docstring), `names` first."""
+        if self.result is not None:
+            out = {**names, **self.result.to_dict()}
+        else:
+            out = {**names, "question": self.job.question, "error": error_text(self.error)}
+        out["trace"] = self.trace
+        return out
+
+
+def error_text(error: BaseException | None) -> str:
+    if isinstance(error, MemagentError) or error is None:
+        return str(error)
+    return f"internal error: {type(error).__name__}: {error}"  # a bug; the run is kept, the others go on
+
+
+@dataclass
+class Unfinished:
+    """Runs that Ctrl-C stopped, each recorded as interrupted."""
+
+    traces: list[str] = field(default_factory=list)
+
+
+def drive(
+    events: Iterable[tuple[Job, Event]],
+    *,
+    view: JobView | None,
+    recorder_for: Callable[[Job], Recorder | None],
+    finished: Callable[[Finished], None],
+) -> None:
+    """Feeds each run's events to its recorder (first, so a step is saved before it is drawn) and
+    to the view, and hands each run that ends to `finished`. Ctrl-C or SIGTERM raises
+    KeyboardInterrupt with every run in flight recorded as interrupted (see `Interrupted`)."""
+    recorders: dict[int, Recorder | None] = {}
+    try:
+        with sigterm_as_interrupt(), view if view is not None else contextlib.nullcontext():
+            for job, event in events:
+                key = id(job)
+                if isinstance(event, RunStarted):
+                    recorders[key] = recorder_for(job)
+                rec = recorders.get(key)
+                if rec is not None:
+                    if isinstance(event, RunFailed):
+                        rec.stopped("failed", error_text(event.error))
+                    else:
+                        rec.handle(event)
+                if view is not None:
+                    view.handle(job, event)
+                if isinstance(event, (RunFinished, RunFailed)):
+                    recorders.pop(key, None)
+                    trace = rec.run_id if rec is not None and rec.failed_write is None else None
+                    if isinstance(event, RunFinished):
+                        finished(Finished(job, event.result, None, trace))
+                    else:
+                        finished(Finished(job, None, event.error, trace))
+    except KeyboardInterrupt:
+        stopped = Unfinished()
+        for rec in recorders.values():
+            if rec is not None and rec.run_id is not None:
+                rec.stopped("interrupted")
+                stopped.traces.append(rec.run_id)
+        raise Interrupted(stopped) from None
+    except MemagentError as exc:  # the whole job stopped (the model would not load, every server gone)
+        for rec in recorders.values():
+            if rec is not None and rec.run_id is not None:
+                rec.stopped("failed", str(exc))
+        raise
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a job; `stopped` has the runs in flight, each recorded as interrupted."""
+
+    def __init__(self, stopped: Unfinished):
+        super().__init__()
+        self.stopped = stopped
+
+
+def evidence_text(record: dict[str, Any]) -> str:
+    """Where a record's evidence lies, in words: each evidence step's places, joined by " | "."""
+    return " | ".join(describe_spans(e.get("spans") or []) for e in record.get("evidence") or [])
+
+
+CSV_FIELDS = ("document", "question", "answer", "evidence", "trace", "error")
+
+
+class Sinks:
+    """The files records go to as runs finish: JSON lines (appended), CSV (one row per run, with a
+    header; what a spreadsheet opens). Each is flushed per record, so what finished is on disk
+    whatever happens next."""
+
+    def __init__(self, jsonl: Path | None, csv_path: Path | None, name_field: str):
+        self._files: list[IO[str]] = []
+        self._jsonl: IO[str] | None = None
+        self._csv: Any = None
+        self._csv_file: IO[str] | None = None
+        self._name = name_field
+        try:
+            if jsonl is not None:
+                self._jsonl = self._open(jsonl, "a")
+            if csv_path is not None:
+                self._csv_file = self._open(csv_path, "w", newline="")
+                self._csv = csv.writer(self._csv_file)
+                self._csv.writerow([self._name if f == "document" else f for f in CSV_FIELDS])
+                self._csv_file.flush()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path, mode: str, newline: str | None = None) -> IO[str]:
+        try:
+            # utf-8-sig: spreadsheets (Excel) take a CSV without the mark for their locale's code page.
+            encoding = "utf-8-sig" if path.suffix.lower() == ".csv" and mode == "w" else "utf-8"
+            handle = open(path, mode, encoding=encoding, newline=newline, errors="backslashreplace")
+        except OSError as exc:
+            raise MemagentError(
+                f"Cannot write {path}: {exc.strerror}.", "Name a file in a folder you can write to.", exit_code=EXIT_USAGE
+            ) from None
+        self._files.append(handle)
+        return handle
+
+    def add(self, record: dict[str, Any]) -> None:
+        try:
+            if self._jsonl is not None:
+                self._jsonl.write(json_text(record, indent=None) + "\n")
+                self._jsonl.flush()
+            if self._csv is not None and self._csv_file is not None:
+                self._csv.writerow(
+                    [
+                        record.get(self._name, ""),
+                        record.get("question", ""),
+                        record.get("answer", ""),
+                        evidence_text(record),
+                        record.get("trace") or "",
+                        record.get("error", ""),
+                    ]
+                )
+                self._csv_file.flush()
+        except OSError as exc:
+            raise MemagentError(f"Cannot write the results: {exc.strerror}.", "Free some disk space and run it again.") from None
+
+    def close(self) -> None:
+        for handle in self._files:
+            with contextlib.suppress(OSError):
+                handle.close()
+        self._files = []
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """`text` to `path` whole or not at all (a temporary file beside it, then renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise MemagentError(f"Cannot write {path}: {exc.strerror}.", "Name a file in a folder you can write to.") from None

@@ -1,0 +1,155 @@
+"""`ask --each`: every document times every question, each its own run, on the trained code-word
+model (tests/data/codeword.gguf) in the embedded engine: answers right and attributed to their own
+file, the same as a single `ask` of that file, and the job's files (--json, --jsonl, --csv)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import zipfile
+
+import pytest
+from codeword import QUESTION, cut_by_boundary, make_document
+from helpers import CODEWORD_ASK, codeword_tokenizer, run_memagent
+
+RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
+
+
+def whole_fact(n_tokens: int, seed: int):
+    encode, decode = codeword_tokenizer()
+    for s in range(seed, seed + 200):
+        doc = make_document(random.Random(s), n_tokens, where=0.5)
+        if not cut_by_boundary(doc, encode, decode, 64):
+            return doc
+    raise AssertionError("no seed gave a whole fact")  # pragma: no cover
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Three documents, each with its own code word: two files and one inside a zip archive."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    values = {}
+    for name, seed in (("a.txt", 1), ("b.txt", 40)):
+        doc = whole_fact(300, seed)
+        (root / name).write_text(doc.text, encoding="utf-8")
+        values[f"docs/{name}"] = doc.value
+    doc = whole_fact(300, 80)
+    with zipfile.ZipFile(root / "more.zip", "w") as z:
+        z.writestr("inner/c.txt", doc.text)
+    values["docs/more.zip/inner/c.txt"] = doc.value
+    assert len(set(values.values())) == 3  # each file its own word: an answer names its file
+    return tmp_path, values
+
+
+def test_each_answers_every_document_from_its_own_text(folder):
+    cwd, values = folder
+    done = run_memagent("ask", "docs", "--each", "-q", QUESTION, *RUN, "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert [r["document"] for r in results] == list(values)
+    for r in results:
+        assert r["answer"] == values[r["document"]]
+        assert [s["title"] for s in r["sources"]] == [r["document"]]  # its own run read its own file alone
+        assert r["evidence"] and all(span["path"] == r["document"] for e in r["evidence"] for span in e["spans"])
+        assert r["trace"]
+    traces = {r["trace"] for r in results}
+    assert len(traces) == 3  # a trace each
+    listed = json.loads(run_memagent("traces", "list", "--json", cwd=cwd).stdout)["runs"]
+    assert {run["id"] for run in listed} == traces and all(run["status"] == "complete" for run in listed)
+
+
+def test_each_equals_single_ask_runs(folder):
+    cwd, values = folder
+    each = run_memagent("ask", "docs/a.txt", "docs/b.txt", "--each", "-q", QUESTION, *RUN, "--json", "--no-trace", cwd=cwd)
+    assert each.returncode == 0, each.stderr
+    for record in json.loads(each.stdout)["results"]:
+        single = run_memagent("ask", record["document"], QUESTION, *RUN, "--json", "--no-trace", cwd=cwd)
+        alone = json.loads(single.stdout)
+        assert record["answer"] == alone["answer"] and record["raw_answer"] == alone["raw_answer"]
+        assert [s["memory"] for s in record["steps"]] == [s["memory"] for s in alone["steps"]]
+        assert record["evidence"] == alone["evidence"]
+
+
+def test_each_files_csv_reads_back_and_jsonl_has_a_line_per_run(folder):
+    cwd, values = folder
+    done = run_memagent(
+        "ask",
+        "docs",
+        "--each",
+        "-q",
+        QUESTION,
+        "-q",
+        "Which code word is it?",
+        *RUN,
+        "--csv",
+        "out.csv",
+        "--jsonl",
+        "out.jsonl",
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    # stdout: each document's answers, in order; stderr: a line per finished run, then the totals
+    for document, value in values.items():
+        assert f"{document} · Q1: {QUESTION}\n{value}\n" in done.stdout
+    assert done.stderr.count("answered in") == 6 and "runs 6/6" in done.stderr
+    # utf-8-sig: the byte-order mark makes spreadsheets read UTF-8; csv reads it back field for field
+    rows = list(csv.DictReader(io.StringIO((cwd / "out.csv").read_text(encoding="utf-8-sig"))))
+    assert [(r["document"], r["question"]) for r in rows] == [
+        (d, q) for d in values for q in (QUESTION, "Which code word is it?")
+    ]
+    # the model was trained on one question: the other's answers are its own business
+    assert [r["answer"] for r in rows if r["question"] == QUESTION] == list(values.values())
+    assert all(r["evidence"].startswith(r["document"] + " chars ") and len(r["trace"]) == 12 and r["error"] == "" for r in rows)
+    lines = [json.loads(line) for line in (cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(x["document"], x["question"], x["answer"]) for x in lines] == [
+        (r["document"], r["question"], r["answer"]) for r in rows
+    ]
+
+
+def test_each_csv_opens_in_a_spreadsheet_library(folder):
+    """Read back as spreadsheets read CSV (RFC 4180, the csv module's excel dialect), a file name with
+    a comma and quotes stays in its cell, and the byte-order mark tells them the text is UTF-8."""
+    cwd, values = folder
+    odd = cwd / "docs" / 'we, "quoted".txt'
+    odd.write_text(whole_fact(200, 7).text, encoding="utf-8")
+    done = run_memagent("ask", str(odd), "--each", "-q", QUESTION, *RUN, "--csv", "out.csv", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    raw = (cwd / "out.csv").read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")
+    (row,) = list(csv.DictReader(io.StringIO(raw.decode("utf-8-sig"))))
+    assert row["document"] == 'docs/we, "quoted".txt' and row["question"] == QUESTION and row["answer"]
+
+
+def test_each_goes_on_past_a_document_that_fails(folder):
+    cwd, values = folder
+    (cwd / "docs" / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf")
+    done = run_memagent("ask", "docs", "--each", "-q", QUESTION, *RUN, "--json", cwd=cwd)
+    assert done.returncode == 1
+    results = json.loads(done.stdout)["results"]
+    failed = [r for r in results if "error" in r]
+    assert [r["document"] for r in failed] == ["docs/broken.pdf"] and "broken.pdf" in failed[0]["error"]
+    assert {r["document"]: r["answer"] for r in results if "error" not in r} == values
+    assert "error: docs/broken.pdf:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["docs", "q", "--jsonl", "x.jsonl"], "--jsonl, --csv and --html go with --each"),
+        (["--each", "-q", "q"], "--each needs the sources to ask"),
+        (["--each", "--resume", "last"], "--each does not take --resume"),
+    ],
+)
+def test_each_usage_errors(folder, args, message):
+    cwd, _ = folder
+    done = run_memagent("ask", *args, *RUN, cwd=cwd)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") <= 2
+
+
+def test_each_refuses_stdin_for_several_questions(folder):
+    cwd, _ = folder
+    done = run_memagent("ask", "-", "--each", "-q", "a?", "-q", "b?", *RUN, input="some text", cwd=cwd)
+    assert done.returncode == 2 and "Standard input can be read once" in done.stderr
