@@ -74,8 +74,9 @@ def run_each(
         Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title) for d in documents for q in questions
     ]  # a document's questions together: its answers land together
     number = {id(job): questions.index(job.question) + 1 for job in jobs}
+    order = {id(job): k for k, job in enumerate(jobs)}
     several = len(questions) > 1
-    records: list[dict[str, Any]] = []
+    records: list[tuple[int, dict[str, Any]]] = []  # (job order, record): runs in flight together end in any order
     failures: list[Finished] = []
     stdout_tty = sys.stdout.isatty()
     late: list[str] = []  # a terminal's answers wait for the table to close; piped ones go at once
@@ -85,7 +86,7 @@ def run_each(
         record = done.record(document=done.job.title)
         sinks.add(record)
         if output.json_out or output.html is not None:
-            records.append(record)
+            records.append((order[id(done.job)], record))
         if done.result is None:
             failures.append(done)
             return
@@ -133,12 +134,13 @@ def run_each(
     sinks.close()
     for text in late:
         print(text)
+    ordered = [record for _, record in sorted(records, key=lambda pair: pair[0])]
     if output.html is not None:
-        write_html(output.html, records, store, err)
+        write_html(output.html, ordered, store, err)
     if view is not None:
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if output.json_out:
-        print_json({"results": records})
+        print_json({"results": ordered})
     for done in failures:
         err.print(Text.assemble(("error: ", "bold red"), visible(f"{done.job.title}: {error_text(done.error)}")), soft_wrap=True)
     if failures:
