@@ -52,6 +52,17 @@ def outputs(models, tmp_path_factory):
     model = str(models["random"])
     out = {"ask": as_json("ask", doc, "Where?", "-m", model, *SMALL)}
     out["many"] = as_json("ask", doc, "-q", "Who?", "-q", "When?", "-m", model, *SMALL)
+    out["each"] = as_json("ask", doc, doc, "--each", "-q", "Who?", "-m", model, *SMALL)
+    job = tmp / "job.jsonl"
+    job.write_text(
+        json.dumps({"custom_id": "one", "context": words(300, seed=4), "question": "Who?"})
+        + "\n"
+        + json.dumps({"custom_id": "two", "context": words(300, seed=5), "questions": ["Who?", "When?"]})
+        + "\n"
+    )
+    out["batch"] = as_json("batch", job, "-o", tmp / "results.jsonl", "-m", model, *SMALL)
+    out["batch_lines"] = [json.loads(line) for line in (tmp / "results.jsonl").read_text().splitlines()]
+    out["batch_run"] = as_json("traces", "show", out["batch_lines"][0]["trace"])
     out["inspect"] = as_json("inspect", doc, "-m", model)
     run = out["ask"]["trace"]
     out["show"] = as_json("traces", "show", run)
@@ -93,6 +104,18 @@ def test_several_questions_give_one_result_each(outputs):
     results = outputs["many"]["results"]
     assert [r["question"] for r in results] == ["Who?", "When?"]
     assert all(set(r) == set(outputs["ask"]) - {"schema"} for r in results)
+
+
+def test_each_and_batch_records_are_asks_with_their_names(outputs):
+    (each,) = outputs["each"]["results"]  # one document, named twice: read once
+    ask = set(outputs["ask"]) - {"schema"}
+    assert list(each)[0] == "document" and set(each) == ask | {"document"}
+    one, two = outputs["batch_lines"]
+    assert list(one)[0] == "custom_id" and set(one) == ask | {"custom_id"}
+    assert set(two) == {"custom_id", "results"} and [set(r) for r in two["results"]] == [ask, ask]
+    assert outputs["batch"] == {"schema": 1, "done": 2, "failed": 0, "skipped": 0, "out": outputs["batch"]["out"]}
+    job = outputs["batch_run"]["settings"]["job"]
+    assert job["key"] == "one" and job["file"].endswith("results.jsonl")
 
 
 def test_docs_name_every_field_the_commands_print(outputs):
