@@ -345,7 +345,7 @@ def ask_events(
 ) -> Iterator[Event]:
     """Run one question over the sources, yielding events; the last is RunFinished.
 
-    `done_steps`, the stored steps of an interrupted run (see memagent_cli.store), make this a
+    `done_steps`, the stored steps of an interrupted run (see traces/store.py), make this a
     resumed run: those chunks are re-read and checked but not sent to the model again."""
     for _, event in ask_many_events(
         [question], paths, model=model, config=config, engine=engine, sources=sources, done_steps=[done_steps]

@@ -6,7 +6,7 @@ MemAgent run over its own context, chunked as the reference does (the stripped t
 tokenized once, sliced); each runs through the same pipeline as a question of `ask -q`
 (core.pipeline.run_question), scheduled by core.jobs as `ask --each` and `batch` are: the runs share
 one engine, several in flight where it takes several calls at once.
-Scores are the reference's (memagent_cli.scoring). Results go to a JSONL file as each item finishes, so
+Scores are the reference's (evals/scoring.py). Results go to a JSONL file as each item finishes, so
 a rerun skips what is done; JSONL items are read one at a time, so a data set of
 multi-million-token contexts never sits in memory whole.
 """
