@@ -186,7 +186,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu)}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu)}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -367,6 +367,17 @@ def _ingest_section() -> str:
     if not path.exists():
         return ""
     return ingest.section(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _jobs_section() -> str:
+    """B10 from benchmarks/jobs-results.json (`python benchmarks/jobs.py` writes it), or nothing
+    before its first run."""
+    path = HERE / "jobs-results.json"
+    if not path.exists():
+        return ""
+    import jobs
+
+    return jobs.section(json.loads(path.read_text(encoding="utf-8")))
 
 
 def _gpu_results() -> dict | None:
