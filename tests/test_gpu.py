@@ -385,3 +385,21 @@ def test_the_model_package_puts_libstdcxx_in_the_global_scope():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_batched_sequences_shrink_until_every_layer_stays_on_the_gpu():
+    """`ask --each` on a GPU batches runs in one context: as many as fit with all layers offloaded."""
+    mem = qwen7b_like()
+    per_sequence = 8192
+    roomy = [GPUDevice("big", 80 * GIB, 78 * GIB, "CUDA")]
+    kept, plan = gpu.fit_sequences(mem, per_sequence, 8, devices=roomy, offload_supported=True)
+    assert kept == 8 and plan.layers == -1 and "sequences" not in plan.reason
+    # 7 GiB free: one sequence's cache fits with the weights, eight do not
+    small = [GPUDevice("small", 8 * GIB, 7 * GIB, "CUDA")]
+    assert gpu.plan_layers(mem, per_sequence * 8, devices=small, offload_supported=True).layers != -1
+    kept, plan = gpu.fit_sequences(mem, per_sequence, 8, devices=small, offload_supported=True)
+    assert 1 <= kept < 8 and plan.layers == -1 and f"{kept} of 8 sequences batched" in plan.reason
+    assert gpu.plan_layers(mem, per_sequence * kept * 2, devices=small, offload_supported=True).layers != -1  # the most that fit
+    # a CPU-only build keeps what was asked (batching there is the user's choice)
+    kept, plan = gpu.fit_sequences(mem, per_sequence, 4, devices=small, offload_supported=False)
+    assert kept == 4 and plan.layers == 0

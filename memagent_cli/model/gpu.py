@@ -17,6 +17,7 @@ Where the device list comes from, best first:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -316,3 +317,30 @@ def plan_layers(
     if k == 0:
         return LayerPlan(0, f"0 of {n} layers: not even one fits ({what})", need, free)
     return LayerPlan(k, f"{k} of {n} layers: {what}", need, free)
+
+
+def fit_sequences(
+    info: GGUFInfo | ModelMemory,
+    n_ctx: int,
+    sequences: int,
+    *,
+    devices: list[GPUDevice] | None = None,
+    offload_supported: bool | None = None,
+) -> tuple[int, LayerPlan]:
+    """How many sequences (runs batched in one context, each with `n_ctx` tokens of KV cache) to
+    keep, and the layer plan for them ("auto"): as many as let every layer stay on the GPU, halving
+    down to one; a layer left on the CPU costs every sequence more than batching saves. On a build
+    that cannot offload the sequences stay as asked."""
+    mem = info if isinstance(info, ModelMemory) else model_memory(info)
+    if devices is None and offload_supported is not False:
+        devices = gpu_devices()
+    plan = plan_layers(mem, n_ctx * sequences, devices=devices, offload_supported=offload_supported)
+    if plan.reason.startswith("CPU only"):
+        return sequences, plan
+    asked = sequences
+    while plan.layers != -1 and sequences > 1:
+        sequences = max(1, sequences // 2)
+        plan = plan_layers(mem, n_ctx * sequences, devices=devices, offload_supported=offload_supported)
+    if sequences != asked:
+        plan = dataclasses.replace(plan, reason=f"{plan.reason}; {sequences} of {asked} sequences batched, to keep it so")
+    return sequences, plan

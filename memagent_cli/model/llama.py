@@ -99,10 +99,10 @@ class LlamaEngine:
         if not (default_batch(bool(offload) and gpu_layers != 0) if batch is None else batch):
             sequences = 1
         n_layer = info.arch_get("block_count", 0)
-        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory
-            from .gpu import plan_layers
+        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory, then as many sequences
+            from .gpu import fit_sequences
 
-            plan = plan_layers(info, n_ctx * sequences, offload_supported=bool(offload))
+            sequences, plan = fit_sequences(info, n_ctx, sequences, offload_supported=bool(offload))
             self.gpu_layers, self.gpu_reason = plan.layers, plan.reason
         else:
             self.gpu_layers = gpu_layers if offload else 0
