@@ -153,3 +153,29 @@ def test_each_refuses_stdin_for_several_questions(folder):
     cwd, _ = folder
     done = run_memagent("ask", "-", "--each", "-q", "a?", "-q", "b?", *RUN, input="some text", cwd=cwd)
     assert done.returncode == 2 and "Standard input can be read once" in done.stderr
+
+
+def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_path, memagent_home, spawned):
+    import sqlite3
+
+    from helpers import spawn_memagent
+
+    docs = [make_document(random.Random(k + 20), 30000, where=0.9) for k in range(2)]  # thousands of steps
+    for k, doc in enumerate(docs):
+        (tmp_path / f"big{k}.txt").write_text(doc.text, encoding="utf-8")
+    proc = spawn_memagent("ask", "big0.txt", "big1.txt", "--each", QUESTION, *RUN, "--jsonl", "out.jsonl", cwd=tmp_path)
+    spawned.append(proc)
+    assert proc.stderr.readline().startswith("[1/2] big0.txt: answered")
+    db = sqlite3.connect(memagent_home / "traces.db")
+    while db.execute("SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE runs.status = 'running'").fetchone()[0] < 5:
+        assert proc.poll() is None
+    proc.send_signal(2)  # SIGINT
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "1 run(s) stopped, each resumable:" in err and "Traceback" not in err
+    assert out == f"big0.txt\n{docs[0].value}\n\n"  # piped: the finished answer was printed as it landed
+    (line,) = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert line["document"] == "big0.txt" and line["answer"] == docs[0].value
+    run_id = err.split("memagent ask --resume ")[1].split()[0]
+    resumed = run_memagent("ask", "--resume", run_id, "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["answer"] == docs[1].value
