@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import random
+import re
 import zipfile
 
 import pytest
@@ -179,3 +180,38 @@ def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_p
     resumed = run_memagent("ask", "--resume", run_id, "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["answer"] == docs[1].value
+
+
+def test_each_on_a_terminal_draws_the_table_then_prints_the_answers(folder):
+    """stderr and stdout on one terminal: the table (rows with answers and evidence, the totals
+    line) while it runs, the answers under it once it closes, and text from documents made visible."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import drain_terminal
+
+    cwd, values = folder
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "140", "LINES": "40", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    env.pop("MEMAGENT_MODEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "ask", "docs", "--each", "-q", QUESTION, *map(str, RUN)],
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+    )
+    os.close(follower)
+    drawn = drain_terminal(leader).decode("utf-8", "replace")
+    assert proc.wait(timeout=120) == 0
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)  # the styles and cursor moves, dropped
+    assert "runs 3/3" in shown and "tokens read" in shown
+    final = shown[shown.rindex("runs 3/3") :]  # the table's last drawing, then what was printed after it
+    for document, value in values.items():
+        row = re.search(re.escape(f"{value}  ({document} chars "), final)  # its row: the answer, the evidence's place
+        printed = final.find(f"{document}\r\n{value}\r\n")  # printed once the table has closed
+        assert row is not None and printed > row.start(), final

@@ -397,7 +397,7 @@ def batch(
         fail(err, exc, f" after {tally.lines} line(s); they are in {out}. Run the same command again to go on.")
     if json_out:
         print_json({"done": tally.lines, "failed": tally.failed, "skipped": len(done), "out": str(out)})
-    elif not quiet and view is not None:
+    elif view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if tally.failed:
         err.print(

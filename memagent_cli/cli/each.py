@@ -137,7 +137,7 @@ def run_each(
     ordered = [record for _, record in sorted(records, key=lambda pair: pair[0])]
     if output.html is not None:
         write_html(output.html, ordered, store, err)
-    if view is not None:
+    if view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if output.json_out:
         print_json({"results": ordered})
