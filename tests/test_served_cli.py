@@ -165,7 +165,7 @@ def test_one_question_failing_leaves_the_others(clean, doc):
         ),
         (
             ["--engine", "openai", "--base-url", "gpu-box:8000"],
-            "error: --base-url 'gpu-box:8000' is not an http(s) URL. e.g. http://127.0.0.1:8000/v1",
+            "error: --base-url 'gpu-box:8000' is not an http(s) URL, nor a file of them. e.g. http://127.0.0.1:8000/v1",
         ),
         (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
         (["--timeout", "5"], "error: --timeout needs --engine openai: the embedded engine waits on no server."),

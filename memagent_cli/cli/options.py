@@ -228,7 +228,7 @@ def base_urls(given: Sequence[str] | str | None) -> list[str]:
         for url in found:
             if not url.startswith(("http://", "https://")):
                 raise MemagentError(
-                    f"--base-url {url!r} is not an http(s) URL (nor a file of them).",
+                    f"--base-url {url!r} is not an http(s) URL, nor a file of them.",
                     "e.g. http://127.0.0.1:8000/v1",
                     exit_code=EXIT_USAGE,
                 )

@@ -122,6 +122,10 @@ class JobView:
             row.writing.append(event.text)
         elif isinstance(event, ReplyRestarted):
             row.writing = []
+            line = f"warning: {visible(event.reason)}"  # a server lost: said once, whatever runs it hits
+            if line not in self.seen:
+                self.seen.add(line)
+                self._say(line)
         elif isinstance(event, StepFinished):
             row.memory = event.step.memory
         elif isinstance(event, AnswerStarted):

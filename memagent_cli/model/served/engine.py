@@ -6,7 +6,10 @@ as server-sent events: one user message per call (the server applies the model's
 the authors' runner did), every sampling knob pinned so no server default changes the output, and
 transient faults (refused, timed out, 5xx/429, a stream cut mid-reply) retried from scratch with
 backoff; and the base URL's normal form. The HTTP plumbing (client, faults, retries) that the
-server's tokenizer shares is http.py's.
+server's tokenizer shares is http.py's. It also owns what a chain of calls (one MemAgent loop)
+sends so that a router keeps it on one replica: `Chain`, its key headers (CHAIN_KEY_HEADERS, why
+those: pool.py's docstring), and `ChainEngine`, the per-chain view both `OpenAIEngine` and
+pool.ServedPool hand out (`for_chain`). pool.py drives several servers through `attempt`.
 
 How long a reply is waited for, `timeout` seconds (http.DEFAULT_TIMEOUT, 300, unless the caller says
 otherwise; --timeout on the command line):
@@ -26,7 +29,8 @@ otherwise; --timeout on the command line):
   margin (`count_margin`), since text the model wrote in pieces that are not canonical BPE counts
   longer than the tokens that made it, and a reply at its budget must not lose its last tokens;
 - once a reply has its finish reason, a stream that then stays open (no [DONE], no close) is waited
-  for `timeout` s and the reply kept.
+  for `timeout` s and the reply kept; so is one that stays open after [DONE], whose end is read
+  (as a rule it comes at once) so that the connection serves the next request instead of closing.
 
 How the base URL, key and model name are chosen on the command line is the caller's business.
 httpx2 (the HTTP client memagent already has through huggingface_hub) is imported inside functions,
@@ -35,11 +39,12 @@ so importing this module loads no HTTP client until a server is used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
@@ -102,6 +107,7 @@ NEUTRAL_SAMPLING: dict[str, Any] = {
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")  # SSE ends a line with any of the three
+_SSE = {"Accept": "text/event-stream"}
 _MAX_LINE = 1 << 24  # bytes: no event of a chat completion stream comes near this
 
 
@@ -118,6 +124,88 @@ def normalize_base_url(base_url: str) -> str:
 def server_root(base_url: str) -> str:
     """The base URL without its /v1: where vLLM and llama-server put /tokenize and /detokenize."""
     return normalize_base_url(base_url)[: -len("/v1")]
+
+
+def chat_body(model: str, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+    """The POST /chat/completions body: one user message, every sampling knob pinned."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": user_message}],
+        "stream": True,
+        "stream_options": {"include_usage": True},  # vLLM and SGLang send usage only when asked
+        "max_tokens": max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        **NEUTRAL_SAMPLING,
+    }
+    if sampling.seed is not None:
+        # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
+        body["seed"] = sampling.seed & 0xFFFFFFFF
+    return body
+
+
+def log_request(log: Callable[[str], None], url: str, body: dict[str, Any]) -> None:
+    """The --verbose line for a request: its body, the message shown by its length only."""
+    message = body["messages"][0]["content"]
+    log(f"POST {url} {json.dumps(dict(body, messages=f'<1 user message, {len(message)} chars>'))}")
+
+
+# --- chains --------------------------------------------------------------------------------
+
+# Sent with every request of a chain, all with the chain's key: the headers that session-affine
+# routers read (pool.py's docstring says which reads which). Headers, not a body field, so the
+# server's model input never changes and no server logs or rejects a field it does not know.
+CHAIN_KEY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")
+
+
+def wire_key(key: str) -> str:
+    """A chain's key as sent: a digest, so any key (a path, non-ASCII, long) makes a valid header
+    value, a router's log shows no file names, and none ends like a turn suffix that the SGLang
+    gateway strips ("_t2")."""
+    return "mc-" + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+class Chain:
+    """One chain of calls (a MemAgent loop): its key headers, and the server of a pool that gave it
+    its last reply. Used by one thread at a time, as a chain's calls come one after another."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.headers = dict.fromkeys(CHAIN_KEY_HEADERS, wire_key(key))
+        self.last: int | None = None  # ServedPool: the index of the server of its last reply
+
+
+class ChainedEngine(Protocol):
+    """An engine whose calls can carry a chain: OpenAIEngine, pool.ServedPool."""
+
+    description: str
+    concurrent: bool
+
+    def complete(
+        self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
+    ) -> Iterator[Completion]: ...
+
+    def for_chain(self, key: str) -> ChainEngine: ...
+
+
+class ChainEngine:
+    """An `Engine` for one chain: the engine it views (its clients, counters, health) with every
+    request carrying the chain's key. Closing it closes nothing: the viewed engine owns the clients."""
+
+    def __init__(self, engine: ChainedEngine, key: str):
+        self.engine = engine
+        self.chain = Chain(key)
+        self.description = engine.description
+        self.concurrent = engine.concurrent
+
+    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+        return self.engine.complete(user_message, max_tokens, sampling, expect, chain=self.chain)
+
+    def for_chain(self, key: str) -> ChainEngine:
+        return self.engine.for_chain(key)
+
+    def close(self) -> None:
+        pass
 
 
 # --- the engine ----------------------------------------------------------------------------
@@ -192,6 +280,10 @@ class OpenAIEngine:
             raise
         self.description = f"served: {self.model} at {self.base_url}"
 
+    def for_chain(self, key: str) -> ChainEngine:
+        """A view of this engine whose requests carry `key` (see `Chain`)."""
+        return ChainEngine(self, key)
+
     def close(self) -> None:
         client, self._client = getattr(self, "_client", None), None
         if client is not None:
@@ -204,52 +296,38 @@ class OpenAIEngine:
         return self._client
 
     def _first_model(self) -> str:
-        """The model the server serves, when none was named: one GET /v1/models."""
-        url = f"{self.base_url}/models"
+        """The model the server serves, when none was named: GET /v1/models, retried."""
         try:
-            listing = with_retries(
-                lambda: post_json(self._http, self.base_url, url, None, self.timeout, method="GET"),
-                self.retries,
-                self.backoff,
-                self._log,
-            )
+            ids = with_retries(self.models, self.retries, self.backoff, self._log)
         except Fault as fault:
             raise fault.error() from None
-        data = listing.get("data") if isinstance(listing, dict) else None
-        ids = [m.get("id") for m in data or [] if isinstance(m, dict) and m.get("id")]
         if not ids:
             raise MemagentError(
-                f"The server at {self.base_url} lists no models at {url}", "Pass the model's name with --served-model."
+                f"The server at {self.base_url} lists no models at {self.base_url}/models",
+                "Pass the model's name with --served-model.",
             )
         return str(ids[0])
 
-    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": user_message}],
-            "stream": True,
-            "stream_options": {"include_usage": True},  # vLLM and SGLang send usage only when asked
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            **NEUTRAL_SAMPLING,
-        }
-        if sampling.seed is not None:
-            # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
-            body["seed"] = sampling.seed & 0xFFFFFFFF
-        return body
+    def models(self) -> list[str]:
+        """The names the server answers to: one GET /v1/models; raises Fault."""
+        listing = post_json(self._http, self.base_url, f"{self.base_url}/models", None, self.timeout, method="GET")
+        data = listing.get("data") if isinstance(listing, dict) else None
+        return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
 
-    def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        return chat_body(self.model, user_message, max_tokens, sampling)
+
+    def complete(
+        self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
+    ) -> Iterator[Completion]:
         # `expect` is not sent: the server drafts (or not) by its own configuration.
-        url = f"{self.base_url}/chat/completions"
         body = self.request_body(user_message, max_tokens, sampling)
         if self._log is not None:
-            shown = dict(body, messages=f"<1 user message, {len(user_message)} chars>")
-            self._log(f"POST {url} {json.dumps(shown)}")
+            log_request(self._log, f"{self.base_url}/chat/completions", body)
         attempts = self.retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                yield from self._attempt(url, body, user_message, max_tokens)
+                yield from self.attempt(body, user_message, max_tokens, chain)
                 return
             except Fault as fault:
                 if not fault.transient or attempt == attempts:
@@ -260,13 +338,19 @@ class OpenAIEngine:
                 yield Retrying(fault.reason, attempt + 1, attempts, delay)
                 time.sleep(delay)
 
-    def _attempt(self, url: str, body: dict[str, Any], user_message: str, max_tokens: int) -> Iterator[Completion]:
-        """One request, streamed; raises Fault when the reply is lost or refused."""
+    def attempt(
+        self, body: dict[str, Any], user_message: str, max_tokens: int, chain: Chain | None = None
+    ) -> Iterator[Completion]:
+        """One request of `body` (chat_body), streamed; raises Fault when the reply is lost or
+        refused, and asks nothing again. `user_message` and `max_tokens` are the body's, for the
+        counts; `chain` adds its key headers."""
         import httpx2
 
+        url = f"{self.base_url}/chat/completions"
+        headers = _SSE if chain is None else {**_SSE, **chain.headers}
         reply = _Reply(time.perf_counter(), max_tokens)
         try:
-            with self._http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+            with self._http.stream("POST", url, json=body, headers=headers) as response:
                 if not response.is_success:
                     raise status_fault(self.base_url, response, read_body(response, self.base_url, self.timeout))
                 if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
@@ -275,12 +359,17 @@ class OpenAIEngine:
                     yield from self._whole(answer, user_message, max_tokens, reply.start)
                     return
                 for line in self._lines(response, reply):
+                    if reply.done:
+                        # Past [DONE], only the body's end is left to read: read, the connection
+                        # goes back to the client's pool for the next request instead of closing.
+                        continue
                     for text in self._event(line, reply, max_tokens):
                         yield TextDelta(text)
-                    if reply.done or reply.over:
+                    if reply.over or (reply.done and reply.finish is None):
                         break  # leaving the block closes the stream: a runaway server sees us hang up
         except httpx2.TransportError as error:
-            raise transport_fault(self.base_url, error, self.timeout) from None
+            if not (reply.done and reply.finish is not None):  # a break after [DONE] loses only the connection
+                raise transport_fault(self.base_url, error, self.timeout) from None
         if reply.over:
             # Cut where the server should have cut it: a reply at its budget, finish reason "length".
             # Any usage it sent is the runaway's, so the reply is counted as a served one without usage.

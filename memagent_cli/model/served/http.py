@@ -20,6 +20,7 @@ this module loads no HTTP client until a server is used.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import re
 import time
@@ -258,7 +259,16 @@ def make_client(api_key: str | None, timeout: float = DEFAULT_TIMEOUT) -> httpx2
         headers["Authorization"] = f"Bearer {api_key}"
     # The read timeout bounds the silence between two bytes (a long prefill sends nothing), the
     # connect timeout is short: an absent server should be reported at once, not after minutes.
-    return httpx2.Client(headers=headers, timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)))
+    # No cap on connections: the caller bounds its requests in flight (--parallel), and a cap below
+    # that would queue requests inside the client, where the wait counts against the timeout.
+    # Cookies are refused: one client serves every chain, so a cookie a load balancer sets for
+    # stickiness (ingress affinity, llm-d's session cookie) would pin all of them to one replica.
+    return httpx2.Client(
+        headers=headers,
+        timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=None),
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
 
 
 def post_json(
