@@ -16,7 +16,8 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import fail, sigterm_as_interrupt, stderr_console
+from .common import fail, open_store, sigterm_as_interrupt, stderr_console
+from .many import resume_hint, run_many
 from .models import model_for_run
 from .options import (
     DEFAULTS,
@@ -60,7 +61,6 @@ from .textout import SafeConsole, print_json
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
     from ..traces.recorder import HashingReader, Recorder
-    from ..traces.store import TraceStore
     from .views.live import LiveView, PlainProgress
 
 
@@ -231,7 +231,7 @@ def ask(
     try:
         # A resumed run's engine comes from its trace (checked below); a new run's from the options.
         served = None if resume else served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
-        store = None if no_trace else _open_store(err, required=bool(resume))
+        store = None if no_trace else open_store(err, required=bool(resume))
         raw_stdin: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         stdin: HashingReader | BinaryIO | None = raw_stdin
         hashing: HashingReader | None = None  # what a trace fingerprints stdin with
@@ -359,7 +359,7 @@ def ask(
                 else None
                 for _ in questions
             ]
-            _ask_many(
+            run_many(
                 ask_many_events(
                     questions, paths, model=model, config=config, engine=engine_options, sources=source_options, parallel=parallel
                 ),
@@ -389,11 +389,11 @@ def ask(
     except MemagentError as exc:
         if recorder is not None:
             recorder.stopped("failed", str(exc))
-        fail(err, exc, _resume_hint(recorder))
+        fail(err, exc, resume_hint(recorder))
     except KeyboardInterrupt:
         if recorder is not None:
             recorder.stopped("interrupted")
-        err.print(Text.assemble(("interrupted", "yellow"), _resume_hint(recorder) or ""), soft_wrap=True)
+        err.print(Text.assemble(("interrupted", "yellow"), resume_hint(recorder) or ""), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: the run is kept as failed (resumable), main() reports it
         if recorder is not None:
@@ -465,118 +465,10 @@ def _refuse_changed_options(
             refuse("--" + name.replace("_", "-"), value, served.get(name))
 
 
-def _ask_many(
-    events: Iterable[tuple[int | None, Event]],
-    questions: list[str],
-    err: Console,
-    recorders: list[Recorder | None],
-    *,
-    quiet: bool,
-    json_out: bool,
-    raw: bool,
-) -> None:
-    """Several questions at once: every event to its question's recorder and to the view;
-    answers printed in question order. A failed question fails the command (exit 1) after
-    the others have finished; each unfinished one can be resumed on its own."""
-    from ..core.events import RunFailed, RunFinished
-    from .textout import visible
-    from .views.multiview import MultiView
-
-    results: list[RunResult | None] = [None] * len(questions)
-    errors: list[BaseException | None] = [None] * len(questions)
-    view = MultiView(err, len(questions), live=err.is_terminal) if not quiet else None
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(sigterm_as_interrupt())
-            if view is not None:
-                stack.enter_context(view)
-            for index, event in events:
-                if index is not None:  # else a notice about the whole input, for the view alone
-                    rec = recorders[index]
-                    if rec is not None:
-                        if isinstance(event, RunFailed):
-                            rec.stopped("failed", str(event.error))
-                        else:
-                            rec.handle(event)
-                    if isinstance(event, RunFinished):
-                        results[index] = event.result
-                    elif isinstance(event, RunFailed):
-                        errors[index] = event.error
-                if view is not None:
-                    view.handle(index, event)
-    except MemagentError as exc:
-        for rec in recorders:
-            if rec is not None and rec.run_id is not None:
-                rec.stopped("failed", str(exc))
-        fail(err, exc)
-    except KeyboardInterrupt:
-        hints = []
-        for i, rec in enumerate(recorders):
-            if rec is not None and results[i] is None:
-                rec.stopped("interrupted")
-                if _resume_hint(rec) and rec.run_id is not None:
-                    hints.append(f"Q{i + 1}: memagent ask --resume {rec.run_id[:8]}")
-        err.print(
-            Text.assemble(("interrupted", "yellow"), ("\nResume each question with:\n" + "\n".join(hints)) if hints else ""),
-            soft_wrap=True,
-        )
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if json_out:
-        out: list[dict[str, Any]] = []
-        for i, result in enumerate(results):
-            item = result.to_dict() if result is not None else {"question": questions[i], "error": str(errors[i])}
-            rec = recorders[i]
-            if rec is not None and rec.failed_write is None and rec.run_id is not None:
-                item["trace"] = rec.run_id
-            out.append(item)
-        print_json({"results": out})
-    else:
-        tty = sys.stdout.isatty()
-        for i, result in enumerate(results):
-            if result is None:
-                continue
-            answer = result.raw_answer if raw else result.answer
-            question = visible(result.question) if tty else result.question
-            print(f"Q{i + 1}: {question}\n{visible(answer) if tty else answer}\n")
-    exit_codes = []
-    for i, error in enumerate(errors):
-        if error is None:
-            continue
-        if not isinstance(error, MemagentError):  # a bug: main() reports it with the traceback on request
-            raise error
-        hint = _resume_hint(recorders[i]) or ""
-        err.print(Text.assemble(("error: ", "bold red"), f"Q{i + 1}: {visible(str(error))}", hint), soft_wrap=True)
-        exit_codes.append(error.exit_code)
-    if exit_codes:
-        raise typer.Exit(max(exit_codes))
-
-
-def _open_store(err: Console, required: bool) -> TraceStore | None:
-    """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
-    from ..traces import store as trace_store
-
-    try:
-        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
-    except MemagentError as exc:
-        if required:
-            raise
-        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False, soft_wrap=True)
-        return None
-    if store.notice:
-        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
-    return store
-
-
 def _enter(directory: str | None) -> None:
     # Relative source paths, and the titles the model saw for them, are as of the run's start.
     if directory and os.path.isdir(directory):
         os.chdir(directory)
-
-
-def _resume_hint(recorder: Recorder | None) -> str | None:
-    if recorder is None or recorder.run_id is None or recorder.failed_write is not None or recorder.steps == 0:
-        return None
-    return f" after step {recorder.steps}. Resume with: memagent ask --resume {recorder.run_id[:8]}"
 
 
 class _Consumer(Protocol):

@@ -20,7 +20,7 @@ import typer
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .common import fail, stderr_console
+from .common import fail, open_store, stderr_console
 from .models import model_for_run
 from .options import (
     DEFAULTS,
@@ -283,7 +283,7 @@ def batch(
                 plan.runs += len(line.questions)
         if dropped:  # failed and cut-off lines go: they are redone, and a reader finds one line per id
             atomic_write(out, "".join(keep))
-        store = None if no_trace else _open_store(err)
+        store = None if no_trace else open_store(err)
         if store is not None:
             plan.resumable = _resumable(store, results, config, err)
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
@@ -422,24 +422,6 @@ class _Tally:
             self.failed += 1
             if not self.first:
                 self.first = f"{line['custom_id']}: {line['error']}"
-
-
-def _open_store(err: Any) -> TraceStore | None:
-    from ..traces import store as trace_store
-
-    try:
-        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
-    except MemagentError as exc:
-        err.print(
-            f"warning: {exc} Runs are not recorded, so an interrupted one starts over.",
-            style="yellow",
-            markup=False,
-            soft_wrap=True,
-        )
-        return None
-    if store.notice:
-        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
-    return store
 
 
 def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -> dict[str, dict[str, Any]]:

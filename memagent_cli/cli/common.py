@@ -18,6 +18,8 @@ from .textout import SafeConsole, visible
 if TYPE_CHECKING:
     from types import FrameType
 
+    from ..traces.store import TraceStore
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -66,3 +68,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def open_store(err: Console, required: bool = False) -> TraceStore | None:
+    """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
+    from ..traces import store as trace_store
+
+    try:
+        store = trace_store.TraceStore(timeout=trace_store.BUSY_TIMEOUT)
+    except MemagentError as exc:
+        if required:
+            raise
+        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False, soft_wrap=True)
+        return None
+    if store.notice:
+        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+    return store
