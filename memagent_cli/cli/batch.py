@@ -31,9 +31,11 @@ from .options import (
     ChatTemplateOpt,
     ChunkOpt,
     EngineOpt,
+    ExcludeOpt,
     FinalOpt,
     FlashAttnOpt,
     GpuLayersOpt,
+    IncludeOpt,
     JsonOpt,
     MemoryOpt,
     ModelOpt,
@@ -210,6 +212,8 @@ def batch(
     speculate: SpeculateOpt = None,
     batch_opt: BatchOpt = None,
     template_file: ChatTemplateOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
     ocr: OcrOpt = OcrChoice.auto,
     parallel: Annotated[
@@ -235,9 +239,9 @@ def batch(
 ) -> None:
     """Run a job file: every line's question(s) over its sources or context, each its own run.
 
-    Results go to RESULTS.jsonl as each line finishes. Ctrl-C keeps everything: run the same
-    command again and it skips the finished lines, redoes those that failed, and resumes the
-    interrupted runs from their last step.
+    Results go to RESULTS.jsonl as each line finishes. Ctrl-C keeps everything: run the same command again to go on.
+
+    A rerun skips the finished lines, redoes those that failed, and resumes interrupted runs from their last step.
 
     [dim]Examples:[/]
       memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b
@@ -300,7 +304,7 @@ def batch(
                 template=template,
             )
         )
-        sources = source_settings(None, None, password, ocr, None)
+        sources = source_settings(include, exclude, password, ocr, None)
     except MemagentError as exc:
         fail(err, exc)
     if plan.runs == 0:
