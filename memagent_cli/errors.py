@@ -38,3 +38,8 @@ def _sentence(text: str) -> str:
     if not text:
         return text
     return text if text[-1] in ".!?:" else text + "."
+
+
+class EngineGone(MemagentError):
+    """The engine can take no more calls (every server of a pool has failed): each run still to
+    come would fail the same way, so a job stops here rather than fail them one by one."""

@@ -92,3 +92,40 @@ def test_no_server_left_is_one_line_and_keeps_what_finished(docs, tmp_path):
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "2 servers" in errors[0] and "Traceback" not in done.stderr
+
+
+def test_every_server_lost_mid_job_stops_it_in_one_line_and_a_rerun_goes_on(docs, tmp_path, spawned):
+    cwd, values = docs
+    job = cwd / "job.jsonl"
+    job.write_text("".join(json.dumps({"custom_id": d, "sources": [d], "question": QUESTION}) + "\n" for d in values))
+    ports = [free_port(), free_port()]
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s2").mkdir()
+    with llama_server(CODEWORD_MODEL, tmp_path / "s1", port=ports[0]) as one:
+        first = llama_server.proc
+        with llama_server(CODEWORD_MODEL, tmp_path / "s2", port=ports[1]) as two:
+            second = llama_server.proc
+            proc = spawn_memagent("batch", job, "-o", "out.jsonl", *served(one, two), *BUDGETS, "--parallel", "2", cwd=cwd)
+            spawned.append(proc)
+            assert proc.stderr.readline().startswith("[1/6]")
+            first.send_signal(signal.SIGKILL)
+            second.send_signal(signal.SIGKILL)
+            out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: All 2 servers failed; the last error: The server at ")
+    assert "Run the same command again to go on." in err and "Traceback" not in err
+    kept = [json.loads(line) for line in (cwd / "out.jsonl").read_text().splitlines()]
+    assert 1 <= len(kept) < 6 and all(r["answer"] == values[r["custom_id"]] for r in kept)
+
+    (tmp_path / "s3").mkdir()
+    (tmp_path / "s4").mkdir()
+    with (
+        llama_server(CODEWORD_MODEL, tmp_path / "s3", port=ports[0]),
+        llama_server(CODEWORD_MODEL, tmp_path / "s4", port=ports[1]),
+    ):
+        again = run_memagent("batch", job, "-o", "out.jsonl", *served(one, two), *BUDGETS, "--parallel", "2", cwd=cwd)
+    assert again.returncode == 0, again.stderr
+    rows = [json.loads(line) for line in (cwd / "out.jsonl").read_text().splitlines()]
+    assert rows[: len(kept)] == kept and sorted(r["custom_id"] for r in rows) == sorted(values)
+    assert {r["custom_id"]: r["answer"] for r in rows} == values

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import MemagentError
+from ..errors import EngineGone, MemagentError
 from ..ingest.base import OcrProgress
 from ..ingest.sources import Segment, Source
 from .agent import check_question, plan_context
@@ -126,6 +126,8 @@ def run_jobs(
         for index, event in run_all(start(), workers=shared.slots, stop=stop):
             job = running[index]
             if isinstance(event, RunError):
+                if isinstance(event.error, EngineGone):  # every run to come would fail alike: the job stops
+                    raise event.error
                 del running[index]
                 yield job, RunFailed(event.error)
                 continue

@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-from ...errors import MemagentError
+from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying, Sampling
 from .engine import Chain, ChainEngine, OpenAIEngine, chat_body, log_request, normalize_base_url
 from .http import DEFAULT_TIMEOUT, Fault, retry_delay
@@ -146,7 +146,7 @@ class ServedPool:
             if attempt <= self.retries:
                 time.sleep(min(30.0, self.backoff * 2 ** (attempt - 1)))
         assert last is not None
-        raise MemagentError(
+        raise EngineGone(
             f"All {len(urls)} servers failed; the last error: {last.message}",
             "Are the servers running? Start them (e.g. `vllm serve MODEL`) or check --base-url.",
         )
@@ -316,10 +316,10 @@ class ServedPool:
             return fault.reason
         return f"{fault.reason}; " + ("another server takes the reply" if wait == 0 else "every server is resting")
 
-    def _all_failed(self) -> MemagentError:
+    def _all_failed(self) -> MemagentError:  # EngineGone for a pool of several
         fault = self._last_fault
         assert fault is not None  # servers are dropped only by _failed, which keeps the fault
         if len(self._servers) == 1:
             fault.attempts = self.retries + 1
             return fault.error()
-        return MemagentError(f"All {len(self._servers)} servers failed; the last error: {fault.reason}", fault.hint)
+        return EngineGone(f"All {len(self._servers)} servers failed; the last error: {fault.reason}", fault.hint)
