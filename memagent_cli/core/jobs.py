@@ -18,6 +18,7 @@ holds only the runs in flight, whatever is waiting.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import threading
@@ -85,6 +86,49 @@ def job_context_size(prep: Prepared, config: AgentConfig, engine: EngineOptions,
     return plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
 
 
+class JobRunner:
+    """A loaded model that runs jobs: what `run_jobs` opens once for a whole job, and what a
+    long-lived server (`memagent mcp`) keeps between calls. `slots` runs may go at once (see the
+    module docstring); `run` gives one job's events. Setting `stop` ends every call in flight."""
+
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        config: AgentConfig,
+        engine: EngineOptions,
+        sources: SourceOptions = SourceOptions(),
+        parallel: int = 1,
+        questions: Sequence[str] = (),
+        count: int | None = None,
+        stop: threading.Event | None = None,
+    ):
+        self.prep = prepare_model(model, engine)
+        self.config = config
+        self.sources = sources
+        self.served = engine.kind == "openai"
+        self.n_ctx = job_context_size(self.prep, config, engine, questions)
+        self.stop = stop if stop is not None else threading.Event()
+        self.shared = open_shared_engine(self.prep, self.n_ctx, engine, parallel, self.stop, jobs=count)
+
+    @property
+    def slots(self) -> int:
+        return self.shared.slots
+
+    def run(self, job: Job, config: AgentConfig | None = None) -> Iterator[Event]:
+        """One job's events, from RunStarted to RunFinished; raises when it fails. `config` (budgets,
+        sampling) replaces the runner's for this job, if the embedded engine's context holds it."""
+        config = config or self.config
+        if config is not self.config and self.prep.chat is not None and not self.served:
+            question = check_question(job.question, self.prep.tokenizer, config)
+            plan_context(self.prep.chat, self.prep.tokenizer, question, config, self.n_ctx)  # raises when it does not fit
+        return _run_job(job, self.prep, self.shared, config, self.sources)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.shared.close()
+
+
 def run_jobs(
     jobs: Iterable[Job],
     *,
@@ -95,35 +139,28 @@ def run_jobs(
     parallel: int = 1,
     questions: Sequence[str] = (),
     count: int | None = None,
-    on_loaded: Callable[[SharedEngine], None] | None = None,
 ) -> Iterator[tuple[Job, Event]]:
     """Runs every job, yielding (job, event) as events come; each job's events run from RunStarted
     to RunFinished, or RunFailed when it failed (the others go on). `jobs` is read as runs start.
 
     `questions`, when every job's question is known, sizes the embedded engine's context exactly;
     `count`, the number of jobs when known, keeps a batching engine from reserving sequences no job
-    will use. `on_loaded` is told once the engine is open. Ctrl-C (KeyboardInterrupt) stops every
-    run; what each recorded is the caller's to keep."""
-    prep = prepare_model(model, engine)
-    n_ctx = job_context_size(prep, config, engine, questions)
-    stop = threading.Event()
-    shared: SharedEngine | None = None
+    will use. Ctrl-C (KeyboardInterrupt) stops every run; what each recorded is the caller's to
+    keep. When the engine is gone for good (EngineGone) the whole job stops with it."""
+    runner: JobRunner | None = None
     running: dict[int, Job] = {}  # only the jobs in flight
     try:
-        shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=count)
-        if on_loaded is not None:
-            on_loaded(shared)
-        opened = shared
-
-        def run(job: Job) -> Callable[[], Iterator[Event]]:
-            return lambda: _run_job(job, prep, opened, config, sources)
+        runner = JobRunner(
+            model=model, config=config, engine=engine, sources=sources, parallel=parallel, questions=questions, count=count
+        )
+        opened = runner
 
         def start() -> Iterator[Callable[[], Iterator[Event]]]:
             for k, job in enumerate(jobs):
                 running[k] = job
-                yield run(job)
+                yield functools.partial(opened.run, job)
 
-        for index, event in run_all(start(), workers=shared.slots, stop=stop):
+        for index, event in run_all(start(), workers=runner.slots, stop=runner.stop):
             job = running[index]
             if isinstance(event, RunError):
                 if isinstance(event.error, EngineGone):  # every run to come would fail alike: the job stops
@@ -135,9 +172,8 @@ def run_jobs(
                 del running[index]
             yield job, event
     finally:
-        stop.set()
-        if shared is not None:
-            shared.close()
+        if runner is not None:
+            runner.close()
 
 
 def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig, options: SourceOptions) -> Iterator[Event]:
