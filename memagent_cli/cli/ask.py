@@ -228,6 +228,10 @@ def ask(
     quiet_library_logs(verbose)
     svg = svg.resolve() if svg else None  # a resumed run works from its own directory
     recorder: Recorder | None = None
+
+    def warn(message: str) -> None:
+        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
     try:
         # A resumed run's engine comes from its trace (checked below); a new run's from the options.
         served = None if resume else served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
@@ -286,7 +290,7 @@ def ask(
             else:  # the embedded engine: the served options, given, are refused as for a new run
                 served_options("llama", base_url, api_key, None, None, verbose, err, timeout)
         else:
-            questions = list(question or []) + (read_questions(questions_file) if questions_file else [])
+            questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
             if questions:
                 paths = list(args or [])
                 if each and not paths:
@@ -310,7 +314,6 @@ def ask(
             model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
         else:
             model = model_for_run(model, err, offline)
-        warn = lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
         engine_options = (
             served.engine
             if served is not None

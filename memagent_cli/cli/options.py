@@ -374,16 +374,20 @@ def source_settings(
     )
 
 
-def read_questions(path: Path) -> list[str]:
-    """One question per line, or JSONL objects with "question" or "input"; blank lines skipped."""
+def read_questions(path: Path, note: Callable[[str], None] | None = None) -> list[str]:
+    """One question per line, or JSONL objects with "question" or "input"; blank lines skipped. A
+    file that is not UTF-8 is decoded as documents are (ingest.text.decode_text), told to `note`."""
     import json
 
+    from ..ingest.text import decode_text
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MemagentError(
-            f"Cannot read --questions {path}: {getattr(exc, 'strerror', None) or exc}.", exit_code=EXIT_USAGE
-        ) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MemagentError(f"Cannot read --questions {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    text, codec = decode_text(data.removeprefix(b"\xef\xbb\xbf"))
+    if codec is not None and note is not None:
+        note(f"{path} is not UTF-8; its questions were read as {codec}.")
     out: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()

@@ -178,6 +178,40 @@ def choose_encoding(window: bytes, ascii_prefix: int, *, cut: bool) -> str | Non
     return found
 
 
+def decode_text(data: bytes) -> tuple[str, str | None]:
+    """A short text given as bytes (a question typed in a terminal that is not UTF-8, a file of
+    questions) decoded by the rule documents follow: UTF-8 when it is valid; else Windows-1252 where
+    it reads as Western words, or the encoding detected (choose_encoding); else UTF-8 with
+    replacement characters. Returns the text and the codec
+    used when it was not UTF-8 ("utf-8, with replacement characters" for the last)."""
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        pass
+    if _reads_as_western(data) or _latin_letters(data):
+        found: str | None = "cp1252"  # first: a few words are too few for detection ("café?" reads as Johab)
+    else:
+        found = choose_encoding(data, next((i for i, byte in enumerate(data) if byte > 127), len(data)), cut=False)
+    if found is not None:
+        try:
+            return data.decode(found), found
+        except UnicodeDecodeError:
+            pass
+    return data.decode("utf-8", "replace"), "utf-8, with replacement characters"
+
+
+def _latin_letters(data: bytes) -> bool:
+    """Whether `data` has a few non-ASCII bytes, each a Latin letter in Windows-1252 ("né",
+    "Müller", "café?"): a word or two, which _reads_as_western's proportions cannot judge. More
+    of them is a text detection can judge (a word in another script reads as Latin letters too:
+    "Ïðèâåò" is Russian in cp1251)."""
+    try:
+        wide = [c for c in data.decode("cp1252") if ord(c) > 127]
+    except UnicodeDecodeError:
+        return False
+    return len(wide) <= 3 and all(c.isalpha() and "\u00c0" <= c <= "\u017f" for c in wide)
+
+
 class _TextDecoder:
     """Bytes to text, fed block by block: finds the byte-order mark or, without one, the
     encoding (choose_encoding); decodes incrementally (so characters split between blocks come
