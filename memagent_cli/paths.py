@@ -27,6 +27,11 @@ def models_dir() -> Path:
     return default_home() / "models"
 
 
+def gpu_hint_marker() -> Path:
+    """Its presence says the unused-GPU hint has been shown on this machine (it is shown once)."""
+    return default_home() / "gpu-hint-shown"
+
+
 def config_file() -> Path:
     """config.toml: under MEMAGENT_HOME when set (one folder for everything), else the user config directory."""
     home = os.environ.get("MEMAGENT_HOME")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 
 import pytest
+from helpers import run_memagent, words
 from rich.console import Console
 
 from memagent_cli.cli.views.reports import render_doctor
@@ -176,3 +178,33 @@ def test_doctor_import_is_cheap():
     code = "import sys, memagent_cli.install.doctor; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_gpu_this_build_cannot_use_is_said_once_per_machine(tmp_path, models, memagent_home):
+    """A CPU-only llama-cpp-python (this machine's) and an NVIDIA driver that sees a GPU (a real
+    `nvidia-smi` program on PATH, answering as the driver does): the first `ask` says so, with the
+    reinstall command, in --json and on stderr; later runs, and --quiet ones, do not."""
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python can offload: the hint is for a CPU-only build")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559, 80000'\n")
+    smi.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(200), encoding="utf-8")
+    args = ["ask", doc, "Where?", "-m", models["random"], "--chunk-tokens", "200", "--memory-tokens", "4", "--answer-tokens", "4"]
+    quiet = run_memagent(*args, "--quiet", env=env)
+    assert quiet.returncode == 0 and "NVIDIA" not in quiet.stderr  # never in --quiet output, and not spent there
+    first = run_memagent(*args, "--json", env=env)
+    hint = json.loads(first.stdout)["gpu"]["hint"]
+    assert hint.startswith("NVIDIA H100 80GB HBM3 is here, but this llama-cpp-python runs on the CPU only. To use the GPU: ")
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in hint and "--force-reinstall" in hint
+    again = run_memagent(*args, env=env)
+    assert again.returncode == 0 and "NVIDIA" not in again.stderr  # once per machine
+    (memagent_home / "gpu-hint-shown").unlink()
+    plain = run_memagent(*args, env=env)
+    assert f"note: {hint}" in plain.stderr

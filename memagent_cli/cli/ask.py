@@ -388,7 +388,12 @@ def ask(
             sources=source_options,
             done_steps=run["steps"] if run else (),
         )
-        result = _consume(events, err, recorder, quiet=quiet, svg=svg)
+        gpu_hint = None
+        if served is None and not quiet:
+            from ..install.doctor import take_gpu_hint
+
+            gpu_hint = take_gpu_hint()
+        result = _consume(events, err, recorder, quiet=quiet, svg=svg, gpu_hint=None if json_out else gpu_hint)
     except MemagentError as exc:
         if recorder is not None:
             recorder.stopped("failed", str(exc))
@@ -404,6 +409,8 @@ def ask(
         raise
     if json_out:
         out = result.to_dict()
+        if gpu_hint:
+            out["gpu"]["hint"] = gpu_hint
         if recorder is not None and recorder.failed_write is None:
             out["trace"] = recorder.run_id
         print_json(out)
@@ -480,14 +487,20 @@ class _Consumer(Protocol):
     def handle(self, event: Event) -> None: ...
 
 
-def _consume(events: Iterable[Event], err: Console, recorder: Recorder | None, *, quiet: bool, svg: Path | None) -> RunResult:
+def _consume(
+    events: Iterable[Event], err: Console, recorder: Recorder | None, *, quiet: bool, svg: Path | None, gpu_hint: str | None
+) -> RunResult:
     """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
     and the views; returns the result."""
     from ..core.events import RunFinished
     from .views.live import LiveView, PlainProgress
 
     live = not quiet and err.is_terminal
-    views: list[LiveView | PlainProgress] = [LiveView(err)] if live else ([] if quiet else [PlainProgress(err)])
+    views: list[LiveView | PlainProgress] = (
+        [LiveView(err, gpu_hint=gpu_hint)] if live else ([] if quiet else [PlainProgress(err)])
+    )
+    if gpu_hint and not live and not quiet:
+        err.print(f"note: {gpu_hint}", style="yellow", markup=False, soft_wrap=True)
     if svg is not None and not live:  # draw off screen, for the picture alone
         views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
     consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]

@@ -84,6 +84,38 @@ def reinstall_hint(
     return f'CMAKE_ARGS="{flags}" {pip} {_PIP_FLAGS}', note
 
 
+def unused_gpu_hint() -> str | None:
+    """One line when a GPU is here that this llama-cpp-python build cannot use (a CPU-only build,
+    what a plain `pip install` gives, on a machine whose NVIDIA driver sees a GPU), with the
+    reinstall command `doctor` gives; None otherwise."""
+    if _llama_cpp_state()["offload"]:
+        return None
+    from ..model import gpu
+
+    seen = gpu.nvidia_smi_devices()
+    if not seen:
+        return None
+    command, _ = reinstall_hint(has_nvidia_smi=True)
+    return f"{seen[0].name} is here, but this llama-cpp-python runs on the CPU only. To use the GPU: {command}"
+
+
+def take_gpu_hint() -> str | None:
+    """unused_gpu_hint(), the first time on this machine only (remembered in the data directory)."""
+    from ..paths import gpu_hint_marker
+
+    marker = gpu_hint_marker()
+    if marker.exists():
+        return None
+    hint = unused_gpu_hint()
+    if hint is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(hint + "\n", encoding="utf-8")
+        except OSError:  # a read-only data directory: the hint comes again next time, no worse
+            pass
+    return hint
+
+
 def _llama_cpp_state() -> dict[str, Any]:
     """Version, backends, system info and offload support of the installed llama-cpp-python."""
     try:

@@ -69,8 +69,9 @@ class LiveView:
     """The full-screen-width live display: header, progress, the memory as it is written.
     Everything, printed lines included, is drawn at most `fps` times a second."""
 
-    def __init__(self, console: Console, fps: float = FPS):
+    def __init__(self, console: Console, fps: float = FPS, gpu_hint: str | None = None):
         self.console = console
+        self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.take_gpu_hint)
         self.interval = 1.0 / fps
         self.live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False)
         self.header = Text("memagent")
@@ -137,6 +138,8 @@ class LiveView:
         )
         if e.gpu_reason:
             self.header.append_text(Text(f"\n{visible(e.gpu_reason)}", style="dim"))
+        if self.gpu_hint:
+            self.header.append_text(Text(f"\n{visible(self.gpu_hint)}", style="yellow"))
         self.phase = "reading"
         self._draw()
 
