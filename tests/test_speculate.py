@@ -327,3 +327,28 @@ def test_ask_reports_drafts_per_step_and_answers_the_same(tmp_path):
     assert [(s["drafted_tokens"], s["accepted_tokens"]) for s in stored] == [
         (s["drafted_tokens"], s["accepted_tokens"]) for s in fast["steps"]
     ]
+
+
+def test_a_reply_closed_mid_draft_leaves_the_engine_as_a_fresh_one():
+    """A cancelled run closes its reply at any token, drafts in the cache included (`memagent mcp`,
+    Ctrl-C): no error, and the next replies are the ones a fresh engine gives."""
+    from memagent_cli.model.engine import Sampling
+
+    prompts = codeword_prompts(6)
+    fresh = codeword_engine(speculate=True)
+    try:
+        expected = [reply(fresh, p, expect=FACT).text for p in prompts]
+    finally:
+        fresh.close()
+    engine = codeword_engine(speculate=True)
+    try:
+        for cut in range(1, 5):
+            for prompt in prompts:
+                stream = engine.complete(prompt, 32, Sampling(temperature=0.0, seed=3), FACT)
+                for _ in range(cut):
+                    if next(stream, None) is None:
+                        break
+                stream.close()  # mid-reply, mid-draft where a check was under way
+        assert [reply(engine, p, expect=FACT).text for p in prompts] == expected
+    finally:
+        engine.close()

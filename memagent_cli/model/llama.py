@@ -270,10 +270,14 @@ class LlamaEngine:
                         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, n_past, -1)
         finally:
             llama_cpp.llama_sampler_free(chain)
-            # llama-cpp-python's own bookkeeping, which the next call's prefix reuse reads
-            reply = n_past - len(prompt)
-            llm.input_ids[len(prompt) : n_past] = ids[:reply]
-            llm.n_tokens = n_past
+            # llama-cpp-python's own bookkeeping, which the next call's prefix reuse reads. A reply
+            # closed mid-check (a cancelled run) has drafts in the cache that are not in `ids`:
+            # they are dropped, so the cache and the bookkeeping agree on what the context holds.
+            reply = min(n_past - len(prompt), len(ids))
+            llm.input_ids[len(prompt) : len(prompt) + reply] = ids[:reply]
+            llm.n_tokens = len(prompt) + reply
+            if llm.n_tokens < n_past:
+                llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, llm.n_tokens, -1)
         tail = decoder.flush()
         if tail:
             yield TextDelta(tail)
