@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import itertools
 import threading
 import time
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from ..errors import EngineGone, MemagentError
 from ..ingest.base import OcrProgress
 from ..ingest.sources import Segment, Source
 from .agent import check_question, plan_context
-from .chunking import Chunk, IngestStats, iter_chunks, layout
+from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
 from .config import AgentConfig
 from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted
 from .pipeline import (
@@ -190,27 +189,34 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     job_prep = dataclasses.replace(prep, sources=found, notices=[])
     yield RunStarted(question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr)
     yield shared.loaded()
-    chunks, stats = _job_chunks(job, job_prep, config, options, notes)
-    first = next(chunks, None)
-    yield from _drain(notes)
-    if first is None:
-        raise MemagentError(
-            f"There is no text to read in {job.title or job.key}.", "Check the file; the notes above say what was skipped."
-        )
-    replay = tuple(job.done_steps)
-    events = run_question(
-        question,
-        itertools.chain((first,), chunks),
-        stats,
-        job_prep,
-        shared.for_chain(job.chain_key),
-        config,
-        done_steps=replay,
-        started=started,
-    )
-    for event in events:
+    stream, stats = _job_chunks(job, job_prep, config, options, notes)
+    # Read ahead in a thread, as `ask` does: reading overlaps the model's work, and the run's
+    # total steps are known early (progress says "step k of N" and an ETA from the start).
+    chunks = ReadAhead(stream)
+    try:
+        while not chunks.wait(0.2):
+            yield from _drain(notes)
+        if chunks.peek() is None:
+            yield from _drain(notes)
+            raise MemagentError(
+                f"There is no text to read in {job.title or job.key}.", "Check the file; the notes above say what was skipped."
+            )
         yield from _drain(notes)
-        yield event
+        events = run_question(
+            question,
+            chunks,
+            stats,
+            job_prep,
+            shared.for_chain(job.chain_key),
+            config,
+            done_steps=tuple(job.done_steps),
+            started=started,
+        )
+        for event in events:
+            yield from _drain(notes)
+            yield event
+    finally:
+        chunks.close()
 
 
 def _job_chunks(
