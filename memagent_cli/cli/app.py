@@ -87,6 +87,15 @@ def _register_model_commands() -> None:
 _register_model_commands()
 
 
+def _register_mcp() -> None:
+    from .mcp import mcp
+
+    app.command()(mcp)
+
+
+_register_mcp()
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"memagent {__version__}")

@@ -1,0 +1,344 @@
+"""The MCP server itself, on the official SDK: its tools (ask, inspect, resume, traces_list,
+trace_show) and its resource (memagent://traces/{id}), bound to tools.py, and the transports:
+stdio, or streamable HTTP with the SDK's Host/Origin checks and an optional bearer token.
+
+The SDK is imported when a server is built, never when memagent starts. The tools are defined
+inside `build` with real (not postponed) annotations, because the SDK reads their signatures at
+runtime to make each tool's JSON schema (types, bounds and the Field descriptions below).
+"""
+
+import hmac
+import ipaddress
+import json
+import warnings
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, cast
+
+from .. import __version__
+from ..errors import MemagentError
+from .calls import Queue
+from .guard import Roots, client_roots
+from .runs import Engine
+from .settings import MAX_FILES, MAX_QUESTIONS, HttpAddress, ServerSettings
+from .texts import (
+    ASK,
+    INSPECT,
+    INSTRUCTIONS,
+    RESUME,
+    TRACE_RESOURCE,
+    TRACE_SHOW,
+    TRACES_LIST,
+    concurrency_rule,
+    describe,
+)
+from .tools import TRACE_URI, Tools
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def serve(settings: ServerSettings, announce: Callable[[str], None]) -> None:
+    """Runs the server until its client goes (stdio) or it is stopped (HTTP); the model, loaded
+    on first use, is closed after."""
+    import anyio
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    # The 2026-07-28 protocol deprecates the logging capability the memory log rides on; older
+    # hosts still use it, and the warning would say so on stderr for every step.
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+    server, engine = build(settings)
+    try:
+        if settings.http is None:
+            anyio.run(server.run_stdio_async)
+        else:
+            anyio.run(_serve_http, server, settings, settings.http, announce)
+    finally:
+        engine.close()
+
+
+def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
+    """The server, its tools and resource, and the engine they share."""
+    import anyio.to_thread
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent, ToolAnnotations
+    from pydantic import BaseModel, Field
+
+    engine = Engine(settings)
+    tools = Tools(settings, Queue(engine))
+    device = "served engine" if settings.engine.kind == "openai" else "embedded llama.cpp engine (CPU or GPU, as found)"
+    rule = concurrency_rule(settings)
+
+    def text(template: str) -> str:
+        return describe(template, settings, device, rule)
+
+    auth = None
+    verifier = None
+    if settings.http is not None and settings.token:
+        auth = AuthSettings(issuer_url=settings.http.url, resource_server_url=None)  # type: ignore[arg-type]
+        verifier = _StaticToken(settings.token)
+    server: MCPServer[Any] = MCPServer(
+        "memagent",
+        title="memagent",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        token_verifier=verifier,
+        auth=auth,
+        log_level=cast(Any, settings.log_level),
+    )
+
+    class Host:
+        """A request's context, as calls.Host: its progress notifications and log messages."""
+
+        def __init__(self, ctx: Context[Any, Any]):
+            self.ctx = ctx
+
+        async def progress(self, done: float, total: Optional[float], message: str) -> None:
+            await self.ctx.report_progress(done, total, message)
+
+        async def log(self, level: str, line: str) -> None:
+            await self.ctx.log(cast(LoggingLevel, level), line, logger_name="memagent")
+
+    async def declared_roots(ctx: Context[Any, Any]) -> Optional[ListRoots]:
+        capabilities = ctx.client_capabilities
+        return ListRoots() if capabilities is not None and capabilities.roots is not None else None
+
+    def roots_of(declared: Optional[ListRootsResult]) -> Roots:
+        found = client_roots(str(root.uri) for root in declared.roots) if declared is not None else None
+        return Roots(settings.allow, found)
+
+    def result(structured: dict[str, Any], rendered: str) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text=rendered)], structured_content=structured)
+
+    class Evidence(BaseModel):
+        step: int = Field(description="The memory step whose reading the answer rests on.")
+        source: str = Field(description="The document it read, as titled to the model (archive.zip/inner/name in one).")
+        location: str = Field(description='Where in it the step read, e.g. "report.pdf pp. 3–5", "notes.txt chars 0–900".')
+        excerpt: str = Field(description="At most ~300 characters of the text the step read, around what it added to memory.")
+
+    class Run(BaseModel):
+        document: Optional[str] = Field(None, description="With `each`: the document this run read.")
+        question: Optional[str] = None
+        answer: Optional[str] = Field(None, description="The answer, written from the final memory alone.")
+        evidence: Optional[list[Evidence]] = Field(None, description="Where the answer comes from, in reading order.")
+        steps: Optional[int] = Field(None, description="Memory steps the run took.")
+        trace: Optional[str] = Field(None, description=f"The run's trace id: trace_show, resume, {TRACE_URI}.")
+        document_tokens: Optional[int] = None
+        seconds: Optional[float] = None
+        resumed_steps: Optional[int] = Field(None, description="Steps taken over from the interrupted run it continued.")
+        error: Optional[str] = Field(None, description="Why this run failed (the others went on).")
+
+    class AskOutput(Run):
+        results: Optional[list[Run]] = Field(None, description="With `questions` or `each`: one record per run.")
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    budget = settings.config
+
+    @server.tool(name="ask", title="Ask documents", description=text(ASK), annotations=read_only)
+    async def ask(
+        ctx: Context[Any, Any],
+        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        sources: Annotated[
+            list[str],
+            Field(
+                description="Files and folders to read (absolute paths, or relative to the server's directory); "
+                "folders and zip archives are read whole.",
+                min_length=1,
+                max_length=MAX_FILES,
+            ),
+        ],
+        question: Annotated[Optional[str], Field(description="The question to answer.")] = None,
+        questions: Annotated[
+            Optional[list[str]],
+            Field(description="Several questions, each answered by its own run.", max_length=MAX_QUESTIONS),
+        ] = None,
+        each: Annotated[bool, Field(description="Ask every document on its own: one run per document and question.")] = False,
+        chunk_tokens: Annotated[
+            Optional[int], Field(description="Document tokens read per memory step.", ge=1, le=budget.chunk_tokens)
+        ] = None,
+        memory_tokens: Annotated[
+            Optional[int], Field(description="Most tokens a memory update may write.", ge=1, le=budget.memory_tokens)
+        ] = None,
+        temperature: Annotated[Optional[float], Field(description="Sampling temperature; 0 is greedy.", ge=0.0)] = None,
+        include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
+        exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
+        model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
+    ) -> Annotated[CallToolResult, AskOutput]:
+        asked = ([question] if question else []) + list(questions or [])
+        budgets = {"chunk_tokens": chunk_tokens, "memory_tokens": memory_tokens, "temperature": temperature}
+        try:
+            found, rendered = await tools.ask(
+                roots_of(roots),
+                Host(ctx),
+                sources,
+                asked,
+                each=each,
+                budgets=budgets,
+                include=include or (),
+                exclude=exclude or (),
+                model=model,
+            )
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
+        return result(found, rendered)
+
+    @server.tool(name="inspect", title="Inspect documents", description=text(INSPECT), annotations=read_only)
+    async def inspect(
+        ctx: Context[Any, Any],
+        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        sources: Annotated[list[str], Field(description="Files and folders, as for ask.", min_length=1, max_length=MAX_FILES)],
+        question: Annotated[Optional[str], Field(description="The question, for the prompt's size.")] = None,
+        chunk_tokens: Annotated[
+            Optional[int], Field(description="Document tokens per memory step.", ge=1, le=budget.chunk_tokens)
+        ] = None,
+        include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
+        exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        try:
+            found, rendered = await tools.inspect(
+                roots_of(roots), Host(ctx), sources, question, chunk_tokens, include or (), exclude or ()
+            )
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
+        return result(found, rendered)
+
+    @server.tool(name="resume", title="Resume a run", description=text(RESUME), annotations=read_only)
+    async def resume(
+        ctx: Context[Any, Any],
+        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        id: Annotated[str, Field(description='The run\'s trace id, a unique prefix of it, or "last".', min_length=1)],
+    ) -> Annotated[CallToolResult, AskOutput]:
+        try:
+            found, rendered = await tools.resume(roots_of(roots), Host(ctx), id)
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
+        return result(found, rendered)
+
+    @server.tool(name="traces_list", title="List recorded runs", description=text(TRACES_LIST), annotations=read_only)
+    async def traces_list(
+        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        status: Annotated[
+            Optional[str],
+            Field(description="Only runs with this status.", pattern="^(running|complete|interrupted|failed)$"),
+        ] = None,
+        source: Annotated[Optional[str], Field(description="Only runs whose document paths contain this text.")] = None,
+        limit: Annotated[int, Field(description="At most this many runs.", ge=1, le=200)] = 20,
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        try:
+            found, rendered = await anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit))
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
+        return result(found, rendered)
+
+    @server.tool(name="trace_show", title="Show a recorded run", description=text(TRACE_SHOW), annotations=read_only)
+    async def trace_show(
+        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        id: Annotated[str, Field(description='A trace id, a unique prefix of it, or "last".', min_length=1)],
+        step: Annotated[Optional[int], Field(description="Only this step, with its memory.", ge=1)] = None,
+        memories: Annotated[bool, Field(description="Include every step's memory text (long runs: large).")] = False,
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        try:
+            found, rendered = await anyio.to_thread.run_sync(lambda: tools.trace_show(roots_of(roots), id, step, memories))
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
+        return result(found, rendered)
+
+    @server.resource(
+        "memagent://traces/{run_id}",
+        name="trace",
+        title="A recorded run",
+        description=TRACE_RESOURCE,
+        mime_type="application/json",
+    )
+    async def trace(run_id: str) -> str:
+        try:
+            found, _ = await anyio.to_thread.run_sync(lambda: tools.trace_show(Roots(settings.allow), run_id, None, True))
+        except MemagentError as exc:
+            raise ResourceError(str(exc)) from None
+        return json.dumps(found, ensure_ascii=False)
+
+    del ask, inspect, resume, traces_list, trace_show, trace  # registered: the server holds them
+    return server, engine
+
+
+class _StaticToken:
+    """The SDK's TokenVerifier for one shared secret (--token), compared in constant time."""
+
+    def __init__(self, token: str):
+        self._token = token.encode("utf-8")
+
+    async def verify_token(self, token: str) -> "Optional[AccessToken]":
+        from mcp.server.auth.provider import AccessToken
+
+        if hmac.compare_digest(token.encode("utf-8"), self._token):
+            return AccessToken(token=token, client_id="memagent-mcp", scopes=[])
+        return None
+
+
+def transport_security(address: HttpAddress) -> "TransportSecuritySettings":
+    """Host and Origin checks against DNS rebinding: a page in a browser may reach a server on
+    this machine, but only with its own origin, which is refused. Bound to a named address, the
+    requests must name it (or the loopback names); bound to every address (0.0.0.0, ::), the
+    Host cannot be listed and is not checked (the token guards it) while Origin still is."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if _wildcard(address.host):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    named = f"[{address.host}]" if ":" in address.host else address.host
+    hosts, origins = list(LOOPBACK_HOSTS), list(LOOPBACK_ORIGINS)
+    if not address.loopback or address.host not in ("127.0.0.1", "localhost", "::1"):
+        hosts.append(f"{named}:*")
+        origins += [f"http://{named}:*", f"https://{named}:*"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def _wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+class _OriginCheck:
+    """For a server bound to every address, where the SDK's check is off: a request that carries
+    an Origin (a browser's) other than this machine's loopback names is refused."""
+
+    def __init__(self, app: "ASGIApp"):
+        self.app = app
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http":
+            origin = dict(scope.get("headers") or []).get(b"origin")
+            if origin is not None and not _loopback_origin(origin.decode("latin-1")):
+                from starlette.responses import Response
+
+                await Response("Invalid Origin header", status_code=403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _loopback_origin(origin: str) -> bool:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(origin)
+    return parsed.scheme in ("http", "https") and (parsed.hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+async def _serve_http(
+    server: "MCPServer[Any]", settings: ServerSettings, address: HttpAddress, announce: Callable[[str], None]
+) -> None:
+    import uvicorn
+
+    app: Any = server.streamable_http_app(host=address.host, transport_security=transport_security(address))
+    if _wildcard(address.host):
+        app = _OriginCheck(app)
+    config = uvicorn.Config(app, host=address.host, port=address.port, log_level=settings.log_level.lower(), lifespan="on")
+    runner = uvicorn.Server(config)
+    announce(f"memagent mcp: serving {address.url}" + (" (bearer token required)" if settings.token else ""))
+    await runner.serve()

@@ -1,0 +1,314 @@
+"""What each tool of the MCP server does, apart from the protocol: the checks of its arguments,
+the runs it plans, and what it returns (the structured record and its short text). server.py
+binds these to the SDK; every function here takes the call's `Roots` (guard.py) and raises
+MemagentError (a Refused one for what the rules forbid) for the host to read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Mapping, Sequence
+
+import anyio.to_thread
+
+from ..core.config import AgentConfig
+from ..core.jobs import Job
+from ..core.memdiff import evidence_record, evidence_steps
+from ..core.pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
+from ..errors import EXIT_USAGE, MemagentError
+from ..ingest.sources import Source
+from .calls import Host, Planned, Queue
+from .guard import Refused, Roots, check_named, check_sources, run_visible, stored_sources
+from .runs import stored_job
+from .settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
+
+TRACE_URI = "memagent://traces/{id}"
+
+
+class Tools:
+    """The tools of one server: its settings, its engine's queue."""
+
+    def __init__(self, settings: ServerSettings, queue: Queue):
+        self.settings, self.queue = settings, queue
+
+    # ask ------------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        roots: Roots,
+        host: Host,
+        sources: Sequence[str],
+        questions: Sequence[str],
+        *,
+        each: bool = False,
+        budgets: Mapping[str, Any] | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        model: str | None = None,
+    ) -> tuple[dict[str, Any], str]:
+        """The answer (or answers) with evidence, and its text; see server.ASK."""
+        questions = [q.strip() for q in questions if q and q.strip()]
+        if not questions:
+            raise MemagentError("No question given.", "Give `question` (or `questions`).", exit_code=EXIT_USAGE)
+        if len(questions) > MAX_QUESTIONS:
+            raise Refused(
+                f"Refused, nothing was read: {len(questions)} questions (rule: at most {MAX_QUESTIONS} per call).",
+                "Split them over several calls.",
+                exit_code=EXIT_USAGE,
+            )
+        self._check_model(model)
+        config = self.config(budgets or {})
+        options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
+        notes: list[str] = []
+        documents = await anyio.to_thread.run_sync(lambda: self._find(sources, roots, options, notes))
+        for note in notes:
+            await host.log("warning", note)
+        several = each or len(questions) > 1
+        planned = self._plan(documents, questions, config, each)
+        records = await self.queue.run(planned, host, several=several)
+        if not several:
+            return records[0], render(records[0])
+        results = []
+        for plan, found in zip(planned, records):
+            document = plan.job.title if each else None
+            results.append({**({"document": document} if document else {}), "question": plan.job.question, **found})
+        return {"results": results}, "\n\n".join(render(r, head=True) for r in results)
+
+    def _check_model(self, model: str | None) -> None:
+        if not model:
+            return
+        known = {self.settings.model or ""}
+        if self.settings.model:
+            known.add(self.settings.model.rsplit("/", 1)[-1])
+        runner = self.queue.engine.loaded
+        if runner is not None:
+            known.add(runner.prep.model_name)
+        if model not in known:
+            raise MemagentError(
+                f"This server runs {self.settings.model or 'its served model'}; it does not load another model for a call.",
+                "Leave `model` out, or start another memagent mcp with --model for that one.",
+                exit_code=EXIT_USAGE,
+            )
+
+    def config(self, budgets: Mapping[str, Any]) -> AgentConfig:
+        """The server's settings with a call's budgets and temperature, which may not exceed the
+        budgets the server was started with (the loaded context is sized for those)."""
+        base = self.settings.config
+        given = {k: v for k, v in budgets.items() if v is not None}
+        for name in ("chunk_tokens", "memory_tokens", "answer_tokens"):
+            if name in given and given[name] > getattr(base, name):
+                raise MemagentError(
+                    f"{name} {given[name]} is over this server's {getattr(base, name)}.",
+                    f"Ask for at most {getattr(base, name)}, or start the server with --{name.replace('_', '-')} {given[name]}.",
+                    exit_code=EXIT_USAGE,
+                )
+        try:
+            return dataclasses.replace(base, **given)
+        except (TypeError, ValueError) as exc:
+            raise MemagentError(f"Invalid setting: {exc}.", exit_code=EXIT_USAGE) from None
+
+    def _find(self, paths: Sequence[str], roots: Roots, options: SourceOptions, notes: list[str]) -> list[Source]:
+        """The documents the paths name, every one checked before anything is read."""
+        real = check_named(paths, roots, self.settings.cwd)
+        documents = find_sources(real, options, notes.append)
+        check_sources(documents, roots)
+        return documents
+
+    def _plan(self, documents: list[Source], questions: list[str], config: AgentConfig, each: bool) -> list[Planned]:
+        if each:
+            pairs = [(d, q) for d in documents for q in questions]
+            if len(pairs) > MAX_RUNS:
+                raise Refused(
+                    f"Refused, nothing was read: {len(documents)} documents x {len(questions)} questions make "
+                    f"{len(pairs)} runs (rule: at most {MAX_RUNS} per call).",
+                    "Name fewer documents or ask fewer questions per call.",
+                    exit_code=EXIT_USAGE,
+                )
+            several = len(questions) > 1
+            return [
+                Planned(
+                    Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title),
+                    config,
+                    f"{d.title} · Q{questions.index(q) + 1}" if several else d.title,
+                )
+                for d, q in pairs
+            ]
+        return [
+            Planned(Job(key=q, question=q, sources=tuple(documents), title=q), config, f"Q{k + 1}")
+            for k, q in enumerate(questions)
+        ]
+
+    # resume ---------------------------------------------------------------------------
+
+    async def resume(self, roots: Roots, host: Host, run_ref: str) -> tuple[dict[str, Any], str]:
+        """Continues an interrupted (or failed) run from its last step; see server.RESUME."""
+        from ..traces.recorder import resume_plan, resumed_config
+
+        await self.queue.load()
+        runner = self.queue.engine.loaded
+        assert runner is not None  # loaded just now
+
+        def plan() -> Planned:
+            from ..traces.store import TraceStore
+
+            with TraceStore() as store:
+                stored = store.get_run(run_ref)
+                sources = stored_sources(stored, roots)  # before resume_plan hashes them
+                run = resume_plan(store, stored["id"])
+            if not self.queue.engine.same_setup(run, None, runner):
+                raise MemagentError(
+                    f"Run {run['id'][:8]} was made with {run['model']['path']} (or another engine or OCR setting); "
+                    "this server cannot continue it.",
+                    f"Continue it with: memagent ask --resume {run['id'][:8]}",
+                    exit_code=EXIT_USAGE,
+                )
+            config = resumed_config(run["settings"])
+            base = self.settings.config
+            if any(getattr(config, n) > getattr(base, n) for n in ("chunk_tokens", "memory_tokens", "answer_tokens")):
+                raise MemagentError(
+                    f"Run {run['id'][:8]} has larger budgets than this server's context holds.",
+                    f"Continue it with: memagent ask --resume {run['id'][:8]}",
+                    exit_code=EXIT_USAGE,
+                )
+            return Planned(stored_job(run, sources), config, resume=run)
+
+        planned = await anyio.to_thread.run_sync(plan)
+        records = await self.queue.run([planned], host, several=False)
+        return records[0], render(records[0])
+
+    # inspect --------------------------------------------------------------------------
+
+    async def inspect(
+        self,
+        roots: Roots,
+        host: Host,
+        sources: Sequence[str],
+        question: str | None,
+        chunk_tokens: int | None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+    ) -> tuple[dict[str, Any], str]:
+        """What a run would read and cost, without the model's weights; see server.INSPECT."""
+        from ..core.inspection import Report, context_plan, estimate
+
+        config = self.config({"chunk_tokens": chunk_tokens})
+        options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
+        notes: list[str] = []
+        stop = threading.Event()
+
+        def count() -> dict[str, Any]:
+            documents = self._find(sources, roots, options, notes)
+            runner = self.queue.engine.loaded
+            prep: Prepared | None = None
+            if runner is not None:
+                prep = dataclasses.replace(runner.prep, sources=[], notices=[])
+            elif self.settings.model is not None:
+                prep = prepare_model(self.settings.model, EngineOptions(chat_template=self.settings.engine.chat_template))
+            if prep is None or prep.info is None or prep.chat is None:
+                raise MemagentError(
+                    "inspect counts with the model's vocabulary, and this server has none: its engine tokenizes.",
+                    "Start the server with --tokenizer (a GGUF of the served model) to use inspect.",
+                )
+            prep.sources = documents
+            chunks, stats = chunk_stream(prep, config.chunk_tokens, options, notes.append)
+            for _ in chunks:
+                if stop.is_set():
+                    raise anyio.get_cancelled_exc_class()()
+            report = Report(prep, stats, config.chunk_tokens, config.memory_tokens, question.strip() if question else None)
+            report.estimate = estimate(report)
+            report.context = context_plan(report, 1)
+            return report.to_dict()
+
+        try:
+            found = await anyio.to_thread.run_sync(count, abandon_on_cancel=True)
+        finally:
+            stop.set()
+        for note in notes:
+            await host.log("warning", note)
+        minutes = found["estimate"]["seconds"] / 60
+        text = (
+            f"{len(found['sources'])} document(s), {found['document_tokens']:,} tokens: {found['steps_total']} steps of "
+            f"{found['chunk_tokens']:,} tokens; at most about {minutes:.1f} min on {found['estimate']['device']}."
+        )
+        return found, text
+
+    # traces ---------------------------------------------------------------------------
+
+    def traces_list(self, roots: Roots, status: str | None, source: str | None, limit: int) -> tuple[dict[str, Any], str]:
+        """Recorded runs this server may show, newest first; see server.TRACES_LIST."""
+        from ..traces.store import TraceStore
+
+        with TraceStore() as store:
+            runs = [r for r in store.list_runs(status=status, source=source, limit=None) if run_visible(r, roots)][:limit]
+        listed = [
+            {
+                "id": r["id"],
+                "started_at": r["started_at"],
+                "status": r["status"],
+                "question": r["question"],
+                "answer": r.get("answer"),
+                "steps": r["step_count"],
+                "steps_total": r.get("steps_total"),
+                "sources": [s.get("title") or s.get("path") for s in r["sources"]],
+                "uri": TRACE_URI.format(id=r["id"]),
+            }
+            for r in runs
+        ]
+        text = "\n".join(
+            f"{r['id']}  {r['status']:<11} {r['steps']}{'/' + str(r['steps_total']) if r['steps_total'] else ''} steps  "
+            f"{r['question']}" + (f"  → {r['answer']}" if r["answer"] else "")
+            for r in listed
+        )
+        return {"runs": listed}, text or "No recorded runs over the allowed roots."
+
+    def trace_show(self, roots: Roots, run_ref: str, step: int | None, memories: bool) -> tuple[dict[str, Any], str]:
+        """One recorded run: question, sources, settings, steps, evidence, answer; see server.TRACE_SHOW."""
+        from ..traces.store import TraceStore
+
+        with TraceStore() as store:
+            run = store.get_run(run_ref)
+        if not run_visible(run, roots):
+            raise Refused(
+                f"Refused: run {run['id'][:8]} read documents outside the allowed roots, or standard input "
+                "(rule: the server shows only runs over what it may read).",
+                exit_code=EXIT_USAGE,
+            )
+        steps = run["steps"]
+        if step is not None and not any(s["index"] == step for s in steps):
+            raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
+        chosen = set(evidence_steps(steps))
+        shown = [
+            s if memories or step is not None else {k: v for k, v in s.items() if k != "memory"}
+            for s in steps
+            if step is None or s["index"] == step
+        ]
+        out = {
+            **{k: v for k, v in run.items() if k != "steps"},
+            "memory": steps[-1]["memory"] if steps else None,
+            "steps": shown,
+            "evidence": [evidence_record(s) for s in steps if s["index"] in chosen],
+            "uri": TRACE_URI.format(id=run["id"]),
+        }
+        total = f"/{run['steps_total']}" if run.get("steps_total") else ""
+        text = (
+            f"Run {run['id']} ({run['status']}, {len(steps)}{total} steps): {run['question']}\n"
+            f"Answer: {run.get('answer') if run.get('answer') is not None else '(none yet)'}\n"
+            f"Final memory: {out['memory'] or '(none)'}"
+        )
+        return out, text
+
+
+def render(record: Mapping[str, Any], head: bool = False) -> str:
+    """A run's record as a few lines for a host to read."""
+    lines: list[str] = []
+    if head:
+        lines.append(" · ".join(str(record[k]) for k in ("document", "question") if record.get(k)))
+    if record.get("error"):
+        return "\n".join(lines + [f"error: {record['error']}"])
+    lines.append(str(record.get("answer", "")))
+    for item in record.get("evidence") or []:
+        lines.append(f"evidence: {item['location']} (step {item['step']}): {item['excerpt']}")
+    if record.get("trace"):
+        lines.append(f"trace: {record['trace']} ({record.get('steps')} steps; {TRACE_URI.format(id=record['trace'])})")
+    return "\n".join(lines)
