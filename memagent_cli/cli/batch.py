@@ -379,7 +379,14 @@ def batch(
         try:
             drive(
                 run_jobs(
-                    jobs(), model=model_spec, config=config, engine=options, sources=sources, parallel=parallel, count=plan.runs
+                    jobs(),
+                    model=model_spec,
+                    config=config,
+                    engine=options,
+                    sources=sources,
+                    parallel=parallel,
+                    count=plan.runs,
+                    stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
                 ),
                 view=view,
                 recorder_for=recorder_for,

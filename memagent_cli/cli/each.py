@@ -110,6 +110,7 @@ def run_each(
         parallel=parallel,
         questions=questions,
         count=len(jobs),
+        stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
     )
     try:
         drive(events, view=view, recorder_for=lambda job: recorder() if recorder is not None else None, finished=finished)

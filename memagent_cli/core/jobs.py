@@ -31,7 +31,7 @@ from ..ingest.sources import Segment, Source
 from .agent import check_question, plan_context
 from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
 from .config import AgentConfig
-from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted
+from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
 from .pipeline import (
     EngineOptions,
     Prepared,
@@ -138,14 +138,18 @@ def run_jobs(
     parallel: int = 1,
     questions: Sequence[str] = (),
     count: int | None = None,
+    stream_text: bool = True,
 ) -> Iterator[tuple[Job, Event]]:
     """Runs every job, yielding (job, event) as events come; each job's events run from RunStarted
     to RunFinished, or RunFailed when it failed (the others go on). `jobs` is read as runs start.
 
     `questions`, when every job's question is known, sizes the embedded engine's context exactly;
     `count`, the number of jobs when known, keeps a batching engine from reserving sequences no job
-    will use. Ctrl-C (KeyboardInterrupt) stops every run; what each recorded is the caller's to
-    keep. When the engine is gone for good (EngineGone) the whole job stops with it."""
+    will use. `stream_text` False leaves out the TokenText events (the text as it is written), for a
+    caller that shows none: with hundreds of runs in flight, handing each token over costs the
+    client more than the step does (B10). Ctrl-C (KeyboardInterrupt) stops every run; what each
+    recorded is the caller's to keep. When the engine is gone for good (EngineGone) the whole job
+    stops with it."""
     runner: JobRunner | None = None
     running: dict[int, Job] = {}  # only the jobs in flight
     try:
@@ -157,7 +161,7 @@ def run_jobs(
         def start() -> Iterator[Callable[[], Iterator[Event]]]:
             for k, job in enumerate(jobs):
                 running[k] = job
-                yield functools.partial(opened.run, job)
+                yield functools.partial(opened.run, job) if stream_text else functools.partial(_without_text, opened, job)
 
         for index, event in run_all(start(), workers=runner.slots, stop=runner.stop):
             job = running[index]
@@ -173,6 +177,18 @@ def run_jobs(
     finally:
         if runner is not None:
             runner.close()
+
+
+def _without_text(runner: JobRunner, job: Job) -> Iterator[Event]:
+    events = runner.run(job)
+    try:
+        for event in events:
+            if not isinstance(event, TokenText):
+                yield event
+    finally:  # now, not when collected: the run's reading thread and engine call end with it
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
 
 
 def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig, options: SourceOptions) -> Iterator[Event]:
