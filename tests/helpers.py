@@ -5,6 +5,7 @@ the fixtures, built on these."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -269,3 +270,21 @@ def codeword_tokenizer():
 
     tok = load_tokenizer(read_gguf(REPO / "tests" / "data" / "codeword.gguf"))
     return tok.encode, lambda ids: decode(tok, ids)
+
+
+_codeword_tokenizer = functools.lru_cache(maxsize=1)(codeword_tokenizer)  # loaded once for all the documents made
+
+
+def whole_fact(n_tokens: int, seed: int = 0, where: float = 0.5):
+    """A code-word document of about `n_tokens` with the fact at `where` (0 start .. 1 end), from the
+    first seed from `seed` on whose fact no 64-token chunk cuts (the trained model then finds it)."""
+    import random
+
+    from codeword import cut_by_boundary, make_document
+
+    encode, decode = _codeword_tokenizer()
+    for s in range(seed, seed + 200):
+        doc = make_document(random.Random(s), n_tokens, where=where)
+        if not cut_by_boundary(doc, encode, decode, 64):
+            return doc
+    raise AssertionError("no seed gave a whole fact")  # pragma: no cover

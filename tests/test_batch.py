@@ -11,8 +11,7 @@ import sqlite3
 
 import pytest
 from codeword import QUESTION, make_document
-from helpers import CODEWORD_ASK, run_memagent, spawn_memagent
-from test_each import whole_fact
+from helpers import CODEWORD_ASK, run_memagent, spawn_memagent, whole_fact
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 

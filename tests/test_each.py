@@ -12,19 +12,10 @@ import re
 import zipfile
 
 import pytest
-from codeword import QUESTION, cut_by_boundary, make_document
-from helpers import CODEWORD_ASK, codeword_tokenizer, run_memagent
+from codeword import QUESTION, make_document
+from helpers import CODEWORD_ASK, run_memagent, whole_fact
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
-
-
-def whole_fact(n_tokens: int, seed: int):
-    encode, decode = codeword_tokenizer()
-    for s in range(seed, seed + 200):
-        doc = make_document(random.Random(s), n_tokens, where=0.5)
-        if not cut_by_boundary(doc, encode, decode, 64):
-            return doc
-    raise AssertionError("no seed gave a whole fact")  # pragma: no cover
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ and the bearer token too."""
 from __future__ import annotations
 
 import contextlib
-import random
 import socket
 import subprocess
 import sys
@@ -19,8 +18,8 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from codeword import QUESTION, cut_by_boundary, fact_sentence, make_document
-from helpers import CODEWORD_ASK, codeword_tokenizer, free_port, run_memagent, spawn_memagent
+from codeword import QUESTION, fact_sentence
+from helpers import CODEWORD_ASK, free_port, run_memagent, spawn_memagent, whole_fact
 
 pytest.importorskip("mcp")
 
@@ -30,16 +29,6 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 SERVER = ["mcp", *map(str, CODEWORD_ASK), "--temperature", "0", "--threads", "1"]
 TRANSPORTS = ["stdio", "http"]
-
-
-def whole_fact(n_tokens: int, seed: int):
-    """A code-word document whose fact no 64-token chunk cuts (the model then finds it)."""
-    encode, decode = codeword_tokenizer()
-    for s in range(seed, seed + 200):
-        doc = make_document(random.Random(s), n_tokens, where=0.5)
-        if not cut_by_boundary(doc, encode, decode, 64):
-            return doc
-    raise AssertionError("no seed gave a whole fact")  # pragma: no cover
 
 
 @pytest.fixture

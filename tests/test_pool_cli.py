@@ -9,8 +9,7 @@ import signal
 
 import pytest
 from codeword import QUESTION
-from helpers import CODEWORD_MODEL, free_port, llama_server, run_memagent, spawn_memagent
-from test_each import whole_fact
+from helpers import CODEWORD_MODEL, free_port, llama_server, run_memagent, spawn_memagent, whole_fact
 
 BUDGETS = ["--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24", "--temperature", "0"]
 

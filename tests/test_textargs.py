@@ -9,8 +9,7 @@ import os
 import subprocess
 import sys
 
-from helpers import CODEWORD_ASK
-from test_each import whole_fact
+from helpers import CODEWORD_ASK, whole_fact
 
 from memagent_cli.cli.textargs import decode_arguments
 

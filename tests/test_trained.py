@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from helpers import REPO, codeword_tokenizer, run_memagent, spawn_memagent
+from helpers import REPO, codeword_tokenizer, run_memagent, spawn_memagent, whole_fact
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"
@@ -41,16 +41,6 @@ RUN = [
 @pytest.fixture(scope="module")
 def tokenizer():
     return codeword_tokenizer()
-
-
-def whole_fact_document(tokenizer, n_tokens: int, where: float, seed: int = 0):
-    """A document with the fact at `where` (0 start .. 1 end) and not cut by a 64-token boundary."""
-    encode, decode = tokenizer
-    for s in range(seed, seed + 200):
-        doc = make_document(random.Random(s), n_tokens, where=where)
-        if not cut_by_boundary(doc, encode, decode, 64):
-            return doc
-    raise AssertionError("no seed gave a whole fact")  # pragma: no cover
 
 
 def ask_json(*args, **kwargs) -> dict:
@@ -78,7 +68,7 @@ def test_llama_cpp_computes_what_torch_trained():
 
 @pytest.mark.parametrize("where", [0.0, 0.5, 1.0])
 def test_fact_at_start_middle_and_end(tokenizer, tmp_path, where):
-    doc = whole_fact_document(tokenizer, 900, where, seed=int(where * 100))
+    doc = whole_fact(900, int(where * 100), where=where)
     path = tmp_path / "doc.txt"
     path.write_text(doc.text)
     out = ask_json(path, QUESTION)
@@ -100,7 +90,7 @@ def test_no_fact_no_answer(tmp_path):
 
 @pytest.mark.slow
 def test_a_100k_token_document(tokenizer, tmp_path):
-    doc = whole_fact_document(tokenizer, 100_000, 0.37, seed=7)
+    doc = whole_fact(100_000, 7, where=0.37)
     path = tmp_path / "big.txt"
     path.write_text(doc.text)
     out = ask_json(path, QUESTION, "--quiet", timeout=1200)  # 1,563 steps: minutes on a busy machine
@@ -152,13 +142,13 @@ def test_in_one_file_of_a_folder(tmp_path):
 
 
 def test_piped_through_stdin(tokenizer):
-    doc = whole_fact_document(tokenizer, 1500, 0.8, seed=40)
+    doc = whole_fact(1500, 40, where=0.8)
     out = ask_json(QUESTION, input=doc.text)
     assert out["answer"] == doc.value and out["sources"][0]["kind"] == "stdin"
 
 
 def test_interrupted_after_the_fact_then_resumed(tokenizer, tmp_path):
-    doc = whole_fact_document(tokenizer, 8000, 0.05, seed=60)  # ~125 steps: far from done when stopped
+    doc = whole_fact(8000, 60, where=0.05)  # ~125 steps: far from done when stopped
     path = tmp_path / "doc.txt"
     path.write_text(doc.text)
     proc = spawn_memagent("ask", path, QUESTION, *RUN, env={"NO_COLOR": "1"})
