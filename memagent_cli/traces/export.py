@@ -369,22 +369,30 @@ def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     return "\n".join(out)
 
 
-def export_html(run: Record) -> str:
-    question = str(run.get("question") or "(no question)")
-    title = " ".join(question.split())
-    title = title if len(title) <= 80 else title[:79] + "…"
-
-    out = [
+def page_head(title: str, css: str, body_class: str = "") -> list[str]:
+    """The lines of an exported page up to its <body>: the policy that blocks scripts and loads,
+    the title (escaped here) and the inline style; the page and `traces.report`'s share them."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en">',
         "<head>",
         '<meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{_e(PAGE_CSP)}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>memagent: {_e(title)}</title>",
-        f"<style>{PAGE_CSS}</style>",
+        f"<title>{_e(title)}</title>",
+        f"<style>{css}</style>",
         "</head>",
-        "<body>",
+        f'<body class="{body_class}">' if body_class else "<body>",
+    ]
+
+
+def export_html(run: Record) -> str:
+    question = str(run.get("question") or "(no question)")
+    title = " ".join(question.split())
+    title = title if len(title) <= 80 else title[:79] + "…"
+
+    out = [
+        *page_head(f"memagent: {title}", PAGE_CSS),
         "<header>",
         f"<h1>{_e(question)}</h1>",
     ]

@@ -22,7 +22,7 @@ from ..core.display import clip, visible
 from ..core.memdiff import split_changes, word_diff
 from ..core.protocol import INITIAL_MEMORY
 from ..core.provenance import describe_span, describe_spans
-from .export import PAGE_CSP, PAGE_CSS, run_meta_html, status_note, timeline_html
+from .export import PAGE_CSS, page_head, run_meta_html, status_note, timeline_html
 
 Row = Mapping[str, Any]
 Run = Mapping[str, Any]
@@ -110,16 +110,7 @@ def each_report_html(rows: Sequence[Row], runs: Mapping[str, Run], *, title: str
     found = [_run_of(row, runs) for row in rows]
     statuses = [row_status(row, run) for row, run in zip(rows, found)]
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(PAGE_CSP)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(clip(title, 120))}</title>",
-        f"<style>{PAGE_CSS}{REPORT_CSS}</style>",
-        "</head>",
-        '<body class="report">',
+        *page_head(clip(title, 120), PAGE_CSS + REPORT_CSS, "report"),
         "<header>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="summary">{_e(summary_line(rows, statuses))}</p>',
