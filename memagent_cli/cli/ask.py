@@ -33,12 +33,14 @@ from .options import (
     FlashAttnOpt,
     GpuLayersOpt,
     IncludeOpt,
+    InstructionsOpt,
     JsonOpt,
     MemoryOpt,
     ModelOpt,
     OcrChoice,
     OcrOpt,
     PasswordOpt,
+    ProtocolOpt,
     SeedOpt,
     ServedModelOpt,
     SpeculateOpt,
@@ -81,9 +83,11 @@ def ask(
         ),
     ] = None,
     model: ModelOpt = None,
-    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
-    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
-    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    protocol: ProtocolOpt = None,
+    instructions: InstructionsOpt = None,
+    chunk_tokens: ChunkOpt = None,
+    memory_tokens: MemoryOpt = None,
+    answer_tokens: AnswerOpt = None,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     top_p: TopPOpt = DEFAULTS.top_p,
     seed: SeedOpt = DEFAULTS.seed,
@@ -262,6 +266,8 @@ def ask(
                 "top_p": top_p,
                 "seed": seed,
                 "final": final,
+                "protocol": protocol.value if protocol else None,
+                "instructions": instructions,
             }
             _refuse_changed_options(ctx, run, given, model, template_file, engine, served_model, tokenizer)
             _enter(run["settings"].get("cwd"))
@@ -301,7 +307,15 @@ def ask(
                 paths, one = _split_question(args or [])
                 questions = [one]
             template = chat_template(template_file, engine)
+        if served is not None:
+            model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
+        else:
+            model = model_for_run(model, err, offline)
+        if not resume:
             config = agent_config(
+                protocol,
+                model,
+                served.engine.served_model if served is not None else None,
                 chunk_tokens=chunk_tokens,
                 memory_tokens=memory_tokens,
                 answer_tokens=answer_tokens,
@@ -309,11 +323,8 @@ def ask(
                 top_p=top_p,
                 seed=seed,
                 final=final,
+                instructions=instructions or "",
             )
-        if served is not None:
-            model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
-        else:
-            model = model_for_run(model, err, offline)
         engine_options = (
             served.engine
             if served is not None
@@ -455,8 +466,9 @@ def _refuse_changed_options(
             )
     settings = run["settings"]
     for name, value in given.items():
-        if given_here(name) and value != settings.get(name):
-            refuse("--" + name.replace("_", "-"), value, settings.get(name))
+        stored = settings.get(name, getattr(DEFAULTS, name, None))  # a trace older than the setting has its default
+        if given_here(name) and value != stored:
+            refuse("--" + name.replace("_", "-"), value, stored)
     if given_here("model") and model is not None:
         from ..install.registry import resolve_model
 

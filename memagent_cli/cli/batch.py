@@ -1,15 +1,17 @@
 """`memagent batch JOB.jsonl -o RESULTS.jsonl`: a job file's runs, resumable as one job.
 
 Each line of the job file is `{"custom_id", "sources": [...] | "context": "...", "question" |
-"questions": [...]}`; each question is its own run on one loaded model (or pool of servers), and
-each line's result is appended to the results file, keyed by its custom_id, as it finishes. A rerun
-skips the ids already there, redoes the lines that ended in an error, and resumes a run that was
-interrupted from its last recorded step, through the trace store (each run's trace names the
-results file and its key). The whole file is checked before any model loads.
+"questions": [...]}`, with optional `"instructions"` (how its answers are written); each question is
+its own run on one loaded model (or pool of servers), and each line's result is appended to the
+results file, keyed by its custom_id, as it finishes. A rerun skips the ids already there, redoes
+the lines that ended in an error, and resumes a run that was interrupted from its last recorded
+step, through the trace store (each run's trace names the results file and its key). The whole file
+is checked before any model loads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -36,12 +38,14 @@ from .options import (
     FlashAttnOpt,
     GpuLayersOpt,
     IncludeOpt,
+    InstructionsOpt,
     JsonOpt,
     MemoryOpt,
     ModelOpt,
     OcrChoice,
     OcrOpt,
     PasswordOpt,
+    ProtocolOpt,
     SeedOpt,
     ServedModelOpt,
     SpeculateOpt,
@@ -77,6 +81,7 @@ class Line:
     several: bool  # "questions" (a list, answered as "results") rather than "question"
     sources: tuple[str, ...] = ()
     context: str | None = None
+    instructions: str | None = None  # how its answers are written (the final prompt only), over --instructions
 
 
 def _check(obj: object, where: str) -> Line:
@@ -112,7 +117,10 @@ def _check(obj: object, where: str) -> Line:
         if not isinstance(listed, list) or not listed or not all(isinstance(q, str) and q.strip() for q in listed):
             raise bad('"questions" must be a non-empty list of strings')
         questions = tuple(listed)
-    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context)
+    instructions = obj.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise bad('"instructions" must be a string')
+    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context, instructions)
 
 
 def read_lines(path: Path) -> Iterator[Line]:
@@ -199,9 +207,11 @@ def batch(
         ),
     ],
     model: ModelOpt = None,
-    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
-    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
-    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    protocol: ProtocolOpt = None,
+    instructions: InstructionsOpt = None,
+    chunk_tokens: ChunkOpt = None,
+    memory_tokens: MemoryOpt = None,
+    answer_tokens: AnswerOpt = None,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     top_p: TopPOpt = DEFAULTS.top_p,
     seed: SeedOpt = DEFAULTS.seed,
@@ -248,6 +258,7 @@ def batch(
       memagent batch job.jsonl -o out.jsonl --engine openai --base-url urls.txt --parallel 64
     """
     from ..core.jobs import Job, run_jobs
+    from ..install.registry import resolve_model
     from ..traces.recorder import Recorder
     from .jobs import Interrupted, Sinks, atomic_write, drive
     from .views.jobview import JobView
@@ -257,15 +268,6 @@ def batch(
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
         template = chat_template(template_file, engine)
-        config = agent_config(
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
-            answer_tokens=answer_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            final=final,
-        )
         if not job_file.is_file():
             raise MemagentError(
                 f"{job_file} is not a file.", 'Give a JSONL job file: one {"custom_id", ...} per line.', exit_code=EXIT_USAGE
@@ -287,10 +289,23 @@ def batch(
                 plan.runs += len(line.questions)
         if dropped:  # failed and cut-off lines go: they are redone, and a reader finds one line per id
             atomic_write(out, "".join(keep))
+        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
+        config = agent_config(
+            protocol,
+            str(resolve_model(model_spec)) if model_spec else None,
+            served.engine.served_model if served is not None else None,
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            answer_tokens=answer_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            final=final,
+            instructions=instructions or "",
+        )
         store = None if no_trace else open_store(err)
         if store is not None:
             plan.resumable = _resumable(store, results, config, err)
-        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
         options = (
             served.engine
             if served is not None
@@ -331,7 +346,13 @@ def batch(
                 stored = plan.resumable.get(key)
                 steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
                 yield Job(
-                    key=key, question=question, paths=line.sources, context=line.context, title=line.custom_id, done_steps=steps
+                    key=key,
+                    question=question,
+                    paths=line.sources,
+                    context=line.context,
+                    title=line.custom_id,
+                    done_steps=steps,
+                    instructions=line.instructions,
                 )
 
     engine_record = served.record if served is not None else None
@@ -446,8 +467,10 @@ def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -
         except MemagentError as exc:
             err.print(f"warning: {exc} It starts over.", style="yellow", markup=False, soft_wrap=True)
             continue
-        if resumed_config(run["settings"]) != config:
-            continue  # other budgets or sampling: its steps are not this job's
+        stored = resumed_config(run["settings"])
+        # A line's own instructions are in its run's settings; they shape the answer, not the steps.
+        if dataclasses.replace(stored, instructions=config.instructions) != config:
+            continue  # other budgets, sampling or protocol: its steps are not this job's
         if run["steps"]:
             found[key] = run
     return found

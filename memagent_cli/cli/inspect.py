@@ -13,7 +13,6 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
 from .options import (
-    DEFAULTS,
     ChatTemplateOpt,
     ChunkOpt,
     ExcludeOpt,
@@ -24,6 +23,7 @@ from .options import (
     OcrChoice,
     OcrOpt,
     PasswordOpt,
+    ProtocolOpt,
     chat_template,
     quiet_library_logs,
     source_settings,
@@ -60,8 +60,9 @@ def inspect(
             help="Print exactly the text sent for memory step K (needs --question).",
         ),
     ] = None,
-    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
-    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
+    protocol: ProtocolOpt = None,
+    chunk_tokens: ChunkOpt = None,
+    memory_tokens: MemoryOpt = None,
     sequences: Annotated[
         int,
         typer.Option(
@@ -117,6 +118,7 @@ def inspect(
             chat_template=template.text if template is not None else None,
             sequences=sequences,
             warn=warn,
+            protocol=protocol.value if protocol else None,
         )
         if show_prompt is not None:
             text, note = step_prompt(report, show_prompt)

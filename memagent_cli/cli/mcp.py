@@ -29,6 +29,7 @@ from .options import (
     ModelOpt,
     OcrChoice,
     OcrOpt,
+    ProtocolOpt,
     SeedOpt,
     ServedModelOpt,
     SpeculateOpt,
@@ -96,9 +97,10 @@ def mcp(
         ),
     ] = 4,
     model: ModelOpt = None,
-    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
-    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
-    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    protocol: ProtocolOpt = None,
+    chunk_tokens: ChunkOpt = None,
+    memory_tokens: MemoryOpt = None,
+    answer_tokens: AnswerOpt = None,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     top_p: TopPOpt = DEFAULTS.top_p,
     seed: SeedOpt = DEFAULTS.seed,
@@ -140,15 +142,6 @@ def mcp(
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
         template = chat_template(template_file, engine)
-        config = agent_config(
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
-            answer_tokens=answer_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            final=final,
-        )
         if served is not None:  # the served model's vocabulary, when given, cuts the chunks
             model_path = str(resolve_model(served.tokenizer)) if served.tokenizer else None
             engine_options = served.engine
@@ -164,6 +157,18 @@ def mcp(
                 template=template,
                 n_ctx=n_ctx,
             )
+        config = agent_config(
+            protocol,
+            model_path,
+            served.engine.served_model if served is not None else None,
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            answer_tokens=answer_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            final=final,
+        )
         settings = _settings(
             model_path=model_path,
             config=config,

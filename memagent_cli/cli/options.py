@@ -28,11 +28,34 @@ if TYPE_CHECKING:
 
 DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
 
-ChunkOpt = Annotated[int, typer.Option(help="Document tokens read per memory update.", min=1, rich_help_panel="Budgets")]
-MemoryOpt = Annotated[
-    int, typer.Option(help="Most tokens a memory update may write (the memory's bound).", min=1, rich_help_panel="Budgets")
+ChunkOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Document tokens read per memory update. Default: the protocol's (memagent 5000, qwenlong 32768).",
+        min=1,
+        rich_help_panel="Budgets",
+        show_default=False,
+    ),
 ]
-AnswerOpt = Annotated[int, typer.Option(help="Most tokens the final answer may use.", min=1, rich_help_panel="Budgets")]
+MemoryOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Most tokens a memory update may write (the memory's bound)."
+        " Default: the protocol's (memagent 1024, qwenlong 15360).",
+        min=1,
+        rich_help_panel="Budgets",
+        show_default=False,
+    ),
+]
+AnswerOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Most tokens the final answer may use. Default: the protocol's (memagent 1024, qwenlong 8192).",
+        min=1,
+        rich_help_panel="Budgets",
+        show_default=False,
+    ),
+]
 TemperatureOpt = Annotated[
     float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, rich_help_panel="Sampling")
 ]
@@ -43,8 +66,36 @@ SeedOpt = Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_
 FinalOpt = Annotated[
     str,
     typer.Option(
-        help="Final prompt: [b]boxed[/] (trained with) or [b]answer-is[/] (the paper's table was made with it).",
+        help="The memagent protocol's final prompt: [b]boxed[/] (trained with) or [b]answer-is[/]"
+        " (the paper's table was made with it).",
         rich_help_panel="Sampling",
+    ),
+]
+
+
+class ProtocolChoice(str, enum.Enum):
+    memagent = "memagent"
+    qwenlong = "qwenlong"
+
+
+ProtocolOpt = Annotated[
+    Optional[ProtocolChoice],
+    typer.Option(
+        "--protocol",
+        help="The memory-agent protocol the model was trained on: [b]memagent[/] (RL-MemoryAgent) or [b]qwenlong[/]"
+        " (QwenLong-L1.5: memory and plan, 32K-token chunks). Default: the model's (its catalog entry or name), else memagent.",
+        rich_help_panel="Model",
+        show_default=False,
+    ),
+]
+InstructionsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--instructions",
+        help='How the answer should be written, e.g. "Answer in one word.": added after the question in the final'
+        " prompt only; the memory updates see the question alone.",
+        rich_help_panel="Sampling",
+        show_default=False,
     ),
 ]
 ThreadsOpt = Annotated[
@@ -285,10 +336,17 @@ def served_options(
     return Served(engine, record, tokenizer)
 
 
-def agent_config(**settings: Any) -> AgentConfig:
-    """The AgentConfig the command's options ask for; a value it refuses is a usage error (exit 2)."""
+def agent_config(
+    protocol: ProtocolChoice | str | None, model_path: str | None, served_model: str | None = None, **settings: Any
+) -> AgentConfig:
+    """The AgentConfig the command's options ask for: the protocol asked for, else the model's
+    (`model_path`: its GGUF, when there is one; `served_model`: its name on a server); budgets left
+    unset (None) are the protocol's. A value it refuses is a usage error (exit 2)."""
+    from ..core.protocols import of_model
+
+    name = protocol.value if isinstance(protocol, ProtocolChoice) else protocol
     try:
-        return AgentConfig(**settings)
+        return AgentConfig.with_protocol(name or of_model(model_path, served_model), **settings)
     except ValueError as exc:
         raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
 

@@ -28,13 +28,7 @@ from .events import (
     StepStarted,
     TokenText,
 )
-from .protocol import (
-    INITIAL_MEMORY,
-    extract_answer,
-    final_prompt,
-    memory_prompt,
-    next_memory,
-)
+from .protocols import get as get_protocol
 
 # Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from
 # its count on its own (merges across the tag boundaries, split characters).
@@ -64,8 +58,9 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> 
 
 def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig) -> tuple[int, str]:
     """The context a run needs, and how that number is made up (for error messages)."""
-    step_fixed = len(chat.encode(tokenizer, memory_prompt(question, "", "")))
-    final_fixed = len(chat.encode(tokenizer, final_prompt(question, "", config.final)))
+    protocol = get_protocol(config.protocol)
+    step_fixed = len(chat.encode(tokenizer, protocol.memory_prompt(question, "", "")))
+    final_fixed = len(chat.encode(tokenizer, protocol.final_prompt(question, "", config.final, config.instructions)))
     memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
     step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
     final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
@@ -157,7 +152,8 @@ def run_loop(
     """Memory updates over every chunk, then the final answer. `question` is already checked.
     `done_steps` are the stored steps of an interrupted run: their chunks are re-read and
     checked, not sent to the model again, and the loop goes on from the last memory."""
-    memory = INITIAL_MEMORY
+    protocol = get_protocol(config.protocol)
+    memory = protocol.initial_memory
     told_total = False
     steps = 0
 
@@ -185,7 +181,7 @@ def run_loop(
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
         done = yield from _call(
             engine,
-            memory_prompt(question, memory, chunk.text),
+            protocol.memory_prompt(question, memory, chunk.text),
             config.memory_tokens,
             sampling_for(config, chunk.index),
             chunk.index,
@@ -196,7 +192,7 @@ def run_loop(
                 f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
                 f"{done.max_tokens} memory tokens; raise --ctx to avoid this."
             )
-        new_memory = next_memory(done.text)
+        new_memory = protocol.next_memory(done.text)
         yield StepFinished(
             StepRecord(
                 index=chunk.index,
@@ -224,10 +220,14 @@ def run_loop(
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
     done = yield from _call(
-        engine, final_prompt(question, memory, config.final), config.answer_tokens, sampling_for(config, 0), 0
+        engine,
+        protocol.final_prompt(question, memory, config.final, config.instructions),
+        config.answer_tokens,
+        sampling_for(config, 0),
+        0,
     )
     raw = done.text
-    answer, found = extract_answer(next_memory(raw), config.final)
+    answer, found = protocol.extract_answer(raw, config.final)
     yield AnswerFinished(
         raw=raw,
         answer=answer,

@@ -1,11 +1,17 @@
-"""The settings of one MemAgent run, with the reference's values as defaults."""
+"""The settings of one memory-agent run, with the MemAgent reference's values as defaults.
+
+The budgets' defaults are the memagent protocol's; `with_protocol` gives a protocol's own
+(qwenlong reads 32K-token chunks) to the budgets a user did not set."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .protocols import get as get_protocol
+
 FINAL_VARIANTS = ("boxed", "answer-is")
+BUDGETS = ("chunk_tokens", "memory_tokens", "answer_tokens")
 
 
 @dataclass(frozen=True)
@@ -17,7 +23,9 @@ class AgentConfig:
     temperature: float = 0.7  # the reference's evaluation sampling; 0 means greedy
     top_p: float = 0.95  # nucleus sampling, applied after temperature as in the reference
     seed: int | None = None  # fixes sampling; step k uses seed + k so a resumed run repeats itself
-    final: str = "boxed"  # final prompt: "boxed" (trained with) or "answer-is" (the paper's table)
+    final: str = "boxed"  # memagent's final prompt: "boxed" (trained with) or "answer-is" (the paper's table)
+    protocol: str = "memagent"  # the prompts and memory rule the model was trained on: protocols.NAMES
+    instructions: str = ""  # how to format the answer (q_inst): added to the final prompt only
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
@@ -29,6 +37,16 @@ class AgentConfig:
             raise ValueError("top_p must be in (0, 1]")
         if self.final not in FINAL_VARIANTS:
             raise ValueError(f"final must be one of {', '.join(FINAL_VARIANTS)}")
+        get_protocol(self.protocol)  # raises for an unknown one
+
+    @classmethod
+    def with_protocol(cls, protocol: str, **settings: Any) -> "AgentConfig":
+        """A config for `protocol` whose budgets not in `settings` (or None there) are the protocol's."""
+        chosen = get_protocol(protocol)
+        for name in BUDGETS:
+            if settings.get(name) is None:
+                settings[name] = getattr(chosen, name)
+        return cls(protocol=chosen.name, **settings)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

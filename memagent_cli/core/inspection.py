@@ -16,7 +16,8 @@ from .chunking import IngestStats
 from .config import AgentConfig
 from .events import model_record
 from .pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, prepare
-from .protocol import INITIAL_MEMORY, memory_prompt
+from .protocols import get as get_protocol
+from .protocols import of_model
 
 if TYPE_CHECKING:
     from ..model.chat import ChatFormat
@@ -38,6 +39,7 @@ class Report:
     chunk_tokens: int
     memory_tokens: int
     question: str | None
+    protocol: str = "memagent"
     kept_chunk: str | None = None  # text of the chunk --show-prompt asked for
     kept_index: int | None = None
     estimate: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +68,7 @@ class Report:
             "tokenizer": self.prep.tokenizer.name,
             "sources": self.stats.source_records(self.prep.sources),
             "document_tokens": self.stats.document_tokens,
+            "protocol": self.protocol,
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
             "steps_total": self.steps,
@@ -80,24 +83,29 @@ def inspect_sources(
     *,
     model: str | None,
     question: str | None,
-    chunk_tokens: int,
-    memory_tokens: int,
+    chunk_tokens: int | None,
+    memory_tokens: int | None,
     sources: SourceOptions,
     warn: Callable[[str], None],
     keep_chunk: int | None = None,
     chat_template: str | None = None,
     sequences: int = 1,
+    protocol: str | None = None,
 ) -> Report:
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
-    `sequences`: questions batched in one context, which the context is sized for."""
+    `sequences`: questions batched in one context, which the context is sized for; `protocol`:
+    None for the model's; budgets left None are the protocol's."""
     prep = prepare(model, paths, sources, EngineOptions(chat_template=chat_template))
+    chosen = get_protocol(protocol or of_model(prep.model_path))
+    chunk_tokens = chunk_tokens or chosen.chunk_tokens
+    memory_tokens = memory_tokens or chosen.memory_tokens
     for note in prep.notices:
         warn(note)
     default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None else None
     if default is not None and default[0] == "warning":
         warn(default[1])
     chunks, stats = chunk_stream(prep, chunk_tokens, sources, warn)
-    report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None)
+    report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None, chosen.name)
     for chunk in chunks:
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index
@@ -111,7 +119,7 @@ def context_plan(report: Report, sequences: int) -> dict[str, Any]:
     tokens its budgets need, and N questions batched get N times that in one context."""
     from ..model.memory import kv_cache_bytes, model_memory
 
-    config = AgentConfig(chunk_tokens=report.chunk_tokens, memory_tokens=report.memory_tokens)
+    config = AgentConfig.with_protocol(report.protocol, chunk_tokens=report.chunk_tokens, memory_tokens=report.memory_tokens)
     per_sequence = plan_context(report.chat, report.prep.tokenizer, report.question or "", config)
     tokens = per_sequence * sequences
     mem = model_memory(report.info)
@@ -160,8 +168,9 @@ def step_prompt(report: Report, k: int) -> tuple[str, str | None]:
     if report.kept_chunk is None or report.kept_index != k:
         raise MemagentError(f"There is no step {k}: the input makes {report.steps} steps.", exit_code=EXIT_USAGE)
     note = None
-    memory = INITIAL_MEMORY
+    protocol = get_protocol(report.protocol)
+    memory = protocol.initial_memory
     if k > 1:
         memory = "{memory}"
         note = f"The memory at step {k} is what the model writes at step {k - 1}; it is shown as {{memory}}."
-    return report.chat.render(memory_prompt(report.question or "", memory, report.kept_chunk)), note
+    return report.chat.render(protocol.memory_prompt(report.question or "", memory, report.kept_chunk)), note

@@ -54,7 +54,8 @@ class Job:
     of `--each`): a served pool's chain key is derived from it, and a trace is found again by it.
     The input is `sources` (found already), else `paths` (found when the run starts, as `ask`
     finds them), else `context` (text given inline). `title` is what views call the job.
-    `done_steps` are an interrupted run's stored steps: it goes on from there."""
+    `done_steps` are an interrupted run's stored steps: it goes on from there. `instructions`, when
+    given, say how this job's answer is written, over the config's (see AgentConfig.instructions)."""
 
     key: str
     question: str
@@ -63,6 +64,7 @@ class Job:
     context: str | None = None
     title: str = ""
     done_steps: tuple[Mapping[str, Any], ...] = ()
+    instructions: str | None = None
 
     @property
     def chain_key(self) -> str:
@@ -196,6 +198,9 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     started = time.perf_counter()
     notes: list[Event] = []  # what reading told since the last event: passed on in order
     question = check_question(job.question, prep.tokenizer, config)
+    if job.instructions is not None:
+        config = dataclasses.replace(config, instructions=job.instructions.strip())
+        check_question(question + "\n" + config.instructions, prep.tokenizer, config)  # both share its budget
     if job.sources:
         found = list(job.sources)
     elif job.context is None:

@@ -57,7 +57,7 @@ DOCUMENT_SEPARATOR = "\n\n"
 THINK_END = "</think>"
 
 
-def _fill(template: str, **fields: str) -> str:
+def fill(template: str, **fields: str) -> str:
     # str.format would choke on braces inside documents; replace each field exactly once,
     # in a single pass so text inserted for one field is never scanned for another.
     pattern = re.compile("|".join(re.escape("{" + name + "}") for name in fields))
@@ -65,13 +65,13 @@ def _fill(template: str, **fields: str) -> str:
 
 
 def memory_prompt(problem: str, memory: str, chunk: str) -> str:
-    return _fill(MEMORY_PROMPT, problem=problem.strip(), memory=memory, chunk=chunk)
+    return fill(MEMORY_PROMPT, problem=problem.strip(), memory=memory, chunk=chunk)
 
 
 def final_prompt(problem: str, memory: str, variant: str = "boxed") -> str:
     if variant not in FINAL_INSTRUCTIONS:
         raise ValueError(f"unknown final prompt variant {variant!r}")
-    return _fill(_FINAL_PROMPT, instruction=FINAL_INSTRUCTIONS[variant], problem=problem.strip(), memory=memory)
+    return fill(_FINAL_PROMPT, instruction=FINAL_INSTRUCTIONS[variant], problem=problem.strip(), memory=memory)
 
 
 def next_memory(reply: str) -> str:

@@ -39,6 +39,7 @@ class Entry:
     candidates: tuple[str, ...]  # Hub repositories that may hold GGUF builds
     quantizations: dict[str, Quantization]  # tag -> {"size": bytes, "sha256": optional}
     notes: str = ""
+    protocol: str = "memagent"  # the memory-agent protocol the model was trained on (core/protocols.py)
 
     def size(self, quant: str) -> int | None:
         return (self.quantizations.get(quant) or {}).get("size")
@@ -66,6 +67,7 @@ def entries() -> dict[str, Entry]:
             candidates=tuple(e["candidates"]),
             quantizations=dict(e["quantizations"]),
             notes=e.get("notes", ""),
+            protocol=e.get("protocol", "memagent"),
         )
     return out
 

@@ -148,6 +148,16 @@ class NotInstalled(MemagentError):
         )
 
 
+def catalog_entry(path: str | os.PathLike[str]) -> catalog.Entry | None:
+    """The catalog entry of an installed model file (one pulled under a catalog alias), or None."""
+    real = os.path.realpath(path)
+    for name, record in load().items():
+        found = catalog.lookup(name)
+        if found is not None and os.path.realpath(record["path"]) == real:
+            return found[0]
+    return None
+
+
 def resolve_model(model: str | os.PathLike[str] | None) -> Path:
     """The GGUF file a run uses. Raises NotInstalled for a catalog model not yet pulled."""
     from .settings import get_setting

@@ -33,10 +33,12 @@ from ...core.events import (
     TokenText,
 )
 from ...core.memdiff import changes
+from ...core.protocols import get as get_protocol
 from ..textout import clip, visible
 
 FPS = 8
 MEMORY_LINES = 12  # lines of the memory shown while it is written
+PLAN_LINES = 4  # lines of a qwenlong plan shown under the memory
 MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to many rows
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
@@ -89,6 +91,7 @@ class LiveView:
         self.prompt_rate: float | None = None
         self.gen_rate: float | None = None
         self.memory = ""
+        self.protocol = get_protocol("")
         self.history: list[Text] = []  # step summaries, also kept for the snapshot
         self.pending: list[RenderableType] = []  # lines to print above the view at the next frame
         self.ocr: str | None = None  # the OCR progress line, while a document's pages are recognised
@@ -110,6 +113,7 @@ class LiveView:
             method(event)
 
     def _on_RunStarted(self, e: RunStarted) -> None:
+        self.protocol = get_protocol(e.config.protocol)
         sources = ", ".join(visible(s.title) for s in e.sources[:3])
         if len(e.sources) > 3:
             sources += f" and {len(e.sources) - 3} more"
@@ -272,15 +276,18 @@ class LiveView:
         elapsed = time.perf_counter() - self.first_piece_at
         return (self.streamed - 1) / elapsed if elapsed > 0 else None
 
-    def memory_panel(self) -> Panel:
+    def memory_panel(self) -> Panel | Group:
         text = "".join(self.writing) if self.writing else self.memory
+        plan = ""
+        if not self.writing and self.protocol.has_plan:  # qwenlong: the plan shown apart from the memory
+            text, plan = self.protocol.parts(text)
         lines = text.splitlines() or [""]
         shown = "\n".join(lines[-MEMORY_LINES:])
         if len(shown) > MEMORY_CHARS:
             shown = "…" + shown[-MEMORY_CHARS:]
         answering = self.phase.startswith("answer") or self.phase.startswith("done")
         title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
-        return Panel(
+        memory = Panel(
             Text(visible(shown)),
             title=title,
             title_align="left",
@@ -288,6 +295,10 @@ class LiveView:
             subtitle_align="right",
             border_style="blue",
         )
+        if not plan:
+            return memory
+        plan_lines = "\n".join(plan.splitlines()[:PLAN_LINES])
+        return Group(memory, Panel(Text(visible(clip(plan_lines, MEMORY_CHARS)), style="dim"), title="Plan", title_align="left"))
 
     def render(self) -> Group:
         return Group(self.header, self.progress(), self.memory_panel())

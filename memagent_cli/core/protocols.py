@@ -1,0 +1,122 @@
+"""Memory-agent protocols as a choice: what each model family was trained to read and write.
+
+A protocol owns its prompts and initial memory, its default budgets, how a reply becomes the next
+memory, what of the memory the final prompt gets, and how the answer is read. The loop (agent.py),
+chunking, traces, evidence, the views and eval are the same for every protocol.
+
+Two are known: `memagent` (the RL-MemoryAgent models, protocol.py) and `qwenlong`
+(QwenLong-L1.5, qwenlong.py). Which one a run uses: the `--protocol` option; else the model's
+(its catalog entry, or "qwenlong" in its GGUF's name or file name, or the served model's name);
+else `memagent`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MemagentError
+from . import protocol as memagent_strings
+from . import qwenlong as qwenlong_strings
+
+NAMES = ("memagent", "qwenlong")
+DEFAULT = "memagent"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol; `memagent` itself (this class's methods are MemAgent's rules)."""
+
+    name: str = "memagent"
+    initial_memory: str = memagent_strings.INITIAL_MEMORY
+    chunk_tokens: int = 5000  # the reference's budgets: see AgentConfig
+    memory_tokens: int = 1024
+    answer_tokens: int = 1024
+    has_plan: bool = False  # whether a memory carries a plan beside it (shown apart)
+
+    def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
+        return memagent_strings.memory_prompt(question, memory, chunk)
+
+    def final_prompt(self, question: str, memory: str, variant: str = "boxed", instructions: str = "") -> str:
+        """The answer's prompt; `instructions` (how to format the answer) follow the question
+        on a new line, here only: the memory updates never see them."""
+        problem = question.strip() + ("\n" + instructions.strip() if instructions.strip() else "")
+        return memagent_strings.final_prompt(problem, memory, variant)
+
+    def next_memory(self, reply: str) -> str:
+        return memagent_strings.next_memory(reply)
+
+    def parts(self, memory: str) -> tuple[str, str]:
+        """(memory, plan): what the views show apart. MemAgent's memory has no plan."""
+        return memory, ""
+
+    def extract_answer(self, reply: str, variant: str = "boxed") -> tuple[str, bool]:
+        return memagent_strings.extract_answer(memagent_strings.next_memory(reply), variant)
+
+
+@dataclass(frozen=True)
+class QwenLong(Protocol):
+    """QwenLong-L1.5's: memory and plan, 32K chunks, reasoning before every reply."""
+
+    name: str = "qwenlong"
+    initial_memory: str = qwenlong_strings.INITIAL_MEMORY
+    chunk_tokens: int = qwenlong_strings.CHUNK_TOKENS
+    memory_tokens: int = qwenlong_strings.MEMORY_TOKENS
+    answer_tokens: int = qwenlong_strings.ANSWER_TOKENS
+    has_plan: bool = True
+
+    def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
+        return memagent_strings.fill(qwenlong_strings.MEMORY_PROMPT, question=question.strip(), memory=memory, chunk=chunk)
+
+    def final_prompt(self, question: str, memory: str, variant: str = "boxed", instructions: str = "") -> str:
+        # `variant` is MemAgent's final-instruction choice; this prompt has none.
+        problem = qwenlong_strings.question_text(question.strip(), instructions.strip())
+        return memagent_strings.fill(qwenlong_strings.FINAL_PROMPT, question=problem, memory=self.parts(memory)[0])
+
+    def next_memory(self, reply: str) -> str:
+        return qwenlong_strings.next_memory(reply)
+
+    def parts(self, memory: str) -> tuple[str, str]:
+        return qwenlong_strings.parts(memory)
+
+    def extract_answer(self, reply: str, variant: str = "boxed") -> tuple[str, bool]:
+        return qwenlong_strings.extract_answer(reply)
+
+
+PROTOCOLS: dict[str, Protocol] = {"memagent": Protocol(), "qwenlong": QwenLong()}
+
+
+def get(name: str) -> Protocol:
+    """The protocol of that name ("" is the default); ValueError for an unknown one."""
+    try:
+        return PROTOCOLS[name or DEFAULT]
+    except KeyError:
+        raise ValueError(f"protocol must be one of {', '.join(NAMES)}") from None
+
+
+def guess(*names: str | Path | None) -> str:
+    """The protocol a model's names make clear (its GGUF name, file name, served name); '' if none."""
+    for name in names:
+        if name and "qwenlong" in re.sub(r"[^a-z0-9]", "", Path(str(name)).name.lower()):
+            return "qwenlong"
+    return ""
+
+
+def of_model(path: str | None, *names: str | None) -> str:
+    """The protocol a model was trained on: its catalog entry's when it was pulled under an alias,
+    else what its names make clear (the GGUF's general.name, its file name, a served model's
+    name), else the default. `path`: the GGUF, when there is one."""
+    if path:
+        from ..install.registry import catalog_entry
+        from ..model.gguf import read_gguf
+
+        entry = catalog_entry(path)
+        if entry is not None:
+            return entry.protocol
+        try:
+            gguf_name = str(read_gguf(Path(path)).get("general.name") or "")
+        except MemagentError:  # an unreadable file is reported when it is loaded, not here
+            gguf_name = ""
+        names = (gguf_name, path, *names)
+    return guess(*names) or DEFAULT
