@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from helpers import run_memagent, words
+import pytest
+from codeword import QUESTION
+from helpers import CODEWORD_MODEL, run_memagent, whole_fact, words
 
 BUDGETS = ["--chunk-tokens", "128", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0", "--threads", "1"]
 
@@ -93,7 +95,8 @@ def test_bad_data_is_one_line(models, tmp_path):
     done = run_memagent("eval", data, "-m", models["random"], *BUDGETS)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f'error: {data} line 2 needs "context" and "input" texts and a non-empty "answers" list.'
+        f'error: {data} line 2 needs "context", the question ("input" or "question") and the answer ("answers", a list, '
+        'or "answer", a text); "id", "instructions" and "random_string_to_prepend" are optional.'
     )
     nothing = run_memagent("eval", tmp_path / "none.jsonl", "-m", models["random"])
     assert nothing.returncode == 2 and "is not a file" in nothing.stderr
@@ -115,3 +118,159 @@ def test_eval_takes_the_engine_flags_ask_takes_through_the_same_settings(models,
     good = run_memagent("eval", data, "-m", models["random"], *BUDGETS, "--gpu-layers", "0", "--json")
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["n"] == 1
+
+
+# --- items converted from QwenLong-L1.5's sets (MRCR, CorpusQA) -----------------------------------
+
+
+def test_items_in_the_mrcr_and_corpusqa_layouts_are_read(tmp_path):
+    from memagent_cli.evals.evaluation import Item, read_items
+
+    objects = [
+        # MRCR's own fields, with its extra ones (n_needles) ignored
+        {"id": "m1", "context": "c1", "question": "q1", "answer": "XYpoem", "random_string_to_prepend": "XY", "n_needles": 2},
+        # CorpusQA-style: a core question, and how the answer is written
+        {"context": "c2", "question": "q2", "answer": "42", "instructions": "Answer with a number only."},
+        # the RULER-HotpotQA names win over the aliases
+        {"context": "c3", "input": "q3", "question": "not this", "answers": ["a", "b"], "answer": "not this"},
+        {"context": "c4", "input": "q4", "answers": "one", "instructions": None, "random_string_to_prepend": None},
+    ]
+    expected = [
+        Item("m1", "c1", "q1", ["XYpoem"], None, "XY"),
+        Item("2", "c2", "q2", ["42"], "Answer with a number only.", None),
+        Item("3", "c3", "q3", ["a", "b"]),
+        Item("4", "c4", "q4", ["one"]),
+    ]
+    jsonl, array = tmp_path / "items.jsonl", tmp_path / "items.json"
+    jsonl.write_text("".join(json.dumps(o) + "\n" for o in objects))
+    array.write_text(json.dumps(objects))
+    assert list(read_items(jsonl)) == list(read_items(array)) == expected
+
+
+def test_a_bad_item_in_the_new_layout_is_one_line_and_jsonl_is_read_as_it_goes(tmp_path):
+    from memagent_cli.errors import MemagentError
+    from memagent_cli.evals.evaluation import read_items
+
+    good = json.dumps({"context": "c", "question": "q", "answer": "a"})
+    for bad, says in [
+        (
+            {"context": "c", "question": "q", "answer": "a", "instructions": ["Be brief."]},
+            'line 2: "instructions" is not a text.',
+        ),
+        ({"context": "c", "question": "q", "answer": "a", "random_string_to_prepend": 7}, '"random_string_to_prepend" is not'),
+        ({"context": "c", "question": "q", "answer": []}, 'line 2 needs "context", the question ("input" or "question")'),
+        ({"context": "c", "answer": "a"}, 'line 2 needs "context", the question ("input" or "question")'),
+    ]:
+        data = tmp_path / "items.jsonl"
+        data.write_text(good + "\n" + json.dumps(bad) + "\n" + "not json\n")
+        items = read_items(data)
+        assert next(items).question == "q"  # the first item comes before the second is read
+        with pytest.raises(MemagentError) as caught:
+            next(items)
+        message = str(caught.value)
+        assert says in message and "\n" not in message and "random_string_to_prepend" in message, message
+
+
+CODEWORD_BUDGETS = ["--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24", "--final", "boxed"]
+
+
+def codeword_items(doc, *extra: dict) -> list[dict]:
+    """MRCR-layout items over one code-word document: one whose prefix is empty (any answer
+    starts with it), one whose answer must start with "Zq7" (the model never writes it)."""
+    return [
+        {"id": "open", "context": doc.text, "question": QUESTION, "answer": doc.value, "random_string_to_prepend": ""},
+        {"id": "zq7", "context": doc.text, "question": QUESTION, "answer": "Zq7" + doc.value, "random_string_to_prepend": "Zq7"},
+        *extra,
+    ]
+
+
+def test_an_items_instructions_reach_its_final_prompt_only_and_mrcr_grades_the_answer(tmp_path):
+    """Three items over one document on the trained code-word model: the one with instructions
+    starts its run with them in its config, reads the document with the same memory prompts as
+    the others, and gets a final prompt that holds them; MRCR grades the answers."""
+    from memagent_cli import AgentConfig, EngineOptions
+    from memagent_cli.core.events import AnswerFinished, RunFinished, RunStarted
+    from memagent_cli.core.protocols import get
+    from memagent_cli.evals.evaluation import ItemScored, evaluate_events, summary
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    doc = whole_fact(200, 3, where=0.5)
+    told = "Write the code word in capitals."
+    items = codeword_items(
+        doc, {"id": "told", "context": doc.text, "input": QUESTION, "answers": [doc.value], "instructions": told}
+    )
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(i) + "\n" for i in items))
+    config = AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=24, temperature=0, final="boxed")
+    started, answered, finished, rows = {}, {}, {}, {}
+    for item, event in evaluate_events(
+        data, model=str(CODEWORD_MODEL), config=config, engine=EngineOptions(threads=1), parallel=1, skip=set()
+    ):
+        if isinstance(event, RunStarted):
+            started[item.id] = event
+        elif isinstance(event, AnswerFinished):
+            answered[item.id] = event
+        elif isinstance(event, RunFinished):
+            finished[item.id] = event.result
+        elif isinstance(event, ItemScored):
+            rows[item.id] = event.row
+
+    assert {k: e.config.instructions for k, e in started.items()} == {"open": "", "zq7": "", "told": told}
+    assert started["told"].question == QUESTION  # the question stays the core question
+    steps = {k: [(s.prompt_tokens, s.memory) for s in r.steps] for k, r in finished.items()}
+    assert steps["told"] == steps["open"] and len(steps["open"]) >= 3  # the memory updates never see them
+    info = read_gguf(CODEWORD_MODEL)
+    chat, tokenizer, protocol = ChatFormat.from_gguf(info), load_tokenizer(info), get("memagent")
+    memory = finished["told"].steps[-1].memory
+    with_them = len(chat.encode(tokenizer, protocol.final_prompt(QUESTION, memory, "boxed", told)))
+    without = len(chat.encode(tokenizer, protocol.final_prompt(QUESTION, memory, "boxed")))
+    assert answered["told"].prompt_tokens == with_them > without == answered["open"].prompt_tokens
+
+    assert rows["open"]["prediction"] == doc.value and rows["open"]["mrcr"] == 1.0
+    assert rows["zq7"]["prediction"] == doc.value and rows["zq7"]["mrcr"] == 0.0  # no "Zq7" first
+    assert "mrcr" not in rows["told"]  # no random_string_to_prepend: not graded by MRCR
+    assert summary(list(rows.values()))["mrcr"] == 50.0
+
+
+def test_eval_reports_the_mrcr_average_in_json_and_in_the_table(tmp_path):
+    doc = whole_fact(200, 3, where=0.5)
+    data = tmp_path / "mrcr.jsonl"
+    data.write_text("".join(json.dumps(i) + "\n" for i in codeword_items(doc)))
+    out = tmp_path / "results.jsonl"
+    run = ["eval", data, "-m", CODEWORD_MODEL, *CODEWORD_BUDGETS, "--temperature", "0", "--threads", "1"]
+    done = run_memagent(*run, "--out", out, "--json")
+    assert done.returncode == 0, done.stderr
+    # "amber falcon" against "Zq7amber falcon": sub_em right, em wrong, f1 1/2 ("falcon"); MRCR 0.
+    assert json.loads(done.stdout) == {
+        "schema": 1,
+        "n": 2,
+        "sub_em": 100.0,
+        "em": 50.0,
+        "f1": 75.0,
+        "mrcr": 50.0,
+        "failed": 0,
+        "out": str(out),
+    }
+    assert sorted(json.loads(line)["mrcr"] for line in out.read_text().splitlines()) == [0.0, 1.0]
+    assert "open: mrcr 1.00" in done.stderr and "zq7: mrcr 0.00" in done.stderr
+
+    table = run_memagent(*run, "--out", out)  # everything done: the table from the results file
+    assert table.returncode == 0, table.stderr
+    rows = [line.strip("┃│ ").replace("┃", "│").split("│") for line in table.stdout.splitlines() if line.startswith(("┃", "│"))]
+    assert [[cell.strip() for cell in row] for row in rows] == [
+        ["n", "mrcr", "sub_em", "em", "f1"],
+        ["2", "50.00", "100.00", "50.00", "75.00"],
+    ]
+
+    plain = run_memagent(*run, "--metric", "sub_em", "--out", tmp_path / "plain.jsonl", "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert "mrcr" not in json.loads(plain.stdout)
+
+
+def test_the_cli_offers_the_metrics_scoring_knows():
+    from memagent_cli.cli.evals import MetricChoice
+    from memagent_cli.evals.scoring import METRICS
+
+    assert tuple(m.value for m in MetricChoice) == METRICS

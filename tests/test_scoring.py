@@ -1,4 +1,5 @@
-"""Answer scoring: the MemAgent authors' sub_em / em / F1, checked on the reference's edge cases.
+"""Answer scoring: the MemAgent authors' sub_em / em / F1, checked on the reference's edge cases,
+and OpenAI MRCR's grade.
 
 Every expected value is worked out by hand from the reference's rules (see memagent_cli/evals/scoring.py).
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from memagent_cli.evals.scoring import best, em, f1, normalize, score, sub_em
+from memagent_cli.evals.scoring import best, em, f1, mrcr, normalize, score, sub_em
 
 
 @pytest.mark.parametrize(
@@ -122,3 +123,50 @@ def test_unicode():
 def test_numbers():
     assert score("The answer is 1,234,567.", ["1234567"]) == pytest.approx({"sub_em": 1.0, "em": 0.0, "f1": 0.5})
     assert score("7654321", ["1234567"]) == {"sub_em": 0.0, "em": 0.0, "f1": 0.0}
+
+
+def test_mrcr_without_the_prefix_scores_zero():
+    assert mrcr("hello", "XYhello", "XY") == 0.0
+    assert mrcr("xyhello", "XYhello", "XY") == 0.0  # case counts
+    assert mrcr(" XYhello", "XYhello", "XY") == 0.0  # so does a leading space
+    assert mrcr("hello XY", "XYhello", "XY") == 0.0  # the prefix must come first
+    assert mrcr(None, "XYhello", "XY") == 0.0
+    assert mrcr("", "XYhello", "XY") == 0.0
+
+
+def test_mrcr_exact_answer_scores_one():
+    assert mrcr("XYhello world", "XYhello world", "XY") == 1.0
+    assert mrcr("hello", "hello", "") == 1.0  # every response starts with an empty prefix
+
+
+@pytest.mark.parametrize(
+    "response, answer, expected",
+    [
+        ("XYabcd", "XYbcde", 0.75),  # "bcd" matches: 2*3 / (4+4)
+        ("XYhello", "XYhello world", 0.625),  # 2*5 / (5+11): the prefix earns nothing
+        ("XYHello.", "XYhello", 8 / 11),  # nothing normalized: "ello" matches, 2*4 / (6+5)
+        ("XYXYab", "XYab", 2 / 3),  # the prefix is removed once: "XYab" vs "ab", 2*2 / (4+2)
+        ("XYab", "ab", 1.0),  # an answer without the prefix is compared as it is
+        # SequenceMatcher's autojunk, on as in the card: in an answer of 200+ characters, "a"
+        # (250 of 251) is too common to start a match, so only "x" matches: 2*1 / (251+251).
+        # With autojunk off the 250 a's would match and this would be 500/502.
+        ("XYx" + "a" * 250, "XY" + "a" * 250 + "x", 2 / 502),
+    ],
+)
+def test_mrcr_is_the_sequence_matcher_ratio_after_the_prefix(response, answer, expected):
+    assert mrcr(response, answer, "XY") == pytest.approx(expected)
+
+
+def test_score_adds_mrcr_where_the_item_or_the_metric_asks():
+    golds = ["XYhello"]
+    assert "mrcr" not in score("XYhello", golds)  # auto, no prefix: the RULER-HotpotQA metrics only
+    assert score("XYhello", golds, random_string_to_prepend="XY")["mrcr"] == 1.0
+    # "hello" is in "xyhello" once normalized: sub_em's right, MRCR's wrong (no prefix).
+    assert score("hello", golds, random_string_to_prepend="XY") == {"sub_em": 1.0, "em": 0.0, "f1": 0.0, "mrcr": 0.0}
+    assert "mrcr" not in score("XYhello", golds, random_string_to_prepend="XY", metric="sub_em")
+    # --metric mrcr on an item without a prefix: the prefix is "", the grade the bare ratio.
+    assert score("hello", golds, metric="mrcr")["mrcr"] == pytest.approx(10 / 12)  # 2*5 / (5+7)
+    assert score("XYab", ["XYzz", "XYab"], random_string_to_prepend="XY")["mrcr"] == 1.0  # best gold
+    assert score("XYab", ["XYzz", "XYab"], random_string_to_prepend="")["mrcr"] == 1.0  # "" is a prefix too
+    with pytest.raises(ValueError):
+        score("a", ["a"], metric="rouge")

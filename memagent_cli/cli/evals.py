@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import enum
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
@@ -30,6 +31,7 @@ from .options import (
     FlashAttnOpt,
     GpuLayersOpt,
     MemoryOpt,
+    ProtocolOpt,
     SeedOpt,
     ServedModelOpt,
     SpeculateOpt,
@@ -50,6 +52,14 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from ..core.events import Event
+
+
+class MetricChoice(str, enum.Enum):
+    """--metric: the choices of evals.scoring.METRICS (a test keeps the two alike)."""
+
+    auto = "auto"
+    sub_em = "sub_em"
+    mrcr = "mrcr"
 
 
 class _DefaultRun(TyperGroup):
@@ -81,7 +91,9 @@ def run(
         Path,
         typer.Argument(
             help="JSONL (or a JSON array) of items with context, input (the question), "
-            "answers and optionally id: the authors' RULER-HotpotQA format.",
+            "answers and optionally id: the authors' RULER-HotpotQA format. Also read: question for input, "
+            "answer (a text) for answers, instructions (added to the final prompt only) and MRCR's "
+            "random_string_to_prepend.",
             show_default=False,
         ),
     ],
@@ -120,9 +132,17 @@ def run(
         ),
     ] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
-    chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens,
-    memory_tokens: MemoryOpt = DEFAULTS.memory_tokens,
-    answer_tokens: AnswerOpt = DEFAULTS.answer_tokens,
+    metric: Annotated[
+        MetricChoice,
+        typer.Option(
+            help="sub_em, em and f1 are always scored. [b]auto[/]: MRCR's grade too for the items with a "
+            "random_string_to_prepend; [b]mrcr[/]: for every item; [b]sub_em[/]: for none.",
+        ),
+    ] = MetricChoice.auto,
+    protocol: ProtocolOpt = None,
+    chunk_tokens: ChunkOpt = None,
+    memory_tokens: MemoryOpt = None,
+    answer_tokens: AnswerOpt = None,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     top_p: TopPOpt = DEFAULTS.top_p,
     seed: SeedOpt = DEFAULTS.seed,
@@ -133,28 +153,22 @@ def run(
     speculate: SpeculateOpt = None,
     batch: BatchOpt = None,
     template_file: ChatTemplateOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print {n, sub_em, em, f1} (percentages) as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print {n, sub_em, em, f1, and mrcr when graded} (percentages) as JSON.")
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     from rich.table import Table
 
     from ..core.events import RunFailed
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
+    from ..install.registry import resolve_model
     from .textout import json_text, print_json
 
     err = stderr_console()
     try:
         served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
         template = chat_template(template_file, engine)
-        config = agent_config(
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
-            answer_tokens=answer_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            final=final,
-        )
         if not data.is_file():
             raise MemagentError(
                 f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE
@@ -173,6 +187,18 @@ def run(
             )
         )
         model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
+        config = agent_config(
+            protocol,
+            str(resolve_model(model_spec)) if model_spec else None,
+            served.engine.served_model if served is not None else None,
+            chunk_tokens=chunk_tokens,
+            memory_tokens=memory_tokens,
+            answer_tokens=answer_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            final=final,
+        )
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]
         failures: list[tuple[str, MemagentError]] = []
@@ -181,7 +207,14 @@ def run(
         try:
             with progress:
                 for item, event in evaluate_events(
-                    data, model=model_spec, config=config, engine=options, parallel=parallel, skip=set(previous), limit=limit
+                    data,
+                    model=model_spec,
+                    config=config,
+                    engine=options,
+                    parallel=parallel,
+                    skip=set(previous),
+                    limit=limit,
+                    metric=metric.value,
                 ):
                     if isinstance(event, ItemScored):
                         rows.append(event.row)
@@ -209,9 +242,11 @@ def run(
         print_json({**result, "failed": len(failures), "out": str(out) if out else None})
     else:
         table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
-        for key in ("n", "sub_em", "em", "f1"):
+        keys = [key for key in ("mrcr", "sub_em", "em", "f1") if key in result]  # MRCR first: Table 9's number
+        table.add_column("n", justify="right")
+        for key in keys:
             table.add_column(key, justify="right")
-        table.add_row(str(result["n"]), f"{result['sub_em']:.2f}", f"{result['em']:.2f}", f"{result['f1']:.2f}")
+        table.add_row(str(result["n"]), *(f"{result[key]:.2f}" for key in keys))
         SafeConsole(highlight=False).print(table)
     if failures:
         err.print(
@@ -265,13 +300,16 @@ class _Progress:
 
     def done(self, row: dict[str, Any], running: dict[str, Any]) -> None:
         self.count += 1
+        # MRCR's grade is a similarity, not right or wrong: an item graded by it shows its grade.
+        verdict = f"mrcr {row['mrcr']:.2f}" if "mrcr" in row else ("right" if row["sub_em"] else "wrong")
+        key = "mrcr" if "mrcr" in running else "sub_em"
         line = (
-            f"{row['id']}: {'right' if row['sub_em'] else 'wrong'} ({row['steps']} steps, {row['seconds']:.1f}s); "
-            f"sub_em so far {running['sub_em']:.2f}% of {running['n']}"
+            f"{row['id']}: {verdict} ({row['steps']} steps, {row['seconds']:.1f}s); "
+            f"{key} so far {running[key]:.2f}% of {running['n']}"
         )
         if self.bar is not None:
             assert self.task is not None  # __enter__ adds the task whenever there is a bar
-            self.bar.update(self.task, completed=self.count, description=f"sub_em {running['sub_em']:.1f}%")
+            self.bar.update(self.task, completed=self.count, description=f"{key} {running[key]:.1f}%")
         else:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 

@@ -1,14 +1,18 @@
 """`memagent eval`: run a data set of (context, question, answers) items and score them.
 
-Items are the authors' RULER-HotpotQA layout, JSONL or a JSON array of objects with
-`context`, `input` (the question), `answers` and optionally `id`. Each item is its own
-MemAgent run over its own context, chunked as the reference does (the stripped text,
+Items are JSONL or a JSON array of objects. The authors' RULER-HotpotQA layout has `context`,
+`input` (the question), `answers` and optionally `id`; items converted from QwenLong-L1.5's sets
+(MRCR, CorpusQA) may say `question` instead of `input` and `answer` (one text) instead of
+`answers`, and carry `instructions` (how the answer is written, QwenLong's q_inst: the final
+prompt gets them, the memory updates do not) and MRCR's `random_string_to_prepend`. Each item is
+its own MemAgent run over its own context, chunked as the reference does (the stripped text,
 tokenized once, sliced); each runs through the same pipeline as a question of `ask -q`
 (core.pipeline.run_question), scheduled by core.jobs as `ask --each` and `batch` are: the runs share
 one engine, several in flight where it takes several calls at once.
-Scores are the reference's (evals/scoring.py). Results go to a JSONL file as each item finishes, so
-a rerun skips what is done; JSONL items are read one at a time, so a data set of
-multi-million-token contexts never sits in memory whole.
+Scores are evals/scoring.py's: sub_em, em and f1 always, MRCR's grade where the item or --metric
+asks for it. Results go to a JSONL file as each item finishes, so a rerun skips what is done;
+JSONL items are read one at a time, so a data set of multi-million-token contexts never sits in
+memory whole.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResu
 from ..core.jobs import Job, run_jobs
 from ..core.pipeline import EngineOptions
 from ..errors import EXIT_USAGE, MemagentError
-from .scoring import score
+from .scoring import METRICS, score
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,15 @@ class Item:
     context: str
     question: str
     answers: list[str]
+    instructions: str | None = None  # how the answer is written: the final prompt's alone
+    random_string_to_prepend: str | None = None  # MRCR's: the answer must start with it
+
+
+# Said by every error about an item's fields: what a reader accepts.
+_FIELDS = (
+    'needs "context", the question ("input" or "question") and the answer ("answers", a list, or "answer", a text);'
+    ' "id", "instructions" and "random_string_to_prepend" are optional.'
+)
 
 
 def read_items(path: Path) -> Iterator[Item]:
@@ -72,9 +85,12 @@ def read_items(path: Path) -> Iterator[Item]:
 def _item(obj: object, n: int, where: str) -> Item:
     if not isinstance(obj, dict):
         raise MemagentError(f"{where} is not an object.", exit_code=EXIT_USAGE)
-    context, question, answers = obj.get("context"), obj.get("input"), obj.get("answers")
+    # The RULER-HotpotQA names win where an item has both: they are what the paper's files use.
+    question = obj["input"] if "input" in obj else obj.get("question")
+    answers = obj["answers"] if "answers" in obj else obj.get("answer")
     if isinstance(answers, str):
         answers = [answers]
+    context = obj.get("context")
     if (
         not isinstance(context, str)
         or not isinstance(question, str)
@@ -82,8 +98,12 @@ def _item(obj: object, n: int, where: str) -> Item:
         or not answers
         or not all(isinstance(a, str) for a in answers)
     ):
-        raise MemagentError(f'{where} needs "context" and "input" texts and a non-empty "answers" list.', exit_code=EXIT_USAGE)
-    return Item(str(obj.get("id", n)), context, question, answers)
+        raise MemagentError(f"{where} {_FIELDS}", exit_code=EXIT_USAGE)
+    optional = {name: obj.get(name) for name in ("instructions", "random_string_to_prepend")}
+    for name, value in optional.items():
+        if value is not None and not isinstance(value, str):
+            raise MemagentError(f'{where}: "{name}" is not a text. An item {_FIELDS}', exit_code=EXIT_USAGE)
+    return Item(str(obj.get("id", n)), context, question, answers, optional["instructions"], optional["random_string_to_prepend"])
 
 
 def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
@@ -102,26 +122,31 @@ def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Percentages over the scored items, as the paper's table reports them."""
-    n = len(rows)
+    """Percentages over the scored items, as the papers' tables report them: n, sub_em, em, f1,
+    and mrcr (over the items MRCR's grade was given to) when any was."""
 
-    def pct(key: str) -> float:
-        return round(100.0 * sum(r[key] for r in rows) / n, 2) if n else 0.0
+    def pct(values: list[float]) -> float:
+        return round(100.0 * sum(values) / len(values), 2) if values else 0.0
 
-    return {"n": n, "sub_em": pct("sub_em"), "em": pct("em"), "f1": pct("f1")}
+    result: dict[str, Any] = {"n": len(rows), **{key: pct([r[key] for r in rows]) for key in ("sub_em", "em", "f1")}}
+    graded = [r["mrcr"] for r in rows if "mrcr" in r]
+    if graded:
+        result["mrcr"] = pct(graded)
+    return result
 
 
 @dataclass(frozen=True)
 class ItemScored:
     """An item's run is over and scored: `row` is what `--out` stores (id, question, answers,
-    prediction, found, raw, sub_em, em, f1, steps, document_tokens, seconds)."""
+    prediction, found, raw, sub_em, em, f1, mrcr where graded, steps, document_tokens, seconds)."""
 
     row: dict[str, Any]
 
 
-def _row(item: Item, result: RunResult, found: bool, seconds: float) -> dict[str, Any]:
+def _row(item: Item, result: RunResult, found: bool, seconds: float, metric: str) -> dict[str, Any]:
     """An item's line in --out, from the RunResult of its run: an answer not in the expected form
-    (`found` False) predicts nothing."""
+    (`found` False) predicts nothing. MRCR grades the answer as the protocol reads it (qwenlong:
+    the whole reply after its reasoning, stripped; memagent: the boxed or "answer is" text)."""
     prediction = result.answer if found else ""
     return {
         "id": item.id,
@@ -130,7 +155,7 @@ def _row(item: Item, result: RunResult, found: bool, seconds: float) -> dict[str
         "prediction": prediction,
         "found": found,
         "raw": result.raw_answer,
-        **score(prediction, item.answers),
+        **score(prediction, item.answers, random_string_to_prepend=item.random_string_to_prepend, metric=metric),
         "steps": len(result.steps),
         "document_tokens": result.document_tokens,
         "seconds": round(seconds, 3),
@@ -146,11 +171,15 @@ def evaluate_events(
     parallel: int,
     skip: set[str],
     limit: int | None = None,
+    metric: str = "auto",
 ) -> Iterator[tuple[Item, Event | ItemScored]]:
     """Runs every item not in `skip`; yields (item, event) while it runs (ending with RunFinished)
     and (item, ItemScored) when it is scored. A failed item yields RunFailed and is left for the
     next run. Items are read as they are started: only those in flight are held. The runs go
-    through core.jobs, the scheduler `ask --each` and `batch` use."""
+    through core.jobs, the scheduler `ask --each` and `batch` use; an item's instructions reach
+    its run's final prompt (Job.instructions). `metric`: scoring.METRICS."""
+    if metric not in METRICS:
+        raise MemagentError(f"Unknown metric {metric!r}.", f"Use one of {', '.join(METRICS)}.", exit_code=EXIT_USAGE)
     # Only the items in flight, by their job (ids in a data set may repeat): a context may be megabytes.
     running: dict[int, tuple[Item, float]] = {}
     found: dict[int, bool] = {}
@@ -163,7 +192,9 @@ def evaluate_events(
             if limit is not None and count >= limit:
                 return
             count += 1
-            job = Job(key=item.id, question=item.question, context=item.context, title=f"item {item.id}")
+            job = Job(
+                key=item.id, question=item.question, context=item.context, title=f"item {item.id}", instructions=item.instructions
+            )
             running[id(job)] = (item, time.perf_counter())
             yield job
 
@@ -178,5 +209,5 @@ def evaluate_events(
         yield item, event
         if isinstance(event, RunFinished):
             del running[id(job)]
-            row = _row(item, event.result, found.pop(id(job), False), time.perf_counter() - started)
+            row = _row(item, event.result, found.pop(id(job), False), time.perf_counter() - started, metric)
             yield item, ItemScored(row)

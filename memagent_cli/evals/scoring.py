@@ -1,8 +1,8 @@
-"""Answer scoring as the MemAgent authors score it: normalize, then sub_em, em and token F1.
+"""Answer scoring: the MemAgent authors' sub_em, em and token F1, and OpenAI MRCR's grade.
 
 This module owns the comparison of one predicted answer with the gold answers of one
-question. It matches the authors' evaluation code, read in
-BytedTsinghua-SIA/MemAgent `taskutils/memory_eval/ruler_hqa.py` (which calls
+question, and which metrics an item gets (`score`). sub_em, em and f1 match the authors'
+evaluation code, read in BytedTsinghua-SIA/MemAgent `taskutils/memory_eval/ruler_hqa.py` (which calls
 `utils.update_answer`) and the `taskutils/memory_eval/utils/__init__.py` those scripts
 import (read in forks that keep it at that path: syr-cn/ReMemR1, JetAstra/PI-Mem):
 
@@ -30,6 +30,15 @@ Where we differ from the reference, on purpose:
   answer, where the two agree.
 - The authors round each item's score to two decimals before averaging (`calc_metrics`
   on one item); we return exact values, which moves an average by at most 0.005.
+
+`mrcr` is the grade of OpenAI's MRCR (multi-round co-reference), as its data set card defines it
+(Hugging Face, openai/mrcr, README.md, the `grade` function; read here in copies that quote it
+verbatim): the response must start with the item's `random_string_to_prepend`, else it scores 0;
+otherwise that prefix is removed once from the response and from the answer, and the grade is
+`difflib.SequenceMatcher(None, response, answer).ratio()`. Nothing is normalized: case, spaces
+and punctuation all count. QwenLong-L1.5's Table 9 reports MRCR as a percentage; that it used
+this grade is assumed, not checked (no evaluation code of theirs was read). The only difference
+from the card: 0.0 (a float) where it returns the int 0.
 """
 
 from __future__ import annotations
@@ -37,7 +46,13 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from difflib import SequenceMatcher
 from typing import Callable
+
+# What `score` grades with: "auto" adds MRCR's grade to the items that carry a
+# random_string_to_prepend; "mrcr" grades every item with it (a missing prefix is "");
+# "sub_em" never does. sub_em, em and f1 are always there.
+METRICS = ("auto", "sub_em", "mrcr")
 
 # The reference removes exactly these (ASCII) characters; curly quotes, dashes and other
 # Unicode punctuation are kept, so "“Paris”" is not em-equal to "Paris". Matched, not fixed.
@@ -101,10 +116,33 @@ def best(metric: Callable[[str | None, str], float], prediction: str | None, gol
     return max(metric(prediction, gold) for gold in golds)
 
 
-def score(prediction: str | None, golds: list[str]) -> dict[str, float]:
-    """sub_em, em and f1 (each 0..1) of one prediction against a question's gold answers."""
-    return {
+def mrcr(response: str | None, answer: str, random_string_to_prepend: str) -> float:
+    """OpenAI MRCR's grade (see the module docstring): 0 unless the response starts with the
+    prefix; else the SequenceMatcher ratio of the two texts with the prefix removed once."""
+    response = response or ""
+    if not response.startswith(random_string_to_prepend):
+        return 0.0
+    response = response.removeprefix(random_string_to_prepend)
+    answer = answer.removeprefix(random_string_to_prepend)
+    # SequenceMatcher's default autojunk stays on, as in the card's call: on answers of 200+
+    # characters it ignores very common characters when matching, which lowers some ratios;
+    # turning it off would change scores. Matched, not fixed.
+    return float(SequenceMatcher(None, response, answer).ratio())
+
+
+def score(
+    prediction: str | None, golds: list[str], *, random_string_to_prepend: str | None = None, metric: str = "auto"
+) -> dict[str, float]:
+    """sub_em, em and f1 (each 0..1) of one prediction against a question's gold answers, and
+    `mrcr` (0..1, best over the golds) when `metric` asks for it (see METRICS)."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+    scores = {
         "sub_em": best(sub_em, prediction, golds),
         "em": best(em, prediction, golds),
         "f1": best(f1, prediction, golds),
     }
+    if metric == "mrcr" or (metric == "auto" and random_string_to_prepend is not None):
+        prefix = random_string_to_prepend or ""
+        scores["mrcr"] = best(lambda response, gold: mrcr(response, gold, prefix), prediction, golds)
+    return scores
