@@ -339,13 +339,24 @@ def test_each_answers_every_document_on_its_own(tree, memagent_home):
 
     async def main():
         async with server.connect() as client:
-            return await client.call_tool("ask", {"sources": ["a.txt", "sub"], "question": QUESTION, "each": True})
+            done = await client.call_tool("ask", {"sources": ["a.txt", "sub"], "question": QUESTION, "each": True})
+            # the code-word model was not trained with instructions: only where they went is checked
+            told = {"sources": ["a.txt"], "question": QUESTION, "instructions": "Answer in lower case."}
+            return done, await client.call_tool("ask", told)
 
-    done = anyio.run(main)
+    done, told = anyio.run(main)
     assert not done.is_error, done.content
     results = done.structured_content["results"]
     assert [(r["document"], r["answer"]) for r in results] == [("a.txt", tree["a"].value), ("sub/b.txt", tree["b"].value)]
     assert all(r["evidence"] and r["trace"] for r in results) and results[0]["trace"] != results[1]["trace"]
+    from memagent_cli.traces.store import TraceStore
+
+    assert not told.is_error, told.content
+    with TraceStore() as store:  # a call's instructions reach its run (the final prompt only), and only its
+        runs = [r["trace"] for r in results] + [told.structured_content["trace"]]
+        settings = [store.get_run(t.rsplit("/", 1)[-1], with_steps=False)["settings"] for t in runs]
+    assert [s["instructions"] for s in settings] == ["", "", "Answer in lower case."]
+    assert {s["protocol"] for s in settings} == {"memagent"}
 
 
 def test_http_checks_origin_and_token(tree, memagent_home, spawned):

@@ -166,12 +166,24 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
             Optional[int], Field(description="Most tokens a memory update may write.", ge=1, le=budget.memory_tokens)
         ] = None,
         temperature: Annotated[Optional[float], Field(description="Sampling temperature; 0 is greedy.", ge=0.0)] = None,
+        instructions: Annotated[
+            Optional[str],
+            Field(
+                description='How the answer should be written, e.g. "Answer in one word.": added to the final prompt only.',
+                max_length=4000,
+            ),
+        ] = None,
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
         asked = ([question] if question else []) + list(questions or [])
-        budgets = {"chunk_tokens": chunk_tokens, "memory_tokens": memory_tokens, "temperature": temperature}
+        budgets = {
+            "chunk_tokens": chunk_tokens,
+            "memory_tokens": memory_tokens,
+            "temperature": temperature,
+            "instructions": instructions.strip() if instructions else None,
+        }
         try:
             found, rendered = await tools.ask(
                 roots_of(roots),

@@ -215,7 +215,9 @@ class Tools:
             for _ in chunks:
                 if stop.is_set():
                     raise anyio.get_cancelled_exc_class()()
-            report = Report(prep, stats, config.chunk_tokens, config.memory_tokens, question.strip() if question else None)
+            report = Report(
+                prep, stats, config.chunk_tokens, config.memory_tokens, question.strip() if question else None, config.protocol
+            )
             report.estimate = estimate(report)
             report.context = context_plan(report, 1)
             return report.to_dict()
