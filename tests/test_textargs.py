@@ -93,3 +93,87 @@ def test_short_texts_decode_as_documents_do():
     assert decode_text("Grüße aus Köln, schön".encode("cp1252")) == ("Grüße aus Köln, schön", "cp1252")
     assert decode_text("こんにちは世界の質問".encode("cp932")) == ("こんにちは世界の質問", "cp932")
     assert decode_text("Zażółć gęślą jaźń".encode("cp1250"))[0] == "Zażółć gęślą jaźń"
+
+
+def leaf_commands():
+    """Every command of the CLI as (its words, its click command), walked from the app itself."""
+    import typer
+
+    from memagent_cli.cli.app import app
+
+    def walk(cmd, path):
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, cmd
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+# What each command needs besides the argument under test to get past its own usage checks.
+BASE = {
+    "ask": ["doc.txt", "What?"],
+    "batch": ["job.jsonl", "-o", "out.jsonl"],
+    "inspect": ["doc.txt"],
+    "traces show": ["last"],
+    "traces diff": ["last", "1", "2"],
+    "traces export": ["last"],
+    "traces search": ["x"],
+    "traces rm": ["x"],
+    "traces release": ["x"],
+    "eval run": ["items.jsonl"],
+    "eval make-niah": ["--tokens", "600", "--n", "1", "--out", "niah.jsonl"],
+    "models pull": ["x"],
+    "models convert": ["x"],
+    "models add": ["doc.txt"],
+    "models rm": ["x"],
+    "models path": ["x"],
+    "models info": ["x"],
+    "config get": ["threads"],
+    "config set": ["threads", "2"],
+}
+
+
+def test_every_command_takes_bytes_that_are_not_utf8_in_each_argument(tmp_path, monkeypatch, capsys):
+    """Each text-taking argument and option of every command, given Latin-1 bytes (as Python hands
+    them over: lone surrogates), ends in a result or a one-line error: never "internal error" or a
+    traceback. Run in this process (through main(), as the installed command runs) to keep it quick;
+    no model is installed here, so nothing goes on to load one."""
+    import io
+
+    from memagent_cli.cli.app import main
+    from memagent_cli.cli.textargs import PATH_OPTIONS
+
+    latin = os.fsdecode(b"caf\xe9")
+    checked = 0
+    for words, command in leaf_commands():
+        name = " ".join(words)
+        base = BASE.get(name, [])
+        for param in command.params:
+            if getattr(param, "is_flag", False) or param.name == "help":
+                continue
+            if param.param_type_name == "argument":
+                given = [latin] + base[1:] if base and not base[0].startswith("-") else [latin, *base]
+                if name == "config set" and param.name == "value":
+                    given = ["threads", latin]
+            else:
+                given = [*base, param.opts[0], latin]
+            here = tmp_path / str(checked)  # a file one case writes (--out café) is no path of the next
+            here.mkdir()
+            (here / "doc.txt").write_text("A short document.\n", encoding="utf-8")
+            monkeypatch.chdir(here)
+            monkeypatch.setattr(sys, "argv", ["memagent", *words, *given])
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+            try:
+                main()
+            except SystemExit:
+                pass
+            err = capsys.readouterr().err
+            what = f"memagent {name} {' '.join(given)!a}"
+            assert "internal error" not in err and "Traceback" not in err, f"{what}:\n{err}"
+            opts = set(getattr(param, "opts", ()))
+            if param.param_type_name == "option" and not opts & PATH_OPTIONS:
+                assert "read as cp1252: 'café'" in err, f"{what}: the text was not decoded:\n{err}"
+            checked += 1
+    assert checked > 100  # every command was walked, not a few
