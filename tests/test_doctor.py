@@ -208,3 +208,30 @@ def test_a_gpu_this_build_cannot_use_is_said_once_per_machine(tmp_path, models, 
     (memagent_home / "gpu-hint-shown").unlink()
     plain = run_memagent(*args, env=env)
     assert f"note: {hint}" in plain.stderr
+
+
+def test_doctor_checks_each_model_at_the_context_its_protocol_makes(tmp_path, tiny):
+    """A qwenlong model's runs read 32K-token chunks with a 15K memory: doctor sizes its KV cache for
+    that context, and a memagent model's for its own (~8K), unless --ctx says otherwise."""
+    import shutil
+
+    from memagent_cli.install import registry
+
+    for name in ("plain", "ql"):
+        shutil.copyfile(tiny, tmp_path / f"{name}.gguf")
+    registry.add(tmp_path / "plain.gguf", "mine")
+    registry.add(tmp_path / "ql.gguf", "qwenlong-l1.5-30b-a3b:q4_k_m", source="hub")
+    done = run_memagent("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    models = {m["name"]: m for m in report["models"]}
+    plain, ql = models["mine"], models["qwenlong-l1.5-30b-a3b:q4_k_m"]
+    assert report["n_ctx"] is None
+    assert 5000 + 3 * 1024 < plain["n_ctx"] < 10_000  # chunk, memory in (x2) and out, the prompt
+    assert 32768 + 3 * 15360 < ql["n_ctx"] < 82_000
+    per_token = 2 * 2 * 2 * 16 * 2  # 2 layers, K+V, 2 KV heads, head dim 16, f16
+    assert (plain["kv_bytes"], ql["kv_bytes"]) == (per_token * plain["n_ctx"], per_token * ql["n_ctx"])
+    fixed = json.loads(run_memagent("doctor", "--ctx", "4096", "--json").stdout)
+    assert {m["n_ctx"] for m in fixed["models"]} == {4096} and fixed["n_ctx"] == 4096
+    text = run_memagent("doctor").stdout
+    assert "each at the context its runs make" in text and f"{ql['n_ctx']:,}" in text

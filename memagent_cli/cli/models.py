@@ -3,6 +3,7 @@ checking the machine. Thin: the work is in registry, hub, settings, gpu and doct
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -224,7 +225,8 @@ def convert(
     offline: OfflineOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Make a GGUF model from safetensors and install it: qwen2 (every MemAgent model) and qwen3.
+    """Make a GGUF model from safetensors and install it: qwen2 (every MemAgent model), qwen3 and
+    qwen3moe (Qwen3-30B-A3B, QwenLong-L1.5-30B-A3B).
 
     Needs nothing but memagent: the GGUF is written with llama.cpp's gguf package and quantized with
     llama.cpp's quantizer inside llama-cpp-python. Then use it with: memagent ask --model NAME."""
@@ -326,7 +328,16 @@ def config_list(json_out: JsonOpt = False) -> None:
 
 
 def doctor(
-    ctx: Annotated[int, typer.Option("--ctx", help="Context size to check the fit for.", min=256)] = 8192,
+    ctx: Annotated[
+        Optional[int],
+        typer.Option(
+            "--ctx",
+            help="Context size to check the fit for. Default: each model's own, as its protocol's runs make it"
+            " (about 8K tokens for memagent, 80K for qwenlong).",
+            min=256,
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check this machine: versions, compiled backends, GPU offload, paths, installed models and whether
@@ -339,7 +350,15 @@ def doctor(
         installed = registry.load()
     except MemagentError:
         installed = {}
-    report = diagnosis.diagnose(models=[(n, Path(r["path"])) for n, r in sorted(installed.items())], n_ctx=ctx)
+    models = [(n, Path(r["path"])) for n, r in sorted(installed.items())]
+    contexts: dict[str, int] = {}
+    if ctx is None:
+        from ..core.jobs import run_context
+
+        for name, path in models:
+            with contextlib.suppress(MemagentError):  # a broken model is reported by diagnose
+                contexts[name] = run_context(str(path))[1]
+    report = diagnosis.diagnose(models=models, n_ctx=ctx, contexts=contexts)
     import platformdirs
 
     report["paths"] = {

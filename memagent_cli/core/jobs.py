@@ -43,6 +43,7 @@ from .pipeline import (
     prepare_model,
     run_question,
 )
+from .protocols import of_model
 from .scheduler import RunError, run_all
 
 
@@ -85,6 +86,15 @@ def job_context_size(prep: Prepared, config: AgentConfig, engine: EngineOptions,
     if engine.n_ctx is not None:
         return plan_context(chat, prep.tokenizer, "?", config, engine.n_ctx)
     return plan_context(chat, prep.tokenizer, "?", config, None) + config.question_tokens
+
+
+def run_context(model_path: str) -> tuple[str, int]:
+    """(protocol, tokens): the context a run of this model makes with its protocol's budgets and a
+    short question (what `doctor` checks the fit for)."""
+    prep = prepare_model(model_path)
+    config = AgentConfig.with_protocol(of_model(model_path))
+    assert prep.chat is not None  # read from the GGUF
+    return config.protocol, plan_context(prep.chat, prep.tokenizer, "?", config, None)
 
 
 class JobRunner:

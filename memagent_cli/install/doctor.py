@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
     from ..model.gpu import GPUDevice
@@ -159,6 +159,7 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], of
         return entry
     entry.update(
         {
+            "n_ctx": n_ctx,
             "size": info.file_size,
             "architecture": info.architecture,
             "layers": mem.n_layer,
@@ -172,9 +173,12 @@ def _model_entry(name: str, path: Path, n_ctx: int, devices: list[GPUDevice], of
     return entry
 
 
-def diagnose(*, models: Iterable[tuple[str, Path]] = (), n_ctx: int = 8192) -> dict[str, Any]:
+def diagnose(
+    *, models: Iterable[tuple[str, Path]] = (), n_ctx: int | None = 8192, contexts: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """A JSON-able report on this machine and the given models. Never raises for a broken
-    model (its entry carries "error")."""
+    model (its entry carries "error"). Each model is checked at `n_ctx`, or, where `n_ctx` is None,
+    at its own entry in `contexts` (the context its protocol's runs make; 8192 when missing)."""
     from ..model import gpu
     from ..model.runtime import available_cores, default_threads
 
@@ -202,7 +206,9 @@ def diagnose(*, models: Iterable[tuple[str, Path]] = (), n_ctx: int = 8192) -> d
         "gpu": gpu_section,
         "threads": {"available_cores": available_cores(), "default_generation_threads": default_threads()},
         "n_ctx": n_ctx,
-        "models": [_model_entry(name, Path(path), n_ctx, devices, offload) for name, path in models],
+        "models": [
+            _model_entry(name, Path(path), n_ctx or (contexts or {}).get(name, 8192), devices, offload) for name, path in models
+        ],
     }
     if state["error"]:
         report["llama_cpp_error"] = state["error"]

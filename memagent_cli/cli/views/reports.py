@@ -141,16 +141,17 @@ def render_doctor(report: Mapping[str, Any]) -> Group:
     models = report.get("models")
     if models is not None:
         parts.append(Text())
-        parts.append(heading(f"Models (context {report.get('n_ctx', '?')} tokens)"))
+        ctx = report.get("n_ctx")
+        parts.append(heading(f"Models (context {ctx:,} tokens)" if ctx else "Models (each at the context its runs make)"))
         if not models:
             parts.append(Text("none", style="dim"))
         else:
             t = Table(box=None, padding=(0, 2), show_edge=False)
-            for col in ("name", "arch", "layers", "weights", "KV cache", "GPU"):
+            for col in ("name", "arch", "layers", "weights", "context", "KV cache", "GPU"):
                 t.add_column(col, style="bold" if col == "name" else None, no_wrap=col != "GPU")
             for m in models:
                 if m.get("error"):
-                    t.add_row(m.get("name", "?"), "", "", "", "", Text(f"error: {m['error']}", style="red"))
+                    t.add_row(m.get("name", "?"), "", "", "", "", "", Text(f"error: {m['error']}", style="red"))
                     continue
                 plan = m.get("plan") or {}
                 fits = m.get("fits_gpu")
@@ -160,6 +161,7 @@ def render_doctor(report: Mapping[str, Any]) -> Group:
                     m.get("architecture", "?"),
                     str(m.get("layers", "?")),
                     format_bytes(m.get("weights_bytes")),
+                    f"{m['n_ctx']:,}" if m.get("n_ctx") else "?",
                     format_bytes(m.get("kv_bytes")),
                     Text(plan.get("reason", ""), style=style),
                 )
