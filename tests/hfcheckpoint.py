@@ -1,10 +1,11 @@
 """Tiny Hugging Face checkpoints (safetensors, config and tokenizer files) made at test time.
 
-`memagent models convert` reads what the Hub publishes for a Qwen2 (or Qwen3) model: `config.json`,
-`tokenizer.json`, `tokenizer_config.json` and one `*.safetensors` file or several shards with a
-`model.safetensors.index.json`. This module writes such a folder with the tensor names, shapes and
-dtype a real checkpoint has, at any size: tiny for tests, Qwen2.5-7B's exact shapes for the
-conversion benchmark.
+`memagent models convert` reads what the Hub publishes for a Qwen2, Qwen3 or Qwen3-MoE model:
+`config.json`, `tokenizer.json`, `tokenizer_config.json` and one `*.safetensors` file or several
+shards with a `model.safetensors.index.json`. This module writes such a folder with the tensor
+names, shapes, config fields and dtype a real checkpoint has, at any size: tiny for tests,
+Qwen2.5-7B's exact shapes for the conversion benchmark, Qwen3-30B-A3B's (QwenLong-L1.5's) for
+sizing the MoE conversion.
 
 Weights are deterministic for a seed: a test, the oracle script that recorded llama.cpp's own
 conversion (`tests/data/make_convert_reference.py`) and the benchmark all make the same bytes.
@@ -30,7 +31,11 @@ _DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
 
 @dataclass
 class Shape:
-    """The hyperparameters that decide a checkpoint's tensors (Qwen2-style names)."""
+    """The hyperparameters that decide a checkpoint's tensors (Qwen2-style names).
+
+    A Qwen3MoeForCausalLM replaces each layer's MLP with a router (`mlp.gate`) and `num_experts`
+    SwiGLU experts of width `moe_intermediate_size`; `intermediate_size` is then only a config field.
+    """
 
     architecture: str = "Qwen2ForCausalLM"
     vocab_size: int = 152064
@@ -45,6 +50,10 @@ class Shape:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1000000.0
     extra_config: dict = field(default_factory=dict)
+    # Mixture of experts (Qwen3MoeForCausalLM only)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
 
     @property
     def head_size(self) -> int:
@@ -54,10 +63,49 @@ class Shape:
     def is_qwen3(self) -> bool:
         return self.architecture.startswith("Qwen3")
 
+    @property
+    def is_moe(self) -> bool:
+        return self.architecture == "Qwen3MoeForCausalLM"
+
+    def record(self) -> dict:
+        """The fields that make this shape, as JSON (`Shape(**record)` makes it again); a dense
+        shape leaves the expert fields out, so its record reads as it did before MoE existed."""
+        moe = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+        return {k: v for k, v in vars(self).items() if self.is_moe or k not in moe}
+
 
 TINY = Shape()
 # Qwen2.5-7B-Instruct (and so RL-MemoryAgent-7B): the tensors the benchmark converts.
 QWEN25_7B = Shape(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4)
+# A tiny Qwen3-MoE: 8 experts of width 32, 2 routed per token, Qwen3-30B-A3B-Thinking-2507's RoPE
+# base and context. The Qwen2.5 tokenizer's 152064 rows, as TINY, keep the oracle's vocab subset.
+TINY_MOE = Shape(
+    architecture="Qwen3MoeForCausalLM",
+    head_dim=32,
+    max_position_embeddings=262144,
+    rope_theta=10000000.0,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+)
+# QwenLong-L1.5-30B-A3B, a post-training of Qwen3-30B-A3B-Thinking-2507: 48 layers, 32 query / 4 KV
+# heads of 128, 128 experts of width 768 with 8 routed per token, no shared expert, untied output,
+# RoPE base 1e7 at 262144 positions (Qwen3-30B-A3B-Thinking-2507's config.json); 30.5B parameters.
+QWENLONG_L15_30B = Shape(
+    architecture="Qwen3MoeForCausalLM",
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_hidden_layers=48,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    max_position_embeddings=262144,
+    rope_theta=10000000.0,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=768,
+)
 
 
 def tensor_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
@@ -80,6 +128,14 @@ def tensor_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
             out[p + "self_attn.k_norm.weight"] = (hd,)
         out[p + "self_attn.o_proj.weight"] = (h, q)
         out[p + "post_attention_layernorm.weight"] = (h,)
+        if shape.is_moe:
+            ff = shape.moe_intermediate_size
+            out[p + "mlp.gate.weight"] = (shape.num_experts, h)  # the router
+            for e in range(shape.num_experts):
+                out[p + f"mlp.experts.{e}.gate_proj.weight"] = (ff, h)
+                out[p + f"mlp.experts.{e}.up_proj.weight"] = (ff, h)
+                out[p + f"mlp.experts.{e}.down_proj.weight"] = (h, ff)
+            continue
         out[p + "mlp.gate_proj.weight"] = (shape.intermediate_size, h)
         out[p + "mlp.up_proj.weight"] = (shape.intermediate_size, h)
         out[p + "mlp.down_proj.weight"] = (h, shape.intermediate_size)
@@ -117,6 +173,27 @@ def config_json(shape: Shape, dtype: str = "bfloat16") -> dict:
     }
     if shape.head_dim is not None:
         config["head_dim"] = shape.head_dim
+    if shape.is_moe:
+        # The fields Qwen3-30B-A3B's config.json has besides the dense ones: every layer sparse,
+        # no dense-MLP layers, top-k weights renormalized, no shared expert.
+        config.update(
+            {
+                "attention_bias": False,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+                "model_type": "qwen3_moe",
+                "moe_intermediate_size": shape.moe_intermediate_size,
+                "norm_topk_prob": True,
+                "num_experts": shape.num_experts,
+                "num_experts_per_tok": shape.num_experts_per_tok,
+                "output_router_logits": False,
+                "rope_scaling": None,
+                "router_aux_loss_coef": 0.001,
+                "sliding_window": None,
+                "transformers_version": "4.51.0",
+            }
+        )
+        config = dict(sorted(config.items()))
     config.update(shape.extra_config)
     return config
 

@@ -101,12 +101,12 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
 def test_internal_errors_are_one_line_keep_the_run_and_show_a_traceback_with_debug(doc, models):
     # A fault injected into the agent at step 2, as a bug would surface.
     code = (
-        "import sys, memagent_cli.core.agent as agent\n"
-        "real = agent.memory_prompt\n"
-        "def broken(q, memory, chunk):\n"
+        "import sys, memagent_cli.core.protocols as protocols\n"
+        "real = protocols.Protocol.memory_prompt\n"
+        "def broken(self, q, memory, chunk):\n"
         "    if memory not in ('No previous memory', ''): raise RuntimeError('boom')  # step 2\n"
-        "    return real(q, memory, chunk)\n"
-        "agent.memory_prompt = broken\n"
+        "    return real(self, q, memory, chunk)\n"
+        "protocols.Protocol.memory_prompt = broken\n"
         "from memagent_cli.cli.app import main\n"
         "sys.argv = ['memagent'] + sys.argv[1:]\n"
         "main()\n"

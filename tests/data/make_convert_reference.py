@@ -11,8 +11,8 @@ memagent pins): `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.
 gguf-py); llama.cpp itself is run through the project venv's llama_cpp (`--llama-python`,
 default .venv/bin/python). Neither torch nor transformers is ever a dependency of memagent.
 
-For two tiny checkpoints written by tests/hfcheckpoint.py (a qwen2 and a qwen3, seed 1234, BF16,
-two shards, the real Qwen2.5 tokenizer) it records, in convert-reference.json:
+For three tiny checkpoints written by tests/hfcheckpoint.py (a qwen2, a qwen3 and a qwen3moe, seed
+1234, BF16, two shards, the real Qwen2.5 tokenizer) it records, in convert-reference.json:
 
 - the sha256 of each safetensors file and of each tensor's raw bytes (so a test can tell whether
   NumPy generated different bytes, and so whether the rest of the record applies);
@@ -23,6 +23,9 @@ two shards, the real Qwen2.5 tokenizer) it records, in convert-reference.json:
 - the max abs difference between llama.cpp's logits (on its own f32 conversion) and transformers'
   (float32), and whether their argmaxes agree: the tolerance llama.cpp itself achieves, with its
   default f16 KV cache and with an f32 one (`*_kv_f32`);
+- for the mixture of experts, how close transformers' routing came to a tie: per prompt, the
+  smallest gap, over every token and layer, between the router logits of the last expert chosen
+  and the first one not chosen (a gap below llama.cpp's error could flip an expert choice);
 
 and, in convert-logits.npz, per model and prompt: token ids, transformers' and llama.cpp's
 full-vocab argmax per position, transformers' float32 logits at every position for a fixed subset
@@ -65,6 +68,8 @@ MODELS = {
     "qwen2": hfcheckpoint.TINY,
     # Qwen3's transformers config takes hfcheckpoint's config.json as it is (head_dim stated).
     "qwen3": hfcheckpoint.Shape(architecture="Qwen3ForCausalLM", head_dim=32),
+    # Qwen3-30B-A3B's (QwenLong-L1.5's) architecture at tiny size: 8 experts, 2 per token.
+    "qwen3moe": hfcheckpoint.TINY_MOE,
 }
 
 # Run by the project venv's python: llama.cpp (through llama-cpp-python) on an f32 GGUF.
@@ -163,7 +168,9 @@ def gguf_record(path: Path) -> dict:
     }
 
 
-def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray], dict]:
+def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray], dict, list[float]]:
+    """Token ids, float32 logits and classes per prompt, and (for a mixture of experts) per prompt
+    the smallest router-logit gap between the k-th and (k+1)-th expert over all tokens and layers."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -174,20 +181,35 @@ def transformers_logits(folder: Path) -> tuple[list[list[int]], list[np.ndarray]
     problems = {k: sorted(v) for k, v in info.items() if v}
     if problems:
         raise SystemExit(f"transformers did not load every tensor of {folder}: {problems}")
-    ids, logits = [], []
+    top_k = getattr(model.config, "num_experts_per_tok", 0)
+    gaps: list[float] = []
+
+    def router_gap(module, inputs, output) -> None:
+        ranked = torch.sort(output.to(torch.float32), dim=-1, descending=True).values
+        gaps.append(float((ranked[..., top_k - 1] - ranked[..., top_k]).min()))
+
+    routers = [m for n, m in model.named_modules() if n.endswith(".mlp.gate")] if top_k else []
+    hooks = [m.register_forward_hook(router_gap) for m in routers]
+    ids, logits, margins = [], [], []
     with torch.no_grad():
         for prompt in PROMPTS:
             enc = tok(prompt, add_special_tokens=False)["input_ids"]
             assert enc == tok(prompt)["input_ids"], "the tokenizer adds special tokens"
+            gaps.clear()
             out = model(torch.tensor([enc])).logits[0].to(torch.float32).numpy()
             ids.append(list(enc))
             logits.append(out)
+            if routers:
+                assert len(gaps) == len(routers)
+                margins.append(min(gaps))
+    for hook in hooks:
+        hook.remove()
     meta = {
         "tokenizer_class": type(tok).__name__,
         "model_class": type(model).__name__,
         "config_class": type(model.config).__name__,
     }
-    return ids, logits, meta
+    return ids, logits, meta, margins
 
 
 def llama_logits(
@@ -247,7 +269,8 @@ def main() -> None:
                 "dtype": DTYPE,
                 "shards": SHARDS,
                 "tokenizer": "../shared/fixtures/hf/qwen2.5 (hfcheckpoint.QWEN25_TOKENIZER)",
-                "folder_name": "the model key (qwen2 / qwen3): the converter derives general.name from the folder name",
+                "folder_name": "the model key (qwen2 / qwen3 / qwen3moe): "
+                "the converter derives general.name from the folder name",
             },
             "llama_eval": "Llama(model_path, n_ctx=256, logits_all=True, n_threads=2, verbose=False); "
             "reset(); eval(ids); scores[:len(ids)]. *_kv_f32: the same with type_k=type_v=0 "
@@ -272,7 +295,7 @@ def main() -> None:
             )
             assert shape.vocab_size == vocab
             entry: dict = {
-                "shape": {k: v for k, v in vars(shape).items()},
+                "shape": shape.record(),
                 "config_json": hfcheckpoint.config_json(shape, "bfloat16"),
                 "checkpoint": checkpoint_hashes(folder),
             }
@@ -281,7 +304,7 @@ def main() -> None:
                 convert(llama_cpp, folder, outtype, out)
                 entry[f"gguf_{outtype}"] = gguf_record(out)
 
-            ids, hf, meta = transformers_logits(folder)
+            ids, hf, meta, margins = transformers_logits(folder)
             ll, ll_tokens = llama_logits(args.llama_python, work / f"{key}-f32.gguf", ids, work)
             # The same with an f32 KV cache: llama.cpp's default f16 cache is most of the difference.
             ll32, _ = llama_logits(args.llama_python, work / f"{key}-f32.gguf", ids, work, kv="f32")
@@ -321,6 +344,9 @@ def main() -> None:
                     }
                 )
             entry["transformers"] = meta
+            if margins:
+                for prompt, margin in zip(prompts, margins):
+                    prompt["min_router_gap"] = margin
             entry["logits"] = {
                 "max_abs_diff_llama_f32_vs_transformers": worst,
                 "argmax_agree": all_agree,
@@ -328,6 +354,8 @@ def main() -> None:
                 "argmax_agree_kv_f32": all_agree32,
                 "prompts": prompts,
             }
+            if margins:
+                entry["logits"]["min_router_gap"] = min(margins)
             record[key] = entry
             print(
                 f"{key}: max |llama.cpp f32 - transformers| = {worst:.3e}, argmax agree: {all_agree}; "

@@ -21,8 +21,11 @@ from typing import Any
 from ...errors import MemagentError
 
 # Hugging Face class name -> llama.cpp architecture. Qwen2 covers every MemAgent checkpoint; Qwen3 is
-# the same network with q/k norms and no q/k/v biases, so it falls out of the same code.
-ARCHITECTURES = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+# the same network with q/k norms and no q/k/v biases, so it falls out of the same code; Qwen3-MoE
+# (Qwen3-30B-A3B, QwenLong-L1.5) is Qwen3 with a router and experts in place of each layer's MLP.
+ARCHITECTURES = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe"}
+# Architectures whose layers hold experts, which llama.cpp stores merged into one 3-D tensor each.
+MOE_ARCHITECTURES = frozenset({"qwen3moe"})
 
 # safetensors dtype -> bytes per element, for the dtypes we convert from.
 DTYPE_SIZES = {"BF16": 2, "F16": 2, "F32": 4}
@@ -65,7 +68,7 @@ class Tensor:
 class Checkpoint:
     folder: Path
     config: dict[str, Any]  # config.json
-    architecture: str  # llama.cpp's name: "qwen2" or "qwen3"
+    architecture: str  # llama.cpp's name: "qwen2", "qwen3" or "qwen3moe"
     tensors: dict[str, Tensor]  # in the order they are converted: shard by shard, by name within one
     shards: tuple[Path, ...]
 
@@ -112,7 +115,31 @@ def architecture_of(config: dict[str, Any]) -> str:
             f"The checkpoint is already quantized ({method}), which memagent cannot convert",
             "Convert the original bf16/f16 checkpoint",
         )
-    return ARCHITECTURES[name]
+    architecture = ARCHITECTURES[name]
+    if architecture in MOE_ARCHITECTURES:
+        _check_moe(config)
+    return architecture
+
+
+def _check_moe(config: dict[str, Any]) -> None:
+    """llama.cpp's qwen3moe has experts in every layer and no shared expert: a config that asks for
+    dense layers or a shared expert would convert to a file llama.cpp cannot load."""
+    experts, used = config.get("num_experts"), config.get("num_experts_per_tok")
+    if not isinstance(experts, int) or not isinstance(used, int) or not 0 < used <= experts:
+        raise MemagentError(
+            f"config.json's num_experts ({experts}) and num_experts_per_tok ({used}) do not describe a mixture of experts",
+            "Download the checkpoint's config.json again",
+        )
+    if not isinstance(config.get("moe_intermediate_size"), int):
+        raise MemagentError("config.json lacks moe_intermediate_size", "Download the checkpoint's config.json again")
+    dense = config.get("mlp_only_layers") or []
+    step = config.get("decoder_sparse_step", 1)
+    if dense or step != 1 or config.get("shared_expert_intermediate_size"):
+        what = f"dense layers {dense}" if dense else "a shared expert" if step == 1 else f"decoder_sparse_step {step}"
+        raise MemagentError(
+            f"The checkpoint's config.json asks for {what}, which llama.cpp's qwen3moe has no place for",
+            "memagent converts Qwen3-MoE checkpoints with experts in every layer (as Qwen3-30B-A3B)",
+        )
 
 
 def open_checkpoint(folder: str | Path) -> Checkpoint:

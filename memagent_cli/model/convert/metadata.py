@@ -5,7 +5,7 @@ Three parts, each done the way the converter does it, without torch or transform
 
 - `general.*`: gguf's `Metadata` (the converter's own code) reads the model card and config.
 - hyperparameters: read from config.json, key for key as the converter's `TextModel` writes them
-  for qwen2 and qwen3.
+  for qwen2 and qwen3, and its `Qwen2MoeModel` (which `Qwen3MoeModel` is) for qwen3moe.
 - the vocabulary: tokens and token types are built from tokenizer.json (transformers' AutoTokenizer
   would give the same list: the model's vocab, the added tokens, `[PAD{id}]` for ids no token has);
   merges, special ids, add_bos/eos and the chat template come from gguf's `SpecialVocab`, the class
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ...errors import MemagentError
-from .checkpoint import Checkpoint
+from .checkpoint import MOE_ARCHITECTURES, Checkpoint
 
 if TYPE_CHECKING:
     from gguf import GGUFWriter
@@ -198,30 +198,45 @@ def add_hyperparameters(writer: GGUFWriter, checkpoint: Checkpoint, file_type: i
         writer.add_rope_freq_base(theta)
     if (eps := _find(config, "rms_norm_eps", "norm_eps")) is not None:
         writer.add_layer_norm_rms_eps(eps)
+    if (n_experts := _find(config, "num_local_experts", "num_experts", "n_routed_experts")) is not None:
+        writer.add_expert_count(n_experts)
+    if (n_used := _find(config, "num_experts_per_tok", "num_experts_per_token", "top_k_experts")) is not None:
+        writer.add_expert_used_count(n_used)
     if (head_dim := config.get("head_dim")) is not None:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     writer.add_file_type(file_type)
+    if checkpoint.architecture in MOE_ARCHITECTURES:
+        # Qwen2MoeModel.set_gguf_parameters adds these after TextModel's keys, so after the file type.
+        if (n_ff_exp := config.get("moe_intermediate_size")) is not None:
+            writer.add_expert_feed_forward_length(n_ff_exp)
+        if (n_ff_shexp := config.get("shared_expert_intermediate_size")) is not None:
+            writer.add_expert_shared_feed_forward_length(n_ff_shexp)
 
 
-def add_general(writer: GGUFWriter, checkpoint: Checkpoint, parameters: int) -> None:
-    """general.* from the model card and config, through the converter's own Metadata class."""
+def add_general(writer: GGUFWriter, checkpoint: Checkpoint) -> None:
+    """general.* from the model card and config, through the converter's own Metadata class.
+
+    The parameter counts are the writer's, from the tensors already added to it, as the converter
+    counts them: an expert tensor counts once per expert in the size label ("8x…")."""
     import gguf
 
-    metadata = gguf.Metadata.load(None, checkpoint.folder, None, parameters)
+    total, shared, expert, n_experts = writer.get_total_parameter_count()
+    metadata = gguf.Metadata.load(None, checkpoint.folder, None, total)
     if metadata.name is None:
         metadata.name = checkpoint.folder.name
-    if metadata.size_label is None and parameters > 0:
-        metadata.size_label = gguf.size_label(parameters, 0, 0, 0)
+    if metadata.size_label is None and total > 0:
+        metadata.size_label = gguf.size_label(total, shared, expert, n_experts)
     writer.add_type(gguf.GGUFType.MODEL)
     metadata.set_gguf_meta_model(writer)
 
 
-def add_header(writer: GGUFWriter, checkpoint: Checkpoint, parameters: int, file_type: int) -> None:
-    """Every key of the GGUF, in the order llama.cpp's converter writes them (so files match to the byte)."""
+def add_header(writer: GGUFWriter, checkpoint: Checkpoint, file_type: int) -> None:
+    """Every key of the GGUF, in the order llama.cpp's converter writes them (so files match to the byte).
+    The tensors are added to `writer` first: general.size_label counts them."""
     import gguf
 
-    add_general(writer, checkpoint, parameters)
+    add_general(writer, checkpoint)
     add_hyperparameters(writer, checkpoint, file_type)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_vocabulary(writer, checkpoint.folder, checkpoint.config)
