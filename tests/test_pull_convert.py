@@ -230,3 +230,28 @@ def test_the_plan_for_memagent_7b_states_what_the_readme_says(memagent_home):
     assert line.startswith(
         "downloads 14.2 GiB; converts and quantizes to q4_k_m (~4.4 GiB); needs 28.4 GiB of free disk at its peak; takes about "
     )
+
+
+def test_the_plan_for_qwenlong_states_download_disk_and_time(memagent_home):
+    """QwenLong-L1.5-30B-A3B's published weights (16 bf16 shards, 61.07 GB): the same plan, stated
+    before the first byte, with a Q4_K_M about the size community builds of Qwen3-30B-A3B have."""
+    from memagent_cli.install import catalog, pulling
+    from memagent_cli.install.hub import HubFile
+
+    entry, quant = catalog.require("qwenlong-l1.5-30b-a3b")
+    assert (entry.protocol, quant, entry.weights) == ("qwenlong", "q4_k_m", "Tongyi-Zhiwen/QwenLong-L1.5-30B-A3B")
+    shards = [3_817_000_000] * 15 + [3_815_000_000]
+    files = [
+        HubFile(entry.weights, f"model-{i + 1:05d}-of-00016.safetensors", size, "0" * 64, "c" * 40)
+        for i, size in enumerate(shards)
+    ]
+    files += [
+        HubFile(entry.weights, name, 1000, None, "c" * 40)
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json")
+    ]
+    plan = pulling._convert_plan_hub(entry.weights, files, quant, "qwenlong-l1.5-30b-a3b:q4_k_m")
+    assert plan.download_bytes == sum(shards) + 4000
+    assert 17.5e9 < plan.result_bytes < 19.5e9  # community Q4_K_M builds of Qwen3-30B-A3B: ~18.6 GB
+    assert 121e9 < plan.peak_disk < 123.5e9  # the shards and the bf16 intermediate side by side
+    assert plan.describe().startswith("downloads 56.9 GiB; converts and quantizes to q4_k_m (~17.")
+    assert set(plan.seconds) == {"download", "convert", "quantize"}
