@@ -62,7 +62,7 @@ def test_batch_lines_of_every_kind_and_a_rerun_redoes_only_the_failed(tmp_path):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"custom_id": "a", "context": "x", "question": "q"}', "{not json"], "job.jsonl line 2 is not JSON"),
+        (['{"custom_id": "a", "context": "x", "question": "q"}', "{not json"], "job.jsonl line 2 is not valid JSON"),
         (['{"custom_id": "a", "context": "x", "question": "q"}'] * 2, "custom_id 'a' is used twice"),
         (['{"custom_id": "a", "context": "x", "sources": ["y"], "question": "q"}'], 'exactly one of "sources"'),
         (['{"custom_id": "a", "context": "x"}'], 'exactly one of "question" and "questions"'),

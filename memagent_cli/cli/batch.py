@@ -126,24 +126,10 @@ def _check(obj: object, where: str) -> Line:
 def read_lines(path: Path) -> Iterator[Line]:
     """The job file's lines, checked one at a time (blank lines skipped); a bad one is a usage
     error naming its line number."""
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
-    with f:
-        try:
-            for n, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise MemagentError(f"{path} line {n} is not JSON: {exc.msg}.", exit_code=EXIT_USAGE) from None
-                yield _check(obj, f"{path} line {n}")
-        except UnicodeDecodeError:
-            raise MemagentError(
-                f"{path} is not UTF-8 text.", "Save the job file as UTF-8 JSON lines.", exit_code=EXIT_USAGE
-            ) from None
+    from ..core.records import json_records
+
+    for _, where, obj in json_records(path, what="job file"):
+        yield _check(obj, where)
 
 
 @dataclass

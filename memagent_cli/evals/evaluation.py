@@ -27,6 +27,7 @@ from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
 from ..core.jobs import Job, run_jobs
 from ..core.pipeline import EngineOptions
+from ..core.records import json_records
 from ..errors import EXIT_USAGE, MemagentError
 from .scoring import METRICS, score
 
@@ -50,36 +51,8 @@ _FIELDS = (
 
 def read_items(path: Path) -> Iterator[Item]:
     """The data set's items, checked one by one; a bad item stops the run with its line number."""
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
-    with f:
-        head = f.read(1)
-        while head and head.isspace():
-            head = f.read(1)
-        if head == "[":  # a JSON array has to be read whole
-            f.seek(0)
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise MemagentError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}).", exit_code=EXIT_USAGE) from None
-            for n, obj in enumerate(data, 1):
-                yield _item(obj, n, f"{path} item {n}")
-            return
-        f.seek(0)
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise MemagentError(
-                    f"{path} line {n} is not valid JSON: {exc.msg}.",
-                    "Give JSONL (one object per line) or a JSON array.",
-                    exit_code=EXIT_USAGE,
-                ) from None
-            yield _item(obj, n, f"{path} line {n}")
+    for n, where, obj in json_records(path, what="data set", arrays=True):
+        yield _item(obj, n, where)
 
 
 def _item(obj: object, n: int, where: str) -> Item:

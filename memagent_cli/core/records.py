@@ -1,0 +1,52 @@
+"""JSON records from a file the user names (a `batch` job file, an `eval` data set): one object a
+line (JSONL), read a line at a time so a file of multi-million-token contexts never sits in memory
+whole, or, where a reader takes one, a JSON array. Every fault is a one-line usage error that names
+the file and the line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import EXIT_USAGE, MemagentError
+
+
+def json_records(path: Path, *, what: str, arrays: bool = False) -> Iterator[tuple[int, str, object]]:
+    """(number, place, object) of each record: the line's number and "PATH line N" (blank lines
+    skipped), or the item's and "PATH item N" in a JSON array when `arrays`. `what` names the file
+    in the hints ("job file")."""
+    form = "JSONL (one object per line)" + (" or a JSON array" if arrays else "")
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    with f:
+        try:
+            head = f.read(1)
+            while head and head.isspace():
+                head = f.read(1)
+            if arrays and head == "[":  # an array has to be read whole
+                f.seek(0)
+                try:
+                    data = json.load(f)
+                except json.JSONDecodeError as exc:
+                    raise MemagentError(
+                        f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}).", f"Give {form}.", exit_code=EXIT_USAGE
+                    ) from None
+                for n, obj in enumerate(data, 1):
+                    yield n, f"{path} item {n}", obj
+                return
+            f.seek(0)
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise MemagentError(
+                        f"{path} line {n} is not valid JSON: {exc.msg}.", f"Give {form}.", exit_code=EXIT_USAGE
+                    ) from None
+                yield n, f"{path} line {n}", obj
+        except UnicodeDecodeError:
+            raise MemagentError(f"{path} is not UTF-8 text.", f"Save the {what} as UTF-8 {form}.", exit_code=EXIT_USAGE) from None
