@@ -43,6 +43,7 @@ goes in the carried .gpu/), every layer offloaded, the full 32,768-token chunk, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -292,17 +293,38 @@ class SharedBare:
             decode(self.ctx, self.batch, [(t, start + i, 0, last and i == len(part) - 1) for i, t in enumerate(part)])
         llama_cpp.llama_synchronize(self.ctx)
         t1 = time.perf_counter()
+        ids = self._reply(len(prompt), gen)
+        t2 = time.perf_counter()
+        cpu = time.process_time() - c0
+        return {"prompt_seconds": t1 - t0, "generate_seconds": t2 - t1, "cpu_seconds": cpu, "generated": len(ids), "ids": ids}
+
+    def generate(self, prompt: list[int], gen: int) -> dict:
+        """Generation alone: all of the prompt but its last token is in the cache (step() read it)."""
+        import llama_cpp
+
+        from memagent_cli.model.batched import decode
+
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, len(prompt) - 1, -1)
+        c0, t0 = time.process_time(), time.perf_counter()
+        decode(self.ctx, self.batch, [(prompt[-1], len(prompt) - 1, 0, True)])
+        ids = self._reply(len(prompt), gen)
+        return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "generated": len(ids)}
+
+    def _reply(self, n_prompt: int, gen: int) -> list[int]:
+        """Greedy tokens from the last decode's logits on, one llama_decode each."""
+        import llama_cpp
+
+        from memagent_cli.model.batched import decode
+
         ids: list[int] = []
         token = int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, -1))
         while not llama_cpp.llama_vocab_is_eog(self.vocab, token):
             ids.append(token)
             if len(ids) >= gen:
                 break
-            decode(self.ctx, self.batch, [(token, len(prompt) + len(ids) - 1, 0, True)])
+            decode(self.ctx, self.batch, [(token, n_prompt + len(ids) - 1, 0, True)])
             token = int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, -1))
-        t2 = time.perf_counter()
-        cpu = time.process_time() - c0
-        return {"prompt_seconds": t1 - t0, "generate_seconds": t2 - t1, "cpu_seconds": cpu, "generated": len(ids), "ids": ids}
+        return ids
 
     def close(self) -> None:
         import llama_cpp
@@ -312,21 +334,24 @@ class SharedBare:
         llama_cpp.llama_free(self.ctx)
 
 
-def memagent_step(engine, message: str, gen: int) -> dict:
-    """The same step through memagent's engine, cold (its prefix reuse told the cache is empty)."""
+def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
+    """The same step through memagent's engine: cold (its prefix reuse told the cache is empty), or
+    warm (its prefix reuse keeps all of the prompt but the last token: generation alone)."""
     from memagent_cli.model.engine import CompletionDone, Sampling
 
-    engine._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
+    if cold:
+        engine._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
     done = None
-    c0 = time.process_time()
+    c0, t0 = time.process_time(), time.perf_counter()
     for item in engine.complete(message, gen, Sampling(temperature=0.0)):
         if isinstance(item, CompletionDone):
             done = item
-    cpu = time.process_time() - c0
-    assert done is not None and done.cached_tokens == 0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert done is not None and (done.cached_tokens == 0) == cold
     return {
         "prompt_seconds": done.prompt_seconds,
         "generate_seconds": done.generate_seconds,
+        "seconds": seconds,  # the whole call: the chat template and tokenizing too
         "cpu_seconds": cpu,
         "generated": done.completion_tokens,
         "text": done.text,
@@ -366,9 +391,9 @@ def chunk_text(tok, n: int) -> str:
     return text
 
 
-def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int) -> dict:
-    """One QwenLong memory step (the first: "No previous memory"), memagent against bare; see the
-    module's docstring."""
+def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int, warm: int = 0) -> dict:
+    """One QwenLong memory step (the first: "No previous memory"), memagent against bare, `repeat`
+    rounds; then `warm` rounds of generation alone (out["warm"]); see the module's docstring."""
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
@@ -407,10 +432,14 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
                 row = bare.step(prompt, gen) if side == "bare" else memagent_step(engine, message, gen)
                 runs[side].append(row)
                 log(side, r, {k: round(v, 3) for k, v in row.items() if isinstance(v, float)}, row["generated"])
+        if warm:
+            out["warm"] = warm_generation(engine, bare, message, prompt, gen, warm)
         out["memory_after_steps"] = memory()
     finally:
         bare.close()
         engine.close()
+    if not repeat:
+        return out
     same = tok.decode_bytes(runs["bare"][0]["ids"]).decode("utf-8", errors="replace") == runs["memagent"][0]["text"]
     out["same_reply"] = same  # greedy on the same weights: the same tokens
     for side, rows in runs.items():
@@ -435,8 +464,39 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
         "generate": round(m["generate_seconds"] / b["generate_seconds"], 3),
         # CPU seconds of the process (every thread): less sensitive to other work on shared cores
         "cpu": round(m["cpu_seconds"] / b["cpu_seconds"], 3),
+        # each round's own pair (run one after the other): how far the load on the machine moves it
+        "step_by_round": [round(x / y, 3) for x, y in zip(m["step_seconds_each"], b["step_seconds_each"])],
     }
     out["repeat"] = repeat
+    return out
+
+
+def warm_generation(engine, bare: SharedBare, message: str, prompt: list[int], gen: int, repeat: int) -> dict:
+    """Generation alone, as B4's engine part: each side has read the prompt once; each run decodes
+    its last token and generates `gen`. A run takes a minute here, not the seven of a cold step, so
+    more rounds fit and the machine's load moves less within one; interleaved, medians."""
+    memagent_step(engine, message, gen)  # the prompt into memagent's cache (its prefix reuse keeps it)
+    bare.step(prompt, 1)
+    runs: dict[str, list[dict]] = {"memagent": [], "bare": []}
+    for r in range(repeat):
+        for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
+            row = bare.generate(prompt, gen) if side == "bare" else memagent_step(engine, message, gen, cold=False)
+            runs[side].append(row)
+            log("warm", side, r, round(row["seconds"], 3), round(row["cpu_seconds"], 3), row["generated"])
+    out: dict = {"repeat": repeat, "generated": gen}
+    for side, rows in runs.items():
+        out[side] = {
+            "seconds": round(statistics.median(r["seconds"] for r in rows), 3),
+            "cpu_seconds": round(statistics.median(r["cpu_seconds"] for r in rows), 3),
+            "tok_s": round(statistics.median(r["generated"] / r["seconds"] for r in rows), 3),
+            "seconds_each": [round(r["seconds"], 3) for r in rows],
+        }
+    m, b = out["memagent"], out["bare"]
+    out["ratio"] = {
+        "time": round(m["seconds"] / b["seconds"], 3),
+        "cpu": round(m["cpu_seconds"] / b["cpu_seconds"], 3),
+        "by_round": [round(x / y, 3) for x, y in zip(m["seconds_each"], b["seconds_each"])],
+    }
     return out
 
 
@@ -567,7 +627,8 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     }
     kept = [qwenlong.next_memory(t) for t, p in zip(plain["texts"], previous) if qwenlong.next_memory(t) == p]
     out: dict = {
-        "model": "tests/data/qwenlong.gguf (the trained QwenLong stand-in, 4.7 MB)",
+        "model": "tests/data/qwenlong.gguf (the trained QwenLong stand-in)",
+        "model_sha256": hashlib.sha256(STAND_IN.read_bytes()).hexdigest()[:16],
         "engine": device,
         "steps": len(chunks),
         "chunk_tokens": task.CHUNK_TOKENS,
@@ -652,7 +713,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chunk", type=int, default=None, help="chunk tokens (1,024 on a CPU; 32,768 with --gpu)")
     parser.add_argument("--gen", type=int, default=None, help="generated tokens (256 on a CPU; 1,024 with --gpu)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--parts", default="step,drafts", help="step, drafts; build: only make the model")
+    parser.add_argument("--warm", type=int, default=7, help="rounds of the generation part")
+    parser.add_argument("--parts", default="step,generation,drafts", help="build alone only makes the model")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--md", type=Path, default=None, help="also write the PERFORMANCE.md fragment here")
     parser.add_argument("--delete-model", action="store_true", help="delete the built model at the end")
@@ -665,17 +727,23 @@ def main(argv: list[str] | None = None) -> dict:
     Path("/proc/self/oom_score_adj").write_text("1000")
     t0 = time.perf_counter()
     results: dict = {"device": device_name(args.gpu)}
-    if "build" in parts or "step" in parts:  # "build" alone: a first device call that only makes the model
+    cold, warm = args.repeat if "step" in parts else 0, args.warm if "generation" in parts else 0
+    if "build" in parts or cold or warm:  # "build" alone: a first device call that only makes the model
         model = build(args.work, args.vocab, args.layers)
         results["model"] = model_record(model)
-    if "step" in parts:
+    if cold or warm:
         need = model.stat().st_size / 1e9 + 1.5  # on a CPU llama.cpp repacks the weights into anonymous memory
         results["available_gb_before"] = round(available_gb(), 1)
         log(json.dumps(results))
         if not args.gpu and results["available_gb_before"] < need:
             raise SystemExit(f"{results['available_gb_before']} GB available, {need:.1f} GB needed: try --layers 24")
-        results["step"] = step_vs_bare(model, chunk, gen, gpu_layers, args.repeat)
-        log("step", json.dumps(results["step"]))
+        out = step_vs_bare(model, chunk, gen, gpu_layers, cold, warm)
+        if warm:
+            keys = ("chunk_tokens", "prompt_tokens", "engine", "threads", "load_seconds", "memory_after_steps")
+            results["generation"] = {**{k: out[k] for k in keys}, **out.pop("warm")}
+        if cold:
+            results["step"] = out
+        log("step", json.dumps(out))
         if args.delete_model:
             model.unlink()
             (args.work / "two-layers-q4_k_m.gguf").unlink(missing_ok=True)
