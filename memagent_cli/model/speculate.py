@@ -204,8 +204,9 @@ def take_drafts(sample: Callable[[int], int], draft: Sequence[int], room: int, i
     """The one rule for reading a decode of a token and `draft` behind it, the lone engine's and
     the batcher's: sample the logits after the token (index 0), then after each drafted token
     while the model chose that drafted token; each sample uses the run's own chain, in order, so
-    every token is drawn as plain decoding draws it (from the logits of a wider decode). Stops after `room` tokens or at an end of turn (a
-    drafted end of turn the model chose counts as taken)."""
+    every token is drawn as plain decoding draws it (from the logits of a wider decode). Stops
+    after `room` tokens or at an end of turn (a drafted end of turn the model chose counts as
+    taken)."""
     tokens: list[int] = []
     taken = 0
     while True:
