@@ -433,7 +433,7 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
                 runs[side].append(row)
                 log(side, r, {k: round(v, 3) for k, v in row.items() if isinstance(v, float)}, row["generated"])
         if warm:
-            out["warm"] = warm_generation(engine, bare, message, prompt, gen, warm)
+            out["warm"] = warm_generation(engine, bare, message, prompt, gen, warm, primed=repeat > 0)
         out["memory_after_steps"] = memory()
     finally:
         bare.close()
@@ -471,12 +471,13 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     return out
 
 
-def warm_generation(engine, bare: SharedBare, message: str, prompt: list[int], gen: int, repeat: int) -> dict:
+def warm_generation(engine, bare: SharedBare, message: str, prompt: list[int], gen: int, repeat: int, primed: bool) -> dict:
     """Generation alone, as B4's engine part: each side has read the prompt once; each run decodes
     its last token and generates `gen`. A run takes a minute here, not the seven of a cold step, so
     more rounds fit and the machine's load moves less within one; interleaved, medians."""
-    memagent_step(engine, message, gen)  # the prompt into memagent's cache (its prefix reuse keeps it)
-    bare.step(prompt, 1)
+    if not primed:  # each side reads the prompt once (after the cold steps, both caches hold it)
+        memagent_step(engine, message, 1)
+        bare.step(prompt, 1)
     runs: dict[str, list[dict]] = {"memagent": [], "bare": []}
     for r in range(repeat):
         for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
@@ -644,7 +645,7 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
         "told_nothing": {"every_proposal_checked": replay(prompts, replies, [[] for _ in replies])},
     }
     for v in ("memory", "reply"):
-        fast = runs[v][0]
+        fast = runs[v][-1]  # the last run: the draft policy has learnt this machine's costs by then
         g = statistics.median(r["generate_seconds"] for r in runs[v])
         s = statistics.median(r["step_seconds"] for r in runs[v])
         cost = policies[v].cost()
@@ -655,7 +656,9 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
             "generate_seconds": round(g, 4),
             "generate_ratio": round(g / out["plain_generate_seconds"], 3),
             "step_ratio": round(s / statistics.median(r["step_seconds"] for r in runs["plain"]), 3),
-            "identical_steps": sum(a == b for a, b in zip(plain["texts"], fast["texts"])),
+            "identical_steps": min(sum(a == b for a, b in zip(plain["texts"], r["texts"])) for r in runs[v]),
+            "drafted_by_run": [r["drafted"] for r in runs[v]],
+            "accepted_by_run": [r["accepted"] for r in runs[v]],
             "decode_cost_ms": None if cost is None else {"a": round(cost[0] * 1000, 3), "b": round(cost[1] * 1000, 3)},
             "every_proposal_checked": replay(prompts, replies, told[v]),
         }
@@ -774,8 +777,13 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
     s, d = results.get("step"), results.get("drafts")
     where = "on the GPU" if "GPU" in (s or {}).get("engine", "") else "this CPU"
     if s:
-        r = s["ratio"]["step"]
+        r, each = s["ratio"]["step"], s["ratio"]["step_by_round"]
         measure = f"memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
+        rows.append(("B11", measure, f"{r} {_mark(r <= 1.05)} (rounds {min(each)} to {max(each)})", "≤ 1.05"))
+    w = results.get("generation")
+    if w:
+        r = w["ratio"]["time"]
+        measure = f"memagent / bare engine, generation alone at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
         rows.append(("B11", measure, f"{r} {_mark(r <= 1.05)}", "≤ 1.05"))
     if d:
         r = d["told_memory"]["generate_ratio"]
@@ -803,7 +811,35 @@ def _step_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _drafts_text(d: dict, label: str) -> str:
+def _step_text(s: dict, device: str, label: str) -> str:
+    mem = s["memory_after_steps"]
+    cpu = "CPU" in s["engine"]
+    rounds = ", ".join(f"{r}x" for r in s["ratio"]["step_by_round"])
+    return (
+        f"**One memory step on {label}** ({device}; memagent's engine: {s['engine']}): QwenLong's memory prompt with "
+        f"a {s['chunk_tokens']:,}-token chunk ({s['prompt_tokens']:,} prompt tokens) and {s['generated_tokens']} "
+        "generated tokens, greedy, no drafts, through memagent's engine (`LlamaEngine`, as `ask` builds it) and "
+        "through a bare `llama_decode` loop in a second context on the same loaded model (the same threads, batch "
+        f"sizes, flash attention: {s['flash_attn']}); cold, interleaved, medians of {s['repeat']} rounds. Same reply "
+        f"both ways: {s['same_reply']}. Each round's own ratio: {rounds}. Load {s['load_seconds']} s; resident "
+        f"{mem['rss_gb']} GB, {mem['anon_gb']} GB of it anonymous"
+        + (" (llama.cpp's CPU backend repacks the Q4_K weights out of the mapped file; the Q6_K ones stay mapped)" if cpu else "")
+        + f", {mem['file_gb']} GB file-backed; peak {mem['peak_gb']} GB."
+    )
+
+
+def _generation_text(w: dict) -> str:
+    m, b, r = w["memagent"], w["bare"], w["ratio"]
+    rounds = ", ".join(f"{x}x" for x in r["by_round"])
+    return (
+        f"**Generation alone** ({w['engine']}), the same prompt already read by each side, {w['generated']} tokens "
+        f"a run, {w['repeat']} rounds interleaved (a run is short, so the load on the machine moves less within "
+        f"one): memagent {m['tok_s']} tok/s, bare {b['tok_s']} tok/s; time **{r['time']}x** "
+        f"{_mark(r['time'] <= 1.05)}, CPU seconds {r['cpu']}x; each round's own ratio: {rounds}."
+    )
+
+
+def _drafts_text(d: dict, label: str, intro: bool = True) -> str:
     mm, rr, nn = d["told_memory"], d["told_reply"], d["told_nothing"]
     same = mm["every_proposal_checked"]["decodes"] == nn["every_proposal_checked"]["decodes"]
     lines = [
@@ -813,8 +849,8 @@ def _drafts_text(d: dict, label: str) -> str:
         f"of {d['repeats']}. Each reply is a short reasoning, `</think>`, then the memory and the plan; "
         f"{d['steps_memory_kept']} of {d['steps']} steps kept both unchanged ({d['copyable_tokens']} tokens a reply "
         f"could copy of {d['generated_tokens']} generated). memagent tells the drafter the previous memory, which it "
-        "proposes from the reply's first token on; a QwenLong reply opens with its reasoning, so that proposal is "
-        "refused at its first token"
+        "proposes while the reply follows it from its first token; a QwenLong reply opens with its reasoning, so the "
+        "drafter lets it go at the reply's first token, before proposing any of it"
         + (
             " and the drafting is prompt-lookup n-grams alone: told the memory, the drafter does exactly what it does "
             "told nothing."
@@ -823,7 +859,8 @@ def _drafts_text(d: dict, label: str) -> str:
         )
         + " Told the previous step's whole reply (reasoning included) instead, it follows the reply from its start. "
         "The last two columns replay memagent's drafter over the same replies checking every proposal whole, which "
-        "no timing decides: decodes per generated token (plain decoding: 1) and tokens per decode checked.",
+        "no timing decides: decodes per generated token (plain decoding: 1) and tokens per decode checked. "
+        "Drafted and taken: the last run's (the policy has learnt this machine's costs by then).",
         "",
         "| drafts told | drafted | taken | acceptance | generation s | / no drafts | steps identical "
         "| every proposal checked: decodes / token | its mean width |",
@@ -832,6 +869,8 @@ def _drafts_text(d: dict, label: str) -> str:
         f"| nothing (n-grams only) | | | | | | | {nn['every_proposal_checked']['decodes_per_token']} "
         f"| {nn['every_proposal_checked']['mean_width']} |",
     ]
+    if not intro:
+        lines[0] = f"**The same, {label}** ({d['engine']}), medians of {d['repeats']}:"
     for name, x in (("the previous memory (memagent)", mm), ("the previous reply", rr)):
         r = x["every_proposal_checked"]
         lines.append(
@@ -863,23 +902,21 @@ def section(results: dict, gpu: dict | None = None) -> str:
         )
         out.append("")
     for label, res in (("this CPU", results), ("the GPU", gpu)):
-        s = (res or {}).get("step")
-        if not s:
-            continue
-        mem = s["memory_after_steps"]
-        out.append(
-            f"**One memory step on {label}** ({res['device']}; {s['engine']}): QwenLong's memory prompt with a "
-            f"{s['chunk_tokens']:,}-token chunk ({s['prompt_tokens']:,} prompt tokens) and {s['generated_tokens']} "
-            f"generated tokens, greedy, no drafts, through memagent's engine and through a bare `llama_decode` loop in "
-            f"a second context on the same loaded model; cold, interleaved, medians of {s['repeat']}. Same reply both "
-            f"ways: {s['same_reply']}. Load {s['load_seconds']} s; resident {mem['rss_gb']} GB "
-            f"({mem['anon_gb']} GB anonymous: llama.cpp's CPU repacking copies the weights out of the mmapped file; "
-            f"{mem['file_gb']} GB file-backed), peak {mem['peak_gb']} GB."
-        )
-        out += ["", _step_table(s), ""]
-    for label, res in (("this CPU", results), ("the GPU", gpu)):
-        if (res or {}).get("drafts"):
-            out += [_drafts_text(res["drafts"], label), ""]
+        s, w = (res or {}).get("step"), (res or {}).get("generation")
+        if s:
+            out += [_step_text(s, res["device"], label), "", _step_table(s), ""]
+        if w:
+            out += [_generation_text(w), ""]
+    one_core = "this CPU, the process pinned to one core (`taskset -c 1`: every decode on one thread)"
+    shown = False
+    for label, d in (
+        ("this CPU", results.get("drafts")),
+        (one_core, results.get("drafts_one_core")),
+        ("the GPU", (gpu or {}).get("drafts")),
+    ):
+        if d:
+            out += [_drafts_text(d, label, intro=not shown), ""]
+            shown = True
     out += [
         "```",
         "python benchmarks/qwenlong.py --json benchmarks/qwenlong-results.json --md benchmarks/qwenlong.md",
