@@ -329,7 +329,8 @@ def check(model, held_out, end: int) -> dict[str, float]:
     return {kind: round(sum(v) / len(v), 3) for kind, v in sorted(right.items())}
 
 
-def train(cfg: TrainConfig, out: Path) -> dict:
+def seed_everything(cfg) -> None:
+    """Python, NumPy and PyTorch from one seed, on a fixed thread count (the float order)."""
     import numpy as np
     import torch
 
@@ -337,28 +338,47 @@ def train(cfg: TrainConfig, out: Path) -> dict:
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
+
+
+def optimizer(model, cfg):
+    """AdamW, weight decay on the matrices only."""
+    import torch
+
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def set_learning_rate(opt, cfg, step: int) -> float:
+    """Linear warm-up, then cosine down to min_lr_ratio of the peak."""
+    if step <= cfg.warmup:
+        lr = cfg.lr * step / cfg.warmup
+    else:
+        progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        lr = cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    for group in opt.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def train(cfg: TrainConfig, out: Path) -> dict:
+    import torch
+
+    seed_everything(cfg)
     vocab = make_vocab(cfg)
     data = Samples(cfg, vocab, random.Random(cfg.seed))
     checker = Samples(cfg, vocab, random.Random(cfg.seed + 1))
     held_out = [checker.draw() for _ in range(90)]
     model = build_model(cfg, len(vocab.tokens))
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = optimizer(model, cfg)
     print(f"vocabulary {len(vocab.tokens)} tokens, {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
-        if step <= cfg.warmup:
-            lr = cfg.lr * step / cfg.warmup
-        else:
-            progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-            lr = cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-        for group in opt.param_groups:
-            group["lr"] = lr
+        lr = set_learning_rate(opt, cfg, step)
         ids, targets = batch_tensors([data.draw() for _ in range(cfg.batch)])
         logits = model(ids)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-100)
@@ -380,6 +400,15 @@ def train(cfg: TrainConfig, out: Path) -> dict:
         "held_out": check(model, held_out, data.end),
         "n_vocab": len(vocab.tokens),
     }
+    save(model, cfg, vocab, out, name="memagent-codeword-tiny")
+    return record
+
+
+def save(model, cfg, vocab, out: Path, **gguf) -> None:
+    """The trained weights as a GGUF llama.cpp runs, and as PyTorch's .pt beside it (not committed:
+    for the torch/llama.cpp agreement check and for looking into the weights later)."""
+    import torch
+
     write_qwen2_gguf(
         out,
         vocab=vocab,
@@ -388,10 +417,9 @@ def train(cfg: TrainConfig, out: Path) -> dict:
         n_head_kv=cfg.n_head_kv,
         context_length=2048,
         rope_freq_base=cfg.rope_base,
-        name="memagent-codeword-tiny",
+        **gguf,
     )
-    torch.save(model.state_dict(), out.with_suffix(".pt"))  # for the torch/llama.cpp agreement check; not committed
-    return record
+    torch.save(model.state_dict(), out.with_suffix(".pt"))
 
 
 def reference_logits(out: Path, cfg: TrainConfig = TrainConfig()) -> Path:
@@ -465,19 +493,25 @@ def evaluate(model_path: Path, n_docs: int, doc_tokens: int, seed: int) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(doc: str | None, steps: int, out: Path, doc_tokens: int):
+    """The `train` and `evaluate` commands every training script here has; the caller adds its own."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train and write the GGUF (and a .json record beside it)")
-    t.add_argument("--steps", type=int, default=TrainConfig.steps)
-    t.add_argument("--out", type=Path, default=OUT)
+    t.add_argument("--steps", type=int, default=steps)
+    t.add_argument("--out", type=Path, default=out)
+    e = sub.add_parser("evaluate", help="accuracy of a GGUF through memagent, greedy")
+    e.add_argument("--model", type=Path, default=out)
+    e.add_argument("--docs", type=int, default=60)
+    e.add_argument("--tokens", type=int, default=doc_tokens)
+    e.add_argument("--seed", type=int, default=7)
+    return ap, sub
+
+
+def main(argv=None) -> int:
+    ap, sub = command_line(__doc__, TrainConfig.steps, OUT, doc_tokens=2000)
     r = sub.add_parser("logits", help="write PyTorch's logits for the trained weights (the .pt) beside the GGUF")
     r.add_argument("--out", type=Path, default=OUT)
-    e = sub.add_parser("evaluate", help="accuracy of a GGUF through memagent, greedy")
-    e.add_argument("--model", type=Path, default=OUT)
-    e.add_argument("--docs", type=int, default=60)
-    e.add_argument("--tokens", type=int, default=2000)
-    e.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
     if args.command == "train":
         record = train(TrainConfig(steps=args.steps), args.out)
