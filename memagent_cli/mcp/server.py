@@ -11,7 +11,7 @@ import hmac
 import ipaddress
 import json
 import warnings
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Optional, cast
 
 from .. import __version__
 from ..errors import MemagentError
@@ -113,7 +113,13 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         found = client_roots(str(root.uri) for root in declared.roots) if declared is not None else None
         return Roots(settings.allow, found)
 
-    def result(structured: dict[str, Any], rendered: str) -> CallToolResult:
+    async def result(work: Awaitable[tuple[dict[str, Any], str]]) -> CallToolResult:
+        """A tool's answer: its record as structured content and as text; memagent's errors as the
+        tool's error, which the host shows its model (never a traceback)."""
+        try:
+            structured, rendered = await work
+        except MemagentError as exc:
+            raise ToolError(str(exc)) from None
         return CallToolResult(content=[TextContent(type="text", text=rendered)], structured_content=structured)
 
     class Evidence(BaseModel):
@@ -184,8 +190,8 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
             "temperature": temperature,
             "instructions": instructions.strip() if instructions else None,
         }
-        try:
-            found, rendered = await tools.ask(
+        return await result(
+            tools.ask(
                 roots_of(roots),
                 Host(ctx),
                 sources,
@@ -196,9 +202,7 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
                 exclude=exclude or (),
                 model=model,
             )
-        except MemagentError as exc:
-            raise ToolError(str(exc)) from None
-        return result(found, rendered)
+        )
 
     @server.tool(name="inspect", title="Inspect documents", description=text(INSPECT), annotations=read_only)
     async def inspect(
@@ -212,13 +216,9 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        try:
-            found, rendered = await tools.inspect(
-                roots_of(roots), Host(ctx), sources, question, chunk_tokens, include or (), exclude or ()
-            )
-        except MemagentError as exc:
-            raise ToolError(str(exc)) from None
-        return result(found, rendered)
+        return await result(
+            tools.inspect(roots_of(roots), Host(ctx), sources, question, chunk_tokens, include or (), exclude or ())
+        )
 
     @server.tool(name="resume", title="Resume a run", description=text(RESUME), annotations=read_only)
     async def resume(
@@ -226,11 +226,7 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
         id: Annotated[str, Field(description='The run\'s trace id, a unique prefix of it, or "last".', min_length=1)],
     ) -> Annotated[CallToolResult, AskOutput]:
-        try:
-            found, rendered = await tools.resume(roots_of(roots), Host(ctx), id)
-        except MemagentError as exc:
-            raise ToolError(str(exc)) from None
-        return result(found, rendered)
+        return await result(tools.resume(roots_of(roots), Host(ctx), id))
 
     @server.tool(name="traces_list", title="List recorded runs", description=text(TRACES_LIST), annotations=read_only)
     async def traces_list(
@@ -242,11 +238,7 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         source: Annotated[Optional[str], Field(description="Only runs whose document paths contain this text.")] = None,
         limit: Annotated[int, Field(description="At most this many runs.", ge=1, le=200)] = 20,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        try:
-            found, rendered = await anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit))
-        except MemagentError as exc:
-            raise ToolError(str(exc)) from None
-        return result(found, rendered)
+        return await result(anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit)))
 
     @server.tool(name="trace_show", title="Show a recorded run", description=text(TRACE_SHOW), annotations=read_only)
     async def trace_show(
@@ -255,11 +247,7 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         step: Annotated[Optional[int], Field(description="Only this step, with its memory.", ge=1)] = None,
         memories: Annotated[bool, Field(description="Include every step's memory text (long runs: large).")] = False,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        try:
-            found, rendered = await anyio.to_thread.run_sync(lambda: tools.trace_show(roots_of(roots), id, step, memories))
-        except MemagentError as exc:
-            raise ToolError(str(exc)) from None
-        return result(found, rendered)
+        return await result(anyio.to_thread.run_sync(lambda: tools.trace_show(roots_of(roots), id, step, memories)))
 
     @server.resource(
         "memagent://traces/{run_id}",
