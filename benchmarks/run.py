@@ -160,6 +160,16 @@ def write_doc(results: dict) -> None:
         rows.append(
             ("B8", "4 sequences / 1, llama.cpp itself, aggregate tok/s at a 5,000-token chunk (this CPU)", f"{b8['gain']}", "—")
         )
+    qwenlong_results = _qwenlong_results()
+    if qwenlong_results:
+        import qwenlong
+
+        rows += qwenlong.summary_rows(qwenlong_results[0])
+        if qwenlong_results[1]:
+            rows += qwenlong.summary_rows(qwenlong_results[1])
+        else:
+            what = "memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes, on a GPU"
+            rows.append(("B11", what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", "≤ 1.05"))
     steps = next(iter(b3["sizes"].values()))["steps_run"]
     table = "\n".join(f"| {b} | {what} | {value} | {target} |" for b, what, value, target in rows)
     sizes = "\n".join(
@@ -204,7 +214,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section()}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -454,6 +464,26 @@ def _jobs_section() -> str:
     import jobs
 
     return jobs.section(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _qwenlong_results() -> tuple[dict, dict | None] | None:
+    """B11's results: benchmarks/qwenlong-results.json (this CPU; `python benchmarks/qwenlong.py`
+    writes it, about an hour, so run on its own) and qwenlong-gpu-results.json (a lent GPU's)."""
+    path, gpu = HERE / "qwenlong-results.json", HERE / "qwenlong-gpu-results.json"
+    if not path.exists():
+        return None
+    on_gpu = json.loads(gpu.read_text(encoding="utf-8")) if gpu.exists() else None
+    return json.loads(path.read_text(encoding="utf-8")), on_gpu
+
+
+def _qwenlong_section() -> str:
+    """B11 from _qwenlong_results(), or nothing before its first run."""
+    found = _qwenlong_results()
+    if not found:
+        return ""
+    import qwenlong
+
+    return qwenlong.section(*found)
 
 
 def _gpu_results() -> dict | None:
