@@ -79,6 +79,8 @@ def test_protocol_from_the_model_and_instructions_for_the_answer_alone(tmp_path)
     stored = json.loads(run_memagent("traces", "show", "last", "--json").stdout)
     assert stored["settings"]["protocol"] == "qwenlong" and stored["answer"] == doc.value.upper()
     assert stored["steps"][-1]["memory"] == memory_after(doc.value)  # memory and plan, kept whole
+    shown = run_memagent("traces", "show", "last", env={"COLUMNS": "200"}).stdout  # piped: changes marked in the text
+    assert "protocol qwenlong" in shown and "[-Nothing found yet.-]{+" + f"The code word is {doc.value}.+}}" in shown
 
 
 def test_interrupted_then_resumed_with_its_protocol(tmp_path, spawned):

@@ -154,6 +154,10 @@ def test_traces_commands(doc, models, tmp_path):
     assert [s["index"] for s in one["steps"]] == [2]
     text = memagent("traces", "show", first["trace"]).stdout
     assert "step 1" in text and "Where did the fox run?" in text and "=" * 40 in text
+    # piped, so no color: what each step added and dropped is marked in the text itself
+    assert "[-No previous" in text and "memory-]{+===" in text and "protocol" not in text  # memagent's: not named
+    diff = memagent("traces", "diff", first["trace"], "0", "1").stdout
+    assert diff.startswith("step 0 → step 1\n[-No previous") and "memory-]{+===" in diff and diff.rstrip().endswith("+}")
 
     diff = as_json("traces", "diff", first["trace"], "0", "1")
     assert {"op": "delete", "text": "No previous memory"} in diff["ops"]

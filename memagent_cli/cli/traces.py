@@ -17,7 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
-from ..core.protocol import INITIAL_MEMORY
 from ..core.provenance import describe_extent, describe_spans
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
@@ -112,10 +111,10 @@ def show(
         return
     out = _out()
     out.print(_header(run))
-    previous = INITIAL_MEMORY
+    previous = _initial_memory(run)
     for s in steps:
         if step is None or s["index"] == step:
-            out.print(_step_panel(s, previous, s["index"] in evidence))
+            out.print(_step_panel(s, previous, s["index"] in evidence, _plain(out)))
         previous = s["memory"]
     if step is None and run.get("answer") is not None:
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
@@ -143,21 +142,42 @@ def _header(run: Mapping[str, Any]) -> Text:
         ("  sources ", "dim"),
         visible(sources),
     )
+    protocol = (run.get("settings") or {}).get("protocol")
+    if protocol and protocol != "memagent":  # memagent's is every run's from before protocols
+        text.append_text(Text.assemble(("  protocol ", "dim"), visible(protocol)))
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
     return text
 
 
-def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool) -> Panel:
-    added, dropped = changes(previous, s["memory"])
+def _diff_text(before: str, after: str, plain: bool) -> Text:
+    """What a step added (green) and dropped (red, struck through); where nothing shows color
+    (NO_COLOR, a pipe, a file), git's plain word-diff marks instead: {+added+} and [-dropped-]."""
     body = Text()
-    for op, text in word_diff(previous, s["memory"]):
+    for op, text in word_diff(before, after):
         if op == "equal":
             body.append(visible(text))
-        elif op == "insert":
-            body.append(visible(text), style="green")
+        elif plain:
+            body.append("{+" + visible(text) + "+}" if op == "insert" else "[-" + visible(text) + "-]")
         else:
-            body.append(visible(text), style="red strike")
+            body.append(visible(text), style="green" if op == "insert" else "red strike")
+    return body
+
+
+def _plain(console: Console) -> bool:
+    return console.no_color or console.color_system is None
+
+
+def _initial_memory(run: Mapping[str, Any]) -> str:
+    """The memory a run started from: its protocol's (a trace from before protocols: memagent's)."""
+    from ..core.protocols import get
+
+    return get((run.get("settings") or {}).get("protocol") or "memagent").initial_memory
+
+
+def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool, plain: bool) -> Panel:
+    added, dropped = changes(previous, s["memory"])
+    body = _diff_text(previous, s["memory"], plain)
     stats = (
         f"+{sum(len(a.split()) for a in added)} −{sum(len(d.split()) for d in dropped)} words · "
         f"{s['memory_tokens']} tok memory · {s['seconds']:.1f}s"
@@ -181,21 +201,20 @@ def diff(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The memory between two steps: what was added (green) and dropped (red)."""
+    """The memory between two steps: what was added (green) and dropped (red); without color,
+    {+added+} and [-dropped-]."""
     run = _store().get_run(run_ref)
-    memories = [INITIAL_MEMORY] + [s["memory"] for s in run["steps"]]
+    memories = [_initial_memory(run)] + [s["memory"] for s in run["steps"]]
     l = k + 1 if l is None else l  # noqa: E741
     for n in (k, l):
         if n >= len(memories):
             raise MemagentError(f"Run {run['id'][:8]} has no step {n}; it has {len(memories) - 1}.", exit_code=EXIT_USAGE)
-    ops = word_diff(memories[k], memories[l])
     if json_out:
+        ops = word_diff(memories[k], memories[l])
         print_json({"run": run["id"], "from": k, "to": l, "ops": [{"op": o, "text": t} for o, t in ops]})
         return
-    body = Text()
-    for op, text in ops:
-        body.append(visible(text), style={"insert": "green", "delete": "red strike"}.get(op, ""))
-    _out().print(Group(Text(f"step {k} → step {l}", style="bold"), body))
+    out = _out()
+    out.print(Group(Text(f"step {k} → step {l}", style="bold"), _diff_text(memories[k], memories[l], _plain(out))))
 
 
 @app.command()
