@@ -165,3 +165,30 @@ def test_the_live_view_shows_the_plan_apart(tmp_path):
     text = console.export_text()
     assert "Plan" in text and "Look for later amendments" in text
     assert "<memory>" not in text and "<plan>" not in text
+
+
+def test_the_live_view_shows_reasoning_as_thinking_then_the_reply_without_it():
+    from memagent_cli.cli.views.live import LiveView
+    from memagent_cli.core.events import RunStarted
+
+    def shown(view: LiveView) -> str:
+        console = Console(file=io.StringIO(), record=True, force_terminal=True, width=120)
+        console.print(view.memory_panel())
+        return console.export_text()
+
+    for protocol in ("qwenlong", "memagent"):
+        view = LiveView(Console(file=io.StringIO()), fps=1000)
+        view.handle(RunStarted(QUESTION, "m", "m.gguf", (), AgentConfig.with_protocol(protocol), "tok", "auto"))
+        view.writing, view.streaming = ["The section names ", "the signatory."], True
+        before = shown(view)
+        view.writing.append("\n</think>\n\n<memory>\nSigned by R. Lee.\n</memory>")
+        after = shown(view)
+        view.phase, view.streaming, view.writing = "done", False, ["Found it.\n</think>\n\nR. Lee"]
+        answered = shown(view)
+        if protocol == "qwenlong":
+            assert "Memory · thinking" in before and "the signatory." in before
+            assert "Memory · being rewritten" in after and "Signed by R. Lee." in after and "signatory" not in after
+            assert "Answer" in answered and "R. Lee" in answered and "Found it" not in answered
+        else:  # MemAgent's models write no reasoning: every reply shown as written
+            assert "thinking" not in before and "Memory · being rewritten" in before and "signatory" in after
+            assert "Found it" in answered

@@ -51,6 +51,11 @@ class Protocol:
         """(memory, plan): what the views show apart. MemAgent's memory has no plan."""
         return memory, ""
 
+    def reasoning(self, reply: str) -> tuple[str, str]:
+        """(reasoning, the rest) of a reply, whole or streamed so far: what the views show apart.
+        MemAgent's models write no reasoning."""
+        return "", reply
+
     def extract_answer(self, reply: str, variant: str = "boxed") -> tuple[str, bool]:
         return memagent_strings.extract_answer(memagent_strings.next_memory(reply), variant)
 
@@ -79,6 +84,9 @@ class QwenLong(Protocol):
 
     def parts(self, memory: str) -> tuple[str, str]:
         return qwenlong_strings.parts(memory)
+
+    def reasoning(self, reply: str) -> tuple[str, str]:
+        return qwenlong_strings.reasoning(reply)
 
     def extract_answer(self, reply: str, variant: str = "boxed") -> tuple[str, bool]:
         return qwenlong_strings.extract_answer(reply)

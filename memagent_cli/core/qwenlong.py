@@ -117,6 +117,15 @@ def _after_thinking(reply: str) -> str:
     return reply.rsplit(THINK_END, 1)[1] if THINK_END in reply else reply
 
 
+def reasoning(reply: str) -> tuple[str, str]:
+    """(reasoning, the rest) of a reply, whole or streamed so far: everything before `</think>` is
+    reasoning (the chat template opened it), the rest what the reply is for."""
+    if THINK_END not in reply:
+        return reply, ""
+    before, after = reply.rsplit(THINK_END, 1)
+    return before, after
+
+
 def next_memory(reply: str) -> str:
     """The memory and plan blocks of a reply, as written; the whole reply when it has no <memory>."""
     text = _after_thinking(reply)

@@ -279,7 +279,14 @@ class LiveView:
     def memory_panel(self) -> Panel | Group:
         text = "".join(self.writing) if self.writing else self.memory
         plan = ""
-        if not self.writing and self.protocol.has_plan:  # qwenlong: the plan shown apart from the memory
+        thinking = False
+        if self.writing:  # a thinking model's reasoning shown dim until the reply proper starts
+            reasoning, rest = self.protocol.reasoning(text)
+            if rest.strip():
+                text = rest.strip("\n")
+            elif reasoning and self.streaming:
+                thinking = True
+        elif self.protocol.has_plan:  # qwenlong: the plan shown apart from the memory
             text, plan = self.protocol.parts(text)
         lines = text.splitlines() or [""]
         shown = "\n".join(lines[-MEMORY_LINES:])
@@ -287,8 +294,10 @@ class LiveView:
             shown = "…" + shown[-MEMORY_CHARS:]
         answering = self.phase.startswith("answer") or self.phase.startswith("done")
         title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
+        if thinking:
+            title = ("Answer" if answering else "Memory") + " · thinking"
         memory = Panel(
-            Text(visible(shown)),
+            Text(visible(shown), style="dim" if thinking else ""),
             title=title,
             title_align="left",
             subtitle=self.phase,
