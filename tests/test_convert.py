@@ -325,6 +325,19 @@ def test_inspect_and_doctor_size_a_qwen3moe_kv_cache(converted, memagent_home, t
     assert proc.returncode == 0, proc.stderr
     context = json.loads(proc.stdout)["context"]
     assert context["kv_cache_assumes"] is None and context["kv_cache_bytes"] == context["tokens"] * per_token
+    # its speed follows what one token reads: the shared tensors and 2 of the 4 experts (gguf's own sizes)
+    from gguf import GGUFReader
+
+    from memagent_cli.core.inspection import CPU_ANCHOR, GPU_ANCHOR
+    from memagent_cli.model.runtime import gpu_offload_supported
+
+    experts = sum(int(t.n_bytes) for t in GGUFReader(converted["qwen3moe", "f16"]).tensors if "_exps." in t.name)
+    n, used = info.arch_get("expert_count"), info.arch_get("expert_used_count")
+    read = info.file_size - round(experts * (1 - used / n))
+    anchor, _, gen_rate = GPU_ANCHOR if gpu_offload_supported() else CPU_ANCHOR
+    estimate = json.loads(proc.stdout)["estimate"]
+    assert 0 < read < info.file_size and estimate["generation_tokens_per_second"] == round(gen_rate * anchor / read, 2)
+    assert f"{used} of {n} experts" in estimate["assumes"] and estimate["model_bytes"] == info.file_size
     report = diagnose(models=[("moe", converted["qwen3moe", "f16"])], n_ctx=4096)
     (entry,) = report["models"]
     assert entry["architecture"] == "qwen3moe" and entry["layers"] == 2 and entry["kv_bytes"] == 4096 * per_token

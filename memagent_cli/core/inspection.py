@@ -137,10 +137,12 @@ def context_plan(report: Report, sequences: int) -> dict[str, Any]:
 
 def estimate(report: Report) -> dict[str, Any]:
     """An upper bound on run time: every memory update writes its full budget."""
+    from ..model.memory import read_per_token
     from ..model.runtime import available_cores, gpu_offload_supported
 
     info = report.info
-    size = float(info.file_size) if info.has_weights else DEFAULT_MODEL_BYTES
+    read, moe = read_per_token(info) if info.has_weights else (DEFAULT_MODEL_BYTES, None)
+    size = float(read)
     gpu = gpu_offload_supported()
     cores = available_cores()
     anchor_bytes, prompt_rate, gen_rate = GPU_ANCHOR if gpu else CPU_ANCHOR
@@ -155,9 +157,10 @@ def estimate(report: Report) -> dict[str, Any]:
         "device": "GPU" if gpu else f"CPU ({cores} cores)",
         "prompt_tokens_per_second": round(prompt, 1),
         "generation_tokens_per_second": round(gen, 2),
-        "model_bytes": int(size),
+        "model_bytes": int(info.file_size if info.has_weights else DEFAULT_MODEL_BYTES),
         "assumes": "each memory update writes its full budget; speeds scaled from llama.cpp reference figures"
-        + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)"),
+        + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)")
+        + (f"; {moe}" if moe else ""),
     }
 
 

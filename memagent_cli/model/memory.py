@@ -203,6 +203,21 @@ def model_memory(info: GGUFInfo) -> ModelMemory:
     )
 
 
+def read_per_token(info: GGUFInfo) -> tuple[int, str | None]:
+    """The model's bytes as one token's pass reads them, which its speed follows: the whole file
+    for a dense model; for a mixture of experts, the shared tensors and `expert_used_count` of
+    every `expert_count` experts (llama.cpp's `*_exps` tensors hold them all). With a note
+    saying so for a mixture of experts, else None."""
+    n, used = info.arch_get("expert_count"), info.arch_get("expert_used_count")
+    if not n or not used:
+        return info.file_size, None
+    experts = sum(size for name, size in _sizes_from_layout(info).items() if "_exps." in name)
+    if not experts:
+        return info.file_size, None
+    read = info.file_size - round(experts * (1 - int(used) / int(n)))
+    return read, f"a mixture of experts: speeds scaled by what one token reads ({used} of {n} experts, {format_bytes(read)})"
+
+
 def kv_cache_bytes(mem: ModelMemory, n_ctx: int) -> int:
     return mem.kv_bytes_per_token * n_ctx
 
