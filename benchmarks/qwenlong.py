@@ -59,11 +59,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-DEFAULT_VOCAB = REPO.parent / "shared" / "fixtures" / "qwen2.5-vocab-llamacpp.gguf"
+import shapes  # noqa: E402  # the random-model helpers B4 and B8 use
+import speculate  # noqa: E402  # the loop B6 times, told the previous memory or reply
+
+DEFAULT_VOCAB = shapes.DEFAULT_VOCAB
 STAND_IN = REPO / "tests" / "data" / "qwenlong.gguf"
-FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
 QUESTION = "What did the committee decide about the old mill?"
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_q_norm", "attn_k", "attn_k_norm", "attn_v", "attn_output")
 LAYER_TENSORS += ("ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -105,22 +108,8 @@ def _add_header(w, n_layer: int, file_type: int, vocab: Path, template: str) -> 
     w.add_file_type(file_type)
     w.add_expert_feed_forward_length(S.moe_intermediate_size)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    reader = gguf.GGUFReader(str(vocab))
-    for field in reader.fields.values():
-        if not field.name.startswith("tokenizer.") or field.name == "tokenizer.chat_template":
-            continue
-        value = field.contents()
-        if field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
-            value = value[: S.vocab_size]  # the converter's padding past Qwen3's 151,936 rows
-        kind = field.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            w.add_array(field.name, value)
-        elif kind == gguf.GGUFValueType.STRING:
-            w.add_string(field.name, value)
-        elif kind == gguf.GGUFValueType.BOOL:
-            w.add_bool(field.name, bool(value))
-        else:
-            w.add_uint32(field.name, int(value))
+    # the converter's padding past Qwen3's 151,936 rows cut; the template is the stand-in's
+    shapes.copy_tokenizer(w, vocab, rows=S.vocab_size, skip=("tokenizer.chat_template",))
     w.add_chat_template(template)
 
 
@@ -177,7 +166,7 @@ def write_f16(dest: Path, n_layer: int, vocab: Path, template: str, seed: int = 
             done += take
         out = out.reshape(shape)
         if name == "output.weight":
-            out[FIRST_CONTROL:] = 0  # control tokens never win a greedy choice
+            out[shapes.FIRST_CONTROL :] = 0  # control tokens never win a greedy choice
         return out.astype(np.float32) if f32(name, shape) else out
 
     w = gguf.GGUFWriter(str(dest), "qwen3moe")
@@ -572,30 +561,8 @@ def loop(engine, chunks: list[str], memory_tokens: int, expect: str) -> dict:
     "reply" (the previous step's whole reply, reasoning included)."""
     import codeword
 
-    from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
-
-    qwenlong = get("qwenlong")
     engine._model().n_tokens = 0  # no prefix reuse across runs: every run starts cold
-    memory, reply, rows = qwenlong.initial_memory, "", []
-    for chunk in chunks:
-        told = memory if expect == "memory" else reply
-        done = None
-        for item in engine.complete(qwenlong.memory_prompt(codeword.QUESTION, memory, chunk), memory_tokens, Sampling(0.0), told):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
-        rows.append(done)
-        reply, memory = done.text, qwenlong.next_memory(done.text)
-    return {
-        "generate_seconds": sum(d.generate_seconds for d in rows),
-        "step_seconds": sum(d.prompt_seconds + d.generate_seconds for d in rows),
-        "generated": sum(d.completion_tokens for d in rows),
-        "drafted": sum(d.drafted_tokens for d in rows),
-        "accepted": sum(d.accepted_tokens for d in rows),
-        "texts": [d.text for d in rows],
-        "memory": memory,
-    }
+    return speculate.run_loop(engine, codeword.QUESTION, chunks, memory_tokens, protocol="qwenlong", told=expect)
 
 
 def replay(prompts: list[list[int]], replies: list[list[int]], told: list[list[int]]) -> dict:

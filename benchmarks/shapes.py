@@ -33,16 +33,19 @@ SHAPES = {
 FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
 
 
-def _copy_tokenizer(writer, vocab: Path) -> int:
-    """Copies every tokenizer.* key of the vocabulary GGUF; returns the number of tokens."""
+def copy_tokenizer(writer, vocab: Path, rows: int | None = None, skip: tuple[str, ...] = ()) -> int:
+    """Copies every tokenizer.* key of the vocabulary GGUF but those in `skip`, its tokens and
+    their types cut to `rows` when given; returns the number of tokens written."""
     import gguf
 
     reader = gguf.GGUFReader(str(vocab))
     n_tokens = 0
     for field in reader.fields.values():
-        if not field.name.startswith("tokenizer."):
+        if not field.name.startswith("tokenizer.") or field.name in skip:
             continue
         value = field.contents()
+        if rows is not None and field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            value = value[:rows]
         if field.name == "tokenizer.ggml.tokens":
             n_tokens = len(value)
         kind = field.types[0]
@@ -75,7 +78,7 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
     w.add_name(f"random-{shape}")
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
     add_qwen2_hparams(w, n_embd, n_layer, n_ff, n_head, n_head_kv)
-    n_vocab = _copy_tokenizer(w, vocab)
+    n_vocab = copy_tokenizer(w, vocab)
 
     tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), "random")]
     for i in range(n_layer):

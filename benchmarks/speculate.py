@@ -79,21 +79,24 @@ def engine(model: Path, speculate: bool, n_ctx: int):
     return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=GPU_LAYERS, speculate=speculate), tok
 
 
-def run_loop(eng, question: str, chunks: list[str], memory_tokens: int) -> dict:
-    """The MemAgent loop's memory updates; per step its generation and whole seconds, and the ids."""
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt, next_memory
+def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
+    """A protocol's memory updates; per step its generation and whole seconds, and the texts. The
+    drafts are told `told`: "memory" (the previous memory, as memagent's loop tells it, the
+    engine drafting it first) or "reply" (the previous step's whole reply)."""
+    from memagent_cli.core.protocols import get
     from memagent_cli.model.engine import CompletionDone, Sampling
 
-    memory, rows = INITIAL_MEMORY, []
+    chosen = get(protocol)
+    memory, reply, rows = chosen.initial_memory, "", []
     for chunk in chunks:
         done = None
-        # told the previous memory, as memagent's loop tells it (the engine drafts it first)
-        for item in eng.complete(memory_prompt(question, memory, chunk), memory_tokens, Sampling(temperature=0.0), memory):
+        prompt = chosen.memory_prompt(question, memory, chunk)
+        for item in eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply):
             if isinstance(item, CompletionDone):
                 done = item
         assert done is not None
         rows.append(done)
-        memory = next_memory(done.text)
+        reply, memory = done.text, chosen.next_memory(done.text)
     return {
         "generate_seconds": sum(d.generate_seconds for d in rows),
         "step_seconds": sum(d.prompt_seconds + d.generate_seconds for d in rows),
@@ -101,6 +104,7 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int) -> dict:
         "drafted": sum(d.drafted_tokens for d in rows),
         "accepted": sum(d.accepted_tokens for d in rows),
         "texts": [d.text for d in rows],
+        "memory": memory,
     }
 
 
