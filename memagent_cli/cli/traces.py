@@ -17,6 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
+from ..core.protocols import DEFAULT as DEFAULT_PROTOCOL
+from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard
@@ -143,7 +145,7 @@ def _header(run: Mapping[str, Any]) -> Text:
         visible(sources),
     )
     protocol = (run.get("settings") or {}).get("protocol")
-    if protocol and protocol != "memagent":  # memagent's is every run's from before protocols
+    if protocol and protocol != DEFAULT_PROTOCOL:  # the default is every run's from before protocols
         text.append_text(Text.assemble(("  protocol ", "dim"), visible(protocol)))
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
@@ -170,9 +172,7 @@ def _plain(console: Console) -> bool:
 
 def _initial_memory(run: Mapping[str, Any]) -> str:
     """The memory a run started from: its protocol's (a trace from before protocols: memagent's)."""
-    from ..core.protocols import get
-
-    return get((run.get("settings") or {}).get("protocol") or "memagent").initial_memory
+    return get_protocol((run.get("settings") or {}).get("protocol") or DEFAULT_PROTOCOL).initial_memory
 
 
 def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool, plain: bool) -> Panel:

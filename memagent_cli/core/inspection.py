@@ -141,7 +141,8 @@ def estimate(report: Report) -> dict[str, Any]:
     from ..model.runtime import available_cores, gpu_offload_supported
 
     info = report.info
-    read, moe = read_per_token(info) if info.has_weights else (DEFAULT_MODEL_BYTES, None)
+    model_bytes = info.file_size if info.has_weights else DEFAULT_MODEL_BYTES
+    read, moe = read_per_token(info) if info.has_weights else (model_bytes, None)
     size = float(read)
     gpu = gpu_offload_supported()
     cores = available_cores()
@@ -157,7 +158,7 @@ def estimate(report: Report) -> dict[str, Any]:
         "device": "GPU" if gpu else f"CPU ({cores} cores)",
         "prompt_tokens_per_second": round(prompt, 1),
         "generation_tokens_per_second": round(gen, 2),
-        "model_bytes": int(info.file_size if info.has_weights else DEFAULT_MODEL_BYTES),
+        "model_bytes": int(model_bytes),
         "assumes": "each memory update writes its full budget; speeds scaled from llama.cpp reference figures"
         + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)")
         + (f"; {moe}" if moe else ""),

@@ -114,16 +114,14 @@ _PLAN = re.compile(r"<plan>\n?(.*?)\n?(?:</plan>|\Z)", re.S)
 
 
 def _after_thinking(reply: str) -> str:
-    return reply.rsplit(THINK_END, 1)[1] if THINK_END in reply else reply
+    return reply.rpartition(THINK_END)[2]  # the whole reply when it has no `</think>`
 
 
 def reasoning(reply: str) -> tuple[str, str]:
     """(reasoning, the rest) of a reply, whole or streamed so far: everything before `</think>` is
     reasoning (the chat template opened it), the rest what the reply is for."""
-    if THINK_END not in reply:
-        return reply, ""
-    before, after = reply.rsplit(THINK_END, 1)
-    return before, after
+    before, end, after = reply.rpartition(THINK_END)
+    return (before, after) if end else (reply, "")
 
 
 def next_memory(reply: str) -> str:
