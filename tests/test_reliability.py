@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, sigint_default, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -80,6 +80,26 @@ def test_sigint_during_startup_or_model_load(tmp_path, models, delay, memagent_h
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err and out == ""
+
+
+def test_an_interrupt_that_passed_through_exec_still_exits_130(tmp_path):
+    """Ctrl-C while a dataclass is being built (importing llama_cpp builds many) raises inside an
+    exec() of source text. memagent handles it, and still exits with its own 130 rather than being
+    killed by SIGINT, the way CPython ends `python -m` when it thinks the interrupt went unhandled."""
+    package = tmp_path / "interrupted_in_exec"
+    package.mkdir()
+    (package / "__main__.py").write_text(
+        "from memagent_cli.cli import app, entry\n"
+        "def interrupted_in_exec():\n"
+        "    exec('raise KeyboardInterrupt')  # where the signal lands: in code made from text\n"
+        "app.app = interrupted_in_exec  # what main() runs as the command\n"
+        "entry.main()\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", package.name], cwd=tmp_path, capture_output=True, text=True, preexec_fn=sigint_default
+    )
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "interrupted\n", "")
 
 
 def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):

@@ -6,8 +6,20 @@ import sys
 
 def main() -> None:
     try:
-        from .app import main as cli_main
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    cli_main()
+        try:
+            from .app import main as cli_main
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
+        cli_main()
+    finally:
+        _forget_python_interrupt()
+
+
+def _forget_python_interrupt() -> None:
+    """A Ctrl-C that lands while code built from text runs (dataclasses and namedtuple make their
+    methods with exec(), as when llama_cpp is imported) leaves CPython's "KeyboardInterrupt went
+    unhandled" flag set even though memagent handled it; `python -m memagent_cli` then kills
+    itself with SIGINT at exit instead of exiting with the code memagent chose. Every exec() of
+    source text clears that flag before it runs, so one empty one does, on any CPython."""
+    exec("None")
