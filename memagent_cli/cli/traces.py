@@ -113,10 +113,10 @@ def show(
         return
     out = _out()
     out.print(_header(run))
-    previous = _initial_memory(run)
+    previous, plain = _initial_memory(run), _plain(out)
     for s in steps:
         if step is None or s["index"] == step:
-            out.print(_step_panel(s, previous, s["index"] in evidence, _plain(out)))
+            out.print(_step_panel(s, previous, s["index"] in evidence, plain))
         previous = s["memory"]
     if step is None and run.get("answer") is not None:
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
@@ -144,8 +144,8 @@ def _header(run: Mapping[str, Any]) -> Text:
         ("  sources ", "dim"),
         visible(sources),
     )
-    protocol = (run.get("settings") or {}).get("protocol")
-    if protocol and protocol != DEFAULT_PROTOCOL:  # the default is every run's from before protocols
+    protocol = _protocol_name(run)
+    if protocol != DEFAULT_PROTOCOL:
         text.append_text(Text.assemble(("  protocol ", "dim"), visible(protocol)))
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
@@ -170,9 +170,14 @@ def _plain(console: Console) -> bool:
     return console.no_color or console.color_system is None
 
 
+def _protocol_name(run: Mapping[str, Any]) -> str:
+    """The protocol a run used; a trace from before protocols used the default, memagent's."""
+    return (run.get("settings") or {}).get("protocol") or DEFAULT_PROTOCOL
+
+
 def _initial_memory(run: Mapping[str, Any]) -> str:
-    """The memory a run started from: its protocol's (a trace from before protocols: memagent's)."""
-    return get_protocol((run.get("settings") or {}).get("protocol") or DEFAULT_PROTOCOL).initial_memory
+    """The memory a run started from: its protocol's."""
+    return get_protocol(_protocol_name(run)).initial_memory
 
 
 def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool, plain: bool) -> Panel:
