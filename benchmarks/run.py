@@ -214,7 +214,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section()}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section(qwenlong_results)}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -476,9 +476,8 @@ def _qwenlong_results() -> tuple[dict, dict | None] | None:
     return json.loads(path.read_text(encoding="utf-8")), on_gpu
 
 
-def _qwenlong_section() -> str:
+def _qwenlong_section(found: tuple[dict, dict | None] | None) -> str:
     """B11 from _qwenlong_results(), or nothing before its first run."""
-    found = _qwenlong_results()
     if not found:
         return ""
     import qwenlong
