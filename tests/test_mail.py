@@ -313,7 +313,18 @@ def _filetime(moment: datetime.datetime) -> int:
 
 
 def _add_message(
-    writer, prefix, *, subject, body=None, html=None, rtf=None, date=None, recipients=(), attachments=(), embedded=False
+    writer,
+    prefix,
+    *,
+    subject,
+    body=None,
+    html=None,
+    rtf=None,
+    date=None,
+    headers=None,
+    recipients=(),
+    attachments=(),
+    embedded=False,
 ):
     import compressed_rtf
 
@@ -327,6 +338,8 @@ def _add_message(
     stream(0x0037, 0x1F, _u(subject))
     stream(0x0C1A, 0x1F, _u("Alice Example"))
     stream(0x5D01, 0x1F, _u("alice@example.com"))
+    if headers is not None:  # PidTagTransportMessageHeaders: the headers of the copy received
+        stream(0x007D, 0x1F, _u(headers))
     if body is not None:
         stream(0x1000, 0x1F, _u(body))
     if html is not None:
@@ -478,3 +491,63 @@ def test_truncated_msg_is_one_line_error(tmp_path, notes, keep):
         read(path, notes)
     assert caught.value.message.startswith(f"Cannot read Outlook message {path}: ")
     assert "\n" not in str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------
+# .msg recipients: the recipient table, as Outlook shows it, not the transport headers
+
+SAMPLES = Path(__file__).parent / "data" / "samples"
+
+
+def test_real_msg_to_is_its_recipient_table_not_its_transport_header(notes):
+    # A real delivery-failure notice kept as an Outlook message (msg_parser's test file, tests/data/README.md):
+    # its transport header says "To: <yosipnps@model.com>", its recipient table holds the address,
+    # and its attached original (a message in the message) is read the same way.
+    text, places = read(SAMPLES / "delivery-failure.msg", notes)
+    head, _, rest = text.partition("\n\n")
+    assert head.splitlines() == [
+        "From: Mail Delivery Subsystem <mailer-daemon@tjdpf.org.cn>",
+        "To: yosipnps@model.com",
+        "Date: Mon, 27 Nov 2017 09:44:30 +0000",
+        "Subject: 投递状态通知 (Failure Notice)",
+    ]
+    assert rest.startswith("Hi. This is an automatically generated Delivery Status Notification at\n")
+    assert places[:2] == [Place(), Place(part="forwarded-1.msg")]  # then the original's PDF, 4 pages
+    assert "\n\nFrom: Meredith chen <yosipnps@model.com>\nTo: hp_lsz@tjdpf.org.cn\nDate: " in text
+    assert "<>" not in text and "Cc:" not in text
+    assert notes == []
+
+
+def test_msg_recipient_table_wins_over_transport_headers(tmp_path, notes):
+    path = tmp_path / "table.msg"
+    headers = "To: Someone Else <else@example.com>\r\nCc: <>\r\nSubject: Table\r\n"
+    table = [
+        (1, "Bob", "bob@example.com"),
+        (1, "Bob", "BOB@example.com"),  # listed twice: shown once
+        (2, "", ""),  # an empty recipient: dropped
+        (2, "carol@example.com", "carol@example.com"),  # a name that is the address: shown once
+        (2, "Dave", "/o=ExchangeLabs/ou=Exchange Administrative Group/cn=Recipients/cn=dave"),
+        (3, "", "erin@example.com"),
+    ]
+    path.write_bytes(make_msg(subject="Table", body="Words.", headers=headers, recipients=table))
+    text, _ = read(path, notes)
+    assert text == (
+        "From: Alice Example <alice@example.com>\nTo: Bob <bob@example.com>\nCc: carol@example.com; Dave\n"
+        "Bcc: erin@example.com\nSubject: Table\n\nWords."
+    )
+
+
+def test_msg_with_only_empty_cc_recipients_has_no_cc_line(tmp_path, notes):
+    path = tmp_path / "nocc.msg"
+    headers = "To: Bob <bob@example.com>\r\nCc: <>\r\n"
+    path.write_bytes(make_msg(subject="S", headers=headers, recipients=[(1, "Bob", "bob@example.com"), (2, "", "")]))
+    text, _ = read(path, notes)
+    assert text == "From: Alice Example <alice@example.com>\nTo: Bob <bob@example.com>\nSubject: S\n\n"
+
+
+def test_msg_without_recipient_table_falls_back_to_transport_headers(tmp_path, notes):
+    path = tmp_path / "headers.msg"
+    headers = 'To: "Doe, Jane" <jane@example.com>, <>\r\nCc: <>\r\nBcc: \r\n'
+    path.write_bytes(make_msg(subject="H", body="Body.", headers=headers))
+    text, _ = read(path, notes)
+    assert text == "From: Alice Example <alice@example.com>\nTo: Doe, Jane <jane@example.com>\nSubject: H\n\nBody."

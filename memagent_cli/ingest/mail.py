@@ -2,13 +2,15 @@
 
 A message reads as one unit: its header lines (From, To, Cc, Date, Subject, decoded, one line
 each), a blank line and its body (the text/plain part, else the text/html part as text; an
-Outlook message's plain body, else its HTML body, else its RTF body). Each attachment that
-memagent reads (a PDF, a Word file, a text file…) follows as a document of its own, placed
-`within` its file name ("mail.eml/report.pdf p. 2"), through `context.nested`, which picks the
-reader and skips what memagent does not read with a note. A forwarded message (message/rfc822,
-or an Outlook message attached to another) is read the same way, named "forwarded-1.eml" or
-"forwarded-1.msg". Nothing an attachment names or links to is fetched, and nothing is written
-to disk.
+Outlook message's plain body, else its HTML body, else its RTF body). An Outlook message's To,
+Cc and Bcc are its recipient table, as Outlook shows them, not the transport headers it may
+carry (those of the copy that reached one mailbox); a line with no recipient is left out. Each
+attachment that memagent reads (a PDF, a Word file, a text file…) follows as a document of its
+own, placed `within` its file name ("mail.eml/report.pdf p. 2"), through `context.nested`, which
+picks the reader and skips what memagent does not read with a note. A forwarded message
+(message/rfc822, or an Outlook message attached to another) is read the same way, named
+"forwarded-1.eml" or "forwarded-1.msg". Nothing an attachment names or links to is fetched, and
+nothing is written to disk.
 """
 
 from __future__ import annotations
@@ -308,12 +310,12 @@ def read_msg(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
         raise unreadable(context.title, "Outlook message", "not an Outlook message (not an OLE compound file)", _MSG_HINT)
     message = _open_msg(file, context.title)
     try:
+        recipients = _msg_recipients(message)
         lines = [
             f"{label}: {clean_line(value)}"
             for label, value in (
                 ("From", _msg_value(message, "sender")),
-                ("To", _msg_value(message, "to")),
-                ("Cc", _msg_value(message, "cc")),
+                *recipients,
                 ("Date", _msg_date(message)),
                 ("Subject", _msg_value(message, "subject")),
             )
@@ -389,6 +391,57 @@ def _msg_value(message: Any, name: str) -> str:
     except Exception:  # a property stored wrong: that header line is left out
         return ""
     return value if isinstance(value, str) else ""
+
+
+# The recipient table's types (PidTagRecipientType, MS-OXOMSG 2.2.3.1; higher bits are flags).
+_RECIPIENT_LINES = (("To", 1), ("Cc", 2), ("Bcc", 3))
+
+
+def _msg_recipients(message: Any) -> list[tuple[str, str]]:
+    """The To, Cc and Bcc lines as Outlook shows them: each recipient once, "Name <address>" (or
+    whichever of the two it has), empty ones dropped, "; " between them."""
+    found: dict[int, list[str]] = {kind: [] for _, kind in _RECIPIENT_LINES}
+    try:
+        table = list(getattr(message, "recipients", None) or [])
+    except Exception:  # extract-msg refuses the whole table for one recipient of an unknown type
+        table = []
+    for recipient in table:
+        try:
+            kind = int(recipient.typeFlags) & 0xF
+        except Exception:
+            continue
+        shown = _recipient_text(_msg_value(recipient, "name"), _msg_value(recipient, "email"))
+        if kind in found and shown:
+            found[kind].append(shown)
+    if not any(found.values()):
+        # No usable table: the transport headers are all there is. extract-msg joins a header's
+        # addresses with ";" and turns its commas into ";" (quoted names included).
+        from email.utils import getaddresses
+
+        for label, kind in _RECIPIENT_LINES:
+            header = _msg_value(message, label.lower()).replace(";", ",")
+            found[kind] = [_recipient_text(name, address) for name, address in getaddresses([header])]
+    return [(label, "; ".join(_unique(found[kind]))) for label, kind in _RECIPIENT_LINES]
+
+
+def _recipient_text(name: str, address: str) -> str:
+    name, address = clean_line(name), clean_line(address)
+    if address.startswith("/"):
+        # An Exchange (X.500) address, "/o=.../cn=...": Outlook shows the name alone.
+        address = ""
+    if name and address and name.casefold() != address.casefold():
+        return f"{name} <{address}>"
+    return name or address
+
+
+def _unique(texts: list[str]) -> list[str]:
+    seen: set[str] = set()
+    kept: list[str] = []
+    for text in texts:
+        if text and text.casefold() not in seen:
+            seen.add(text.casefold())
+            kept.append(text)
+    return kept
 
 
 def _msg_date(message: Any) -> str:
