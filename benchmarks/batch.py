@@ -148,7 +148,7 @@ def engine_messages(model: Path, tokens: int, n: int) -> list[str]:
     """n memory prompts (one per question) of about `tokens` tokens: real prose as the chunk."""
     import speculate
 
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer

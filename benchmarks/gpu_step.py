@@ -99,7 +99,7 @@ def make_doc(model: Path, folder: Path, chunk: int) -> Path:
 
 def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]]:
     """The memory prompt of the first step for each question, as memagent builds it."""
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
@@ -455,7 +455,7 @@ def bare_process(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, f
 
 
 def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> None:
-    from memagent_cli.core.protocol import final_prompt
+    from memagent_cli.core.memagent import final_prompt
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> dict:
     import llama_cpp
     import shapes
 
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
     from memagent_cli.model.runtime import available_cores
 
     work = args.work or Path(tempfile.mkdtemp(prefix="memagent-b4-"))

@@ -58,7 +58,7 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
     """The engine alone: the reference protocol with llama-cpp-python's own generate loop."""
     import llama_cpp
 
-    from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
+    from memagent_cli.core.memagent import INITIAL_MEMORY, final_prompt, memory_prompt
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import quiet_llama_logs

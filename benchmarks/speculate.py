@@ -167,7 +167,7 @@ def exactness(model: Path, question: str, chunks: list[str], memory_tokens: int,
     import llama_cpp
     import numpy as np
 
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt, next_memory
+    from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt, next_memory
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores

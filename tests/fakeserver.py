@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MEMORY_MARK = "Updated memory:"  # how memagent's memory-update prompt ends (core/protocol.py)
+MEMORY_MARK = "Updated memory:"  # how memagent's memory-update prompt ends (core/memagent.py)
 
 
 class Refuse(Exception):

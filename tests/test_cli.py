@@ -8,7 +8,7 @@ from helpers import run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
-from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 
 FAST = ["--chunk-tokens", "300", "--memory-tokens", "8", "--answer-tokens", "6", "--temperature", "0"]
 

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from memagent_cli.core.protocol import INITIAL_MEMORY
+from memagent_cli.core.memagent import INITIAL_MEMORY
 from memagent_cli.traces.export import FORMATS, export, export_html, export_jsonl, export_markdown
 
 M1 = "Alice bought the boat in 1990."

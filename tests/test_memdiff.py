@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from memagent_cli.core.memagent import INITIAL_MEMORY
 from memagent_cli.core.memdiff import changes, surviving_additions, word_diff
-from memagent_cli.core.protocol import INITIAL_MEMORY
 
 # Pieces that make hard cases: repeated words, every kind of white space (Unicode ones too,
 # which \s and str.split() both count), punctuation glued to words, non-ASCII letters.

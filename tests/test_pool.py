@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fakeserver import FakeServer, Refuse, default_reply
 
-from memagent_cli.core.protocol import final_prompt, memory_prompt
+from memagent_cli.core.memagent import final_prompt, memory_prompt
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.served.engine import CHAIN_KEY_HEADERS, NEUTRAL_SAMPLING, OpenAIEngine, wire_key

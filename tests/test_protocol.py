@@ -5,8 +5,8 @@ import re
 import pytest
 from helpers import shared_path
 
-from memagent_cli.core import protocol
-from memagent_cli.core.protocol import (
+from memagent_cli.core import memagent
+from memagent_cli.core.memagent import (
     extract_answer,
     extract_boxed,
     final_prompt,
@@ -29,19 +29,19 @@ def test_memory_prompt_matches_reference_byte_for_byte(reference):
     block = code_blocks(reference)[0]
     assert block.startswith("You are presented with a problem, a section")
     # the reference says the text ends with a newline after "Updated memory:"
-    assert protocol.MEMORY_PROMPT == block + "\n"
-    assert "<problem> \n" in protocol.MEMORY_PROMPT
+    assert memagent.MEMORY_PROMPT == block + "\n"
+    assert "<problem> \n" in memagent.MEMORY_PROMPT
 
 
 def test_final_prompts_match_reference(reference):
     block = code_blocks(reference)[1]
-    assert protocol._FINAL_PROMPT.replace("{instruction}", protocol.FINAL_INSTRUCTIONS["boxed"]) == block + "\n"
+    assert memagent._FINAL_PROMPT.replace("{instruction}", memagent.FINAL_INSTRUCTIONS["boxed"]) == block + "\n"
     variant = re.search(r"reads\n`(.*?)`\nin place of", reference).group(1)
-    assert protocol.FINAL_INSTRUCTIONS["answer-is"] == variant
+    assert memagent.FINAL_INSTRUCTIONS["answer-is"] == variant
 
 
 def test_initial_memory_matches_reference(reference):
-    assert f"the literal text `{protocol.INITIAL_MEMORY}`" in reference
+    assert f"the literal text `{memagent.INITIAL_MEMORY}`" in reference
 
 
 def test_fields_are_filled_once_and_braces_in_documents_survive():

@@ -10,7 +10,7 @@ import pytest
 from helpers import REPO, run_memagent, shared_path, words
 from rich.console import Console
 
-from memagent_cli.core import protocol as memagent_strings
+from memagent_cli.core import memagent as memagent_strings
 from memagent_cli.core import qwenlong
 from memagent_cli.core.config import AgentConfig
 from memagent_cli.core.protocols import get, guess, of_model

@@ -19,7 +19,7 @@ from collections import Counter
 from difflib import SequenceMatcher
 from typing import Any, Mapping, Sequence, Union
 
-from .protocol import INITIAL_MEMORY
+from .memagent import INITIAL_MEMORY
 
 _TOKEN = re.compile(r"\s+|\S+")
 

@@ -4,7 +4,7 @@ A protocol owns its prompts and initial memory, its default budgets, how a reply
 memory, what of the memory the final prompt gets, and how the answer is read. The loop (agent.py),
 chunking, traces, evidence, the views and eval are the same for every protocol.
 
-Two are known: `memagent` (the RL-MemoryAgent models, protocol.py) and `qwenlong`
+Two are known: `memagent` (the RL-MemoryAgent models, memagent.py) and `qwenlong`
 (QwenLong-L1.5, qwenlong.py). Which one a run uses: the `--protocol` option; else the model's
 (its catalog entry, or "qwenlong" in its GGUF's name or file name, or the served model's name);
 else `memagent`.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MemagentError
-from . import protocol as memagent_strings
+from . import memagent as memagent_strings
 from . import qwenlong as qwenlong_strings
 
 NAMES = ("memagent", "qwenlong")

@@ -8,7 +8,7 @@ several calls at once (the embedded engine batching on a GPU, a served engine wi
 that many runs go together and their model calls are batched. A call with several runs (`each`,
 `questions`) queues them all, in order.
 
-A cancelled call stops each of its runs at the next token (runs.Engine.run_one), recorded as
+A cancelled call stops each of its runs at the next token (runs.SharedModel.run_one), recorded as
 interrupted: the next `ask` of the same question on the same documents, or `resume`, goes on
 from there.
 """
@@ -26,7 +26,7 @@ import anyio.to_thread
 from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..errors import MemagentError
-from .runs import Engine, Told
+from .runs import SharedModel, Told
 
 TELL_POLL_SECONDS = 0.02  # how often a run's news is looked for: its worker thread only queues it
 
@@ -53,7 +53,7 @@ class Planned:
 class Queue:
     """The runs of every call, in order, on the engine's slots."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: SharedModel):
         self.engine = engine
         self._slots: anyio.Semaphore | None = None
         self._waiting = 0

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..core.chunking import Chunk, Span
 from ..core.events import StepRecord
+from ..core.memagent import DOCUMENT_HEADER
 from ..core.memdiff import changes
-from ..core.protocol import DOCUMENT_HEADER
 from ..core.provenance import describe_span, describe_spans
 
 EXCERPT_CHARS = 300

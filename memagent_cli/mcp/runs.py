@@ -1,14 +1,14 @@
 """The server's one model, and one run on it driven to its record, in a worker thread.
 
-`Engine` loads the model on first use (core.jobs.JobRunner: the model and its engine, opened
-once) and shares it with every call. `Engine.run_one` drives one run: its events are fed to a
+`SharedModel` loads the model on first use (core.jobs.JobRunner: the model and its engine, opened
+once) and shares it with every call. `SharedModel.run_one` drives one run: its events are fed to a
 Recorder (so the run is traced, step by step, and resumable) and turned into what the host is
 told as it goes (`Told`: a step done, the memory's text, a note); a cancelled call sets its
 `cancel` event, and the run's event generator is closed at the next event (every token is one),
 recorded as interrupted. A new run with the same question, documents (unchanged), model and
 settings as an interrupted one continues it instead of starting over.
 
-How many runs go at once is the engine's (`Engine.slots`): one on the embedded engine on a CPU,
+How many runs go at once is the engine's (`SharedModel.slots`): one on the embedded engine on a CPU,
 several where it batches (a GPU) or on a served engine; server.py queues the others in order.
 """
 
@@ -66,7 +66,7 @@ class Told:
     level: str = "info"
 
 
-class Engine:
+class SharedModel:
     """The model a server runs, loaded on first use and shared by every call."""
 
     def __init__(self, settings: ServerSettings):

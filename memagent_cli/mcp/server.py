@@ -2,22 +2,26 @@
 trace_show) and its resource (memagent://traces/{id}), bound to tools.py, and the transports:
 stdio, or streamable HTTP with the SDK's Host/Origin checks and an optional bearer token.
 
-The SDK is imported when a server is built, never when memagent starts. The tools are defined
-inside `build` with real (not postponed) annotations, because the SDK reads their signatures at
-runtime to make each tool's JSON schema (types, bounds and the Field descriptions below).
+The SDK is imported when a server is built, never when memagent starts. `build` makes the server
+and registers the tools a group at a time (`_add_ask`, `_add_inspect_resume`, `_add_traces`); each
+group's tools are defined inside its function with real (not postponed) annotations, because the
+SDK reads their signatures at runtime to make each tool's JSON schema (types, bounds and the Field
+descriptions below). What they share (descriptions, roots, the request's host, a tool's answer)
+is `_shared`'s, and ask's and resume's output schema `_ask_output`'s.
 """
 
 import hmac
 import ipaddress
 import json
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Optional, cast
 
 from .. import __version__
 from ..errors import MemagentError
-from .calls import Queue
+from .calls import Host, Queue
 from .guard import Roots, client_roots
-from .runs import Engine
+from .runs import SharedModel
 from .settings import MAX_FILES, MAX_QUESTIONS, HttpAddress, ServerSettings
 from .texts import (
     ASK,
@@ -34,8 +38,10 @@ from .tools import TRACE_URI, Tools
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, ListRoots, MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
+    from mcp_types import CallToolResult, ListRootsResult
+    from pydantic import BaseModel
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
@@ -61,23 +67,13 @@ def serve(settings: ServerSettings, announce: Callable[[str], None]) -> None:
         engine.close()
 
 
-def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
-    """The server, its tools and resource, and the engine they share."""
-    import anyio.to_thread
+def build(settings: ServerSettings) -> "tuple[MCPServer[Any], SharedModel]":
+    """The server, its tools and resource, and the model they share."""
     from mcp.server.auth.settings import AuthSettings
-    from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
-    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent, ToolAnnotations
-    from pydantic import BaseModel, Field
+    from mcp.server.mcpserver import MCPServer
 
-    engine = Engine(settings)
+    engine = SharedModel(settings)
     tools = Tools(settings, Queue(engine))
-    device = "served engine" if settings.engine.kind == "openai" else "embedded llama.cpp engine (CPU or GPU, as found)"
-    rule = concurrency_rule(settings)
-
-    def text(template: str) -> str:
-        return describe(template, settings, device, rule)
-
     auth = None
     verifier = None
     if settings.http is not None and settings.token:
@@ -92,8 +88,41 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         auth=auth,
         log_level=cast(Any, settings.log_level),
     )
+    shared = _shared(settings)
+    ask_output = _ask_output()
+    _add_ask(server, tools, shared, ask_output)
+    _add_inspect_resume(server, tools, shared, ask_output)
+    _add_traces(server, tools, shared)
+    return server, engine
 
-    class Host:
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every tool uses: the settings, a tool's description (`text`), a request's context as
+    calls.Host (`host`), the client's roots, asked for where it declares them (`declared_roots`,
+    resolved by the SDK) and joined to --allow (`roots_of`), and a tool's answer (`result`)."""
+
+    settings: ServerSettings
+    text: Callable[[str], str]
+    host: "Callable[[Context[Any, Any]], Host]"
+    declared_roots: "Callable[[Context[Any, Any]], Awaitable[Optional[ListRoots]]]"
+    roots_of: "Callable[[Optional[ListRootsResult]], Roots]"
+    result: "Callable[[Awaitable[tuple[dict[str, Any], str]]], Awaitable[CallToolResult]]"
+
+
+def _shared(settings: ServerSettings) -> _Shared:
+    """The helpers the tools share (see _Shared), on the SDK's types."""
+    from mcp.server.mcpserver import Context, ListRoots
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent
+
+    device = "served engine" if settings.engine.served else "embedded llama.cpp engine (CPU or GPU, as found)"
+    rule = concurrency_rule(settings)
+
+    def text(template: str) -> str:
+        return describe(template, settings, device, rule)
+
+    class RequestHost:
         """A request's context, as calls.Host: its progress notifications and log messages."""
 
         def __init__(self, ctx: Context[Any, Any]):
@@ -122,6 +151,13 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
             raise ToolError(str(exc)) from None
         return CallToolResult(content=[TextContent(type="text", text=rendered)], structured_content=structured)
 
+    return _Shared(settings, text, RequestHost, declared_roots, roots_of, result)
+
+
+def _ask_output() -> "type[BaseModel]":
+    """The output schema of ask and resume: one run's record, or a record per run."""
+    from pydantic import BaseModel, Field
+
     class Evidence(BaseModel):
         step: int = Field(description="The memory step whose reading the answer rests on.")
         source: str = Field(description="The document it read, as titled to the model (archive.zip/inner/name in one).")
@@ -143,13 +179,22 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
     class AskOutput(Run):
         results: Optional[list[Run]] = Field(None, description="With `questions` or `each`: one record per run.")
 
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    budget = settings.config
+    return AskOutput
 
-    @server.tool(name="ask", title="Ask documents", description=text(ASK), annotations=read_only)
+
+def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
+    """Registers the ask tool."""
+    from mcp.server.mcpserver import Context, Resolve
+    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from pydantic import Field
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    budget = shared.settings.config
+
+    @server.tool(name="ask", title="Ask documents", description=shared.text(ASK), annotations=read_only)
     async def ask(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         sources: Annotated[
             list[str],
             Field(
@@ -190,10 +235,10 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
             "temperature": temperature,
             "instructions": instructions.strip() if instructions else None,
         }
-        return await result(
+        return await shared.result(
             tools.ask(
-                roots_of(roots),
-                Host(ctx),
+                shared.roots_of(roots),
+                shared.host(ctx),
                 sources,
                 asked,
                 each=each,
@@ -204,10 +249,20 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
             )
         )
 
-    @server.tool(name="inspect", title="Inspect documents", description=text(INSPECT), annotations=read_only)
+
+def _add_inspect_resume(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
+    """Registers the inspect and resume tools."""
+    from mcp.server.mcpserver import Context, Resolve
+    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from pydantic import Field
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    budget = shared.settings.config
+
+    @server.tool(name="inspect", title="Inspect documents", description=shared.text(INSPECT), annotations=read_only)
     async def inspect(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         sources: Annotated[list[str], Field(description="Files and folders, as for ask.", min_length=1, max_length=MAX_FILES)],
         question: Annotated[Optional[str], Field(description="The question, for the prompt's size.")] = None,
         chunk_tokens: Annotated[
@@ -216,21 +271,33 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        return await result(
-            tools.inspect(roots_of(roots), Host(ctx), sources, question, chunk_tokens, include or (), exclude or ())
+        return await shared.result(
+            tools.inspect(shared.roots_of(roots), shared.host(ctx), sources, question, chunk_tokens, include or (), exclude or ())
         )
 
-    @server.tool(name="resume", title="Resume a run", description=text(RESUME), annotations=read_only)
+    @server.tool(name="resume", title="Resume a run", description=shared.text(RESUME), annotations=read_only)
     async def resume(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         id: Annotated[str, Field(description='The run\'s trace id, a unique prefix of it, or "last".', min_length=1)],
     ) -> Annotated[CallToolResult, AskOutput]:
-        return await result(tools.resume(roots_of(roots), Host(ctx), id))
+        return await shared.result(tools.resume(shared.roots_of(roots), shared.host(ctx), id))
 
-    @server.tool(name="traces_list", title="List recorded runs", description=text(TRACES_LIST), annotations=read_only)
+
+def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None:
+    """Registers the traces_list and trace_show tools and the trace resource."""
+    import anyio.to_thread
+    from mcp.server.mcpserver import Resolve
+    from mcp.server.mcpserver.exceptions import ResourceError
+    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from pydantic import Field
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    roots_of = shared.roots_of
+
+    @server.tool(name="traces_list", title="List recorded runs", description=shared.text(TRACES_LIST), annotations=read_only)
     async def traces_list(
-        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         status: Annotated[
             Optional[str],
             Field(description="Only runs with this status.", pattern="^(running|complete|interrupted|failed)$"),
@@ -238,16 +305,16 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         source: Annotated[Optional[str], Field(description="Only runs whose document paths contain this text.")] = None,
         limit: Annotated[int, Field(description="At most this many runs.", ge=1, le=200)] = 20,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        return await result(anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit)))
+        return await shared.result(anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit)))
 
-    @server.tool(name="trace_show", title="Show a recorded run", description=text(TRACE_SHOW), annotations=read_only)
+    @server.tool(name="trace_show", title="Show a recorded run", description=shared.text(TRACE_SHOW), annotations=read_only)
     async def trace_show(
-        roots: Annotated[Optional[ListRootsResult], Resolve(declared_roots)],
+        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         id: Annotated[str, Field(description='A trace id, a unique prefix of it, or "last".', min_length=1)],
         step: Annotated[Optional[int], Field(description="Only this step, with its memory.", ge=1)] = None,
         memories: Annotated[bool, Field(description="Include every step's memory text (long runs: large).")] = False,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        return await result(anyio.to_thread.run_sync(lambda: tools.trace_show(roots_of(roots), id, step, memories)))
+        return await shared.result(anyio.to_thread.run_sync(lambda: tools.trace_show(roots_of(roots), id, step, memories)))
 
     @server.resource(
         "memagent://traces/{run_id}",
@@ -257,14 +324,12 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], Engine]":
         mime_type="application/json",
     )
     async def trace(run_id: str) -> str:
+        allow = shared.settings.allow
         try:
-            found, _ = await anyio.to_thread.run_sync(lambda: tools.trace_show(Roots(settings.allow), run_id, None, True))
+            found, _ = await anyio.to_thread.run_sync(lambda: tools.trace_show(Roots(allow), run_id, None, True))
         except MemagentError as exc:
             raise ResourceError(str(exc)) from None
         return json.dumps(found, ensure_ascii=False)
-
-    del ask, inspect, resume, traces_list, trace_show, trace  # registered: the server holds them
-    return server, engine
 
 
 class _StaticToken:

@@ -25,8 +25,8 @@ import re
 from typing import Any, Callable, Mapping
 
 from ..core.display import SCHEMA, json_controls_escaped, visible
+from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
-from ..core.protocol import INITIAL_MEMORY
 from ..core.provenance import describe_extent, describe_spans
 
 FORMATS = ("jsonl", "markdown", "html")

@@ -19,8 +19,8 @@ import html
 from typing import Any, Mapping, Sequence
 
 from ..core.display import clip, visible
+from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import split_changes, word_diff
-from ..core.protocol import INITIAL_MEMORY
 from ..core.provenance import describe_span, describe_spans
 from .export import PAGE_CSS, page_head, run_meta_html, status_note, timeline_html
 
