@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = REPO / "benchmarks"
-VOCAB = REPO.parent / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
+VOCAB = REPO / "tests" / "data" / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
 for _path in (REPO, REPO / "tests"):  # memagent, and tests/officefiles.py's legacy Office builders
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))

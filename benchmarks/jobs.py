@@ -57,7 +57,7 @@ PARTS = ("embedded", "scale", "rss", "loss")
 
 # The served parts: the vocabulary-only GGUF cuts the chunks (no server needed for that), as the
 # commands give it, relative to the repository.
-TOKENIZER = "../shared/fixtures/ggml-vocab-qwen2.gguf"
+TOKENIZER = "tests/data/shared/fixtures/ggml-vocab-qwen2.gguf"
 CHUNK, MEMORY, ANSWER = 64, 32, 16
 BUDGETS = ["--chunk-tokens", str(CHUNK), "--memory-tokens", str(MEMORY), "--answer-tokens", str(ANSWER)]
 # Each is one token after a space in that vocabulary, so a context's size in tokens is exact.

@@ -1,5 +1,5 @@
 """What tests (and benchmarks) share that is not a fixture: running memagent as a user does,
-paths to ../shared, documents, servers and the trained code-word model's engine. conftest.py keeps
+paths to the shared test data, documents, servers and the trained code-word model's engine. conftest.py keeps
 the fixtures, built on these."""
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# The part of the project's ../shared folder (protocol notes, third-party fixtures) that tests read,
+# kept in the repository so that a fresh clone runs every test: tests/data/shared/README.md says
+# each file's origin and license.
+SHARED = REPO / "tests" / "data" / "shared"
 
 
 def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",), timeout=300):
@@ -74,10 +77,10 @@ def drain_terminal(leader: int) -> bytes:
 
 
 def shared_path(*parts: str) -> Path:
-    """A file under ../shared (the project's reference material), or skip the test."""
+    """A file of the shared test data (tests/data/shared: reference notes and fixtures)."""
     path = SHARED.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"{path} is not here (CI clones the repo with ../shared beside it)")
+        raise FileNotFoundError(f"{path} is missing: tests/data/shared/README.md lists what belongs there")
     return path
 
 
@@ -224,7 +227,7 @@ def codeword_steps(n: int) -> list[tuple[str, str]]:
 
     from codeword import QUESTION, make_document
 
-    from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+    from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 
     steps = []
     for s in range(n):

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from helpers import SHARED
 
-# The real Qwen2.5 tokenizer files (see ../shared/fixtures/README.md).
-QWEN25_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hf" / "qwen2.5"
+# The real Qwen2.5 tokenizer files (see tests/data/shared/README.md).
+QWEN25_TOKENIZER = SHARED / "fixtures" / "hf" / "qwen2.5"
 
 _DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
 

@@ -9,7 +9,7 @@ never another exception and never hang. These tests throw hypothesis-generated i
    (byte-order mark, invalid bytes replaced, newlines normalised), at tiny block sizes;
 2. stdin: the same bytes, trickled in short reads, give the same text as the file;
 3. chunks: streamed chunking gives the ids of tokenizing the whole stripped text at once
-   (skipped without ../shared/fixtures/ggml-vocab-qwen2.gguf; the other tests still run);
+   with the real Qwen2 vocabulary (tests/data/shared/fixtures/ggml-vocab-qwen2.gguf);
 4. PDFs: mutated and hand-made PDFs give text (valid Unicode) or MemagentError, in bounded time;
 5. folders and named paths: trees of random names and contents are collected in the documented
    order, with titles that are valid Unicode; any named path gives sources or MemagentError.
@@ -41,11 +41,12 @@ import pytest
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (it is in the test extras)")
 
+from helpers import SHARED  # noqa: E402
 from hypothesis import HealthCheck, assume, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from memagent_cli.core import chunking  # noqa: E402
-from memagent_cli.core.protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR  # noqa: E402
+from memagent_cli.core.memagent import DOCUMENT_HEADER, DOCUMENT_SEPARATOR  # noqa: E402
 from memagent_cli.errors import MemagentError  # noqa: E402
 from memagent_cli.ingest import (
     formats,  # noqa: E402
@@ -55,7 +56,7 @@ from memagent_cli.ingest import text as textmod  # noqa: E402
 from memagent_cli.ingest.base import UNIT_SEPARATOR  # noqa: E402
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source  # noqa: E402
 
-VOCAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ggml-vocab-qwen2.gguf"
+VOCAB = SHARED / "fixtures" / "ggml-vocab-qwen2.gguf"
 REPRO_DIR = Path(tempfile.gettempdir()) / "memagent-fuzz"
 
 # Seconds one PDF may take to read before the test calls it a hang.
@@ -401,8 +402,6 @@ def test_stdin_reads_like_the_file(scratch, data, block_size, reads):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    if not VOCAB.exists():
-        pytest.skip(f"{VOCAB} is not here (CI clones the repo with ../shared beside it)")
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 

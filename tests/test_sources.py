@@ -1,7 +1,7 @@
 """Tests for memagent_cli.ingest.sources: finding documents and streaming their text.
 
 Everything runs on real files: text files written into tmp_path, PDFs generated here with fpdf2,
-and real-world PDFs from the shared fixtures folder beside the repository.
+and real-world PDFs from the shared test data (tests/data/shared/fixtures/real-pdfs).
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 from fpdf import FPDF
+from helpers import SHARED
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.ingest import text as textmod
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_PDFS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-pdfs"
+REAL_PDFS = SHARED / "fixtures" / "real-pdfs"
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,11 +94,6 @@ def make_pdf(path: Path, pages: list[str], *, owner_password: str | None = None,
 
 def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
-
-
-needs_real_pdfs = pytest.mark.skipif(
-    not REAL_PDFS.is_dir(), reason=f"shared fixtures not found at {REAL_PDFS} (clone shared/ beside the repo)"
-)
 
 
 # --------------------------------------------------------------------------------------------
@@ -675,32 +671,28 @@ def test_pdf_with_only_an_owner_password_opens_without_one(tmp_path, notes):
 # Real-world PDFs (pypdf's test resources)
 
 
-@needs_real_pdfs
 def test_crazyones_matches_its_text(notes):
     text = read_file(REAL_PDFS / "crazyones.pdf", notes)
     expected = (REAL_PDFS / "crazyones.txt").read_text(encoding="utf-8")
     assert squash(text) == squash(expected)
 
 
-@needs_real_pdfs
 def test_multilang_keeps_every_script(notes):
     text = read_file(REAL_PDFS / "multilang.pdf", notes)
     for phrase in ["Hello World", "مرحبا بالعالم", "Привет, мир", "你好世界", "こんにちは世界"]:
         assert phrase in text
 
 
-@needs_real_pdfs
 def test_broken_xref_is_read_leniently(notes):
     assert "test example" in read_file(REAL_PDFS / "issue-297.pdf", notes)
 
 
-@needs_real_pdfs
-def test_image_only_pdf_says_no_text(notes):
+def test_image_only_pdf_says_no_text(notes, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a file outside the current directory is named by its absolute path
     assert read_file(REAL_PDFS / "imagemagick-lzw.pdf", notes, ocr="never") == ""
     assert notes == [f"{REAL_PDFS / 'imagemagick-lzw.pdf'} has no extractable text (it may be scanned; OCR is off: --ocr never)"]
 
 
-@needs_real_pdfs
 @pytest.mark.parametrize(
     "name, expected_pages, expected_chars",
     [("Seige_of_Vicksburg_Sample_OCR.pdf", 6, 12_600), ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", 19, 22_700)],
@@ -711,7 +703,6 @@ def test_multi_page_real_pdfs(notes, name, expected_pages, expected_chars):
     assert abs(len(text) - expected_chars) < expected_chars * 0.05
 
 
-@needs_real_pdfs
 @pytest.mark.parametrize(
     "name, password, phrase",
     [
@@ -731,7 +722,6 @@ def test_encrypted_real_pdfs(notes, name, password, phrase):
     assert phrase in read_all(source, notes, password=password)[0]
 
 
-@needs_real_pdfs
 def test_aes_without_cryptography_asks_for_the_crypto_extra():
     # A fresh interpreter where neither AES backend pypdf knows can be imported.
     script = (

@@ -145,11 +145,11 @@ CHAT = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n" 
 
 
 def check_against_reference() -> list[str]:
-    """Which prompt here is not the reference's code block (none when ../shared is not beside the
-    repository): the choices above add nothing the blocks do not show."""
+    """Which prompt here is not the reference's code block (tests/data/shared/reference, copied from
+    ../shared): the choices above add nothing the blocks do not show."""
     import re
 
-    reference = HERE.parents[2] / "shared" / "reference" / "qwenlong-protocol.md"
+    reference = HERE / "shared" / "reference" / "qwenlong-protocol.md"
     if not reference.exists():
         return []
     blocks = re.findall(r"```\n(.*?)```", reference.read_text(encoding="utf-8"), re.S)
