@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from helpers import REPO, run_memagent, sigint_default, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
+from memagent_cli.errors import MemagentError
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
 
@@ -59,10 +61,64 @@ def test_an_architecture_this_llama_cpp_cannot_load(doc, models, tmp_path):
     assert "upgrade it (pip install -U llama-cpp-python)" in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_not_enough_memory_to_load_suggests_what_to_lower(doc, models):
-    proc = run("ask", doc, "q", "-m", models["random"], "--ctx", "400000000", "--no-trace")
-    assert proc.returncode == 1 and "Not enough memory: lower --ctx (now 400,000,000) or --gpu-layers" in proc.stderr
+def run_with_peak_rss(tmp_path, *args, timeout=300) -> tuple[subprocess.CompletedProcess, int]:
+    """`memagent ARGS` as `run` runs it, and its peak resident set in bytes: the rusage wait4 gives
+    for this one process (RUSAGE_CHILDREN would be the largest of every child the suite waited for)."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
+    env["NO_COLOR"] = "1"
+    with open(tmp_path / "stdout", "w+", encoding="utf-8") as out, open(tmp_path / "stderr", "w+", encoding="utf-8") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memagent_cli", *map(str, args)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            cwd=REPO,
+        )
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            watchdog.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+    return done, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB elsewhere
+
+
+def test_not_enough_memory_to_load_suggests_what_to_lower(doc, models, tmp_path):
+    """A context whose KV cache no machine has the memory for (4e9 tokens: 953.7 GiB for this model) is
+    refused with the numbers before llama.cpp allocates anything. It used to be handed to llama.cpp,
+    whose process reached 19.4 GB on a 24 GB machine before the load failed."""
+    proc, peak = run_with_peak_rss(tmp_path, "ask", doc, "q", "-m", models["random"], "--ctx", "4000000000", "--no-trace")
+    assert proc.returncode == 1 and "Not enough memory: lower --ctx (now 4,000,000,000;" in proc.stderr
+    assert "A context of 4,000,000,000 tokens needs 953.7 GiB of KV cache" in proc.stderr and "of memory is free" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert peak < 2 * 1024**3, f"peak resident set {peak / 1024**3:.1f} GiB"
+
+
+def test_a_context_is_checked_against_the_free_memory_given():
+    """The check itself, on a model's sizes and free-memory figures given to it: the machine's KV
+    cache against its free memory (its weights are mapped from the file, not counted), the GPU's
+    share against the GPU's."""
+    from memagent_cli.model.memory import ModelMemory, check_context_fits
+
+    # 4 layers of 1 MiB, 1 MiB of other tensors, 1 KiB of KV cache per token per layer
+    mem = ModelMemory(5 * 2**20, [2**20] * 4, 2**20, 4, 4096, kv_per_layer=[1024] * 4, n_vocab=1000)
+    check_context_fits(mem, 2000, host_free=8 * 2**20)  # 7.8 MiB of cache
+    with pytest.raises(MemagentError) as caught:
+        check_context_fits(mem, 3000, host_free=8 * 2**20)  # 11.7 MiB
+    assert caught.value.message == "A context of 3,000 tokens needs 12 MiB of KV cache; 8 MiB of memory is free"
+    assert caught.value.hint is not None and caught.value.hint.startswith(
+        "Not enough memory: lower --ctx (now 3,000; about 2,048 fit)"
+    )
+    # every layer on the GPU: the machine keeps 1 MiB of weights and no cache; the GPU takes the rest
+    check_context_fits(mem, 2000, gpu_layers=-1, host_free=10 * 2**20, gpu_free=64 * 2**20)
+    with pytest.raises(MemagentError, match=r"needs 12 MiB of GPU memory \(8 MiB of it KV cache\); 10 MiB is free"):
+        check_context_fits(mem, 2000, gpu_layers=-1, host_free=10 * 2**20, gpu_free=10 * 2**20)
+    check_context_fits(mem, 10**9)  # no figure, no check
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.03, 0.1])

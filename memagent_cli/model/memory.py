@@ -3,7 +3,9 @@
 Arithmetic on the GGUF's tensor table, no device, no llama.cpp: the bytes of every tensor
 (from the tensor table, no weights read), the KV cache for a context size, the compute
 buffer, and what offloading all or some of the layers puts on a GPU. `model.gpu` plans the
-layers from these numbers; `memagent doctor` and the model listings read them.
+layers from these numbers; `memagent doctor` and the model listings read them. The engine
+checks a context against the machine's free memory here (`check_context_fits`) before
+llama.cpp allocates it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import MemagentError
 from .gguf import GGUFInfo, TensorInfo
 
 # ggml type id -> (elements per block, bytes per block), from ggml's type traits
@@ -252,3 +255,77 @@ def partial_offload_bytes(mem: ModelMemory, n_ctx: int, k: int) -> int:
     current = mem.output_bytes + blocks(k - 1)
     older = blocks(k)
     return max(current, older) + compute_buffer_bytes(mem)
+
+
+# --- what the machine has ----------------------------------------------------------------------
+
+
+def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes a new allocation can take without swapping: Linux's MemAvailable (free memory plus
+    the page cache and slabs the kernel can reclaim). None where it is not known (not Linux)."""
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gpu_blocks(mem: ModelMemory, gpu_layers: int) -> int:
+    """Blocks n_gpu_layers surely puts on a GPU: all of them for -1 (or more than there are),
+    else the last k-1 (current llama.cpp counts the output layer as the first; see
+    partial_offload_bytes), which leaves the most on the CPU."""
+    n = mem.n_layer
+    if gpu_layers < 0 or gpu_layers > n:
+        return n
+    return max(0, gpu_layers - 1)
+
+
+def host_kv_bytes(mem: ModelMemory, n_ctx: int, gpu_layers: int = 0) -> int:
+    """The f16 KV cache that stays in the machine's memory for a context of n_ctx tokens with
+    n_gpu_layers = gpu_layers: that of the blocks left on the CPU (llama.cpp keeps a layer's cache
+    where the layer runs)."""
+    on_cpu = mem.n_layer - _gpu_blocks(mem, gpu_layers)
+    return n_ctx * sum(mem.layer_kv(i) for i in range(on_cpu))
+
+
+def check_context_fits(
+    mem: ModelMemory,
+    n_ctx: int,
+    *,
+    gpu_layers: int = 0,
+    host_free: int | None = None,
+    gpu_free: int | None = None,
+) -> None:
+    """Refuses (MemagentError) a context whose KV cache cannot fit, before llama.cpp allocates
+    anything: on the machine, the KV cache of the layers left on the CPU against `host_free`
+    (available_memory()); on the GPUs, the weights and KV cache `gpu_layers` puts there against
+    `gpu_free`. The machine's share of the weights is not counted: llama.cpp maps the file, and
+    the kernel pages it in and out (slowly, where memory is short) rather than failing. An unknown
+    figure (None) checks nothing. Asked for more than there is, llama.cpp would fill the machine's
+    memory before failing, or swap."""
+    if host_free is not None:
+        kv = host_kv_bytes(mem, n_ctx, gpu_layers)
+        if kv > host_free:
+            per_token = kv // n_ctx if n_ctx else 0
+            fit = host_free // per_token if per_token else 0
+            raise MemagentError(
+                f"A context of {n_ctx:,} tokens needs {format_bytes(kv)} of KV cache; "
+                f"{format_bytes(host_free)} of memory is free",
+                f"Not enough memory: lower --ctx (now {n_ctx:,}; about {fit:,} fit), or --chunk-tokens and "
+                "--memory-tokens, which set it by default; memagent doctor shows what fits.",
+            )
+    if gpu_free is not None and gpu_layers != 0:
+        # weights and KV cache only: the compute buffer's estimate is too rough to refuse on
+        need = full_offload_bytes(mem, n_ctx) if gpu_layers < 0 else partial_offload_bytes(mem, n_ctx, gpu_layers)
+        need -= compute_buffer_bytes(mem)
+        if need > gpu_free:
+            kv = n_ctx * sum(mem.layer_kv(i) for i in range(mem.n_layer - _gpu_blocks(mem, gpu_layers), mem.n_layer))
+            raise MemagentError(
+                f"A context of {n_ctx:,} tokens with --gpu-layers {gpu_layers} needs {format_bytes(need)} of GPU memory "
+                f"({format_bytes(kv)} of it KV cache); {format_bytes(gpu_free)} is free",
+                f"Not enough GPU memory: lower --ctx (now {n_ctx:,}) or --gpu-layers, or leave --gpu-layers out "
+                "to offload what fits; memagent doctor shows what fits.",
+            )
