@@ -69,3 +69,15 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+@pytest.fixture
+def steady_timings(monkeypatch):
+    """The draft policy's decode costs pinned to what it assumes before any timing (each token a
+    decode holds adds 5% of a one-token decode), whatever this machine's load makes of the
+    engine's own timings: on a busy CPU a noisy fit says drafts do not pay, and a test that asserts
+    drafts were checked, or that means to run them, would depend on other processes. Every
+    DraftPolicy (the lone engine's and the batching driver's) reads its costs through `cost`."""
+    from memagent_cli.model.speculate import PRIOR_EXTRA, DraftPolicy
+
+    monkeypatch.setattr(DraftPolicy, "cost", lambda self: (1 - PRIOR_EXTRA, PRIOR_EXTRA))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 
 import pytest
 from codeword import QUESTION, make_document
@@ -19,13 +18,21 @@ from helpers import CODEWORD_MODEL as MODEL
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-drafts", "drafts"])
-def pair(request):
-    """The lone engine without drafts, and a batching one with or without them."""
+def engines(request):
     alone = codeword_engine(speculate=False)
     batched = codeword_engine(sequences=4, batch=True, speculate=request.param)
     yield alone, batched
     batched.close()
     alone.close()
+
+
+@pytest.fixture
+def pair(engines, steady_timings):
+    """The lone engine without drafts, and a batching one with or without them. The draft
+    policy's decode costs are pinned (conftest.py) in every test that uses them: with the live
+    fit a busy CPU can make the driver decide drafts do not pay, and the drafts variant would
+    then check no drafts, or fail where it asserts some were taken."""
+    return engines
 
 
 def test_the_batched_engine_takes_concurrent_calls_in_one_context(pair):
@@ -132,10 +139,11 @@ def test_ask_with_several_questions_batches_and_answers_the_same(tmp_path):
     assert not any("batched" in r["device"] for r in alone)
 
 
-def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch):
+def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch, steady_timings):
     """eval on the embedded engine batches up to --parallel items: every row's prediction is
-    the one the item gets run alone."""
-    from memagent_cli import AgentConfig, EngineOptions
+    the one the item gets run alone. Both engines draft (the CPU default), the policy's costs
+    pinned: the rounds decoded are those of the prior, whatever the machine's load."""
+    from memagent_cli import AgentConfig, EmbeddedOptions
     from memagent_cli.evals.evaluation import ItemScored, evaluate_events
     from memagent_cli.model import llama as llama_module
 
@@ -157,7 +165,7 @@ def test_eval_items_batched_score_as_items_run_alone(tmp_path, monkeypatch):
     config = AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=24, temperature=0, final="boxed")
     rows = {}
     for batch in (True, False):
-        engine = EngineOptions(threads=1, batch=batch)
+        engine = EmbeddedOptions(threads=1, batch=batch)
         events = list(evaluate_events(data, model=str(MODEL), config=config, engine=engine, parallel=4, skip=set()))
         rows[batch] = {e.row["id"]: (e.row["prediction"], e.row["found"]) for _, e in events if isinstance(e, ItemScored)}
         assert made == [4]  # the batched run made one 4-sequence context; the other made none
@@ -175,6 +183,14 @@ def test_closing_the_engine_ends_replies_still_running():
     batcher = eng._batcher
     batcher._closing.set()  # the driver is gone before the reply is taken up
     batcher._thread.join(10)
+    submitted = threading.Event()  # the reply is handed to the (gone) driver: the reader waits
+    hand_in = batcher._incoming.put
+
+    def put(request, *args, **kw):
+        hand_in(request, *args, **kw)
+        submitted.set()
+
+    batcher._incoming.put = put
     stream = eng.complete(codeword_prompts(2)[1], 32, Sampling(temperature=0.0))
     outcome: list[BaseException] = []
 
@@ -187,7 +203,7 @@ def test_closing_the_engine_ends_replies_still_running():
 
     reader = threading.Thread(target=read, daemon=True)  # daemon: a regression fails, never hangs
     reader.start()
-    time.sleep(0.3)  # the reader is waiting for its first token
+    assert submitted.wait(60)  # a guard only: set as soon as the reader's request is queued
     eng.close()
     reader.join(10)
     assert not reader.is_alive() and outcome and "closed" in str(outcome[0])

@@ -19,7 +19,7 @@ from helpers import CODEWORD_FACT as FACT
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
-from memagent_cli.core.protocol import INITIAL_MEMORY, memory_prompt
+from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, Checked, DraftPolicy, PromptLookup, take_drafts
 
 # --- the drafter ---------------------------------------------------------------------------------
@@ -205,13 +205,8 @@ def test_a_proposal_not_drafted_is_scored_against_what_the_model_writes():
 # --- the engine ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def steady_timings(monkeypatch):
-    """Decode costs as the policy assumes before any timing (each token a decode holds adds 5%),
-    whatever this machine's load makes of the engine's own timings: on a busy CPU a noisy fit
-    says drafts do not pay, and a test that asserts drafts were checked would depend on other
-    processes. The test of costly checks below keeps the real fit."""
-    monkeypatch.setattr(DraftPolicy, "cost", lambda self: (1 - PRIOR_EXTRA, PRIOR_EXTRA))
+# `steady_timings` (conftest.py) pins the policy's decode costs where a test asserts drafts were
+# checked; the test of costly checks below keeps the real fit.
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +284,7 @@ def test_refused_drafts_leave_nothing_in_the_cache(engines):
         assert fast.cached_tokens == plain.cached_tokens > 0
 
 
-def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(engines):
+def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(engines, monkeypatch):
     """An engine whose timings say a drafted token costs as much as a decode (two busy CPU cores
     with a larger model) decodes no drafts, gives the same replies, and still learns from the
     proposals it did not decode that this model copies."""
@@ -299,6 +294,8 @@ def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(
             for w in (1, 2, 5, 9):
                 eng.draft_policy.observe(w, 0.01 * w)
             eng.draft_policy.outcome(4, 1)
+        # Pinned: the reply's own decodes, timed on a busy machine, must not tip the fit.
+        monkeypatch.setattr(eng.draft_policy, "observe", lambda width, seconds: None)
         before = eng.draft_policy.acceptance
         message = memory_prompt(QUESTION, FACT, make_document(random.Random(1), 64, fact=False).text)
         done = reply(eng, message)

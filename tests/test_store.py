@@ -4,10 +4,12 @@ search, deletion, damaged and locked databases, and two writers at once."""
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -691,54 +693,152 @@ def test_locked_database_names_the_other_process(tmp_path):
         holder.execute("ROLLBACK")
 
 
+# A writer process driven line by line through its stdin; it answers on its stdout. "step N hold"
+# stops inside its write transaction (the write lock held) until told "release"; "step N wait"
+# says "begun" as its write transaction starts (SQLite calls the trace callback as the statement
+# starts running, before it asks for the lock). The 60 s busy timeout is a guard against a hang:
+# no write waits for longer than the test takes to answer a line.
 WRITER = """
-import sys, time
+import os, sys
 from pathlib import Path
 from memagent_cli.traces.store import TraceStore
-path, go, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-while not go.exists():
-    time.sleep(0.005)
-with TraceStore(path) as store:
-    run_id = store.create_run(question=name, sources=[], model={}, settings={})
-    deadline = time.monotonic() + 15
-    while len(store.list_runs()) < 2 and time.monotonic() < deadline:  # both past setup: overlap
-        time.sleep(0.005)
-    for i in range(1, 51):
-        time.sleep(0.002)  # a model step takes a while; this keeps the two writers interleaved
+
+path, name = Path(sys.argv[1]), sys.argv[2]
+
+def say(line):
+    print(line, flush=True)
+
+def told():
+    line = sys.stdin.readline()
+    if not line:  # the test is gone
+        os._exit(3)
+    return line.split()
+
+stop = False  # once, at the step's INSERT (the callback sees it again for each trigger it fires)
+
+def held(sql):
+    global stop
+    if stop and sql.startswith("INSERT INTO steps"):  # after BEGIN IMMEDIATE: the lock is held
+        stop = False
+        say("holding")
+        if told() != ["release"]:
+            os._exit(4)
+
+def begun(sql):
+    if sql.startswith("BEGIN"):
+        say("begun")
+
+say("ready")
+while True:
+    words = told()
+    if words[0] == "open":
+        store = TraceStore(path, timeout=60)
+        run_id = store.create_run(question=name, sources=[], model={}, settings={})
+        say("opened")
+    elif words[0] == "step":
+        stop = words[2] == "hold"
+        store._conn.set_trace_callback(held if stop else begun)
+        i = int(words[1])
         store.add_step(run_id, {"index": i, "spans": [], "tokens": i, "memory": f"{name} memory {i}",
                                 "memory_tokens": 3, "prompt_tokens": 9, "generated_tokens": 3, "seconds": 0.01,
                                 "finish_reason": "stop"})
-    store.finish_run(run_id, "complete", answer=name)
+        store._conn.set_trace_callback(None)
+        say(f"stepped {i}")
+    elif words[0] == "finish":
+        store.finish_run(run_id, "complete", answer=name)
+        store.close()
+        say("finished")
+        break
 """
+STEPS = 20  # per writer
 
 
-def test_two_processes_writing_at_once(tmp_path):
-    # Both start on a database that does not exist yet, so they also race to create it.
-    path, go = tmp_path / "traces.db", tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(go), name], env=env, stderr=subprocess.PIPE, text=True)
-        for name in ("alpha", "beta")
-    ]
-    time.sleep(0.3)  # let both import, then release them together
-    go.touch()
+class Writer:
+    """One WRITER process, and the lines it has said (read by a thread, so a wait can time out)."""
+
+    def __init__(self, path: Path, name: str, spawned: list):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), name],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        spawned.append(self.proc)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)  # it exited
+
+    def tell(self, *words: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(map(str, words)) + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, line: str) -> None:
+        try:
+            said = self.lines.get(timeout=60)  # a guard against a hang: each line comes at once
+        except queue.Empty:
+            said = "nothing for 60 s"
+        if said != line:
+            self.proc.kill()
+            assert self.proc.stderr is not None
+            pytest.fail(f"{self.name} said {said!r}, not {line!r}:\n{self.proc.stderr.read()}")
+
+
+def test_two_processes_writing_at_once(tmp_path, spawned):
+    """Two writer processes, each with its run: both open a database that does not exist yet (in
+    whatever order the machine runs them; either way both must open it), then take turns holding
+    the write lock while the other asks for it. The one that asks waits under the busy timeout for
+    the other's transaction, never failing with "database is locked", and every row lands. The
+    order is set by the test, not by the processes' speed: the holder lets go only once the other
+    has begun its write, and its write cannot land before the holder's."""
+    path = tmp_path / "traces.db"
+    alpha, beta = writers = [Writer(path, name, spawned) for name in ("alpha", "beta")]
     for writer in writers:
-        _, err = writer.communicate(timeout=60)
-        assert writer.returncode == 0, err
+        writer.expect("ready")  # both imported: told together, they race to create the database
+    for writer in writers:
+        writer.tell("open")
+    for writer in writers:
+        writer.expect("opened")
+    order = []
+    for i in range(1, STEPS + 1):
+        holder, other = (alpha, beta) if i % 2 else (beta, alpha)
+        holder.tell("step", i, "hold")
+        holder.expect("holding")
+        other.tell("step", i, "wait")
+        other.expect("begun")
+        holder.tell("release")
+        holder.expect(f"stepped {i}")
+        other.expect(f"stepped {i}")
+        order += [holder.name, other.name]
+    for writer in writers:
+        writer.tell("finish")
+        writer.expect("finished")
+        _, err = writer.proc.communicate(timeout=60)
+        assert writer.proc.returncode == 0, err
+        assert "locked" not in err
     with TraceStore(path) as s:
         runs = s.list_runs()
         assert sorted(r["question"] for r in runs) == ["alpha", "beta"]
         for r in runs:
             run = s.get_run(r["id"])
-            assert run["status"] == "complete" and run["step_count"] == 50
-            assert [st["memory"] for st in run["steps"]] == [f"{r['question']} memory {i}" for i in range(1, 51)]
+            assert run["status"] == "complete" and run["step_count"] == STEPS
+            assert [st["memory"] for st in run["steps"]] == [f"{r['question']} memory {i}" for i in range(1, STEPS + 1)]
         assert [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
         assert len(s.search("memory")) == 20 and fts_consistent(s)
-        # They really did write at the same time: their steps went in interleaved.
-        order = [
+        # Each step landed in the turn the test gave it: the holder's first, the waiter's after.
+        landed = [
             r[0]
             for r in s._conn.execute(
                 "SELECT r.question FROM search_docs AS d JOIN runs AS r ON r.id = d.run_id WHERE d.field = 'memory' ORDER BY d.id"
             )
         ]
-        assert sum(a != b for a, b in zip(order, order[1:])) >= 2
+        assert landed == order
