@@ -44,7 +44,8 @@ def inspect(
         bool,
         typer.Option(
             "--text",
-            help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no model.",
+            help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no "
+            "model; with -m, normalized as that model's tokenizer normalizes it (NFC for Qwen models).",
         ),
     ] = False,
     question: Annotated[
@@ -101,7 +102,7 @@ def inspect(
     quiet_library_logs(False)
     warn = lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
     if show_text:
-        _print_document_text(sources or [], include, exclude, password, ocr, warn, err)
+        _print_document_text(sources or [], include, exclude, password, ocr, warn, err, model)
         return
     try:
         if show_prompt is not None and not question:
@@ -143,6 +144,7 @@ def _print_document_text(
     ocr: OcrChoice,
     warn: Callable[[str], None],
     err: Console,
+    model: str | None,
 ) -> None:
     """`inspect --text`: the laid-out document on stdout as it is read, notes on stderr."""
     from ..core.pipeline import document_text
@@ -155,7 +157,7 @@ def _print_document_text(
     # a control picture); piped, it is data, exactly as the model reads it.
     shown = visible if sys.stdout.isatty() else str
     try:
-        for piece in document_text(paths, options, warn):
+        for piece in document_text(paths, options, warn, model):
             sys.stdout.write(shown(piece))
             ended_with_newline = piece.endswith("\n")
     except MemagentError as exc:

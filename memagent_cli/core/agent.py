@@ -13,7 +13,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.chat import ChatFormat
 from ..model.engine import CompletionDone, Engine, Retrying, Sampling, TextDelta
-from ..model.tokenizer import Tokenizer
+from ..model.tokenizer import Tokenizer, normalizer
 from .chunking import Chunk, IngestStats
 from .config import AgentConfig
 from .events import (
@@ -41,7 +41,12 @@ MEMORY_REPROMPT_FACTOR = 2
 
 
 def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
+    """The question as the prompts carry it: stripped, and normalized as the model's tokenizer
+    normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts."""
     question = question.strip()
+    normalize = normalizer(tokenizer)
+    if normalize is not None:
+        question = normalize(question)
     if not question:
         raise MemagentError(
             "The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"', exit_code=EXIT_USAGE

@@ -9,6 +9,10 @@ grows until one comes or the input ends.
 
 Several sources are laid out as the training data was: `Document {i}:\\n{title}\\n{text}`
 blocks joined by a blank line; one source is its text alone.
+
+Where the model's tokenizer normalizes text (NFC, Qwen's), the laid-out text is normalized before
+it is cut, as the reference tokenizes the normalized document: chunk text, the prompts built from
+it and the spans' character offsets (counted in each source's normalized text) all agree.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import enum
 import queue
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypedDict, Union
 
@@ -24,8 +29,8 @@ import numpy as np
 
 from ..ingest.base import Place
 from ..ingest.sources import Segment, Source
-from ..model.tokenizer import Tokenizer
-from .protocol import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
+from ..model.tokenizer import Tokenizer, normalizer
+from .memagent import DOCUMENT_HEADER, DOCUMENT_SEPARATOR
 from .provenance import describe_span, describe_spans
 
 # Characters gathered before a block is tokenized: enough that tokenizer calls are few, few
@@ -194,6 +199,83 @@ class _Stripper:
             self.held.append(Piece(text[len(body) :], piece.source, piece.place, piece.offset + len(body)))
 
 
+def normalized(pieces: Iterable[Piece], normalize: Callable[[str], str]) -> Iterator[Piece]:
+    """The pieces with their text normalized (`normalize`: NFC), so that their concatenation is the
+    normalization of the whole text, and offsets counted in each source's normalized text.
+
+    Normalizing can join characters across a piece's end ("e" | U+0301 -> "é", in a text file read
+    in blocks), so a piece's tail from its last normalization boundary is held back and normalized
+    with what follows it in the same source. A source's pieces are consecutive in its text, and the
+    white space `layout` strips keeps its length under NFC, so a per-source shift maps offsets."""
+    shift: dict[int | None, int] = {}  # per source: normalized offset - original offset
+
+    def emit(p: Piece) -> Piece:
+        text = normalize(p.text)
+        moved = shift.get(p.source, 0)
+        shift[p.source] = moved + len(text) - len(p.text)
+        return Piece(text, p.source, p.place, p.offset + moved)
+
+    held: Piece | None = None
+    for piece in pieces:
+        if not piece.text:
+            continue
+        if held is not None:
+            # What of this piece is normalized with the held text: all of it where it goes on in the
+            # same place, else the characters before its first boundary (none after a page break).
+            take = 0
+            if piece.source is not None and piece.source == held.source and held.offset + len(held.text) == piece.offset:
+                take = len(piece.text) if piece.place == held.place else _first_boundary(piece.text)
+            joined = Piece(held.text + piece.text[:take], held.source, held.place, held.offset)
+            piece = Piece(piece.text[take:], piece.source, piece.place, piece.offset + take)
+            held = None
+            if piece.text:
+                yield emit(joined)
+            else:
+                piece = joined
+        if _boundary_after(piece.text[-1]):  # the usual case: nothing to hold, the piece stays whole
+            yield emit(piece)
+            continue
+        cut = _last_boundary(piece.text)
+        if not cut and len(piece.text) >= MAX_BLOCK_CHARS:  # megabytes of combining marks: not held for ever
+            yield emit(piece)
+            continue
+        if cut:
+            yield emit(Piece(piece.text[:cut], piece.source, piece.place, piece.offset))
+        held = Piece(piece.text[cut:], piece.source, piece.place, piece.offset + cut)
+    if held is not None:
+        yield emit(held)
+
+
+def _boundary_before(ch: str) -> bool:
+    """Whether normalization never joins `ch` to what precedes it: no combining mark (these reorder
+    and compose), no Hangul vowel or final jamo (they compose with a syllable before them). Checked
+    against Python's Unicode tables: every character composing with a preceding one is one of these."""
+    if ch < "\x80":
+        return True
+    if unicodedata.combining(ch) or unicodedata.category(ch).startswith("M"):
+        return False
+    return not ("\u1161" <= ch <= "\u1175" or "\u11a8" <= ch <= "\u11c2")
+
+
+def _boundary_after(ch: str) -> bool:
+    """Whether normalization never joins `ch` to what follows it: ASCII other than letters and the
+    three that compose with U+0338 ("=" and U+0338 make "≠"). Other characters are held, to be sure."""
+    return ch < "\x80" and not ch.isalpha() and ch not in "<=>"
+
+
+def _last_boundary(text: str) -> int:
+    """The index of the last character with a normalization boundary before it, or 0."""
+    for i in range(len(text) - 1, 0, -1):
+        if _boundary_before(text[i]):
+            return i
+    return 0
+
+
+def _first_boundary(text: str) -> int:
+    """The index of the first character with a normalization boundary before it, or len(text)."""
+    return next((i for i, ch in enumerate(text) if _boundary_before(ch)), len(text))
+
+
 def _inside(pattern: re.Pattern[str] | None, text: str, i: int) -> bool:
     """Whether index i falls strictly inside a match of `pattern` in text (a user-defined
     token such as [PAD151646], which the tokenizer keeps whole wherever it appears)."""
@@ -292,6 +374,9 @@ def iter_chunks(
     stats.source_tokens = [0] * len(sources)
     stats.source_pages = [0] * len(sources)
     stats.source_units = [None] * len(sources)
+    normalize = normalizer(tokenizer)
+    if normalize is not None:
+        pieces = normalized(pieces, normalize)
     pending: list[int] = []
     placed: list[_Placed] = []  # pieces not yet wholly behind the chunk start
     doc_bytes = 0  # bytes placed so far

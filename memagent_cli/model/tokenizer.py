@@ -11,14 +11,20 @@ Decoding never goes through llama-cpp-python's `detokenize`: it drops tokens lon
 
 Document text is encoded with control tokens disabled: a document containing the text
 "<|im_end|>" must not end the model's turn.
+
+Text is put in the normal form the model's own (Hugging Face) tokenizer applies before tokenizing:
+NFC for Qwen's vocabularies, whose tokenizer.json has `"normalizer": {"type": "NFC"}`, so
+"Cafe" + U+0301 gets the ids of "Café" that the model was trained on. A GGUF keeps no normalizer and
+llama.cpp applies none; which vocabularies normalize is told from `tokenizer.ggml.pre`.
 """
 
 from __future__ import annotations
 
 import codecs
 import re
+import unicodedata
 from functools import lru_cache
-from typing import Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Literal, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +43,20 @@ _LLAMA3 = (
 )
 PRE_PATTERNS = {"qwen2": _QWEN2, "llama3": _LLAMA3, "llama-bpe": _LLAMA3, "smaug-bpe": _LLAMA3}
 
+# The `tokenizer.ggml.pre` names llama.cpp's converter gives Qwen's byte-level BPE vocabularies, whose
+# tokenizer.json normalizes to NFC: "qwen2" (Qwen1.5 to Qwen2.5, Qwen3; so MemAgent's, QwenLong-L1.5's
+# and InfMem's models) and "qwen35" (Qwen3.5). Other vocabularies' text is tokenized as it is.
+NFC_PRE_TOKENIZERS = frozenset({"qwen2", "qwen35"})
+
+NormalForm = Literal["NFC"]
+
+
+def normal_form(info: GGUFInfo) -> NormalForm | None:
+    """The Unicode normal form the model's own tokenizer puts text in before tokenizing, or None."""
+    if info.get("tokenizer.ggml.model") == "gpt2" and info.get("tokenizer.ggml.pre", "default") in NFC_PRE_TOKENIZERS:
+        return "NFC"
+    return None
+
 
 class ByteLengths(Protocol):
     """Decoded byte lengths of ids, looked up by an array of ids: a numpy array indexed by id
@@ -48,7 +68,8 @@ class ByteLengths(Protocol):
 class Tokenizer(Protocol):
     """What the rest of memagent needs from a tokenizer. Ids are the model's ids.
 
-    The attributes are read-only here (properties), so an implementation may hold a narrower type."""
+    The attributes are read-only here (properties), so an implementation may hold a narrower type.
+    The local tokenizers also have `normal_form` and `normalize` (see `normalizer`)."""
 
     @property
     def name(self) -> str: ...
@@ -66,10 +87,21 @@ class Tokenizer(Protocol):
         """Text encoded as one token wherever it appears ([PAD151646]); never cut inside."""
 
     def encode(self, text: str) -> list[int]:
-        """Plain text to ids; control tokens are never recognised in it."""
+        """Plain text to ids, normalized first as the model's tokenizer does; control tokens are
+        never recognised in it."""
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """Ids to raw bytes; control tokens decode to nothing."""
+
+
+def normalizer(tokenizer: Tokenizer) -> Callable[[str], str] | None:
+    """How the tokenizer normalizes text before encoding it (its `normalize`), or None where it takes
+    text as it is. Only the local tokenizers have a normal form: a served model's tokenizer has none
+    here, so the attribute is not part of the protocol."""
+    if getattr(tokenizer, "normal_form", None) is None:
+        return None
+    normalize: Callable[[str], str] = getattr(tokenizer, "normalize")
+    return normalize
 
 
 def decode(tokenizer: Tokenizer, ids: Iterable[int]) -> str:
@@ -133,6 +165,7 @@ class TiktokenTokenizer:
         merges: list[bytes] = info.get("tokenizer.ggml.merges") or []
         pre = info.get("tokenizer.ggml.pre", "default")
         self.name = f"tiktoken ({pre})"
+        self.normal_form = normal_form(info)
 
         self._bytes: list[bytes] = []
         specials: dict[str, int] = {}
@@ -173,11 +206,16 @@ class TiktokenTokenizer:
             name=f"gguf-{pre}", pat_str=PRE_PATTERNS[pre], mergeable_ranks=ranks, special_tokens=specials
         )
 
+    def normalize(self, text: str) -> str:
+        """The text as the model's own tokenizer sees it."""
+        return unicodedata.normalize(self.normal_form, text) if self.normal_form else text
+
     def _ids(self, ranks: list[int]) -> list[int]:
         return ranks if self._identity else [self._rank_to_id[r] for r in ranks]
 
     def encode(self, text: str) -> list[int]:
         # User-defined tokens are split out even in plain text: llama.cpp does the same.
+        text = self.normalize(text)
         return self._ids(self._enc.encode(text, allowed_special=self._user_defined, disallowed_special=()))
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
@@ -221,6 +259,7 @@ class LlamaTokenizer:
 
         quiet_llama_logs()
         self.name = f"llama.cpp ({info.get('tokenizer.ggml.model', '?')})"
+        self.normal_form = normal_form(info)
         self._llm = llama_cpp.Llama(model_path=str(info.path), vocab_only=True, verbose=False)
         vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         types = info.get("tokenizer.ggml.token_type") or []
@@ -236,8 +275,12 @@ class LlamaTokenizer:
             self._bytes.append(buf.raw[: max(n, 0)])
         self.byte_lengths = np.fromiter(map(len, self._bytes), dtype=np.int64, count=len(self._bytes))
 
+    def normalize(self, text: str) -> str:
+        """The text as the model's own tokenizer sees it."""
+        return unicodedata.normalize(self.normal_form, text) if self.normal_form else text
+
     def encode(self, text: str) -> list[int]:
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        return self._llm.tokenize(self.normalize(text).encode("utf-8"), add_bos=False, special=False)
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return b"".join([self._bytes[i] for i in ids])
