@@ -6,7 +6,7 @@ import pytest
 from helpers import shared_path, words
 from tinymodel import LONG_TOKEN
 
-from memagent_cli import AgentConfig, EngineOptions, MemagentError, ask, ask_events
+from memagent_cli import AgentConfig, EmbeddedOptions, MemagentError, ask, ask_events
 from memagent_cli.core.events import (
     AnswerFinished,
     DocumentRead,
@@ -17,7 +17,7 @@ from memagent_cli.core.events import (
     StepStarted,
     TokenText,
 )
-from memagent_cli.core.protocol import INITIAL_MEMORY, final_prompt, memory_prompt
+from memagent_cli.core.memagent import INITIAL_MEMORY, final_prompt, memory_prompt
 from memagent_cli.model.chat import ChatFormat
 from memagent_cli.model.engine import Sampling
 from memagent_cli.model.gguf import read_gguf
@@ -135,7 +135,7 @@ def test_no_chat_template_falls_back_to_qwen25_with_a_notice(doc, models):
 
 def test_context_too_small_is_refused_before_loading(doc, models):
     with pytest.raises(MemagentError, match=r"--ctx 1000 is too small: a memory step needs \d+ tokens"):
-        list(ask_events("q", [str(doc)], model=models["random"], engine=EngineOptions(n_ctx=1000)))
+        list(ask_events("q", [str(doc)], model=models["random"], engine=EmbeddedOptions(n_ctx=1000)))
 
 
 def test_auto_context_fits_the_budgets(doc, models):

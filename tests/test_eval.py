@@ -44,7 +44,7 @@ def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
 def test_an_item_runs_as_ask_runs_its_question(models, tmp_path):
     """eval and `ask` share one run pipeline: an item's run and row are what `ask` gives for the
     same context and question."""
-    from memagent_cli import AgentConfig, EngineOptions, ask
+    from memagent_cli import AgentConfig, EmbeddedOptions, ask
     from memagent_cli.core.events import RunFinished
     from memagent_cli.evals.evaluation import ItemScored, evaluate_events
 
@@ -54,7 +54,7 @@ def test_an_item_runs_as_ask_runs_its_question(models, tmp_path):
     doc = tmp_path / "context.txt"
     doc.write_text(context)
     config = AgentConfig(chunk_tokens=128, memory_tokens=6, answer_tokens=6, temperature=0, final="answer-is")
-    engine = EngineOptions(threads=1)
+    engine = EmbeddedOptions(threads=1)
     events = [
         e for _, e in evaluate_events(data, model=str(models["random"]), config=config, engine=engine, parallel=1, skip=set())
     ]
@@ -188,7 +188,7 @@ def test_an_items_instructions_reach_its_final_prompt_only_and_mrcr_grades_the_a
     """Three items over one document on the trained code-word model: the one with instructions
     starts its run with them in its config, reads the document with the same memory prompts as
     the others, and gets a final prompt that holds them; MRCR grades the answers."""
-    from memagent_cli import AgentConfig, EngineOptions
+    from memagent_cli import AgentConfig, EmbeddedOptions
     from memagent_cli.core.events import AnswerFinished, RunFinished, RunStarted
     from memagent_cli.core.protocols import get
     from memagent_cli.evals.evaluation import ItemScored, evaluate_events, summary
@@ -206,7 +206,7 @@ def test_an_items_instructions_reach_its_final_prompt_only_and_mrcr_grades_the_a
     config = AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=24, temperature=0, final="boxed")
     started, answered, finished, rows = {}, {}, {}, {}
     for item, event in evaluate_events(
-        data, model=str(CODEWORD_MODEL), config=config, engine=EngineOptions(threads=1), parallel=1, skip=set()
+        data, model=str(CODEWORD_MODEL), config=config, engine=EmbeddedOptions(threads=1), parallel=1, skip=set()
     ):
         if isinstance(event, RunStarted):
             started[item.id] = event

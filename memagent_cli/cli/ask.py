@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterable, NoReturn, Optional, Protocol
 
@@ -18,199 +19,130 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
-from .models import model_for_run
 from .options import (
     DEFAULTS,
-    AnswerOpt,
-    ApiKeyOpt,
-    BaseUrlOpt,
-    BatchOpt,
-    ChatTemplateOpt,
-    ChunkOpt,
-    EngineOpt,
     ExcludeOpt,
-    FinalOpt,
-    FlashAttnOpt,
-    GpuLayersOpt,
     IncludeOpt,
-    InstructionsOpt,
     JsonOpt,
-    MemoryOpt,
-    ModelOpt,
     OcrChoice,
     OcrOpt,
     PasswordOpt,
-    ProtocolOpt,
-    SeedOpt,
-    ServedModelOpt,
-    SpeculateOpt,
-    TemperatureOpt,
-    ThreadsOpt,
-    TimeoutOpt,
-    TokenizerOpt,
-    TopPOpt,
-    VerboseOpt,
-    agent_config,
-    chat_template,
-    embedded_engine,
     quiet_library_logs,
     read_questions,
-    served_options,
     source_settings,
 )
+from .setup import RunFlags, RunSetup, run_flags, setup
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
     from ..traces.recorder import HashingReader, Recorder
+    from ..traces.store import TraceStore
     from .views.live import LiveView, PlainProgress
 
 
-def _split_question(args: list[str]) -> tuple[list[str], str]:
-    if not args:
-        raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
-    return args[:-1], args[-1]
+QuestionArgs = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        metavar="[SOURCE]... QUESTION",
+        show_default=False,
+        help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
+    ),
+]
+ResumeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        metavar="ID|last",
+        show_default=False,
+        rich_help_panel="Traces",
+        help="Continue an interrupted run from its last completed step, with its sources, question and settings.",
+    ),
+]
+NoTraceOpt = Annotated[
+    bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Do not record this run in the trace store.")
+]
+QuestionOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--question",
+        "-q",
+        show_default=False,
+        rich_help_panel="Questions",
+        help="A question (repeatable): each gets its own memory and trace; every argument is then a source.",
+    ),
+]
+QuestionsFileOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--questions",
+        metavar="FILE",
+        show_default=False,
+        rich_help_panel="Questions",
+        help='Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
+    ),
+]
+EachOpt = Annotated[
+    bool,
+    typer.Option(
+        "--each",
+        rich_help_panel="Questions",
+        help="Ask every document on its own: each file (in folders and archives too) x each question is its "
+        "own run, with its own memory and trace, on one loaded model.",
+    ),
+]
 
 
+def _each_file(help: str, name: str | None = None) -> Any:
+    return typer.Option(*([name] if name else []), metavar="FILE", show_default=False, rich_help_panel="Questions", help=help)
+
+
+JsonlOpt = Annotated[Optional[Path], _each_file("With --each: append each run's JSON record to FILE as it finishes.")]
+CsvOpt = Annotated[
+    Optional[Path],
+    _each_file("With --each: a spreadsheet of the runs (document, question, answer, evidence, trace, error).", "--csv"),
+]
+HtmlOpt = Annotated[
+    Optional[Path],
+    _each_file("With --each: one self-contained page to share: the table, the evidence, each run's memory timeline."),
+]
+ParallelOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        rich_help_panel="Questions",
+        help="Model calls in flight at once: on a served engine, or batched in one context on the embedded "
+        f"engine (at most {MAX_SEQUENCES}; see --batch).",
+    ),
+]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")]
+SvgOpt = Annotated[
+    Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.", show_default=False)
+]
+
+
+@run_flags()
 def ask(
     ctx: typer.Context,
-    args: Annotated[
-        Optional[list[str]],
-        typer.Argument(
-            metavar="[SOURCE]... QUESTION",
-            show_default=False,
-            help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
-        ),
-    ] = None,
-    model: ModelOpt = None,
-    protocol: ProtocolOpt = None,
-    instructions: InstructionsOpt = None,
-    chunk_tokens: ChunkOpt = None,
-    memory_tokens: MemoryOpt = None,
-    answer_tokens: AnswerOpt = None,
-    temperature: TemperatureOpt = DEFAULTS.temperature,
-    top_p: TopPOpt = DEFAULTS.top_p,
-    seed: SeedOpt = DEFAULTS.seed,
-    final: FinalOpt = DEFAULTS.final,
-    gpu_layers: GpuLayersOpt = None,
-    offline: Annotated[
-        bool,
-        typer.Option(
-            "--offline",
-            rich_help_panel="Model",
-            help="Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).",
-        ),
-    ] = False,
-    threads: ThreadsOpt = None,
-    flash_attn: FlashAttnOpt = None,
-    speculate: SpeculateOpt = None,
-    batch: BatchOpt = None,
-    n_ctx: Annotated[
-        Optional[int],
-        typer.Option(
-            "--ctx",
-            help="Context size. Default: just enough for the budgets.",
-            min=64,
-            rich_help_panel="Model",
-            show_default=False,
-        ),
-    ] = None,
-    template_file: ChatTemplateOpt = None,
+    flags: RunFlags,
+    args: QuestionArgs = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
     ocr: OcrOpt = OcrChoice.auto,
-    resume: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="ID|last",
-            show_default=False,
-            rich_help_panel="Traces",
-            help="Continue an interrupted run from its last completed step, with its sources, question and settings.",
-        ),
-    ] = None,
-    no_trace: Annotated[
-        bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Do not record this run in the trace store.")
-    ] = False,
-    question: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--question",
-            "-q",
-            show_default=False,
-            rich_help_panel="Questions",
-            help="A question (repeatable): each gets its own memory and trace; every argument is then a source.",
-        ),
-    ] = None,
-    questions_file: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--questions",
-            metavar="FILE",
-            show_default=False,
-            rich_help_panel="Questions",
-            help='Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
-        ),
-    ] = None,
-    each: Annotated[
-        bool,
-        typer.Option(
-            "--each",
-            rich_help_panel="Questions",
-            help="Ask every document on its own: each file (in folders and archives too) x each question is its "
-            "own run, with its own memory and trace, on one loaded model.",
-        ),
-    ] = False,
-    jsonl: Annotated[
-        Optional[Path],
-        typer.Option(
-            metavar="FILE",
-            show_default=False,
-            rich_help_panel="Questions",
-            help="With --each: append each run's JSON record to FILE as it finishes.",
-        ),
-    ] = None,
-    csv_file: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--csv",
-            metavar="FILE",
-            show_default=False,
-            rich_help_panel="Questions",
-            help="With --each: a spreadsheet of the runs (document, question, answer, evidence, trace, error).",
-        ),
-    ] = None,
-    html: Annotated[
-        Optional[Path],
-        typer.Option(
-            metavar="FILE",
-            show_default=False,
-            rich_help_panel="Questions",
-            help="With --each: one self-contained page to share: the table, the evidence, each run's memory timeline.",
-        ),
-    ] = None,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            rich_help_panel="Questions",
-            help="Model calls in flight at once: on a served engine, or batched in one context on the embedded "
-            f"engine (at most {MAX_SEQUENCES}; see --batch).",
-        ),
-    ] = 4,
-    engine: EngineOpt = "llama",
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    served_model: ServedModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    timeout: TimeoutOpt = None,
+    resume: ResumeOpt = None,
+    no_trace: NoTraceOpt = False,
+    question: QuestionOpt = None,
+    questions_file: QuestionsFileOpt = None,
+    each: EachOpt = False,
+    jsonl: JsonlOpt = None,
+    csv_file: CsvOpt = None,
+    html: HtmlOpt = None,
+    parallel: ParallelOpt = 4,
     json_out: JsonOpt = False,
-    raw: Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")] = False,
-    verbose: VerboseOpt = False,
-    svg: Annotated[
-        Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.", show_default=False)
-    ] = None,
+    raw: RawOpt = False,
+    quiet: QuietOpt = False,
+    svg: SvgOpt = None,
 ) -> None:
     """Answer a question about documents.
 
@@ -226,185 +158,47 @@ def ask(
       memagent ask --resume last
     """
     from ..core.pipeline import ask_events, ask_many_events
-    from ..traces.recorder import HashingReader, Recorder, resume_plan, resumed_config, resumed_paths
+    from ..traces.recorder import resume_plan, resumed_paths
 
     err = stderr_console()
-    quiet_library_logs(verbose)
-    svg = svg.resolve() if svg else None  # a resumed run works from its own directory
+    quiet_library_logs(flags.verbose)
+    out = _Output(quiet=quiet, json_out=json_out, raw=raw, svg=svg.resolve() if svg else None)  # resumed runs move
     recorder: Recorder | None = None
-
-    def warn(message: str) -> None:
-        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
-
     try:
-        # A resumed run's engine comes from its trace (checked below); a new run's from the options.
-        served = None if resume else served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
+        _check_together(each=each, resume=resume, svg=svg, each_files=(jsonl, csv_file, html))
         store = None if no_trace else open_store(err, required=bool(resume))
-        raw_stdin: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
-        stdin: HashingReader | BinaryIO | None = raw_stdin
-        hashing: HashingReader | None = None  # what a trace fingerprints stdin with
-        if store is not None and raw_stdin is not None:
-            stdin = hashing = HashingReader(raw_stdin)
+        traced = _Traced(err, store)
         run = None
-        if not each and (jsonl or csv_file or html):
-            raise MemagentError("--jsonl, --csv and --html go with --each.", "Add --each, or use --json.", exit_code=EXIT_USAGE)
-        if each and (resume or svg):
-            raise MemagentError(
-                f"--each does not take {'--resume' if resume else '--svg'}.",
-                "Resume one of its runs with memagent ask --resume ID; a picture is of one run.",
-                exit_code=EXIT_USAGE,
-            )
         if resume:
             if store is None:
                 raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
             run = resume_plan(store, resume)
-            given = {
-                "chunk_tokens": chunk_tokens,
-                "memory_tokens": memory_tokens,
-                "answer_tokens": answer_tokens,
-                "temperature": temperature,
-                "top_p": top_p,
-                "seed": seed,
-                "final": final,
-                "protocol": protocol.value if protocol else None,
-                "instructions": instructions,
-            }
-            _refuse_changed_options(ctx, run, given, model, template_file, engine, served_model, tokenizer)
+            _refuse_changed_options(ctx, run, flags)
             _enter(run["settings"].get("cwd"))
             ocr = OcrChoice(run["settings"].get("ocr", "auto"))
-            paths, questions, config = resumed_paths(run), [run["question"]], resumed_config(run["settings"])
-            model = run["model"]["path"]
-            stored_template = run["settings"].get("chat_template")
-            template = (
-                chat_template(Path(stored_template["path"]), "llama", expect_sha256=stored_template["sha256"])
-                if stored_template
-                else None
-            )
-            if run["settings"].get("engine"):
-                stored = run["settings"]["engine"]
-                served = served_options(
-                    "openai",
-                    # the servers may have moved; the model they serve may not
-                    base_url or stored.get("base_urls") or stored["base_url"],
-                    api_key,
-                    stored.get("served_model"),
-                    stored.get("tokenizer"),
-                    verbose,
-                    err,
-                    timeout,
-                )
-            else:  # the embedded engine: the served options, given, are refused as for a new run
-                served_options("llama", base_url, api_key, None, None, verbose, err, timeout)
+            paths, questions = list(resumed_paths(run)), [run["question"]]
         else:
-            questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
-            if questions:
-                paths = list(args or [])
-                if each and not paths:
-                    raise MemagentError(
-                        "--each needs the sources to ask.", "e.g. memagent ask docs/ --each -q QUESTION", exit_code=EXIT_USAGE
-                    )
-            else:
-                paths, one = _split_question(args or [])
-                questions = [one]
-            template = chat_template(template_file, engine)
-        if served is not None:
-            model = served.tokenizer and model_for_run(served.tokenizer, err, offline)
-        else:
-            model = model_for_run(model, err, offline)
-        if not resume:
-            config = agent_config(
-                protocol,
-                model,
-                served.engine.served_model if served is not None else None,
-                chunk_tokens=chunk_tokens,
-                memory_tokens=memory_tokens,
-                answer_tokens=answer_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=seed,
-                final=final,
-                instructions=instructions or "",
-            )
-        engine_options = (
-            served.engine
-            if served is not None
-            else embedded_engine(
-                gpu_layers=gpu_layers,
-                threads=threads,
-                flash_attn=flash_attn,
-                speculate=speculate,
-                batch=batch,
-                verbose=verbose,
-                template=template,
-                n_ctx=n_ctx,
-            )
-        )
-        source_options = source_settings(include, exclude, password, ocr, stdin)
-        engine_record = served.record if served is not None else None
-        template_record = template.record if template is not None else None
+            paths, questions = _questions(args, question, questions_file, each, traced.warn)
+        setup_ = setup(flags, err, stored=run)
+        traced.setup = setup_
+        sources = source_settings(include, exclude, password, ocr, traced.stdin)
+        model, config, engine = setup_.model, setup_.config, setup_.engine
         if each:
             from .each import EachOutput, run_each
 
-            new_recorder: Callable[[], Recorder] | None = None
-            if store is not None:
-                traced = store
-
-                def new_recorder() -> Recorder:
-                    return Recorder(traced, warn=warn, stdin=hashing, engine=engine_record, chat_template=template_record)
-
-            run_each(
-                paths,
-                questions,
-                model=model,
-                config=config,
-                engine=engine_options,
-                sources=source_options,
-                parallel=parallel,
-                store=store,
-                recorder=new_recorder,
-                err=err,
-                output=EachOutput(quiet=quiet, json_out=json_out, raw=raw, jsonl=jsonl, csv=csv_file, html=html),
+            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, jsonl=jsonl, csv=csv_file, html=html)
+            run_each(paths, questions, setup_, sources, parallel, store, traced.recorder if store else None, err, output)
+        elif len(questions) > 1:
+            events = ask_many_events(
+                questions, paths, model=model, config=config, engine=engine, sources=sources, parallel=parallel
             )
-            return
-        if len(questions) > 1:
-            recorders = [
-                Recorder(store, warn=warn, stdin=hashing, engine=engine_record, chat_template=template_record)
-                if store is not None
-                else None
-                for _ in questions
-            ]
-            run_many(
-                ask_many_events(
-                    questions, paths, model=model, config=config, engine=engine_options, sources=source_options, parallel=parallel
-                ),
-                questions,
-                err,
-                recorders,
-                quiet=quiet,
-                json_out=json_out,
-                raw=raw,
-            )
-            return
-        recorder = (
-            Recorder(store, warn=warn, resume=run, stdin=hashing, engine=engine_record, chat_template=template_record)
-            if store is not None
-            else None
-        )
-        events = ask_events(
-            questions[0],
-            paths,
-            model=model,
-            config=config,
-            engine=engine_options,
-            sources=source_options,
-            done_steps=run["steps"] if run else (),
-        )
-        gpu_hint = None
-        if served is None and not quiet:
-            from ..install.doctor import take_gpu_hint
-
-            gpu_hint = take_gpu_hint()
-        result = _consume(events, err, recorder, quiet=quiet, svg=svg, gpu_hint=None if json_out else gpu_hint)
+            recorders = [traced.recorder() if store is not None else None for _ in questions]
+            run_many(events, questions, err, recorders, quiet=quiet, json_out=json_out, raw=raw)
+        else:
+            recorder = traced.recorder(run) if store is not None else None
+            steps = run["steps"] if run else ()
+            one = ask_events(questions[0], paths, model=model, config=config, engine=engine, sources=sources, done_steps=steps)
+            _show_one(one, err, recorder, out, served=engine.served)
     except MemagentError as exc:
         if recorder is not None:
             recorder.stopped("failed", str(exc))
@@ -418,31 +212,96 @@ def ask(
         if recorder is not None:
             recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
         raise
-    if json_out:
-        out = result.to_dict()
-        if gpu_hint:
-            out["gpu"]["hint"] = gpu_hint
-        if recorder is not None and recorder.failed_write is None:
-            out["trace"] = recorder.run_id
-        print_json(out)
-    else:
-        from .textout import visible
 
-        answer = result.raw_answer if raw else result.answer
+
+@dataclass(frozen=True)
+class _Output:
+    """How one run's result is shown: the live view or progress, and what stdout gets."""
+
+    quiet: bool
+    json_out: bool
+    raw: bool
+    svg: Path | None
+
+
+class _Traced:
+    """Standard input (fingerprinted when runs are traced) and a recorder for each run."""
+
+    def __init__(self, err: Console, store: TraceStore | None):
+        from ..traces.recorder import HashingReader
+
+        self.err, self.store = err, store
+        self.setup: RunSetup | None = None
+        raw: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        self.hashing = HashingReader(raw) if store is not None and raw is not None else None
+        self.stdin: HashingReader | BinaryIO | None = self.hashing or raw
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    def recorder(self, resume: dict[str, Any] | None = None) -> Recorder:
+        from ..traces.recorder import Recorder
+
+        assert self.store is not None and self.setup is not None
+        s = self.setup
+        return Recorder(
+            self.store, warn=self.warn, resume=resume, stdin=self.hashing, engine=s.engine_record, chat_template=s.template_record
+        )
+
+
+def _check_together(*, each: bool, resume: str | None, svg: Path | None, each_files: tuple[Path | None, ...]) -> None:
+    if not each and any(each_files):
+        raise MemagentError("--jsonl, --csv and --html go with --each.", "Add --each, or use --json.", exit_code=EXIT_USAGE)
+    if each and (resume or svg):
+        raise MemagentError(
+            f"--each does not take {'--resume' if resume else '--svg'}.",
+            "Resume one of its runs with memagent ask --resume ID; a picture is of one run.",
+            exit_code=EXIT_USAGE,
+        )
+
+
+def _questions(
+    args: list[str] | None, question: list[str] | None, questions_file: Path | None, each: bool, warn: Callable[[str], None]
+) -> tuple[list[str], list[str]]:
+    """(sources, questions): the questions of -q and --questions, every argument a source; else the
+    last argument is the question."""
+    questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
+    if questions:
+        paths = list(args or [])
+        if each and not paths:
+            raise MemagentError(
+                "--each needs the sources to ask.", "e.g. memagent ask docs/ --each -q QUESTION", exit_code=EXIT_USAGE
+            )
+        return paths, questions
+    if not args:
+        raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
+    return args[:-1], [args[-1]]
+
+
+def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: _Output, *, served: bool) -> None:
+    """One run through the views to its answer on stdout (or its JSON record)."""
+    from .textout import visible
+
+    gpu_hint = None
+    if not served and not out.quiet:
+        from ..install.doctor import take_gpu_hint
+
+        gpu_hint = take_gpu_hint()
+    result = _consume(events, err, recorder, quiet=out.quiet, svg=out.svg, gpu_hint=None if out.json_out else gpu_hint)
+    if out.json_out:
+        record = result.to_dict()
+        if gpu_hint:
+            record["gpu"]["hint"] = gpu_hint
+        if recorder is not None and recorder.failed_write is None:
+            record["trace"] = recorder.run_id
+        print_json(record)
+    else:
+        answer = result.raw_answer if out.raw else result.answer
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
 
 
-def _refuse_changed_options(
-    ctx: typer.Context,
-    run: dict[str, Any],
-    given: dict[str, Any],
-    model: str | None,
-    template_file: Path | None,
-    engine: str,
-    served_model: str | None,
-    tokenizer: str | None,
-) -> None:
+def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunFlags) -> None:
     """A resumed run keeps what decides its result: a protocol option given beside --resume must
     equal the run's (threads, GPU layers, the view and the like may differ)."""
 
@@ -465,24 +324,25 @@ def _refuse_changed_options(
                 exit_code=EXIT_USAGE,
             )
     settings = run["settings"]
+    given = {**flags.budgets(), "protocol": flags.protocol.value if flags.protocol else None, "instructions": flags.instructions}
     for name, value in given.items():
         stored = settings.get(name, getattr(DEFAULTS, name, None))  # a trace older than the setting has its default
         if given_here(name) and value != stored:
             refuse("--" + name.replace("_", "-"), value, stored)
-    if given_here("model") and model is not None:
+    if given_here("model") and flags.model is not None:
         from ..install.registry import resolve_model
 
-        stored_path = run["model"]["path"]
-        if os.path.realpath(resolve_model(model)) != os.path.realpath(stored_path):
-            refuse("--model", model, stored_path)
+        stored_path = run["model"].get("path") or ""
+        if os.path.realpath(resolve_model(flags.model)) != os.path.realpath(stored_path):
+            refuse("--model", flags.model, stored_path or "the served model")
     stored_template = (settings.get("chat_template") or {}).get("path")
-    if given_here("template_file") and template_file is not None:
-        if stored_template is None or os.path.realpath(template_file) != os.path.realpath(stored_template):
-            refuse("--chat-template", template_file, stored_template or "the model's own template")
+    if given_here("template_file") and flags.template_file is not None:
+        if stored_template is None or os.path.realpath(flags.template_file) != os.path.realpath(stored_template):
+            refuse("--chat-template", flags.template_file, stored_template or "the model's own template")
     served = settings.get("engine") or {}
-    if given_here("engine") and engine != served.get("kind", "llama"):
-        refuse("--engine", engine, served.get("kind", "llama"))
-    for name, value in (("served_model", served_model), ("tokenizer", tokenizer)):
+    if given_here("engine") and flags.engine != served.get("kind", "llama"):
+        refuse("--engine", flags.engine, served.get("kind", "llama"))
+    for name, value in (("served_model", flags.served_model), ("tokenizer", flags.tokenizer)):
         if given_here(name) and value != served.get(name):
             refuse("--" + name.replace("_", "-"), value, served.get(name))
 

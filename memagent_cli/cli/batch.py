@@ -12,56 +12,28 @@ is checked before any model loads.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
 import typer
+from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import fail, open_store, stderr_console
-from .models import model_for_run
 from .options import (
-    DEFAULTS,
-    AnswerOpt,
-    ApiKeyOpt,
-    BaseUrlOpt,
-    BatchOpt,
-    ChatTemplateOpt,
-    ChunkOpt,
-    EngineOpt,
     ExcludeOpt,
-    FinalOpt,
-    FlashAttnOpt,
-    GpuLayersOpt,
     IncludeOpt,
-    InstructionsOpt,
     JsonOpt,
-    MemoryOpt,
-    ModelOpt,
     OcrChoice,
     OcrOpt,
     PasswordOpt,
-    ProtocolOpt,
-    SeedOpt,
-    ServedModelOpt,
-    SpeculateOpt,
-    TemperatureOpt,
-    ThreadsOpt,
-    TimeoutOpt,
-    TokenizerOpt,
-    TopPOpt,
-    VerboseOpt,
-    agent_config,
-    chat_template,
-    embedded_engine,
     quiet_library_logs,
-    served_options,
     source_settings,
 )
+from .setup import RunFlags, RunSetup, run_flags, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
@@ -70,6 +42,7 @@ if TYPE_CHECKING:
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
     from .jobs import Finished
+    from .views.jobview import JobView
 
 
 @dataclass(frozen=True)
@@ -145,26 +118,17 @@ class Plan:
 def finished_ids(out: Path) -> tuple[set[str], list[str], bool]:
     """The ids the results file has a result for, the lines to keep, and whether any line is to be
     dropped (a result that is an error, a line cut off by a crash): those are redone."""
-    if not out.exists():
-        return set(), [], False
+    from ..core.records import written_records
+
     done: set[str] = set()
     keep: list[str] = []
     dropped = False
-    try:
-        with open(out, encoding="utf-8", errors="surrogateescape") as f:
-            for text in f:
-                try:
-                    row = json.loads(text)
-                except json.JSONDecodeError:
-                    dropped = dropped or bool(text.strip())
-                    continue
-                if not isinstance(row, dict) or "custom_id" not in row or row.get("error"):
-                    dropped = True
-                    continue
-                done.add(str(row["custom_id"]))
-                keep.append(text if text.endswith("\n") else text + "\n")
-    except OSError as exc:
-        raise MemagentError(f"Cannot read {out}: {exc.strerror}.", exit_code=EXIT_USAGE) from None
+    for text, row in written_records(out):
+        if row is None or "custom_id" not in row or row.get("error"):
+            dropped = True
+            continue
+        done.add(str(row["custom_id"]))
+        keep.append(text)
     return done, keep, dropped
 
 
@@ -173,65 +137,50 @@ def run_key(line: Line, n: int) -> str:
     return f"{line.custom_id}#{n + 1}" if line.several else line.custom_id
 
 
+JobFileArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="JOB.jsonl",
+        show_default=False,
+        help='Lines of {"custom_id", "sources": [...] or "context", "question" or "questions": [...]}.',
+    ),
+]
+ResultsOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        "-o",
+        metavar="RESULTS.jsonl",
+        show_default=False,
+        help="Each line's result is appended here as it finishes, keyed by custom_id; a rerun goes on from it.",
+    ),
+]
+ParallelOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one (see --batch).",
+    ),
+]
+NoTraceOpt = Annotated[
+    bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Record no traces: an interrupted run then starts over.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No table, no progress: only errors.")]
+
+
+@run_flags()
 def batch(
-    job_file: Annotated[
-        Path,
-        typer.Argument(
-            metavar="JOB.jsonl",
-            show_default=False,
-            help='Lines of {"custom_id", "sources": [...] or "context", "question" or "questions": [...]}.',
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            "-o",
-            metavar="RESULTS.jsonl",
-            show_default=False,
-            help="Each line's result is appended here as it finishes, keyed by custom_id; a rerun goes on from it.",
-        ),
-    ],
-    model: ModelOpt = None,
-    protocol: ProtocolOpt = None,
-    instructions: InstructionsOpt = None,
-    chunk_tokens: ChunkOpt = None,
-    memory_tokens: MemoryOpt = None,
-    answer_tokens: AnswerOpt = None,
-    temperature: TemperatureOpt = DEFAULTS.temperature,
-    top_p: TopPOpt = DEFAULTS.top_p,
-    seed: SeedOpt = DEFAULTS.seed,
-    final: FinalOpt = DEFAULTS.final,
-    gpu_layers: GpuLayersOpt = None,
-    threads: ThreadsOpt = None,
-    flash_attn: FlashAttnOpt = None,
-    speculate: SpeculateOpt = None,
-    batch_opt: BatchOpt = None,
-    template_file: ChatTemplateOpt = None,
+    job_file: JobFileArg,
+    out: ResultsOpt,
+    flags: RunFlags,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     password: PasswordOpt = None,
     ocr: OcrOpt = OcrChoice.auto,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one "
-            "(see --batch).",
-        ),
-    ] = 8,
-    engine: EngineOpt = "llama",
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    served_model: ServedModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    timeout: TimeoutOpt = None,
-    no_trace: Annotated[
-        bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Record no traces: an interrupted run then starts over.")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No table, no progress: only errors.")] = False,
+    parallel: ParallelOpt = 8,
+    no_trace: NoTraceOpt = False,
+    quiet: QuietOpt = False,
     json_out: JsonOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
     """Run a job file: every line's question(s) over its sources or context, each its own run.
 
@@ -243,93 +192,118 @@ def batch(
       memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b
       memagent batch job.jsonl -o out.jsonl --engine openai --base-url urls.txt --parallel 64
     """
-    from ..core.jobs import Job, run_jobs
-    from ..install.registry import resolve_model
-    from ..traces.recorder import Recorder
-    from .jobs import Interrupted, Sinks, atomic_write, drive
+    from ..core.jobs import run_jobs
+    from .jobs import Interrupted, drive
     from .views.jobview import JobView
 
     err = stderr_console()
-    quiet_library_logs(verbose)
+    quiet_library_logs(flags.verbose)
     try:
-        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
-        template = chat_template(template_file, engine)
-        if not job_file.is_file():
-            raise MemagentError(
-                f"{job_file} is not a file.", 'Give a JSONL job file: one {"custom_id", ...} per line.', exit_code=EXIT_USAGE
-            )
-        results = os.path.abspath(out)
-        done, keep, dropped = finished_ids(out)
-        plan = Plan(done=done)
-        seen: set[str] = set()
-        for line in read_lines(job_file):  # checked whole before anything loads; only ids are kept
-            if line.custom_id in seen:
-                raise MemagentError(
-                    f"{job_file}: custom_id {line.custom_id!r} is used twice.",
-                    "Each line needs its own custom_id.",
-                    exit_code=EXIT_USAGE,
-                )
-            seen.add(line.custom_id)
-            if line.custom_id not in done:
-                plan.lines += 1
-                plan.runs += len(line.questions)
-        if dropped:  # failed and cut-off lines go: they are redone, and a reader finds one line per id
-            atomic_write(out, "".join(keep))
-        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
-        config = agent_config(
-            protocol,
-            str(resolve_model(model_spec)) if model_spec else None,
-            served.engine.served_model if served is not None else None,
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
-            answer_tokens=answer_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            final=final,
-            instructions=instructions or "",
-        )
+        plan = _plan(job_file, out)
+        run = setup(flags, err)
         store = None if no_trace else open_store(err)
         if store is not None:
-            plan.resumable = _resumable(store, results, config, err)
-        options = (
-            served.engine
-            if served is not None
-            else embedded_engine(
-                gpu_layers=gpu_layers,
-                threads=threads,
-                flash_attn=flash_attn,
-                speculate=speculate,
-                batch=batch_opt,
-                verbose=verbose,
-                template=template,
-            )
-        )
+            plan.resumable = _resumable(store, os.path.abspath(out), run.config, err)
         sources = source_settings(include, exclude, password, ocr, None)
     except MemagentError as exc:
         fail(err, exc)
     if plan.runs == 0:
-        message = f"Nothing to do: all {len(done)} lines of {job_file} have results in {out}."
         if json_out:
-            print_json({"done": 0, "failed": 0, "skipped": len(done), "out": str(out)})
+            print_json({"done": 0, "failed": 0, "skipped": len(plan.done), "out": str(out)})
         else:
-            err.print(message, markup=False, soft_wrap=True)
+            err.print(
+                f"Nothing to do: all {len(plan.done)} lines of {job_file} have results in {out}.", markup=False, soft_wrap=True
+            )
         return
-    if done and not quiet:
+    if plan.done and not quiet:
         resumed = f", resuming {len(plan.resumable)} interrupted run(s)" if plan.resumable else ""
-        err.print(f"{len(done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
+        err.print(f"{len(plan.done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
+    lines = _Lines(out, err, plan, run, store)
+    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
+    try:
+        try:
+            events = run_jobs(
+                lines.jobs(job_file),
+                model=run.model,
+                config=run.config,
+                engine=run.engine,
+                sources=sources,
+                parallel=parallel,
+                count=plan.runs,
+                stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
+            )
+            drive(events, view=view, recorder_for=lines.recorder_for, finished=lines.finished)
+        finally:
+            lines.sinks.close()
+    except Interrupted as stop:
+        err.print(
+            Text.assemble(
+                ("interrupted", "yellow"),
+                f": {lines.tally.lines} line(s) done this time, in {out}; {len(stop.stopped.traces)} run(s) stopped. "
+                "Run the same command again to go on.",
+            ),
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except MemagentError as exc:
+        fail(err, exc, f" after {lines.tally.lines} line(s); they are in {out}. Run the same command again to go on.")
+    _report(lines.tally, plan, out, view, err, json_out=json_out)
 
-    question_counts: dict[str, int] = {}  # lines with several questions that are in flight
 
-    def jobs() -> Iterator[Job]:  # the file again, now one line at a time: only runs in flight are held
+def _plan(job_file: Path, out: Path) -> Plan:
+    """What is left to do: the job file checked whole (before any model loads; only ids are kept),
+    the results file's finished ids; failed and cut-off result lines are dropped, to be redone."""
+    if not job_file.is_file():
+        raise MemagentError(
+            f"{job_file} is not a file.", 'Give a JSONL job file: one {"custom_id", ...} per line.', exit_code=EXIT_USAGE
+        )
+    done, keep, dropped = finished_ids(out)
+    plan = Plan(done=done)
+    seen: set[str] = set()
+    for line in read_lines(job_file):
+        if line.custom_id in seen:
+            raise MemagentError(
+                f"{job_file}: custom_id {line.custom_id!r} is used twice.",
+                "Each line needs its own custom_id.",
+                exit_code=EXIT_USAGE,
+            )
+        seen.add(line.custom_id)
+        if line.custom_id not in done:
+            plan.lines += 1
+            plan.runs += len(line.questions)
+    if dropped:  # a reader then finds one line per id
+        from .jobs import atomic_write
+
+        atomic_write(out, "".join(keep))
+    return plan
+
+
+class _Lines:
+    """The job's runs as they start and finish: each line's jobs, its runs' recorders, and its
+    results appended to the results file (a line of several questions once all are in)."""
+
+    def __init__(self, out: Path, err: Console, plan: Plan, run: RunSetup, store: TraceStore | None):
+        self.err, self.plan, self.run, self.store = err, plan, run, store
+        self.results = os.path.abspath(out)
+        self.tally = _Tally()
+        from .jobs import Sinks
+
+        self.sinks = Sinks(out, None, "custom_id")
+        self.counts: dict[str, int] = {}  # lines with several questions that are in flight
+        self.partial: dict[str, dict[int, dict[str, Any]]] = {}  # their results, until all are in
+
+    def jobs(self, job_file: Path) -> Iterator[Job]:
+        """The file again, now one line at a time: only runs in flight are held."""
+        from ..core.jobs import Job
+
         for line in read_lines(job_file):
-            if line.custom_id in done:
+            if line.custom_id in self.plan.done:
                 continue
             if line.several:
-                question_counts[line.custom_id] = len(line.questions)
+                self.counts[line.custom_id] = len(line.questions)
             for n, question in enumerate(line.questions):
                 key = run_key(line, n)
-                stored = plan.resumable.get(key)
+                stored = self.plan.resumable.get(key)
                 steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
                 yield Job(
                     key=key,
@@ -341,80 +315,44 @@ def batch(
                     instructions=line.instructions,
                 )
 
-    engine_record = served.record if served is not None else None
-    template_record = template.record if template is not None else None
+    def recorder_for(self, job: Job) -> Recorder | None:
+        from ..traces.recorder import Recorder
 
-    def recorder_for(job: Job) -> Recorder | None:
-        if store is None:
+        if self.store is None:
             return None
-        stored = plan.resumable.get(job.key) if job.done_steps else None
         return Recorder(
-            store,
-            warn=lambda message: err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True),
-            resume=stored,
-            engine=engine_record,
-            chat_template=template_record,
-            job={"file": results, "key": job.key},
+            self.store,
+            warn=lambda message: self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True),
+            resume=self.plan.resumable.get(job.key) if job.done_steps else None,
+            engine=self.run.engine_record,
+            chat_template=self.run.template_record,
+            job={"file": self.results, "key": job.key},
         )
 
-    tally = _Tally()
-    partial: dict[str, dict[int, dict[str, Any]]] = {}  # lines with several questions, until all are in
-    sinks = Sinks(out, None, "custom_id")
-
-    def finished(run: Finished) -> None:
+    def finished(self, run: Finished) -> None:
         custom_id = run.job.title
         record = run.record(custom_id=custom_id)
         key = run.job.key
         if key == custom_id:  # one question: the line is the run's record
-            tally.add(record)
-            sinks.add(record)
+            self.tally.add(record)
+            self.sinks.add(record)
             return
-        got = partial.setdefault(custom_id, {})
+        got = self.partial.setdefault(custom_id, {})
         got[int(key.rsplit("#", 1)[1])] = {k: v for k, v in record.items() if k != "custom_id"}
-        if len(got) == question_counts[custom_id]:
-            del partial[custom_id], question_counts[custom_id]
+        if len(got) == self.counts[custom_id]:
+            del self.partial[custom_id], self.counts[custom_id]
             listed = [got[n] for n in sorted(got)]
             failed = sum(1 for r in listed if r.get("error"))
             line: dict[str, Any] = {"custom_id": custom_id, "results": listed}
             if failed:
                 line["error"] = f"{failed} of {len(listed)} questions failed"
-            tally.add(line)
-            sinks.add(line)
+            self.tally.add(line)
+            self.sinks.add(line)
 
-    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
-    try:
-        try:
-            drive(
-                run_jobs(
-                    jobs(),
-                    model=model_spec,
-                    config=config,
-                    engine=options,
-                    sources=sources,
-                    parallel=parallel,
-                    count=plan.runs,
-                    stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
-                ),
-                view=view,
-                recorder_for=recorder_for,
-                finished=finished,
-            )
-        finally:
-            sinks.close()
-    except Interrupted as stop:
-        err.print(
-            Text.assemble(
-                ("interrupted", "yellow"),
-                f": {tally.lines} line(s) done this time, in {out}; {len(stop.stopped.traces)} run(s) stopped. "
-                "Run the same command again to go on.",
-            ),
-            soft_wrap=True,
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except MemagentError as exc:
-        fail(err, exc, f" after {tally.lines} line(s); they are in {out}. Run the same command again to go on.")
+
+def _report(tally: _Tally, plan: Plan, out: Path, view: JobView | None, err: Console, *, json_out: bool) -> None:
     if json_out:
-        print_json({"done": tally.lines, "failed": tally.failed, "skipped": len(done), "out": str(out)})
+        print_json({"done": tally.lines, "failed": tally.failed, "skipped": len(plan.done), "out": str(out)})
     elif view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if tally.failed:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import typer
 from rich.console import Console
@@ -20,10 +20,11 @@ from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
-    from ..core.config import AgentConfig
-    from ..core.pipeline import EngineOptions, SourceOptions
+    from ..core.jobs import Job
+    from ..core.pipeline import SourceOptions
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
+    from .setup import RunSetup
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,7 @@ class EachOutput:
 def run_each(
     paths: Sequence[str],
     questions: list[str],
-    *,
-    model: str | None,
-    config: AgentConfig,
-    engine: EngineOptions,
+    run: RunSetup,
     sources: SourceOptions,
     parallel: int,
     store: TraceStore | None,
@@ -54,25 +52,10 @@ def run_each(
 ) -> None:
     """Runs the job and prints its answers; exits 1 when a run failed (after the others), 130 on
     Ctrl-C (each stopped run recorded as interrupted, resumable with `ask --resume`)."""
-    from ..core.jobs import Job, run_jobs
-    from ..core.pipeline import find_sources
+    from ..core.jobs import run_jobs
     from .views.jobview import JobView
 
-    def warn(message: str) -> None:
-        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
-
-    documents = find_sources(paths, sources, warn)
-    if not documents:
-        raise MemagentError("There is no document to read in the sources.", "The notes above say what was skipped and why.")
-    if len(questions) > 1 and any(d.path == STDIN_PATH for d in documents):
-        raise MemagentError(
-            "Standard input can be read once, so --each cannot ask it several questions.",
-            "Save it to a file and name the file.",
-            exit_code=EXIT_USAGE,
-        )
-    jobs = [
-        Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title) for d in documents for q in questions
-    ]  # a document's questions together: its answers land together
+    jobs = _jobs(paths, questions, sources, err)
     number = {id(job): questions.index(job.question) + 1 for job in jobs}
     order = {id(job): k for k, job in enumerate(jobs)}
     several = len(questions) > 1
@@ -103,9 +86,9 @@ def run_each(
     view = None if output.quiet else JobView(err, len(jobs), live=err.is_terminal, several=several)
     events = run_jobs(
         jobs,
-        model=model,
-        config=config,
-        engine=engine,
+        model=run.model,
+        config=run.config,
+        engine=run.engine,
         sources=sources,
         parallel=parallel,
         questions=questions,
@@ -118,17 +101,7 @@ def run_each(
         sinks.close()
         for text in late:
             print(text)
-        ids = stop.stopped.traces
-        hint = "".join(f"\n  memagent ask --resume {run_id[:8]}" for run_id in ids[:5])
-        more = f"\n  … and {len(ids) - 5} more (memagent traces list --status interrupted)" if len(ids) > 5 else ""
-        err.print(
-            Text.assemble(
-                ("interrupted", "yellow"),
-                f"; {len(ids)} run(s) stopped, each resumable:{hint}{more}" if ids else "",
-            ),
-            soft_wrap=True,
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        _interrupted(stop.stopped.traces, err)
     except MemagentError as exc:
         sinks.close()
         fail(err, exc)
@@ -146,6 +119,38 @@ def run_each(
         err.print(Text.assemble(("error: ", "bold red"), visible(f"{done.job.title}: {error_text(done.error)}")), soft_wrap=True)
     if failures:
         raise typer.Exit(1)
+
+
+def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, err: Console) -> list[Job]:
+    """A run for every document the paths name times every question, a document's questions
+    together (its answers land together)."""
+    from ..core.jobs import Job
+    from ..core.pipeline import find_sources
+
+    def warn(message: str) -> None:
+        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    documents = find_sources(paths, sources, warn)
+    if not documents:
+        raise MemagentError("There is no document to read in the sources.", "The notes above say what was skipped and why.")
+    if len(questions) > 1 and any(d.path == STDIN_PATH for d in documents):
+        raise MemagentError(
+            "Standard input can be read once, so --each cannot ask it several questions.",
+            "Save it to a file and name the file.",
+            exit_code=EXIT_USAGE,
+        )
+    return [Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title) for d in documents for q in questions]
+
+
+def _interrupted(ids: list[str], err: Console) -> NoReturn:
+    """Ctrl-C: each stopped run, with the command that resumes it; exit 130."""
+    hint = "".join(f"\n  memagent ask --resume {run_id[:8]}" for run_id in ids[:5])
+    more = f"\n  … and {len(ids) - 5} more (memagent traces list --status interrupted)" if len(ids) > 5 else ""
+    err.print(
+        Text.assemble(("interrupted", "yellow"), f"; {len(ids)} run(s) stopped, each resumable:{hint}{more}" if ids else ""),
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | None, err: Console) -> None:

@@ -17,35 +17,8 @@ from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
-from .models import model_for_run
-from .options import (
-    DEFAULTS,
-    AnswerOpt,
-    ApiKeyOpt,
-    BaseUrlOpt,
-    BatchOpt,
-    ChatTemplateOpt,
-    ChunkOpt,
-    EngineOpt,
-    FinalOpt,
-    FlashAttnOpt,
-    GpuLayersOpt,
-    MemoryOpt,
-    ProtocolOpt,
-    SeedOpt,
-    ServedModelOpt,
-    SpeculateOpt,
-    TemperatureOpt,
-    ThreadsOpt,
-    TimeoutOpt,
-    TokenizerOpt,
-    TopPOpt,
-    VerboseOpt,
-    agent_config,
-    chat_template,
-    embedded_engine,
-    served_options,
-)
+from .options import quiet_library_logs
+from .setup import RunFlags, run_flags, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:
@@ -81,124 +54,73 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Measure a model: run a data set of questions and score the answers as the paper does.\n\n"
     "  memagent eval items.jsonl --out results.jsonl\n"
-    "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl",
+    "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl\n\n"
+    "The options of a run (model, engine, budgets, sampling, --out, --limit, --metric): memagent eval run --help",
 )
 
 
-@app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
-def run(
-    data: Annotated[
-        Path,
-        typer.Argument(
-            help="JSONL (or a JSON array) of items with context, input (the question), "
-            "answers and optionally id: the authors' RULER-HotpotQA format. Also read: question for input, "
-            "answer (a text) for answers, instructions (added to the final prompt only) and MRCR's "
-            "random_string_to_prepend.",
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--out",
-            "-o",
-            metavar="FILE.jsonl",
-            show_default=False,
-            help="Write each item's result here as it finishes; a rerun skips items already in it.",
-        ),
-    ] = None,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model",
-            "-m",
-            show_default=False,
-            rich_help_panel="Model",
-            help="GGUF model file (embedded engine), or the GGUF whose vocabulary "
-            "chunks the text (served engine; or --tokenizer).",
-        ),
-    ] = None,
-    engine: EngineOpt = "llama",
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    served_model: ServedModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    timeout: TimeoutOpt = None,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Items in flight at once: on a served engine, or batched in one context on the embedded one (see --batch).",
-        ),
-    ] = 8,
-    limit: Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")] = None,
-    metric: Annotated[
-        MetricChoice,
-        typer.Option(
-            help="sub_em, em and f1 are always scored. [b]auto[/]: MRCR's grade too for the items with a "
-            "random_string_to_prepend; [b]mrcr[/]: for every item; [b]sub_em[/]: for none.",
-        ),
-    ] = MetricChoice.auto,
-    protocol: ProtocolOpt = None,
-    chunk_tokens: ChunkOpt = None,
-    memory_tokens: MemoryOpt = None,
-    answer_tokens: AnswerOpt = None,
-    temperature: TemperatureOpt = DEFAULTS.temperature,
-    top_p: TopPOpt = DEFAULTS.top_p,
-    seed: SeedOpt = DEFAULTS.seed,
-    final: FinalOpt = "answer-is",  # a score is compared with the paper's table, which was made with it
-    gpu_layers: GpuLayersOpt = None,
-    threads: ThreadsOpt = None,
-    flash_attn: FlashAttnOpt = None,
-    speculate: SpeculateOpt = None,
-    batch: BatchOpt = None,
-    template_file: ChatTemplateOpt = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print {n, sub_em, em, f1, and mrcr when graded} (percentages) as JSON.")
-    ] = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    from rich.table import Table
+DataArg = Annotated[
+    Path,
+    typer.Argument(
+        help="JSONL (or a JSON array) of items with context, input (the question), "
+        "answers and optionally id: the authors' RULER-HotpotQA format. Also read: question for input, "
+        "answer (a text) for answers, instructions (added to the final prompt only) and MRCR's "
+        "random_string_to_prepend.",
+        show_default=False,
+    ),
+]
+OutOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--out",
+        "-o",
+        metavar="FILE.jsonl",
+        show_default=False,
+        help="Write each item's result here as it finishes; a rerun skips items already in it.",
+    ),
+]
+ParallelOpt = Annotated[
+    int,
+    typer.Option(
+        min=1, help="Items in flight at once: on a served engine, or batched in one context on the embedded one (see --batch)."
+    ),
+]
+LimitOpt = Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")]
+MetricOpt = Annotated[
+    MetricChoice,
+    typer.Option(
+        help="sub_em, em and f1 are always scored. [b]auto[/]: MRCR's grade too for the items with a "
+        "random_string_to_prepend; [b]mrcr[/]: for every item; [b]sub_em[/]: for none.",
+    ),
+]
+EvalJsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print {n, sub_em, em, f1, and mrcr when graded} (percentages) as JSON.")
+]
 
+
+@app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
+@run_flags(final="answer-is")  # a score is compared with the paper's table, which was made with it
+def run(
+    data: DataArg,
+    flags: RunFlags,
+    out: OutOpt = None,
+    parallel: ParallelOpt = 8,
+    limit: LimitOpt = None,
+    metric: MetricOpt = MetricChoice.auto,
+    json_out: EvalJsonOpt = False,
+) -> None:
     from ..core.events import RunFailed
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
-    from ..install.registry import resolve_model
     from .textout import json_text, print_json
 
     err = stderr_console()
+    quiet_library_logs(flags.verbose)
     try:
-        served = served_options(engine, base_url, api_key, served_model, tokenizer, verbose, err, timeout)
-        template = chat_template(template_file, engine)
         if not data.is_file():
             raise MemagentError(
                 f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE
             )
-        options = (
-            served.engine
-            if served is not None
-            else embedded_engine(
-                gpu_layers=gpu_layers,
-                threads=threads,
-                flash_attn=flash_attn,
-                speculate=speculate,
-                batch=batch,
-                verbose=verbose,
-                template=template,
-            )
-        )
-        model_spec = (served.tokenizer or model) if served is not None else model_for_run(model, err, False)
-        config = agent_config(
-            protocol,
-            str(resolve_model(model_spec)) if model_spec else None,
-            served.engine.served_model if served is not None else None,
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
-            answer_tokens=answer_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            final=final,
-        )
+        setup_ = setup(flags, err)
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]
         failures: list[tuple[str, MemagentError]] = []
@@ -208,9 +130,9 @@ def run(
             with progress:
                 for item, event in evaluate_events(
                     data,
-                    model=model_spec,
-                    config=config,
-                    engine=options,
+                    model=setup_.model,
+                    config=setup_.config,
+                    engine=setup_.engine,
                     parallel=parallel,
                     skip=set(previous),
                     limit=limit,
@@ -241,13 +163,7 @@ def run(
     if json_out:
         print_json({**result, "failed": len(failures), "out": str(out) if out else None})
     else:
-        table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
-        keys = [key for key in ("mrcr", "sub_em", "em", "f1") if key in result]  # MRCR first: Table 9's number
-        table.add_column("n", justify="right")
-        for key in keys:
-            table.add_column(key, justify="right")
-        table.add_row(str(result["n"]), *(f"{result[key]:.2f}" for key in keys))
-        SafeConsole(highlight=False).print(table)
+        _print_table(data, result)
     if failures:
         err.print(
             f"error: {len(failures)} item(s) failed (first: {failures[0][0]}: {failures[0][1]}); "
@@ -257,6 +173,18 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(1)
+
+
+def _print_table(data: Path, result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
+    keys = [key for key in ("mrcr", "sub_em", "em", "f1") if key in result]  # MRCR first: Table 9's number
+    table.add_column("n", justify="right")
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_row(str(result["n"]), *(f"{result[key]:.2f}" for key in keys))
+    SafeConsole(highlight=False).print(table)
 
 
 class _Progress:

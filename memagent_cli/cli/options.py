@@ -1,9 +1,7 @@
-"""Command-line options that `ask` and `eval` share (the budgets, sampling, threads, the served
-engine's), declared once so the two commands read alike, and turned here into the library's
-EngineOptions and AgentConfig.
-
-A command gives each option its default (`chunk_tokens: ChunkOpt = DEFAULTS.chunk_tokens`):
-typer takes defaults from the signature, and `eval` keeps a final prompt of its own."""
+"""Command-line options that several commands share (the budgets, sampling, threads, the served
+engine's, the sources'), each declared once as a typer `Annotated` alias, and the small parsers
+behind them (--base-url's URLs and files, --questions, --chat-template, --gpu-layers). setup.py
+gathers the options of every command that runs a model into RunFlags and turns them into a run."""
 
 from __future__ import annotations
 
@@ -15,14 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence
 
 import typer
-from rich.console import Console
 
 from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 
 if TYPE_CHECKING:
-    from ..core.pipeline import EngineOptions, SourceOptions
+    from ..core.pipeline import SourceOptions
     from ..ingest.base import OcrProgress
     from ..ingest.text import ByteStream
 
@@ -232,11 +229,12 @@ def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None =
     which the file must still match."""
     import hashlib
 
+    from ..model.backends import backend
     from ..model.chat import read_template
 
     if path is None:
         return None
-    if engine == "openai":
+    if backend(engine).served:
         raise MemagentError(
             "--chat-template is for the embedded engine.",
             "A server applies the model's template itself; set it there.",
@@ -251,13 +249,6 @@ def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None =
             exit_code=EXIT_USAGE,
         )
     return ChatTemplate(text, {"path": str(path.resolve()), "sha256": digest})
-
-
-class Served:
-    """A served engine's options, and what of them a trace keeps (never the key)."""
-
-    def __init__(self, engine: EngineOptions, record: dict[str, Any], tokenizer: str | None):
-        self.engine, self.record, self.tokenizer = engine, record, tokenizer
 
 
 def base_urls(given: Sequence[str] | str | None) -> list[str]:
@@ -288,54 +279,6 @@ def base_urls(given: Sequence[str] | str | None) -> list[str]:
     return urls
 
 
-def served_options(
-    kind: str,
-    base_url: Sequence[str] | str | None,
-    api_key: str | None,
-    served_model: str | None,
-    tokenizer: str | None,
-    verbose: bool,
-    err: Console,
-    timeout: float | None = None,
-) -> Served | None:
-    """None for the embedded engine; the checked options of a served one."""
-    from ..core.pipeline import EngineOptions
-
-    if kind not in ("llama", "openai"):
-        raise MemagentError(
-            f"Unknown engine {kind!r}.", "Use --engine llama (the default) or --engine openai.", exit_code=EXIT_USAGE
-        )
-    if kind == "llama":
-        if base_url or served_model:
-            raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
-        if timeout is not None:
-            raise MemagentError("--timeout needs --engine openai: the embedded engine waits on no server.", exit_code=EXIT_USAGE)
-        return None
-    if timeout is not None and not (0 < timeout < float("inf")):
-        raise MemagentError(f"--timeout {timeout:g} is not a positive number of seconds.", exit_code=EXIT_USAGE)
-    urls = base_urls(base_url)
-    if not urls:
-        raise MemagentError(
-            "--engine openai needs --base-url.",
-            "e.g. --base-url http://127.0.0.1:8000/v1 for a local vLLM or llama-server.",
-            exit_code=EXIT_USAGE,
-        )
-    log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if verbose else None
-    engine = EngineOptions(
-        kind="openai",
-        base_url=urls[0],
-        base_urls=tuple(urls),
-        api_key=api_key,
-        served_model=served_model,
-        log=log,
-        timeout=timeout,
-    )
-    record: dict[str, Any] = {"kind": "openai", "base_url": urls[0], "served_model": served_model, "tokenizer": tokenizer}
-    if len(urls) > 1:
-        record["base_urls"] = urls
-    return Served(engine, record, tokenizer)
-
-
 def agent_config(
     protocol: ProtocolChoice | str | None, model_path: str | None, served_model: str | None = None, **settings: Any
 ) -> AgentConfig:
@@ -353,7 +296,14 @@ def agent_config(
 
 ModelOpt = Annotated[
     Optional[str],
-    typer.Option("--model", "-m", help="GGUF model file. Default: $MEMAGENT_MODEL.", show_default=False, rich_help_panel="Model"),
+    typer.Option(
+        "--model",
+        "-m",
+        help="GGUF model file, or an installed model's name. Default: $MEMAGENT_MODEL. With --engine openai: "
+        "the GGUF whose vocabulary cuts the chunks (as --tokenizer).",
+        show_default=False,
+        rich_help_panel="Model",
+    ),
 ]
 IncludeOpt = Annotated[
     Optional[list[str]],
@@ -486,31 +436,3 @@ GpuLayersOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def embedded_engine(
-    *,
-    gpu_layers: str | None,
-    threads: int | None,
-    flash_attn: bool | None,
-    speculate: bool | None,
-    batch: bool | None,
-    verbose: bool,
-    template: ChatTemplate | None,
-    n_ctx: int | None = None,
-) -> EngineOptions:
-    """The settings of the embedded engine from the flags every command that runs a model shares
-    (ask, eval): a flag given wins, else the configured setting (`memagent config`), else auto."""
-    from ..core.pipeline import EngineOptions
-    from ..install.settings import get_setting
-
-    return EngineOptions(
-        n_ctx=n_ctx,
-        gpu_layers=gpu_layers_setting(gpu_layers),
-        threads=threads or get_setting("threads"),
-        flash_attn=flash_attn,
-        speculate=speculate,
-        batch=batch,
-        verbose=verbose,
-        chat_template=template.text if template is not None else None,
-    )

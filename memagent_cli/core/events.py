@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, Union
+from typing import Any, Sequence, TypedDict, Union
 
 from ..ingest.sources import Source
 from .chunking import Chunk, SpanDict
@@ -16,17 +16,23 @@ from .config import AgentConfig
 from .memdiff import evidence_record
 
 
-class ModelRecord(TypedDict):
-    """The model in JSON and traces (docs/JSON.md, "model")."""
-
+class _ModelFields(TypedDict):
     name: str
-    path: str
+    path: str | None  # None for a served model
     size: int | None  # None for a served model
 
 
-def model_record(name: str, path: str) -> ModelRecord:
+class ModelRecord(_ModelFields, total=False):
+    """The model in JSON and traces (docs/JSON.md, "model")."""
+
+    servers: list[str]  # a served model's servers
+
+
+def model_record(name: str, path: str, servers: Sequence[str] = ()) -> ModelRecord:
     """The model as every JSON output and trace gives it (docs/JSON.md, "model"): a GGUF's name,
-    absolute path and size, or a served model's name and URL (size None)."""
+    absolute path and size, or a served model's name and servers (path and size None)."""
+    if servers:
+        return {"name": name, "path": None, "size": None, "servers": list(servers)}
     if os.path.isfile(path):
         return {"name": name, "path": os.path.abspath(path), "size": os.path.getsize(path)}
     return {"name": name, "path": path, "size": None}
@@ -41,6 +47,7 @@ class RunStarted:
     config: AgentConfig
     tokenizer: str
     ocr: str = "auto"  # how scanned pages and images were read (--ocr), kept so a resumed run reads them alike
+    servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,7 @@ class RunResult:
     evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
     timings: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)  # the offload choice: layers and why
+    servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
@@ -213,7 +221,7 @@ class RunResult:
             "answer": self.answer,
             "raw_answer": self.raw_answer,
             "memory": self.memory,
-            "model": model_record(self.model, self.model_path),
+            "model": model_record(self.model, self.model_path, self.servers),
             "device": self.device,
             "gpu": self.gpu,
             "sources": self.sources,

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.llama import EmbeddedOptions
+from ..model.tokenizer import normalizer
 from .agent import plan_context
 from .chunking import IngestStats
 from .config import AgentConfig
 from .events import model_record
-from .pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, prepare
+from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
 from .protocols import get as get_protocol
 from .protocols import of_model
 
@@ -95,7 +97,7 @@ def inspect_sources(
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
     `sequences`: questions batched in one context, which the context is sized for; `protocol`:
     None for the model's; budgets left None are the protocol's."""
-    prep = prepare(model, paths, sources, EngineOptions(chat_template=chat_template))
+    prep = prepare(model, paths, sources, EmbeddedOptions(chat_template=chat_template))
     chosen = get_protocol(protocol or of_model(prep.model_path))
     chunk_tokens = chunk_tokens or chosen.chunk_tokens
     memory_tokens = memory_tokens or chosen.memory_tokens
@@ -105,7 +107,11 @@ def inspect_sources(
     if default is not None and default[0] == "warning":
         warn(default[1])
     chunks, stats = chunk_stream(prep, chunk_tokens, sources, warn)
-    report = Report(prep, stats, chunk_tokens, memory_tokens, question.strip() if question else None, chosen.name)
+    normalize = normalizer(prep.tokenizer)  # the question reaches the prompt as the tokenizer normalizes it
+    asked = question.strip() if question else None
+    if asked is not None and normalize is not None:
+        asked = normalize(asked)
+    report = Report(prep, stats, chunk_tokens, memory_tokens, asked, chosen.name)
     for chunk in chunks:
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index

@@ -28,12 +28,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from ..errors import EngineGone, MemagentError
 from ..ingest.base import OcrProgress
 from ..ingest.sources import Segment, Source
+from ..model.backends import EngineOptions
 from .agent import check_question, plan_context
 from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
 from .config import AgentConfig
 from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
 from .pipeline import (
-    EngineOptions,
     Prepared,
     SharedEngine,
     SourceOptions,
@@ -78,7 +78,7 @@ def job_context_size(prep: Prepared, config: AgentConfig, engine: EngineOptions,
     """The embedded engine's context for jobs: enough for the longest of `questions`, or, when the
     questions are not known up front (a job file read as it goes), for the longest question
     allowed (config.question_tokens). 0 for a served engine, which sizes its own."""
-    if engine.kind == "openai" or prep.chat is None:
+    if engine.served or prep.chat is None:
         return 0
     chat = prep.chat
     if questions:
@@ -117,7 +117,7 @@ class JobRunner:
         self.prep = prepare_model(model, engine)
         self.config = config
         self.sources = sources
-        self.served = engine.kind == "openai"
+        self.served = engine.served
         self.n_ctx = job_context_size(self.prep, config, engine, questions)
         self.stop = stop if stop is not None else threading.Event()
         self.shared = open_shared_engine(self.prep, self.n_ctx, engine, parallel, self.stop, jobs=count)
@@ -218,7 +218,9 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     else:
         found = [Source(path=job.title or job.key, title=job.title or job.key, kind="text", size=None)]
     job_prep = dataclasses.replace(prep, sources=found, notices=[])
-    yield RunStarted(question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr)
+    yield RunStarted(
+        question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers
+    )
     yield shared.loaded()
     stream, stats = _job_chunks(job, job_prep, config, options, notes)
     # Read ahead in a thread, as `ask` does: reading overlaps the model's work, and the run's

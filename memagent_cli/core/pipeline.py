@@ -15,6 +15,7 @@ import dataclasses
 import os
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,13 +24,14 @@ from ..errors import MemagentError
 from ..ingest.base import OcrMode, OcrProgress
 from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source
 from ..install.registry import resolve_model
+from ..model.backends import EngineOptions
 from ..model.chat import ChatFormat
 from ..model.engine import Engine
 from ..model.gguf import GGUFInfo, read_gguf
-from ..model.llama import LlamaEngine
-from ..model.tokenizer import Tokenizer, load_tokenizer
+from ..model.llama import EmbeddedOptions, LlamaEngine
+from ..model.tokenizer import Tokenizer, load_tokenizer, normal_form
 from .agent import check_question, plan_context, run_loop
-from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
+from .chunking import Chunk, IngestStats, Piece, ReadAhead, iter_chunks, layout, normalized
 from .config import AgentConfig
 from .events import (
     AnswerFinished,
@@ -46,25 +48,6 @@ from .events import (
 )
 from .memdiff import evidence_steps
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    n_ctx: int | None = None  # None: just large enough for the budgets
-    gpu_layers: int | None = None  # None: every layer when the build can offload, else 0
-    threads: int | None = None  # None: every core this process may use
-    flash_attn: bool | None = None  # None: on where layers run on a GPU, off on a CPU
-    speculate: bool | None = None  # draft memory rewrites from the prompt; None: the device's default
-    batch: bool | None = None  # several questions in one context (embedded engine); None: the device's default
-    verbose: bool = False  # show llama.cpp's own log
-    kind: str = "llama"  # "llama": the GGUF runs in this process; "openai": a server runs the model
-    base_url: str | None = None  # kind "openai": the server's OpenAI-compatible API, e.g. http://host:8000/v1
-    base_urls: tuple[str, ...] = ()  # kind "openai": several servers of the same model, a pool (base_url is the first)
-    api_key: str | None = None  # kind "openai": sent as a bearer token
-    served_model: str | None = None  # kind "openai": the model's name on the server; None: the one it serves
-    log: Callable[[str], None] | None = None  # kind "openai": where --verbose shows each request
-    chat_template: str | None = None  # kind "llama": a template (chat.read_template) over the GGUF's own
-    timeout: float | None = None  # kind "openai": the longest silence waited for, per attempt; None: served.http's default
 
 
 @dataclass(frozen=True)
@@ -88,11 +71,12 @@ class Prepared:
     sources: list[Source]
     notices: list[str]
     model_name: str = ""
-    model_path: str = ""  # the GGUF, or the server's URL
+    model_path: str = ""  # the GGUF; "" for a served model (whose vocabulary may still come from one)
+    servers: tuple[str, ...] = ()  # a served model's servers
 
 
 def prepare(
-    model: str | Path | None, paths: Sequence[str], sources: SourceOptions, engine: EngineOptions = EngineOptions()
+    model: str | Path | None, paths: Sequence[str], sources: SourceOptions, engine: EngineOptions = EmbeddedOptions()
 ) -> Prepared:
     """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
     quantization, or a vocabulary-only file); None asks the server to tokenize."""
@@ -113,82 +97,35 @@ def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[s
     )
 
 
-def prepare_model(model: str | Path | None, engine: EngineOptions = EngineOptions()) -> Prepared:
-    """The model's side of `prepare`: vocabulary, chat format, names; no sources yet."""
-    if engine.kind == "openai" and model is None:
-        from ..model.served.tokenizer import remote_tokenizer
-
-        served = remote_tokenizer(_base_url(engine), engine.api_key, engine.served_model, timeout=_timeout(engine))
-        return Prepared(None, served, None, [], [], engine.served_model or "served model", engine.base_url or "")
+def prepare_model(model: str | Path | None, engine: EngineOptions = EmbeddedOptions()) -> Prepared:
+    """The model's side of `prepare`: vocabulary, chat format, names; no sources yet. `model` None:
+    the engine's own vocabulary (a server's), with no chat format."""
+    if model is None:
+        return Prepared(None, engine.own_tokenizer(), None, [], [], engine.describe(None), "", engine.servers)
     info = read_gguf(resolve_model(model))
     tokenizer = load_tokenizer(info)
     chat = ChatFormat.from_gguf(info, engine.chat_template)
-    if engine.kind == "openai":
-        name, where = engine.served_model or "served model", engine.base_url or ""
-    else:
-        name, where = info.name, str(info.path)
-    return Prepared(info, tokenizer, chat, [], [], name, where)
-
-
-def _timeout(options: EngineOptions) -> float:
-    from ..model.served.http import DEFAULT_TIMEOUT
-
-    return DEFAULT_TIMEOUT if options.timeout is None else options.timeout
-
-
-def _base_url(options: EngineOptions) -> str:
-    if options.base_url is None:
-        raise ValueError('EngineOptions(kind="openai") needs base_url')
-    return options.base_url
+    path = "" if engine.served else str(info.path)
+    return Prepared(info, tokenizer, chat, [], [], engine.describe(info), path, engine.servers)
 
 
 def open_engine(prep: Prepared, n_ctx: int, options: EngineOptions, sequences: int = 1) -> Engine:
     """The engine that runs the model: llama.cpp here, or a server."""
-    if options.kind == "openai":
-        from ..model.served.engine import OpenAIEngine
-
-        tokenizer = prep.tokenizer
-        if len(options.base_urls) > 1:
-            from ..model.served.pool import ServedPool
-
-            return ServedPool(
-                options.base_urls,
-                api_key=options.api_key,
-                model=options.served_model,
-                log=options.log,
-                count_tokens=lambda text: len(tokenizer.encode(text)),
-                timeout=_timeout(options),
-            )
-        return OpenAIEngine(
-            _base_url(options),
-            api_key=options.api_key,
-            model=options.served_model,
-            log=options.log,
-            count_tokens=lambda text: len(tokenizer.encode(text)),
-            timeout=_timeout(options),
-        )
-    # prepare_model reads the GGUF, and with it the chat format, for every engine but a served one.
-    assert prep.info is not None and prep.chat is not None
-    return LlamaEngine(
-        prep.info,
-        prep.tokenizer,
-        prep.chat,
-        n_ctx=n_ctx,
-        gpu_layers=options.gpu_layers,
-        threads=options.threads,
-        flash_attn=options.flash_attn,
-        speculate=options.speculate,
-        sequences=sequences,
-        batch=options.batch,
-        verbose=options.verbose,
-    )
+    return options.open(prep.info, prep.tokenizer, prep.chat, n_ctx, sequences)
 
 
-def document_text(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> Iterator[str]:
+def document_text(
+    paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None], model: str | Path | None = None
+) -> Iterator[str]:
     """The document as the model reads it (`inspect --text`), streamed: the same sources, readers
-    and layout as `ask`, with no model. Notes about the sources go to `warn`."""
+    and layout as `ask`; with `model`, normalized as its tokenizer normalizes text (its vocabulary
+    alone is read). Notes about the sources go to `warn`."""
     found = find_sources(paths, sources, warn)
-    for piece in layout(found, _reader(sources, warn)):
+    pieces: Iterable[Piece] = layout(found, _reader(sources, warn))
+    form = normal_form(read_gguf(resolve_model(model))) if model is not None else None
+    if form is not None:
+        pieces = normalized(pieces, lambda text: unicodedata.normalize(form, text))
+    for piece in pieces:
         yield piece.text
 
 
@@ -339,7 +276,7 @@ def ask_events(
     *,
     model: str | Path | None = None,
     config: AgentConfig = AgentConfig(),
-    engine: EngineOptions = EngineOptions(),
+    engine: EngineOptions = EmbeddedOptions(),
     sources: SourceOptions = SourceOptions(),
     done_steps: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[Event]:
@@ -361,7 +298,7 @@ def ask_many_events(
     *,
     model: str | Path | None = None,
     config: AgentConfig = AgentConfig(),
-    engine: EngineOptions = EngineOptions(),
+    engine: EngineOptions = EmbeddedOptions(),
     sources: SourceOptions = SourceOptions(),
     done_steps: Sequence[Sequence[Mapping[str, Any]]] = (),
     parallel: int = 1,
@@ -375,7 +312,7 @@ def ask_many_events(
     t0 = time.perf_counter()
     prep = prepare(model, paths, sources, engine)
     questions = [check_question(q, prep.tokenizer, config) for q in questions]
-    served = engine.kind == "openai"
+    served = engine.served
     # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
     n_ctx = (
         0
@@ -383,7 +320,12 @@ def ask_many_events(
         else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx) for q in questions)
     )
     for i, q in enumerate(questions):
-        yield i, RunStarted(q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name, sources.ocr)
+        yield (
+            i,
+            RunStarted(
+                q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name, sources.ocr, prep.servers
+            ),
+        )
     for note in prep.notices:
         yield None, Notice(note)
     default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None and not served else None
@@ -470,6 +412,7 @@ def _result(
         memory=steps[-1].memory if steps else "",
         model=prep.model_name,
         model_path=prep.model_path,
+        servers=prep.servers,
         device=device,
         sources=sources,
         document_tokens=stats.document_tokens,

@@ -1,13 +1,14 @@
 """JSON records from a file the user names (a `batch` job file, an `eval` data set): one object a
 line (JSONL), read a line at a time so a file of multi-million-token contexts never sits in memory
 whole, or, where a reader takes one, a JSON array. Every fault is a one-line usage error that names
-the file and the line."""
+the file and the line. Also the one reader of a results file memagent wrote before (`batch -o`,
+`eval --out`), which a rerun goes on from (`written_records`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import EXIT_USAGE, MemagentError
 
@@ -50,3 +51,23 @@ def json_records(path: Path, *, what: str, arrays: bool = False) -> Iterator[tup
                 yield n, f"{path} line {n}", obj
         except UnicodeDecodeError:
             raise MemagentError(f"{path} is not UTF-8 text.", f"Save the {what} as UTF-8 {form}.", exit_code=EXIT_USAGE) from None
+
+
+def written_records(path: Path | None) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """The lines of a results file an earlier run wrote, streamed: each line's text (ending in a
+    newline) and its object, or None for a line that holds no JSON object (one cut off by a crash).
+    Blank lines are skipped; no file, no lines. A file that cannot be read is a usage error."""
+    if path is None or not path.exists():
+        return
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for text in f:
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError:
+                    row = None
+                yield (text if text.endswith("\n") else text + "\n"), row if isinstance(row, dict) else None
+    except OSError as exc:
+        raise MemagentError(f"Cannot read {path}: {exc.strerror}.", exit_code=EXIT_USAGE) from None

@@ -17,7 +17,6 @@ memory whole.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,9 @@ from typing import Any, Iterator
 from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
 from ..core.jobs import Job, run_jobs
-from ..core.pipeline import EngineOptions
-from ..core.records import json_records
+from ..core.records import json_records, written_records
 from ..errors import EXIT_USAGE, MemagentError
+from ..model.backends import EngineOptions
 from .scoring import METRICS, score
 
 
@@ -81,17 +80,7 @@ def _item(obj: object, n: int, where: str) -> Item:
 
 def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
     """Results already in --out, by item id (a cut-off last line is ignored: it is redone)."""
-    if out is None or not out.exists():
-        return {}
-    found: dict[str, dict[str, Any]] = {}
-    for line in out.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "id" in row:
-            found[str(row["id"])] = row
-    return found
+    return {str(row["id"]): row for _, row in written_records(out) if row is not None and "id" in row}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

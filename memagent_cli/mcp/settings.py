@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..core.config import AgentConfig
-from ..core.pipeline import EngineOptions
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import OcrMode
+from ..model.backends import EngineOptions
 
 # The bounds of one call: a host is a language model, and a document can ask it for anything.
 MAX_TOTAL_BYTES = 2 * 1024**3  # the sources' bytes, summed over every document they hold

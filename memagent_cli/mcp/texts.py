@@ -98,7 +98,7 @@ def describe(text: str, settings: ServerSettings, device: str, concurrency: str)
 
 def concurrency_rule(settings: ServerSettings) -> str:
     """The concurrency rule, as the tool description gives it."""
-    if settings.engine.kind == "openai":
+    if settings.engine.served:
         return (
             f"runs share one served engine, up to {settings.parallel} at once (--parallel); further runs, from "
             "this call or others, wait their turn in order and are told they are queued."

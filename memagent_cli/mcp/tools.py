@@ -15,9 +15,10 @@ import anyio.to_thread
 from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..core.memdiff import evidence_record, evidence_steps
-from ..core.pipeline import EngineOptions, Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
+from ..core.pipeline import Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Source
+from ..model.llama import EmbeddedOptions
 from .calls import Host, Planned, Queue
 from .guard import Refused, Roots, check_named, check_sources, run_visible, stored_sources
 from .runs import stored_job
@@ -204,7 +205,7 @@ class Tools:
             if runner is not None:
                 prep = dataclasses.replace(runner.prep, sources=[], notices=[])
             elif self.settings.model is not None:
-                prep = prepare_model(self.settings.model, EngineOptions(chat_template=self.settings.engine.chat_template))
+                prep = prepare_model(self.settings.model, EmbeddedOptions(chat_template=self.settings.engine.chat_template))
             if prep is None or prep.info is None or prep.chat is None:
                 raise MemagentError(
                     "inspect counts with the model's vocabulary, and this server has none: its engine tokenizes.",

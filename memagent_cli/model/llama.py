@@ -1,6 +1,6 @@
 """The embedded engine: a GGUF model run in-process by llama.cpp, as an `Engine` (`LlamaEngine`),
-and the defaults it picks by device (`default_batch`, `default_speculate`). llama_cpp is imported
-only when a model is loaded.
+its settings as a backend (`EmbeddedOptions`), and the defaults it picks by device (`default_batch`,
+`default_speculate`). llama_cpp is imported only when a model is loaded.
 
 Why we drive llama.cpp ourselves rather than through `Llama.generate`:
 - llama-cpp-python's sampler chain applies top-p before temperature; the reference (vLLM)
@@ -14,13 +14,16 @@ from __future__ import annotations
 import contextlib
 import io
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import MemagentError
+from .backends import EngineOptions, register
 from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
 from .chat import ChatFormat
 from .engine import Completion, CompletionDone, Sampling, TextDelta
 from .gguf import GGUFInfo
+from .memory import available_memory, check_context_fits, model_memory
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
 from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup, take_drafts
 from .tokenizer import StreamDecoder, Tokenizer
@@ -45,6 +48,23 @@ def _load_hint(reason: str, info: GGUFInfo, n_ctx: int) -> str:
     return "Check that the file is complete (a download may have been cut); --verbose shows llama.cpp's log."
 
 
+def _sequences_that_fit(info: GGUFInfo, n_ctx: int, sequences: int, gpu_layers: int, gpu_free: int | None) -> int:
+    """How many of `sequences` (each with n_ctx tokens of KV cache) fit the machine's free memory and
+    `gpu_free` with `gpu_layers` offloaded, halving down to one; MemagentError when one does not fit.
+    Checked before llama.cpp allocates: asked for a KV cache larger than the free memory, it fills the
+    machine before it fails."""
+    mem = model_memory(info)
+    host_free = available_memory()
+    while True:
+        try:
+            check_context_fits(mem, n_ctx * sequences, gpu_layers=gpu_layers, host_free=host_free, gpu_free=gpu_free)
+            return sequences
+        except MemagentError:
+            if sequences <= 1:
+                raise
+            sequences = max(1, sequences // 2)
+
+
 def default_batch(gpu: bool) -> bool:
     """Whether several questions share one context by default: where layers run on a GPU. There a
     decode is bound by reading the weights: on an H100 four sequences generated 2.15x the tokens
@@ -61,6 +81,41 @@ def default_speculate(on_gpu: bool) -> bool:
     larger model on a few CPU cores), DraftPolicy learns it from the engine's own timings and
     drafts fewer or none."""
     return True
+
+
+@register
+@dataclass(frozen=True)
+class EmbeddedOptions(EngineOptions):
+    """The embedded engine's settings: the GGUF runs in this process. None is auto throughout."""
+
+    kind = "llama"
+    n_ctx: int | None = None  # None: just large enough for the budgets
+    gpu_layers: int | None = None  # None: as many layers as fit in free GPU memory, 0 where the build cannot offload
+    threads: int | None = None  # None: the cores not already busy
+    flash_attn: bool | None = None  # None: on where layers run on a GPU, off on a CPU
+    speculate: bool | None = None  # draft memory rewrites from the prompt; None: the device's default
+    batch: bool | None = None  # several runs in one context; None: the device's default
+    verbose: bool = False  # show llama.cpp's own log
+    chat_template: str | None = None  # a template (chat.read_template) over the GGUF's own
+
+    def open(
+        self, info: GGUFInfo | None, tokenizer: Tokenizer, chat: ChatFormat | None, n_ctx: int, sequences: int
+    ) -> LlamaEngine:
+        if info is None or chat is None:
+            raise MemagentError("The embedded engine needs a GGUF model.", "Pass one with --model.")
+        return LlamaEngine(
+            info,
+            tokenizer,
+            chat,
+            n_ctx=n_ctx,
+            gpu_layers=self.gpu_layers,
+            threads=self.threads,
+            flash_attn=self.flash_attn,
+            speculate=self.speculate,
+            sequences=sequences,
+            batch=self.batch,
+            verbose=self.verbose,
+        )
 
 
 class LlamaEngine:
@@ -99,14 +154,21 @@ class LlamaEngine:
         if not (default_batch(bool(offload) and gpu_layers != 0) if batch is None else batch):
             sequences = 1
         n_layer = info.arch_get("block_count", 0)
+        gpu_free: int | None = None
         if gpu_layers is None:  # auto: as many layers as fit in free GPU memory, then as many sequences
             from .gpu import fit_sequences
 
             sequences, plan = fit_sequences(info, n_ctx, sequences, offload_supported=bool(offload))
-            self.gpu_layers, self.gpu_reason = plan.layers, plan.reason
+            self.gpu_layers, self.gpu_reason, gpu_free = plan.layers, plan.reason, plan.free_bytes
         else:
             self.gpu_layers = gpu_layers if offload else 0
             self.gpu_reason = f"--gpu-layers {gpu_layers}" if offload else "CPU only: this build cannot offload to a GPU"
+            if self.gpu_layers != 0:
+                from .gpu import gpu_devices
+
+                known = [d.free for d in gpu_devices() if d.free is not None]
+                gpu_free = sum(known) if known else None
+        sequences = _sequences_that_fit(info, n_ctx, sequences, self.gpu_layers, gpu_free)
         self.threads = threads or default_threads()
         self.on_gpu = bool(offload) and self.gpu_layers != 0
         # Flash attention: measured slower on CPU (25 vs 36 tok/s at a 5,500-token context, 2 cores),

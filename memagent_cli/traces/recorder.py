@@ -153,7 +153,7 @@ class Recorder:
             **({"chat_template": self.chat_template} if self.chat_template else {}),
             **({"job": self.job} if self.job else {}),
         }
-        model = model_record(e.model, e.model_path)
+        model = model_record(e.model, e.model_path, e.servers)
 
         def create() -> None:
             self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model, settings=self.settings)

@@ -1,0 +1,89 @@
+"""A served engine as a backend: `ServedOptions` (the servers, the connection, the served model's
+name), and `normal_servers`, the one place where server URLs are put in their normal form and
+repeats dropped, before anything compares them: `http://h:8000` and `http://h:8000/v1/` are one
+server. One server opens an `OpenAIEngine`; several, a `ServedPool` (imported when opened)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..backends import EngineOptions, register
+from .engine import normalize_base_url
+
+if TYPE_CHECKING:
+    from ..chat import ChatFormat
+    from ..engine import Engine
+    from ..gguf import GGUFInfo
+    from ..tokenizer import Tokenizer
+
+
+def normal_servers(urls: Iterable[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The servers `urls` name, each in its normal form and once, in order; and a note for each URL
+    that named a server already given (spelled otherwise, or repeated)."""
+    servers: list[str] = []
+    notes: list[str] = []
+    for url in urls:
+        normal = normalize_base_url(url)
+        if normal in servers:
+            same = "" if url.strip() == normal else f" (as {normal})"
+            notes.append(f"{url}{same} names a server already given: it is used once.")
+        else:
+            servers.append(normal)
+    return tuple(servers), notes
+
+
+@register
+@dataclass(frozen=True)
+class ServedOptions(EngineOptions):
+    """A server with an OpenAI-compatible API runs the model (vLLM, SGLang, llama-server), or a pool
+    of servers of one model. `servers` is normalized on construction (see `normal_servers`)."""
+
+    kind = "openai"
+    served = True
+    servers: tuple[str, ...] = field(default=())
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token; never recorded
+    served_model: str | None = None  # the model's name on the server; None: the one it serves
+    timeout: float | None = None  # the longest silence waited for, per attempt; None: served.http's default
+    tokenizer: str | None = None  # the GGUF (or model name) whose vocabulary cuts the chunks, as given; None: the server's
+    log: Callable[[str], None] | None = field(default=None, repr=False, compare=False)  # where --verbose shows requests
+
+    def __post_init__(self) -> None:
+        servers, _ = normal_servers(self.servers)
+        if not servers:
+            raise ValueError("ServedOptions needs a server")
+        object.__setattr__(self, "servers", servers)
+
+    def describe(self, info: GGUFInfo | None) -> str:
+        return self.served_model or "served model"
+
+    @property
+    def wait(self) -> float:
+        """The longest silence waited for, in seconds."""
+        from .http import DEFAULT_TIMEOUT
+
+        return DEFAULT_TIMEOUT if self.timeout is None else self.timeout
+
+    def open(self, info: GGUFInfo | None, tokenizer: Tokenizer, chat: ChatFormat | None, n_ctx: int, sequences: int) -> Engine:
+        def count(text: str) -> int:
+            return len(tokenizer.encode(text))
+
+        if len(self.servers) > 1:
+            from .pool import ServedPool
+
+            return ServedPool(
+                self.servers, api_key=self.api_key, model=self.served_model, log=self.log, count_tokens=count, timeout=self.wait
+            )
+        from .engine import OpenAIEngine
+
+        return OpenAIEngine(
+            self.servers[0], api_key=self.api_key, model=self.served_model, log=self.log, count_tokens=count, timeout=self.wait
+        )
+
+    def own_tokenizer(self) -> Tokenizer:
+        from .tokenizer import remote_tokenizer
+
+        return remote_tokenizer(self.servers[0], self.api_key, self.served_model, timeout=self.wait)
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "servers": list(self.servers), "served_model": self.served_model, "tokenizer": self.tokenizer}
