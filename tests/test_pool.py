@@ -16,6 +16,7 @@ from memagent_cli.core.memagent import final_prompt, memory_prompt
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.served.engine import CHAIN_KEY_HEADERS, NEUTRAL_SAMPLING, OpenAIEngine, wire_key
+from memagent_cli.model.served.http import Connection
 from memagent_cli.model.served.pool import ServedPool
 
 GREEDY = Sampling(temperature=0.0, seed=7)
@@ -42,7 +43,7 @@ def pools():
     made: list[ServedPool] = []
 
     def make(servers: list[FakeServer], **options) -> ServedPool:
-        pool = ServedPool([s.url for s in servers], **{"backoff": 0.05, **options})
+        pool = ServedPool([s.url for s in servers], Connection(**{"backoff": 0.05, **options}))
         made.append(pool)
         return pool
 

@@ -22,7 +22,7 @@ from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDe
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import LlamaEngine
 from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, count_margin, normalize_base_url
-from memagent_cli.model.served.http import DEFAULT_TIMEOUT, longest_wait
+from memagent_cli.model.served.http import DEFAULT_TIMEOUT, Connection, longest_wait
 from memagent_cli.model.served.tokenizer import remote_tokenizer
 from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -115,7 +115,7 @@ def test_usage_counts_and_length_finish(server, local):
 
 def test_request_body_carries_the_neutral_sampling_values(server):
     lines: list[str] = []
-    engine = OpenAIEngine(server, log=lines.append)
+    engine = OpenAIEngine(server, Connection(log=lines.append))
     try:
         _run(engine, MESSAGE, 4, Sampling(temperature=0.7, top_p=0.95, seed=1234))
     finally:
@@ -271,7 +271,7 @@ def send_sse(handler, events, *, chunked: bool = False) -> None:
 def _complete_until_it_fails(url: str) -> tuple[list, pytest.ExceptionInfo[MemagentError], float]:
     """One completion on an engine with a 0.5 s timeout and one retry, expected to end in an
     error: the items it gave, the error, and how long it took."""
-    engine = OpenAIEngine(url, model="m", timeout=0.5, retries=1, backoff=0.01)
+    engine = OpenAIEngine(url, Connection(model="m", timeout=0.5, retries=1, backoff=0.01))
     items = []
     started = time.monotonic()
     with pytest.raises(MemagentError) as caught:
@@ -294,7 +294,7 @@ def test_server_errors_are_retried_then_the_reply_comes():
             send_sse(handler, WHOLE_REPLY)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", retries=2, backoff=0.01))
         items = list(engine.complete("hi", 8, GREEDY))
         engine.close()
     assert _kinds(items) == ["Retrying", "Retrying", "TextDelta", "TextDelta", "CompletionDone"]
@@ -318,7 +318,7 @@ def test_retry_after_is_honoured():
             send_sse(handler, WHOLE_REPLY)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", retries=1, backoff=30.0)
+        engine = OpenAIEngine(peer.url, Connection(model="m", retries=1, backoff=30.0))
         started = time.monotonic()
         items = list(engine.complete("hi", 8, GREEDY))
         engine.close()
@@ -332,7 +332,7 @@ def test_a_reply_cut_mid_stream_is_asked_again():
         send_sse(handler, CUT_REPLY if n == 1 else WHOLE_REPLY)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", retries=2, backoff=0.01))
         items = list(engine.complete("hi", 8, GREEDY))
         engine.close()
     assert _kinds(items) == ["TextDelta", "Retrying", "TextDelta", "TextDelta", "CompletionDone"]
@@ -349,7 +349,7 @@ def test_a_reply_dropped_with_done_is_not_taken_as_finished():
         send_sse(handler, [_chunk({"role": "assistant"}), "[DONE]"] if n == 1 else WHOLE_REPLY)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", retries=2, backoff=0.01))
         items = list(engine.complete("hi", 8, GREEDY))
         engine.close()
     assert _kinds(items) == ["Retrying", "TextDelta", "TextDelta", "CompletionDone"]
@@ -362,7 +362,7 @@ def test_a_server_that_keeps_cutting_fails_with_the_cause():
         send_sse(handler, CUT_REPLY, chunked=True)  # and close inside the chunked body
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", retries=2, backoff=0.01))
         items = []
         with pytest.raises(MemagentError) as caught:
             for item in engine.complete("hi", 8, GREEDY):
@@ -380,7 +380,7 @@ def test_unauthorized_is_not_retried():
         send_json(handler, 401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", api_key="wrong-key", retries=3, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", api_key="wrong-key", retries=3, backoff=0.01))
         items = []
         with pytest.raises(MemagentError) as caught:
             for item in engine.complete("hi", 8, GREEDY):
@@ -396,7 +396,7 @@ def test_unauthorized_is_not_retried():
 
 def test_nothing_listening_is_refused_then_an_error():
     url = f"http://127.0.0.1:{free_port()}"
-    engine = OpenAIEngine(url, model="m", retries=2, backoff=0.01)
+    engine = OpenAIEngine(url, Connection(model="m", retries=2, backoff=0.01))
     items = []
     with pytest.raises(MemagentError) as caught:
         for item in engine.complete("hi", 8, GREEDY):
@@ -486,7 +486,7 @@ def _dialect_peer(kind: str) -> Peer:
 @pytest.mark.parametrize("kind, name", [("vllm", "vLLM"), ("llama-server", "llama-server")])
 def test_remote_tokenizer_finds_the_dialect(kind, name):
     with _dialect_peer(kind) as peer:
-        remote = remote_tokenizer(peer.url, model="m", retries=0)
+        remote = remote_tokenizer(peer.url, Connection(model="m", retries=0))
         assert remote.dialect.name == name
         assert remote.encode("naïve") == [110, 97, 239, 118, 101]
         assert remote.decode_bytes([110, 97, 239]) == "naï".encode()
@@ -502,7 +502,7 @@ def test_remote_tokenizer_finds_the_dialect(kind, name):
 def test_remote_tokenizer_without_endpoints_says_what_to_do():
     with _dialect_peer("none") as peer:
         with pytest.raises(MemagentError) as caught:
-            remote_tokenizer(peer.url, retries=0)
+            remote_tokenizer(peer.url, Connection(retries=0))
     assert "no tokenize endpoint" in caught.value.message
     assert "--tokenizer" in caught.value.hint
 
@@ -542,12 +542,10 @@ def test_the_timeout_default_and_its_checks():
     # The default run (4 retries, 1 s backoff) gives a silent server 5 attempts and 1+2+4+8 s between them.
     assert longest_wait(DEFAULT_TIMEOUT, 4, 1.0) == 5 * 300 + 15
     assert longest_wait(10, 0, 1.0) == 10
-    url = f"http://127.0.0.1:{free_port()}"
-    for bad in (0, -1, float("inf"), float("nan")):
+    assert Connection().timeout == DEFAULT_TIMEOUT
+    for bad in (0, -1, float("inf"), float("nan")):  # refused before the engine or the tokenizer asks anything
         with pytest.raises(ValueError, match="timeout must be a positive number"):
-            OpenAIEngine(url, model="m", timeout=bad)
-        with pytest.raises(ValueError, match="timeout must be a positive number"):
-            remote_tokenizer(url, timeout=bad)
+            Connection(model="m", timeout=bad)
 
 
 def test_a_server_that_streams_forever_is_stopped_at_the_budget():
@@ -560,7 +558,7 @@ def test_a_server_that_streams_forever_is_stopped_at_the_budget():
         _keep_sending(handler, peer, _forever(_event(_chunk({"content": "tok "}))), 0.0, hung_up)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", timeout=1.0, retries=2, backoff=0.01))
         started = time.monotonic()
         items, done = _run(engine, "hi", 40)
         elapsed = time.monotonic() - started
@@ -590,7 +588,7 @@ def test_a_runaway_is_stopped_by_counted_tokens_with_few_counts():
         _keep_sending(handler, peer, _forever(_event(_chunk({"content": "a b c "}))), 0.0)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=count)
+        engine = OpenAIEngine(peer.url, Connection(model="m", timeout=1.0, retries=0), count_tokens=count)
         started = time.monotonic()
         items, done = _run(engine, "hi", 30)
         elapsed = time.monotonic() - started
@@ -617,7 +615,7 @@ def test_a_reply_whose_text_counts_longer_than_its_tokens_is_not_cut():
         return len(text.split()) + 3  # three more than the deltas, as split characters would add
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=inflated)
+        engine = OpenAIEngine(peer.url, Connection(model="m", timeout=1.0, retries=0), count_tokens=inflated)
         _, done = _run(engine, "hi", 20)  # exactly the budget
         engine.close()
     assert done.text == "".join(words) and done.finish_reason == "stop"
@@ -631,7 +629,9 @@ def test_a_reply_at_its_budget_keeps_the_servers_usage():
         send_sse(handler, WHOLE_REPLY)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=1.0, retries=0, count_tokens=lambda text: len(text.split()))
+        engine = OpenAIEngine(
+            peer.url, Connection(model="m", timeout=1.0, retries=0), count_tokens=lambda text: len(text.split())
+        )
         _, done = _run(engine, "hi", 3)  # 1 reasoning delta + 2 reply deltas
         engine.close()
     assert done.text == "Hello world" and done.finish_reason == "stop"
@@ -695,7 +695,9 @@ def test_an_answer_dribbled_byte_by_byte_is_cut_at_the_timeout(where):
         started = time.monotonic()
         with pytest.raises(MemagentError) as caught:
             # with no model named, the engine asks the server's list for one
-            engine = OpenAIEngine(peer.url, model=None if where == "model list" else "m", timeout=0.5, retries=1, backoff=0.01)
+            engine = OpenAIEngine(
+                peer.url, Connection(model=None if where == "model list" else "m", timeout=0.5, retries=1, backoff=0.01)
+            )
             try:
                 _run(engine, "hi", 16)
             finally:
@@ -716,7 +718,7 @@ def test_an_answer_larger_than_any_api_sends_is_refused(monkeypatch):
 
     with Peer(script) as peer:
         with pytest.raises(MemagentError) as caught:
-            OpenAIEngine(peer.url, timeout=5, retries=3)  # no model named: it reads the server's list
+            OpenAIEngine(peer.url, Connection(timeout=5, retries=3))  # no model named: it reads the server's list
     assert caught.value.message == f"The server at {peer.url} sent an answer of more than 4,096 bytes"
     assert len(peer.requests) == 1  # not transient: not asked again
 
@@ -735,7 +737,7 @@ def test_a_slow_steady_stream_is_not_cut():
         _keep_sending(handler, peer, pieces, 0.3)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=2.0, retries=0)
+        engine = OpenAIEngine(peer.url, Connection(model="m", timeout=2.0, retries=0))
         started = time.monotonic()
         _, done = _run(engine, "hi", 64)
         elapsed = time.monotonic() - started
@@ -760,7 +762,7 @@ def test_a_finished_reply_on_a_stream_left_open_is_kept(after):
             peer.release.wait(10)
 
     with Peer(script) as peer:
-        engine = OpenAIEngine(peer.url, model="m", timeout=0.5, retries=2, backoff=0.01)
+        engine = OpenAIEngine(peer.url, Connection(model="m", timeout=0.5, retries=2, backoff=0.01))
         started = time.monotonic()
         items, done = _run(engine, "hi", 8)
         elapsed = time.monotonic() - started
@@ -778,9 +780,9 @@ def test_the_timeout_reaches_the_model_lookup_and_the_tokenizer():
     with Peer(script) as peer:
         started = time.monotonic()
         with pytest.raises(MemagentError) as looked_up:
-            OpenAIEngine(peer.url, timeout=0.5, retries=0)  # GET /v1/models
+            OpenAIEngine(peer.url, Connection(timeout=0.5, retries=0))  # GET /v1/models
         with pytest.raises(MemagentError) as tokenized:
-            remote_tokenizer(peer.url, timeout=0.5, retries=0)
+            remote_tokenizer(peer.url, Connection(timeout=0.5, retries=0))
         elapsed = time.monotonic() - started
     assert looked_up.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
     assert tokenized.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"

@@ -7,7 +7,7 @@ import contextlib
 import io
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterable, NoReturn, Optional, Protocol
 
@@ -19,19 +19,8 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
-from .options import (
-    DEFAULTS,
-    ExcludeOpt,
-    IncludeOpt,
-    JsonOpt,
-    OcrChoice,
-    OcrOpt,
-    PasswordOpt,
-    quiet_library_logs,
-    read_questions,
-    source_settings,
-)
-from .setup import RunFlags, RunSetup, run_flags, setup
+from .options import DEFAULTS, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
+from .setup import RunFlags, RunSetup, setup
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
@@ -51,49 +40,44 @@ QuestionArgs = Annotated[
 ]
 ResumeOpt = Annotated[
     Optional[str],
-    typer.Option(
+    option(
+        "Continue an interrupted run from its last completed step, with its sources, question and settings.",
         metavar="ID|last",
-        show_default=False,
-        rich_help_panel="Traces",
-        help="Continue an interrupted run from its last completed step, with its sources, question and settings.",
+        panel="Traces",
     ),
 ]
-NoTraceOpt = Annotated[
-    bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Do not record this run in the trace store.")
-]
+NoTraceOpt = Annotated[bool, option("Do not record this run in the trace store.", "--no-trace", panel="Traces")]
 QuestionOpt = Annotated[
     Optional[list[str]],
-    typer.Option(
+    option(
+        "A question (repeatable): each gets its own memory and trace; every argument is then a source.",
         "--question",
         "-q",
-        show_default=False,
-        rich_help_panel="Questions",
-        help="A question (repeatable): each gets its own memory and trace; every argument is then a source.",
+        panel="Questions",
     ),
 ]
 QuestionsFileOpt = Annotated[
     Optional[Path],
-    typer.Option(
+    option(
+        'Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
         "--questions",
         metavar="FILE",
-        show_default=False,
-        rich_help_panel="Questions",
-        help='Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
+        panel="Questions",
     ),
 ]
 EachOpt = Annotated[
     bool,
-    typer.Option(
-        "--each",
-        rich_help_panel="Questions",
-        help="Ask every document on its own: each file (in folders and archives too) x each question is its "
+    option(
+        "Ask every document on its own: each file (in folders and archives too) x each question is its "
         "own run, with its own memory and trace, on one loaded model.",
+        "--each",
+        panel="Questions",
     ),
 ]
 
 
-def _each_file(help: str, name: str | None = None) -> Any:
-    return typer.Option(*([name] if name else []), metavar="FILE", show_default=False, rich_help_panel="Questions", help=help)
+def _each_file(help: str, *names: str) -> Any:
+    return option(help, *names, metavar="FILE", panel="Questions")
 
 
 JsonlOpt = Annotated[Optional[Path], _each_file("With --each: append each run's JSON record to FILE as it finishes.")]
@@ -107,29 +91,23 @@ HtmlOpt = Annotated[
 ]
 ParallelOpt = Annotated[
     int,
-    typer.Option(
-        min=1,
-        rich_help_panel="Questions",
-        help="Model calls in flight at once: on a served engine, or batched in one context on the embedded "
+    option(
+        "Model calls in flight at once: on a served engine, or batched in one context on the embedded "
         f"engine (at most {MAX_SEQUENCES}; see --batch).",
+        min=1,
+        panel="Questions",
     ),
 ]
-RawOpt = Annotated[bool, typer.Option("--raw", help="Print the whole final reply, not just the extracted answer.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only the answer: no live view, no progress.")]
-SvgOpt = Annotated[
-    Optional[Path], typer.Option(help="Save a picture of the live view (SVG) when the run ends.", show_default=False)
-]
+RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
+QuietOpt = Annotated[bool, option("Print only the answer: no live view, no progress.", "--quiet")]
+SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]
 
 
-@run_flags()
+@flag_groups
 def ask(
     ctx: typer.Context,
-    flags: RunFlags,
     args: QuestionArgs = None,
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
-    password: PasswordOpt = None,
-    ocr: OcrOpt = OcrChoice.auto,
+    source_flags: SourceFlags = SourceFlags(),
     resume: ResumeOpt = None,
     no_trace: NoTraceOpt = False,
     question: QuestionOpt = None,
@@ -143,6 +121,7 @@ def ask(
     raw: RawOpt = False,
     quiet: QuietOpt = False,
     svg: SvgOpt = None,
+    flags: RunFlags = RunFlags(),
 ) -> None:
     """Answer a question about documents.
 
@@ -175,30 +154,27 @@ def ask(
             run = resume_plan(store, resume)
             _refuse_changed_options(ctx, run, flags)
             _enter(run["settings"].get("cwd"))
-            ocr = OcrChoice(run["settings"].get("ocr", "auto"))
+            source_flags = replace(source_flags, ocr=OcrChoice(run["settings"].get("ocr", "auto")))
             paths, questions = list(resumed_paths(run)), [run["question"]]
         else:
             paths, questions = _questions(args, question, questions_file, each, traced.warn)
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
-        sources = source_settings(include, exclude, password, ocr, traced.stdin)
-        model, config, engine = setup_.model, setup_.config, setup_.engine
+        sources = source_flags.settings(traced.stdin)
         if each:
             from .each import EachOutput, run_each
 
             output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, jsonl=jsonl, csv=csv_file, html=html)
             run_each(paths, questions, setup_, sources, parallel, store, traced.recorder if store else None, err, output)
         elif len(questions) > 1:
-            events = ask_many_events(
-                questions, paths, model=model, config=config, engine=engine, sources=sources, parallel=parallel
-            )
+            events = ask_many_events(questions, paths, **setup_.args(), sources=sources, parallel=parallel)
             recorders = [traced.recorder() if store is not None else None for _ in questions]
             run_many(events, questions, err, recorders, quiet=quiet, json_out=json_out, raw=raw)
         else:
             recorder = traced.recorder(run) if store is not None else None
             steps = run["steps"] if run else ()
-            one = ask_events(questions[0], paths, model=model, config=config, engine=engine, sources=sources, done_steps=steps)
-            _show_one(one, err, recorder, out, served=engine.served)
+            one = ask_events(questions[0], paths, **setup_.args(), sources=sources, done_steps=steps)
+            _show_one(one, err, recorder, out, served=setup_.engine.served)
     except MemagentError as exc:
         if recorder is not None:
             recorder.stopped("failed", str(exc))

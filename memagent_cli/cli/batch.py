@@ -23,17 +23,8 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import fail, open_store, stderr_console
-from .options import (
-    ExcludeOpt,
-    IncludeOpt,
-    JsonOpt,
-    OcrChoice,
-    OcrOpt,
-    PasswordOpt,
-    quiet_library_logs,
-    source_settings,
-)
-from .setup import RunFlags, RunSetup, run_flags, setup
+from .options import JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
+from .setup import RunFlags, RunSetup, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
@@ -147,40 +138,35 @@ JobFileArg = Annotated[
 ]
 ResultsOpt = Annotated[
     Path,
-    typer.Option(
+    option(
+        "Each line's result is appended here as it finishes, keyed by custom_id; a rerun goes on from it.",
         "--out",
         "-o",
         metavar="RESULTS.jsonl",
         show_default=False,
-        help="Each line's result is appended here as it finishes, keyed by custom_id; a rerun goes on from it.",
     ),
 ]
 ParallelOpt = Annotated[
     int,
-    typer.Option(
+    option(
+        "Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one (see --batch).",
         min=1,
-        help="Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one (see --batch).",
     ),
 ]
-NoTraceOpt = Annotated[
-    bool, typer.Option("--no-trace", rich_help_panel="Traces", help="Record no traces: an interrupted run then starts over.")
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", help="No table, no progress: only errors.")]
+NoTraceOpt = Annotated[bool, option("Record no traces: an interrupted run then starts over.", "--no-trace", panel="Traces")]
+QuietOpt = Annotated[bool, option("No table, no progress: only errors.", "--quiet")]
 
 
-@run_flags()
+@flag_groups
 def batch(
     job_file: JobFileArg,
     out: ResultsOpt,
-    flags: RunFlags,
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
-    password: PasswordOpt = None,
-    ocr: OcrOpt = OcrChoice.auto,
+    source_flags: SourceFlags = SourceFlags(),
     parallel: ParallelOpt = 8,
     no_trace: NoTraceOpt = False,
     quiet: QuietOpt = False,
     json_out: JsonOpt = False,
+    flags: RunFlags = RunFlags(),
 ) -> None:
     """Run a job file: every line's question(s) over its sources or context, each its own run.
 
@@ -204,7 +190,7 @@ def batch(
         store = None if no_trace else open_store(err)
         if store is not None:
             plan.resumable = _resumable(store, os.path.abspath(out), run.config, err)
-        sources = source_settings(include, exclude, password, ocr, None)
+        sources = source_flags.settings(None)
     except MemagentError as exc:
         fail(err, exc)
     if plan.runs == 0:
@@ -224,9 +210,7 @@ def batch(
         try:
             events = run_jobs(
                 lines.jobs(job_file),
-                model=run.model,
-                config=run.config,
-                engine=run.engine,
+                **run.args(),
                 sources=sources,
                 parallel=parallel,
                 count=plan.runs,

@@ -86,9 +86,7 @@ def run_each(
     view = None if output.quiet else JobView(err, len(jobs), live=err.is_terminal, several=several)
     events = run_jobs(
         jobs,
-        model=run.model,
-        config=run.config,
-        engine=run.engine,
+        **run.args(),
         sources=sources,
         parallel=parallel,
         questions=questions,

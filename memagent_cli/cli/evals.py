@@ -17,8 +17,8 @@ from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
 from .common import fail, stderr_console
-from .options import quiet_library_logs
-from .setup import RunFlags, run_flags, setup
+from .options import flag_groups, quiet_library_logs
+from .setup import RunFlags, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:
@@ -99,15 +99,15 @@ EvalJsonOpt = Annotated[
 
 
 @app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
-@run_flags(final="answer-is")  # a score is compared with the paper's table, which was made with it
+@flag_groups
 def run(
     data: DataArg,
-    flags: RunFlags,
     out: OutOpt = None,
     parallel: ParallelOpt = 8,
     limit: LimitOpt = None,
     metric: MetricOpt = MetricChoice.auto,
     json_out: EvalJsonOpt = False,
+    flags: RunFlags = RunFlags(final="answer-is"),  # a score is compared with the paper's table, which was made with it
 ) -> None:
     from ..core.events import RunFailed
     from ..evals.evaluation import ItemScored, done_ids, evaluate_events, summary
@@ -130,9 +130,7 @@ def run(
             with progress:
                 for item, event in evaluate_events(
                     data,
-                    model=setup_.model,
-                    config=setup_.config,
-                    engine=setup_.engine,
+                    **setup_.args(),
                     parallel=parallel,
                     skip=set(previous),
                     limit=limit,
@@ -202,7 +200,6 @@ class _Progress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=console,
-                transient=False,
             )
             if self.live
             else None

@@ -15,18 +15,14 @@ from .common import fail, stderr_console
 from .options import (
     ChatTemplateOpt,
     ChunkOpt,
-    ExcludeOpt,
-    IncludeOpt,
     JsonOpt,
     MemoryOpt,
     ModelOpt,
-    OcrChoice,
-    OcrOpt,
-    PasswordOpt,
     ProtocolOpt,
+    SourceFlags,
     chat_template,
+    flag_groups,
     quiet_library_logs,
-    source_settings,
 )
 from .textout import SafeConsole, print_json
 
@@ -34,6 +30,7 @@ if TYPE_CHECKING:
     from ..ingest.base import OcrProgress
 
 
+@flag_groups
 def inspect(
     sources: Annotated[
         Optional[list[str]],
@@ -76,10 +73,7 @@ def inspect(
         ),
     ] = 1,
     template_file: ChatTemplateOpt = None,
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
-    password: PasswordOpt = None,
-    ocr: OcrOpt = OcrChoice.auto,
+    source_flags: SourceFlags = SourceFlags(),
     json_out: JsonOpt = False,
 ) -> None:
     """Count what a question would cost, without loading any weights; or show what memagent reads.
@@ -102,7 +96,7 @@ def inspect(
     quiet_library_logs(False)
     warn = lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
     if show_text:
-        _print_document_text(sources or [], include, exclude, password, ocr, warn, err, model)
+        _print_document_text(sources or [], source_flags, warn, err, model)
         return
     try:
         if show_prompt is not None and not question:
@@ -114,7 +108,7 @@ def inspect(
             question=question,
             chunk_tokens=chunk_tokens,
             memory_tokens=memory_tokens,
-            sources=source_settings(include, exclude, password, ocr, _stdin()),
+            sources=source_flags.settings(_stdin()),
             keep_chunk=show_prompt,
             chat_template=template.text if template is not None else None,
             sequences=sequences,
@@ -137,19 +131,12 @@ def inspect(
 
 
 def _print_document_text(
-    paths: list[str],
-    include: list[str] | None,
-    exclude: list[str] | None,
-    password: str | None,
-    ocr: OcrChoice,
-    warn: Callable[[str], None],
-    err: Console,
-    model: str | None,
+    paths: list[str], source_flags: SourceFlags, warn: Callable[[str], None], err: Console, model: str | None
 ) -> None:
     """`inspect --text`: the laid-out document on stdout as it is read, notes on stderr."""
     from ..core.pipeline import document_text
 
-    options = source_settings(include, exclude, password, ocr, _stdin(), on_ocr=_ocr_reporter(err))
+    options = source_flags.settings(_stdin(), on_ocr=_ocr_reporter(err))
     from .textout import visible
 
     ended_with_newline = True

@@ -8,13 +8,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
-import typer
-
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
-from .options import OcrChoice, OcrOpt, quiet_library_logs
-from .setup import RunFlags, RunSetup, run_flags, setup
+from .options import OcrChoice, OcrOpt, flag_groups, option, quiet_library_logs
+from .setup import RunFlags, RunSetup, setup
 
 if TYPE_CHECKING:
     from ..mcp.settings import ServerSettings
@@ -22,57 +20,54 @@ if TYPE_CHECKING:
 
 HttpOpt = Annotated[
     Optional[str],
-    typer.Option(
+    option(
+        "Serve the streamable HTTP transport at http://HOST:PORT/mcp (host 127.0.0.1 unless given) instead of stdio.",
         "--http",
         metavar="[HOST:]PORT",
-        show_default=False,
-        rich_help_panel="Server",
-        help="Serve the streamable HTTP transport at http://HOST:PORT/mcp (host 127.0.0.1 unless given) instead of stdio.",
+        panel="Server",
     ),
 ]
 TokenOpt = Annotated[
     Optional[str],
-    typer.Option(
+    option(
+        "With --http: the bearer token every request must carry (Authorization: Bearer TOKEN). "
+        "Required when bound to an address other machines reach.",
         "--token",
         metavar="TOKEN",
         envvar="MEMAGENT_MCP_TOKEN",
         show_envvar=True,
-        show_default=False,
-        rich_help_panel="Server",
-        help="With --http: the bearer token every request must carry (Authorization: Bearer TOKEN). "
-        "Required when bound to an address other machines reach.",
+        panel="Server",
     ),
 ]
 AllowOpt = Annotated[
     Optional[list[Path]],
-    typer.Option(
+    option(
+        "A folder whose files the server may read (repeatable). Default: the directory it starts in. "
+        "Hosts that declare roots narrow this further.",
         "--allow",
         metavar="DIR",
-        show_default=False,
-        rich_help_panel="Server",
-        help="A folder whose files the server may read (repeatable). Default: the directory it starts in. "
-        "Hosts that declare roots narrow this further.",
+        panel="Server",
     ),
 ]
 ParallelOpt = Annotated[
     int,
-    typer.Option(
-        min=1,
-        rich_help_panel="Server",
-        help="Runs in flight at once where the engine takes several: a served engine, or the embedded engine "
+    option(
+        "Runs in flight at once where the engine takes several: a served engine, or the embedded engine "
         f"batching on a GPU (at most {MAX_SEQUENCES}). Others wait in order.",
+        min=1,
+        panel="Server",
     ),
 ]
 
 
-@run_flags()
+@flag_groups
 def mcp(
-    flags: RunFlags,
     http: HttpOpt = None,
     token: TokenOpt = None,
     allow: AllowOpt = None,
     parallel: ParallelOpt = 4,
     ocr: OcrOpt = OcrChoice.auto,
+    flags: RunFlags = RunFlags(),
 ) -> None:
     """Serve memagent to MCP hosts: tools to ask, inspect and resume runs, and read traces.
 
@@ -133,9 +128,7 @@ def _settings(
         raise MemagentError("--token goes with --http: stdio has no requests to check.", exit_code=EXIT_USAGE)
     TraceStore().close()  # runs are recorded (resume needs them): a store that cannot open stops here
     return ServerSettings(
-        model=run.model,
-        config=run.config,
-        engine=run.engine,
+        **run.args(),
         allow=tuple(dict.fromkeys(folders)),
         ocr="always" if ocr is OcrChoice.always else "never" if ocr is OcrChoice.never else "auto",
         parallel=parallel,

@@ -1,20 +1,29 @@
-"""Command-line options that several commands share (the budgets, sampling, threads, the served
-engine's, the sources'), each declared once as a typer `Annotated` alias, and the small parsers
-behind them (--base-url's URLs and files, --questions, --chat-template, --gpu-layers). setup.py
-gathers the options of every command that runs a model into RunFlags and turns them into a run."""
+"""Command-line options that several commands share (the model's, the budgets, sampling, the served
+engine's, the sources'), each declared once as a typer `Annotated` alias made by `option`; the
+sources' flags as one group (SourceFlags), and `flag_groups`, which lets a command take such a group
+as one parameter; and the small parsers behind them (--base-url's URLs and files, --questions,
+--chat-template, --gpu-layers). setup.py gathers the options of every command that runs a model
+into RunFlags, another group, and turns them into a run."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+import inspect
 import logging
 import os
 import sys
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence, TypeVar
 
 import typer
 
 from ..core.config import AgentConfig
+from ..core.protocols import NAMES as PROTOCOLS
+from ..core.protocols import get as get_protocol
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 
@@ -25,49 +34,18 @@ if TYPE_CHECKING:
 
 DEFAULTS = AgentConfig()  # the reference's settings: the defaults of the options below
 
-ChunkOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        help="Document tokens read per memory update. Default: the protocol's (memagent 5000, qwenlong 32768).",
-        min=1,
-        rich_help_panel="Budgets",
-        show_default=False,
-    ),
-]
-MemoryOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        help="Most tokens a memory update may write (the memory's bound)."
-        " Default: the protocol's (memagent 1024, qwenlong 15360).",
-        min=1,
-        rich_help_panel="Budgets",
-        show_default=False,
-    ),
-]
-AnswerOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        help="Most tokens the final answer may use. Default: the protocol's (memagent 1024, qwenlong 8192).",
-        min=1,
-        rich_help_panel="Budgets",
-        show_default=False,
-    ),
-]
-TemperatureOpt = Annotated[
-    float, typer.Option(help="Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, rich_help_panel="Sampling")
-]
-TopPOpt = Annotated[
-    float, typer.Option(help="Nucleus sampling, applied after temperature.", min=0.0, max=1.0, rich_help_panel="Sampling")
-]
-SeedOpt = Annotated[Optional[int], typer.Option(help="Seed for sampling.", rich_help_panel="Sampling", show_default=False)]
-FinalOpt = Annotated[
-    str,
-    typer.Option(
-        help="The memagent protocol's final prompt: [b]boxed[/] (trained with) or [b]answer-is[/]"
-        " (the paper's table was made with it).",
-        rich_help_panel="Sampling",
-    ),
-]
+
+def option(help: str, *names: str, panel: str | None = None, **settings: Any) -> Any:
+    """A typer option: its help, its names where they are not its parameter's, the help panel it is
+    listed in, and typer.Option's other settings (min, metavar, envvar...). Its default is its
+    parameter's (typer's rule for Annotated)."""
+    return typer.Option(*names, help=help, rich_help_panel=panel, **settings)
+
+
+def _budget(what: str, setting: str) -> Any:
+    """A budget's option: unset (None), it is the protocol's, and its help says each protocol's."""
+    defaults = ", ".join(f"{name} {getattr(get_protocol(name), setting)}" for name in PROTOCOLS)
+    return option(f"{what} Default: the protocol's ({defaults}).", panel="Budgets", min=1)
 
 
 class ProtocolChoice(str, enum.Enum):
@@ -75,146 +53,191 @@ class ProtocolChoice(str, enum.Enum):
     qwenlong = "qwenlong"
 
 
-ProtocolOpt = Annotated[
-    Optional[ProtocolChoice],
-    typer.Option(
-        "--protocol",
-        help="The memory-agent protocol the model was trained on: [b]memagent[/] (RL-MemoryAgent) or [b]qwenlong[/]"
-        " (QwenLong-L1.5: memory and plan, 32K-token chunks). Default: the model's (its catalog entry or name), else memagent.",
-        rich_help_panel="Model",
-        show_default=False,
+# Model: which model, and how the embedded engine runs it.
+ModelOpt = Annotated[
+    Optional[str],
+    option(
+        "GGUF model file, or an installed model's name. Default: $MEMAGENT_MODEL. With --engine openai: "
+        "the GGUF whose vocabulary cuts the chunks (as --tokenizer).",
+        "--model",
+        "-m",
+        panel="Model",
     ),
 ]
-InstructionsOpt = Annotated[
+ProtocolOpt = Annotated[
+    Optional[ProtocolChoice],
+    option(
+        "The memory-agent protocol the model was trained on: [b]memagent[/] (RL-MemoryAgent) or [b]qwenlong[/]"
+        " (QwenLong-L1.5: memory and plan, 32K-token chunks). Default: the model's (its catalog entry or name), else memagent.",
+        "--protocol",
+        panel="Model",
+    ),
+]
+OfflineOpt = Annotated[
+    bool,
+    option("Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).", "--offline", panel="Model"),
+]
+GpuLayersOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--instructions",
-        help='How the answer should be written, e.g. "Answer in one word.": added after the question in the final'
-        " prompt only; the memory updates see the question alone.",
-        rich_help_panel="Sampling",
-        show_default=False,
+    option(
+        "Layers to offload to the GPU: auto (all that fit in free GPU memory), -1 (all), 0 (none) or a number.",
+        metavar="auto|N",
+        panel="Model",
     ),
 ]
 ThreadsOpt = Annotated[
     Optional[int],
-    typer.Option(
-        help="CPU threads for generation (embedded engine). Default: the cores not already busy (all on an idle machine).",
+    option(
+        "CPU threads for generation (embedded engine). Default: the cores not already busy (all on an idle machine).",
         min=1,
-        rich_help_panel="Model",
-        show_default=False,
+        panel="Model",
     ),
 ]
 FlashAttnOpt = Annotated[
     Optional[bool],
-    typer.Option(
-        "--flash-attn/--no-flash-attn",
-        help="llama.cpp's flash attention (embedded engine). Default: on when layers run on a GPU, off on a CPU "
+    option(
+        "llama.cpp's flash attention (embedded engine). Default: on when layers run on a GPU, off on a CPU "
         "(where it measured slower).",
-        rich_help_panel="Model",
-        show_default=False,
+        "--flash-attn/--no-flash-attn",
+        panel="Model",
     ),
 ]
 SpeculateOpt = Annotated[
     Optional[bool],
-    typer.Option(
-        "--speculate/--no-speculate",
-        help="Draft each memory rewrite from the previous memory and the chunk, and let the model check the drafts "
+    option(
+        "Draft each memory rewrite from the previous memory and the chunk, and let the model check the drafts "
         "in one pass (embedded engine). Exact: the output is the same either way, only faster or slower. "
         "Default: what measured faster on this kind of device.",
-        rich_help_panel="Model",
-        show_default=False,
+        "--speculate/--no-speculate",
+        panel="Model",
     ),
 ]
 BatchOpt = Annotated[
     Optional[bool],
-    typer.Option(
-        "--batch/--no-batch",
-        rich_help_panel="Model",
-        show_default=False,
-        help="Run up to --parallel questions (or eval items) in one llama.cpp context on the embedded engine, "
+    option(
+        "Run up to --parallel questions (or eval items) in one llama.cpp context on the embedded engine, "
         f"each generation step of all of them one pass (at most {MAX_SEQUENCES}). Default: on where layers run "
         "on a GPU, where it measured faster; off on a CPU, where it did not.",
+        "--batch/--no-batch",
+        panel="Model",
     ),
 ]
-VerboseOpt = Annotated[
-    bool, typer.Option("--verbose", "-v", help="Show llama.cpp's own log, or each request sent to a served engine.")
+CtxOpt = Annotated[
+    Optional[int], option("Context size (embedded engine). Default: just enough for the budgets.", "--ctx", min=64, panel="Model")
+]
+ChatTemplateOpt = Annotated[
+    Optional[Path],
+    option(
+        "The model's chat template (Jinja, or a tokenizer_config.json holding one), for a GGUF without one "
+        "or to replace its own. Embedded engine only: a server applies its own.",
+        "--chat-template",
+        metavar="FILE",
+        panel="Model",
+    ),
 ]
 
+# Budgets and sampling: the agent's settings (AgentConfig).
+ChunkOpt = Annotated[Optional[int], _budget("Document tokens read per memory update.", "chunk_tokens")]
+MemoryOpt = Annotated[Optional[int], _budget("Most tokens a memory update may write (the memory's bound).", "memory_tokens")]
+AnswerOpt = Annotated[Optional[int], _budget("Most tokens the final answer may use.", "answer_tokens")]
+InstructionsOpt = Annotated[
+    Optional[str],
+    option(
+        'How the answer should be written, e.g. "Answer in one word.": added after the question in the final'
+        " prompt only; the memory updates see the question alone.",
+        "--instructions",
+        panel="Sampling",
+    ),
+]
+TemperatureOpt = Annotated[float, option("Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, panel="Sampling")]
+TopPOpt = Annotated[float, option("Nucleus sampling, applied after temperature.", min=0.0, max=1.0, panel="Sampling")]
+SeedOpt = Annotated[Optional[int], option("Seed for sampling.", panel="Sampling")]
+FinalOpt = Annotated[
+    str,
+    option(
+        "The memagent protocol's final prompt: [b]boxed[/] (trained with) or [b]answer-is[/]"
+        " (the paper's table was made with it).",
+        panel="Sampling",
+    ),
+]
+
+# Served engine: a server that runs the model (--engine openai).
 EngineOpt = Annotated[
     str,
-    typer.Option(
+    option(
+        "llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model (vLLM, SGLang, llama-server).",
         "--engine",
         metavar="llama|openai",
-        rich_help_panel="Served engine",
-        help="llama: run the GGUF here. openai: a server with an OpenAI-compatible API runs the model "
-        "(vLLM, SGLang, llama-server).",
+        panel="Served engine",
     ),
 ]
 BaseUrlOpt = Annotated[
     Optional[list[str]],
-    typer.Option(
-        "--base-url",
-        show_default=False,
-        rich_help_panel="Served engine",
-        help="The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai). Repeat it, or name a file "
+    option(
+        "The server's API, e.g. http://127.0.0.1:8000/v1 (with --engine openai). Repeat it, or name a file "
         "with one URL per line, for a pool of servers of one model: requests spread by load, and a server "
         "that fails is left for the others.",
+        "--base-url",
+        panel="Served engine",
     ),
 ]
 ApiKeyOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--api-key",
-        envvar="MEMAGENT_API_KEY",
-        show_default=False,
-        show_envvar=True,
-        rich_help_panel="Served engine",
-        help="Bearer token for the server.",
-    ),
+    option("Bearer token for the server.", "--api-key", envvar="MEMAGENT_API_KEY", show_envvar=True, panel="Served engine"),
 ]
 ServedModelOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--served-model",
-        show_default=False,
-        rich_help_panel="Served engine",
-        help="The model's name on the server. Default: the one it serves.",
-    ),
+    Optional[str], option("The model's name on the server. Default: the one it serves.", "--served-model", panel="Served engine")
 ]
 TokenizerOpt = Annotated[
     Optional[str],
-    typer.Option(
+    option(
+        "GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own tokenize endpoint.",
         "--tokenizer",
         metavar="PATH|NAME",
-        show_default=False,
-        rich_help_panel="Served engine",
-        help="GGUF (or installed/catalog model) whose vocabulary cuts the chunks. Default: the server's own tokenize endpoint.",
+        panel="Served engine",
     ),
 ]
-
-ChatTemplateOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--chat-template",
-        metavar="FILE",
-        show_default=False,
-        rich_help_panel="Model",
-        help="The model's chat template (Jinja, or a tokenizer_config.json holding one), for a GGUF without one "
-        "or to replace its own. Embedded engine only: a server applies its own.",
-    ),
-]
-
 TimeoutOpt = Annotated[
     Optional[float],
-    typer.Option(
+    option(
+        "The longest the server may stay silent (no reply, or no new token) before a request is tried again; "
+        "after its last attempt the run stops, resumable. Default: 300.",
         "--timeout",
         metavar="SECONDS",
-        show_default=False,
-        rich_help_panel="Served engine",
-        help="The longest the server may stay silent (no reply, or no new token) before a request is tried again; "
-        "after its last attempt the run stops, resumable. Default: 300.",
+        panel="Served engine",
     ),
 ]
+
+# Sources: what to read, and how.
+IncludeOpt = Annotated[
+    Optional[list[str]], option("Only files matching this glob inside folders (repeatable).", "--include", panel="Sources")
+]
+ExcludeOpt = Annotated[
+    Optional[list[str]], option("Skip files matching this glob inside folders (repeatable).", "--exclude", panel="Sources")
+]
+PasswordOpt = Annotated[Optional[str], option("Password for encrypted PDFs.", panel="Sources")]
+
+
+class OcrChoice(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+OcrOpt = Annotated[
+    OcrChoice,
+    option(
+        "Read scanned PDF pages and images with OCR: auto (only pages with no text layer), always (every "
+        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli\\[ocr]'.",
+        "--ocr",
+        case_sensitive=False,
+        panel="Sources",
+    ),
+]
+
+# Output.
+VerboseOpt = Annotated[bool, option("Show llama.cpp's own log, or each request sent to a served engine.", "--verbose", "-v")]
+JsonOpt = Annotated[bool, option("Print one JSON object on stdout instead of text.", "--json")]
 
 
 class ChatTemplate:
@@ -294,59 +317,6 @@ def agent_config(
         raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
 
 
-ModelOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--model",
-        "-m",
-        help="GGUF model file, or an installed model's name. Default: $MEMAGENT_MODEL. With --engine openai: "
-        "the GGUF whose vocabulary cuts the chunks (as --tokenizer).",
-        show_default=False,
-        rich_help_panel="Model",
-    ),
-]
-IncludeOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--include",
-        help="Only files matching this glob inside folders (repeatable).",
-        rich_help_panel="Sources",
-        show_default=False,
-    ),
-]
-ExcludeOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--exclude",
-        help="Skip files matching this glob inside folders (repeatable).",
-        rich_help_panel="Sources",
-        show_default=False,
-    ),
-]
-PasswordOpt = Annotated[
-    Optional[str], typer.Option(help="Password for encrypted PDFs.", rich_help_panel="Sources", show_default=False)
-]
-
-
-class OcrChoice(str, enum.Enum):
-    auto = "auto"
-    always = "always"
-    never = "never"
-
-
-OcrOpt = Annotated[
-    OcrChoice,
-    typer.Option(
-        "--ocr",
-        case_sensitive=False,
-        rich_help_panel="Sources",
-        help="Read scanned PDF pages and images with OCR: auto (only pages with no text layer), always (every "
-        "PDF page), never. Needs the ocr extra: pip install 'memagent-cli\\[ocr]'.",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")]
-
-
 def quiet_library_logs(verbose: bool) -> None:
     # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
     # Python prints raw to stderr; what matters reaches the user as our own notes.
@@ -360,26 +330,65 @@ def stdin_piped() -> bool:
         return False
 
 
-def source_settings(
-    include: list[str] | None,
-    exclude: list[str] | None,
-    password: str | None,
-    ocr: OcrChoice,
-    stdin: ByteStream | None,
-    on_ocr: Callable[[OcrProgress], None] | None = None,
-) -> SourceOptions:
-    """What to read and how, from the source flags every reading command shares (ask, inspect)."""
-    from ..core.pipeline import SourceOptions
+@dataclass(frozen=True)
+class SourceFlags:
+    """The flags of every command that reads documents (ask, batch, inspect), as given: what to
+    read and how. A field's name is its parameter's."""
 
-    return SourceOptions(
-        include=include or (),
-        exclude=exclude or (),
-        password=password,
-        ocr=ocr.value,
-        stdin=stdin,
-        stdin_is_piped=stdin_piped(),
-        on_ocr=on_ocr,
-    )
+    include: IncludeOpt = None
+    exclude: ExcludeOpt = None
+    password: PasswordOpt = None
+    ocr: OcrOpt = OcrChoice.auto
+
+    def settings(self, stdin: ByteStream | None, on_ocr: Callable[[OcrProgress], None] | None = None) -> SourceOptions:
+        """What to read and how, for the pipeline; `stdin`: where - reads from."""
+        from ..core.pipeline import SourceOptions
+
+        return SourceOptions(
+            include=self.include or (),
+            exclude=self.exclude or (),
+            password=self.password,
+            ocr=self.ocr.value,
+            stdin=stdin,
+            stdin_is_piped=stdin_piped(),
+            on_ocr=on_ocr,
+        )
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def flag_groups(command: _Command) -> _Command:
+    """Lets a command take a group of flags as one parameter typed as its dataclass (SourceFlags,
+    setup.RunFlags): the group's options stand in the command's signature where that parameter
+    stands, their defaults the parameter's default's (else the group's own), and the command is
+    handed the group made from them."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, list[str]]] = {}
+    for param in inspect.signature(command).parameters.values():
+        group = hints.get(param.name, param.annotation)
+        if not (isinstance(group, type) and dataclasses.is_dataclass(group)):
+            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=group))
+            continue
+        given = param.default if isinstance(param.default, group) else group()
+        fields = typing.get_type_hints(group, include_extras=True)
+        groups[param.name] = (group, [f.name for f in dataclasses.fields(group)])
+        params += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(given, name), annotation=fields[name])
+            for name in groups[param.name][1]
+        ]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> Any:
+        for name, (group, fields) in groups.items():
+            kwargs[name] = group(**{field: kwargs.pop(field) for field in fields if field in kwargs})
+        return command(**kwargs)
+
+    # typer reads a command's options from its signature and its type hints
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return typing.cast(_Command, run)
 
 
 def read_questions(path: Path, note: Callable[[str], None] | None = None) -> list[str]:
@@ -425,14 +434,3 @@ def gpu_layers_setting(flag: str | None) -> int | None:
         return None
     layers = KEYS["gpu_layers"][0](str(value))
     return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone
-
-
-GpuLayersOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        metavar="auto|N",
-        help="Layers to offload to the GPU: auto (all that fit in free GPU memory), -1 (all), 0 (none) or a number.",
-        rich_help_panel="Model",
-        show_default=False,
-    ),
-]

@@ -1,20 +1,16 @@
 """One run setup for every command that runs a model (`ask`, `batch`, `eval`, `mcp`, and `ask
---resume`): the flags they share, declared once (`RunFlags`, added to a command by `run_flags`), and
-the one function that turns them, or a stored run, into a `RunSetup`: the model file, the agent's
-settings, the engine, the chat template. Every rule lives here once: `-m` as a served run's
-vocabulary, --offline, how a missing model is reported, server URLs in their normal form."""
+--resume`): the flags they share, declared once (`RunFlags`, which a command takes as one parameter
+through options.flag_groups), and the one function that turns them, or a stored run, into a
+`RunSetup`: the model file, the agent's settings, the engine, the chat template. Every rule lives
+here once: `-m` as a served run's vocabulary, --offline, how a missing model is reported, server
+URLs in their normal form."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, TypedDict
 
-import typer
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
@@ -27,6 +23,7 @@ from .options import (
     ChatTemplate,
     ChatTemplateOpt,
     ChunkOpt,
+    CtxOpt,
     EngineOpt,
     FinalOpt,
     FlashAttnOpt,
@@ -34,6 +31,7 @@ from .options import (
     InstructionsOpt,
     MemoryOpt,
     ModelOpt,
+    OfflineOpt,
     ProtocolOpt,
     SeedOpt,
     ServedModelOpt,
@@ -54,40 +52,16 @@ if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..model.backends import EngineOptions
 
-CtxOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--ctx",
-        help="Context size (embedded engine). Default: just enough for the budgets.",
-        min=64,
-        rich_help_panel="Model",
-        show_default=False,
-    ),
-]
-OfflineOpt = Annotated[
-    bool,
-    typer.Option(
-        "--offline",
-        rich_help_panel="Model",
-        help="Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).",
-    ),
-]
-
 
 @dataclass(frozen=True)
 class RunFlags:
-    """The flags of every command that runs a model, as given. A field's name is its parameter's."""
+    """The flags of every command that runs a model, as given; a command takes them as one parameter
+    (options.flag_groups). A field's name is its parameter's. They stand by help panel, the panels
+    in the order --help lists them (the first of each places its panel)."""
 
+    # Model: which model, and how the embedded engine runs it
     model: ModelOpt = None
     protocol: ProtocolOpt = None
-    instructions: InstructionsOpt = None
-    chunk_tokens: ChunkOpt = None
-    memory_tokens: MemoryOpt = None
-    answer_tokens: AnswerOpt = None
-    temperature: TemperatureOpt = DEFAULTS.temperature
-    top_p: TopPOpt = DEFAULTS.top_p
-    seed: SeedOpt = DEFAULTS.seed
-    final: FinalOpt = DEFAULTS.final
     offline: OfflineOpt = False
     gpu_layers: GpuLayersOpt = None
     threads: ThreadsOpt = None
@@ -96,13 +70,24 @@ class RunFlags:
     batch: BatchOpt = None
     n_ctx: CtxOpt = None
     template_file: ChatTemplateOpt = None
+    # Sampling and budgets: the agent's settings; a budget left None is the protocol's
+    instructions: InstructionsOpt = None
+    temperature: TemperatureOpt = DEFAULTS.temperature
+    top_p: TopPOpt = DEFAULTS.top_p
+    seed: SeedOpt = DEFAULTS.seed
+    final: FinalOpt = DEFAULTS.final
+    chunk_tokens: ChunkOpt = None
+    memory_tokens: MemoryOpt = None
+    answer_tokens: AnswerOpt = None
+    # In no panel: listed with the command's own options
+    verbose: VerboseOpt = False
+    # Served engine: a server runs the model (--engine openai)
     engine: EngineOpt = "llama"
     base_url: BaseUrlOpt = None
     api_key: ApiKeyOpt = None
     served_model: ServedModelOpt = None
     tokenizer: TokenizerOpt = None
     timeout: TimeoutOpt = None
-    verbose: VerboseOpt = False
 
     def budgets(self) -> dict[str, Any]:
         """The agent's settings these flags give (None: the protocol's)."""
@@ -118,40 +103,12 @@ class RunFlags:
         }
 
 
-FLAG_NAMES = tuple(f.name for f in dataclasses.fields(RunFlags))
-_Command = TypeVar("_Command", bound=Callable[..., Any])
+class RunArgs(TypedDict):
+    """What core's runs take of a RunSetup (ask_events, run_jobs, evaluate_events, the MCP server)."""
 
-
-def run_flags(**defaults: Any) -> Callable[[_Command], _Command]:
-    """Adds RunFlags's options to a command, after its own, and hands it them as `flags`.
-    `defaults` replaces a flag's default for this command (eval's --final)."""
-    hints = typing.get_type_hints(RunFlags, include_extras=True)
-    unknown = set(defaults) - set(FLAG_NAMES)
-    if unknown:
-        raise TypeError(f"not a run flag: {', '.join(sorted(unknown))}")
-
-    def add(command: _Command) -> _Command:
-        own = inspect.signature(command)
-        own_hints = typing.get_type_hints(command, include_extras=True)
-        params = [p.replace(annotation=own_hints.get(p.name, p.annotation)) for p in own.parameters.values() if p.name != "flags"]
-        added = [
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(f.name, f.default), annotation=hints[f.name]
-            )
-            for f in dataclasses.fields(RunFlags)
-        ]
-
-        @functools.wraps(command)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            flags = RunFlags(**{name: kwargs.pop(name) for name in FLAG_NAMES if name in kwargs})
-            return command(*args, flags=flags, **kwargs)
-
-        # typer reads a command's options from its signature and its type hints
-        run.__signature__ = own.replace(parameters=[*params, *added])  # type: ignore[attr-defined]
-        run.__annotations__ = {**{p.name: p.annotation for p in params}, **{p.name: p.annotation for p in added}}
-        return typing.cast(_Command, run)
-
-    return add
+    model: str | None
+    config: AgentConfig
+    engine: EngineOptions
 
 
 @dataclass(frozen=True)
@@ -162,6 +119,9 @@ class RunSetup:
     config: AgentConfig
     engine: EngineOptions
     template: ChatTemplate | None = None  # a --chat-template, checked
+
+    def args(self) -> RunArgs:
+        return {"model": self.model, "config": self.config, "engine": self.engine}
 
     @property
     def engine_record(self) -> dict[str, Any] | None:

@@ -54,6 +54,18 @@ def _when(stamp: str | None) -> str:
     return (stamp or "")[:19].replace("T", " ")
 
 
+def _said_in_brief(found: list[dict[str, Any]], key: str, json_out: bool, none_found: str) -> bool:
+    """What a listing found, said when it needs no table: as JSON ({key: found}) with --json, or
+    `none_found` (on stderr) when it found nothing. Whether it was said."""
+    if json_out:
+        print_json({key: found})
+        return True
+    if not found:
+        SafeConsole(stderr=True).print(none_found, markup=False)
+        return True
+    return False
+
+
 @app.command("list")
 @run_guard
 def list_runs(
@@ -69,11 +81,7 @@ def list_runs(
 ) -> None:
     """Recorded runs, newest first."""
     runs = _store().list_runs(status=status, source=source, limit=limit)
-    if json_out:
-        print_json({"runs": runs})
-        return
-    if not runs:
-        SafeConsole(stderr=True).print("No runs recorded yet. Run memagent ask to make one.", markup=False)
+    if _said_in_brief(runs, "runs", json_out, "No runs recorded yet. Run memagent ask to make one."):
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("id", "when", "status", "steps", "question", "sources", "answer"):
@@ -257,11 +265,7 @@ def search(
 ) -> None:
     """Full-text search over every recorded memory, question and answer."""
     hits = _store().search(text, limit=limit)
-    if json_out:
-        print_json({"hits": hits})
-        return
-    if not hits:
-        SafeConsole(stderr=True).print("No matches.", markup=False)
+    if _said_in_brief(hits, "hits", json_out, "No matches."):
         return
     out = _out()
     for hit in hits:

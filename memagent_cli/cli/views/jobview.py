@@ -11,125 +11,67 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
-from ...core.events import (
-    AnswerStarted,
-    DocumentRead,
-    Event,
-    Notice,
-    OcrProgressed,
-    ReplyRestarted,
-    RunFailed,
-    RunFinished,
-    RunStarted,
-    StepFinished,
-    StepStarted,
-    TokenText,
-)
+from ...core.events import Event, ReplyRestarted, RunFailed, RunFinished, RunStarted, StepStarted
 from ...core.jobs import Job
 from ...core.provenance import describe_spans
 from ..textout import clip, visible
-from .live import FPS, duration_text, ocr_line
+from .live import FPS, duration_text
+from .rows import Row, RowsView, rows_table
 
 KEEP_FINISHED = 4  # finished rows shown under those in flight
 
 
 @dataclass
-class _Row:
-    name: str
-    question: str
-    step: int = 0
-    total: int | None = None
-    state: str = "waiting"
-    memory: str = ""
-    writing: list[str] = field(default_factory=list)
-    answer: str | None = None
-    evidence: str = ""
-    tokens: int = 0
+class _Row(Row):
+    name: str = ""  # its document, or its custom_id
+    evidence: str = ""  # where its answer's evidence lies
+    tokens: int = 0  # document tokens it has read
 
 
-class JobView:
-    """Progress of many runs. `total` is the number of runs when known; `names` tells a run's
-    row name (its document, or its custom_id) and `several` whether rows show the question."""
+class JobView(RowsView):
+    """Progress of many runs. `total` is the number of runs when known; `several` tells whether
+    rows show the question beside their name (its document, or its custom_id)."""
 
     def __init__(self, console: Console, total: int | None, *, live: bool, several: bool, fps: float = FPS):
-        self.console = console
+        super().__init__(console, live=live, fps=fps)
         self.total = total
         self.several = several
         self.rows: dict[int, _Row] = {}
         self.finished: collections.deque[_Row] = collections.deque(maxlen=KEEP_FINISHED)
-        self.live = Live(console=console, auto_refresh=False, transient=False) if live else None
-        self.interval = 1.0 / fps
-        self.last_draw = 0.0
         self.started = time.perf_counter()
         self.done = 0
         self.failed = 0
         self.tokens = 0
-        self.seen: set[str] = set()
-
-    def __enter__(self) -> JobView:
-        if self.live is not None:
-            self.live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.update(self._render(), refresh=True)
-            self.live.stop()
-
-    def _say(self, text: str) -> None:
-        console = self.live.console if self.live is not None else self.console
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def _name(self, row: _Row) -> str:
         return f"{row.name} · {row.question}" if self.several else row.name
 
     def handle(self, job: Job, event: Event) -> None:
-        if isinstance(event, Notice):
-            line = ("warning: " if event.level == "warning" else "") + visible(event.message)
-            if line not in self.seen:
-                self.seen.add(line)
-                self._say(line)
-            return
-        if isinstance(event, OcrProgressed):
-            self._say(ocr_line(event.title, event.done, event.total, event.seconds))
+        if self._said_aside(event):
             return
         key = id(job)
         if isinstance(event, RunStarted):
-            self.rows[key] = _Row(job.title or job.key, event.question, state="reading")
+            self.rows[key] = _Row(name=job.title or job.key, question=event.question, state="reading")
             self._draw()
             return
         row = self.rows.get(key)
         if row is None:
             if not isinstance(event, RunFailed):
                 return
-            row = self.rows[key] = _Row(job.title or job.key, job.question)  # it failed before it began: no such file
+            # it failed before it began: no such file
+            row = self.rows[key] = _Row(name=job.title or job.key, question=job.question)
 
-        if isinstance(event, DocumentRead):
-            row.total = event.steps
-        elif isinstance(event, StepStarted):
-            row.step, row.state, row.writing = event.index, "reading", []
-            row.total = event.total_steps or row.total
+        row.follow(event)
+        if isinstance(event, StepStarted):
             self.tokens += max(0, event.tokens_read - row.tokens)
             row.tokens = event.tokens_read
-        elif isinstance(event, TokenText):
-            row.writing.append(event.text)
         elif isinstance(event, ReplyRestarted):
-            row.writing = []
-            line = f"warning: {visible(event.reason)}"  # a server lost: said once, whatever runs it hits
-            if line not in self.seen:
-                self.seen.add(line)
-                self._say(line)
-        elif isinstance(event, StepFinished):
-            row.memory = event.step.memory
-        elif isinstance(event, AnswerStarted):
-            row.state, row.writing = "answering", []
+            self._say_once(f"warning: {visible(event.reason)}")  # a server lost: said once, whatever runs it hits
         elif isinstance(event, RunFinished):
             del self.rows[key]
             self.done += 1
@@ -166,23 +108,13 @@ class JobView:
         parts.append(f"elapsed {duration_text(elapsed)}")
         return " · ".join(parts)
 
-    def _draw(self) -> None:
-        now = time.perf_counter()
-        if self.live is None or now - self.last_draw < self.interval:
-            return
-        self.last_draw = now
-        self.live.update(self._render(), refresh=True)
-
     def _render(self) -> Group:
-        table = Table(box=None, show_header=False, pad_edge=False, expand=True)
-        table.add_column(no_wrap=True, max_width=48)
-        table.add_column(no_wrap=True)
-        table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        table = rows_table(name_width=48)
         room = max(3, self.console.size.height - 3 - len(self.finished))
         for row in list(self.rows.values())[:room]:
-            where = f"step {row.step}/{row.total or '?'}" if row.state == "reading" else row.state
-            memory = "".join(row.writing) or row.memory
-            table.add_row(Text(clip(self._name(row), 48), style="bold"), Text(where), Text(clip(memory, 200), style="dim"))
+            table.add_row(
+                Text(clip(self._name(row), 48), style="bold"), Text(row.where()), Text(clip(row.latest(), 200), style="dim")
+            )
         for row in self.finished:
             if row.state == "failed":
                 table.add_row(Text(clip(self._name(row), 48), style="bold"), Text("failed", style="red"), Text(row.answer or ""))
