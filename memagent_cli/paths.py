@@ -1,5 +1,6 @@
 """Where memagent keeps things: every path under MEMAGENT_HOME (or the user's data and config
-directories) is named here, so no layer has to ask another where its files are."""
+directories) is named here, so no layer has to ask another where its files are; and how its own
+files are written whole (`atomic_write`) and read back (`written_text`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def config_file() -> Path:
     if home:
         return Path(home).expanduser() / "config.toml"
     return Path(platformdirs.user_config_dir("memagent")) / "config.toml"
+
+
+def written_text(path: Path) -> str | None:
+    """The text of one of memagent's own files (UTF-8), None while none was written; a file that
+    cannot be read raises OSError, one that is not UTF-8 UnicodeDecodeError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
 
 
 @contextmanager

@@ -237,7 +237,9 @@ class RunResult:
 
 @dataclass(frozen=True)
 class RunFinished:
-    result: RunResult
+    """The last event of a run that did not fail."""
+
+    result: RunResult  # what its events added up to (to_dict(): what `ask --json` prints)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from ..errors import EngineGone, MemagentError
 from ..ingest.base import OcrProgress
@@ -45,6 +45,9 @@ from .pipeline import (
 )
 from .protocols import of_model
 from .scheduler import RunError, run_all
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 
 @dataclass(frozen=True)
@@ -97,30 +100,38 @@ def run_context(model_path: str) -> tuple[str, int]:
     return config.protocol, plan_context(prep.chat, prep.tokenizer, "?", config, None)
 
 
+class _Needed(TypedDict):
+    model: str | None  # the GGUF (a name or a path); None: a served engine's own vocabulary
+    config: AgentConfig
+    engine: EngineOptions
+
+
+class Opening(_Needed, total=False):
+    """What a JobRunner opens with, the keywords it and `run_jobs` take. Where one is left out,
+    documents are read with SourceOptions(), one run goes at a time, and neither the jobs'
+    questions nor their number is known up front."""
+
+    sources: SourceOptions  # how documents are read
+    parallel: int  # runs at once, where the engine takes that many calls (see the module docstring)
+    questions: Sequence[str]  # every job's question, when known: sizes the embedded engine's context exactly
+    count: int | None  # the number of jobs, when known: a batching engine reserves no sequence that no job will use
+
+
 class JobRunner:
     """A loaded model that runs jobs: what `run_jobs` opens once for a whole job, and what a
     long-lived server (`memagent mcp`) keeps between calls. `slots` runs may go at once (see the
     module docstring); `run` gives one job's events. Setting `stop` ends every call in flight."""
 
-    def __init__(
-        self,
-        *,
-        model: str | None,
-        config: AgentConfig,
-        engine: EngineOptions,
-        sources: SourceOptions = SourceOptions(),
-        parallel: int = 1,
-        questions: Sequence[str] = (),
-        count: int | None = None,
-        stop: threading.Event | None = None,
-    ):
-        self.prep = prepare_model(model, engine)
-        self.config = config
-        self.sources = sources
+    def __init__(self, *, stop: threading.Event | None = None, **opening: Unpack[Opening]):
+        engine = opening["engine"]
+        self.prep = prepare_model(opening["model"], engine)
+        self.config = opening["config"]
+        self.sources = opening.get("sources", SourceOptions())
         self.served = engine.served
-        self.n_ctx = job_context_size(self.prep, config, engine, questions)
+        self.n_ctx = job_context_size(self.prep, self.config, engine, opening.get("questions", ()))
         self.stop = stop if stop is not None else threading.Event()
-        self.shared = open_shared_engine(self.prep, self.n_ctx, engine, parallel, self.stop, jobs=count)
+        parallel = opening.get("parallel", 1)
+        self.shared = open_shared_engine(self.prep, self.n_ctx, engine, parallel, self.stop, jobs=opening.get("count"))
 
     @property
     def slots(self) -> int:
@@ -140,34 +151,19 @@ class JobRunner:
         self.shared.close()
 
 
-def run_jobs(
-    jobs: Iterable[Job],
-    *,
-    model: str | None,
-    config: AgentConfig,
-    engine: EngineOptions,
-    sources: SourceOptions = SourceOptions(),
-    parallel: int = 1,
-    questions: Sequence[str] = (),
-    count: int | None = None,
-    stream_text: bool = True,
-) -> Iterator[tuple[Job, Event]]:
+def run_jobs(jobs: Iterable[Job], *, stream_text: bool = True, **opening: Unpack[Opening]) -> Iterator[tuple[Job, Event]]:
     """Runs every job, yielding (job, event) as events come; each job's events run from RunStarted
     to RunFinished, or RunFailed when it failed (the others go on). `jobs` is read as runs start.
 
-    `questions`, when every job's question is known, sizes the embedded engine's context exactly;
-    `count`, the number of jobs when known, keeps a batching engine from reserving sequences no job
-    will use. `stream_text` False leaves out the TokenText events (the text as it is written), for a
-    caller that shows none: with hundreds of runs in flight, handing each token over costs the
-    client more than the step does (B10). Ctrl-C (KeyboardInterrupt) stops every run; what each
-    recorded is the caller's to keep. When the engine is gone for good (EngineGone) the whole job
-    stops with it."""
+    `opening` is what the runner opens with (see `Opening`). `stream_text` False leaves out the
+    TokenText events (the text as it is written), for a caller that shows none: with hundreds of
+    runs in flight, handing each token over costs the client more than the step does (B10). Ctrl-C
+    (KeyboardInterrupt) stops every run; what each recorded is the caller's to keep. When the
+    engine is gone for good (EngineGone) the whole job stops with it."""
     runner: JobRunner | None = None
     running: dict[int, Job] = {}  # only the jobs in flight
     try:
-        runner = JobRunner(
-            model=model, config=config, engine=engine, sources=sources, parallel=parallel, questions=questions, count=count
-        )
+        runner = JobRunner(**opening)
         opened = runner
 
         def start() -> Iterator[Callable[[], Iterator[Event]]]:

@@ -32,9 +32,7 @@ def json_records(path: Path, *, what: str, arrays: bool = False) -> Iterator[tup
                 try:
                     data = json.load(f)
                 except json.JSONDecodeError as exc:
-                    raise MemagentError(
-                        f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}).", f"Give {form}.", exit_code=EXIT_USAGE
-                    ) from None
+                    raise _not_json(str(path), f"{exc.msg} (line {exc.lineno})", form) from None
                 for n, obj in enumerate(data, 1):
                     yield n, f"{path} item {n}", obj
                 return
@@ -42,15 +40,20 @@ def json_records(path: Path, *, what: str, arrays: bool = False) -> Iterator[tup
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
+                place = f"{path} line {n}"
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise MemagentError(
-                        f"{path} line {n} is not valid JSON: {exc.msg}.", f"Give {form}.", exit_code=EXIT_USAGE
-                    ) from None
-                yield n, f"{path} line {n}", obj
+                    raise _not_json(place, exc.msg, form) from None
+                yield n, place, obj
         except UnicodeDecodeError:
             raise MemagentError(f"{path} is not UTF-8 text.", f"Save the {what} as UTF-8 {form}.", exit_code=EXIT_USAGE) from None
+
+
+def _not_json(place: str, why: str, form: str) -> MemagentError:
+    """The usage error for a file, or a line of one, that is not JSON: `place` names it ("PATH" or
+    "PATH line N"), `why` is the parser's reason, `form` what to give instead."""
+    return MemagentError(f"{place} is not valid JSON: {why}.", f"Give {form}.", exit_code=EXIT_USAGE)
 
 
 def written_records(path: Path | None) -> Iterator[tuple[str, dict[str, Any] | None]]:

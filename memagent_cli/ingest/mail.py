@@ -22,7 +22,7 @@ import mimetypes
 import re
 from collections.abc import Iterator
 from email.message import Message
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from ..errors import MemagentError
 from .base import Part, ReadContext, short_reason, strip_controls, unreadable
@@ -31,6 +31,7 @@ from .base import Part, ReadContext, short_reason, strip_controls, unreadable
 # skipped with a note, and attachments past the first MAX_ATTACHMENTS are not read.
 MAX_ATTACHMENT_BYTES = 100 << 20
 MAX_ATTACHMENTS = 200
+_Attachment = TypeVar("_Attachment")  # an .eml part or an extract-msg attachment
 
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
@@ -207,13 +208,18 @@ def _codec(charset: str | None) -> str | None:
         return None
 
 
+def _first_attachments(attachments: list[_Attachment], context: ReadContext) -> list[_Attachment]:
+    """The attachments that are read: the first MAX_ATTACHMENTS, with a warning when there are more."""
+    if len(attachments) > MAX_ATTACHMENTS:
+        context.warn(f"{context.title}: read only the first {MAX_ATTACHMENTS} of {len(attachments)} attachments")
+    return attachments[:MAX_ATTACHMENTS]
+
+
 def _eml_attachments(parts: list[Message], context: ReadContext) -> Iterator[Part]:
     if context.nested is None:
         return
-    if len(parts) > MAX_ATTACHMENTS:
-        context.warn(f"{context.title}: read only the first {MAX_ATTACHMENTS} of {len(parts)} attachments")
     forwarded = 0
-    for number, part in enumerate(parts[:MAX_ATTACHMENTS], 1):
+    for number, part in enumerate(_first_attachments(parts, context), 1):
         kind = part.get_content_type()
         if kind in ("message/rfc822", "message/global"):
             forwarded += 1
@@ -385,11 +391,17 @@ def _encrypted_ole(file: BinaryIO) -> bool:
         return False
 
 
-def _msg_value(message: Any, name: str) -> str:
+def _msg_property(message: Any, name: str) -> Any:
+    """The property `name` of a message (or of a recipient), None where extract-msg cannot read it:
+    a property stored wrong leaves out what it holds, not the message."""
     try:
-        value = getattr(message, name, None)
-    except Exception:  # a property stored wrong: that header line is left out
-        return ""
+        return getattr(message, name, None)
+    except Exception:
+        return None
+
+
+def _msg_value(message: Any, name: str) -> str:
+    value = _msg_property(message, name)
     return value if isinstance(value, str) else ""
 
 
@@ -401,11 +413,8 @@ def _msg_recipients(message: Any) -> list[tuple[str, str]]:
     """The To, Cc and Bcc lines as Outlook shows them: each recipient once, "Name <address>" (or
     whichever of the two it has), empty ones dropped, "; " between them."""
     found: dict[int, list[str]] = {kind: [] for _, kind in _RECIPIENT_LINES}
-    try:
-        table = list(getattr(message, "recipients", None) or [])
-    except Exception:  # extract-msg refuses the whole table for one recipient of an unknown type
-        table = []
-    for recipient in table:
+    # None where extract-msg refuses the whole table for one recipient of an unknown type.
+    for recipient in _msg_property(message, "recipients") or []:
         try:
             kind = int(recipient.typeFlags) & 0xF
         except Exception:
@@ -447,10 +456,10 @@ def _unique(texts: list[str]) -> list[str]:
 def _msg_date(message: Any) -> str:
     from email.utils import format_datetime
 
+    value = _msg_property(message, "date")
     try:
-        value = getattr(message, "date", None)
         return format_datetime(value) if value is not None else ""
-    except Exception:
+    except Exception:  # not a date after all
         return ""
 
 
@@ -458,20 +467,14 @@ def _msg_body(message: Any, context: ReadContext) -> str:
     body = _msg_value(message, "body")
     if body.strip():
         return body
-    try:
-        html = getattr(message, "htmlBody", None)
-    except Exception:
-        html = None
+    html = _msg_property(message, "htmlBody")
     if isinstance(html, bytes) and html.strip():
         from .web import decode_html
 
         text = html_text(decode_html(html, context.title, context.warn))
         if text.strip():
             return text
-    try:
-        rtf = getattr(message, "rtfBody", None)
-    except Exception:
-        rtf = None
+    rtf = _msg_property(message, "rtfBody")
     if isinstance(rtf, bytes) and rtf.strip():
         from striprtf import striprtf
 
@@ -493,10 +496,8 @@ def _msg_attachments(message: Any, context: ReadContext) -> Iterator[Part]:
         return
     if context.nested is None:
         return
-    if len(attachments) > MAX_ATTACHMENTS:
-        context.warn(f"{context.title}: read only the first {MAX_ATTACHMENTS} of {len(attachments)} attachments")
     forwarded = 0
-    for number, attachment in enumerate(attachments[:MAX_ATTACHMENTS], 1):
+    for number, attachment in enumerate(_first_attachments(attachments, context), 1):
         try:
             kind = attachment.type
             data = attachment.data

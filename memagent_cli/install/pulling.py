@@ -24,7 +24,7 @@ import errno
 import hashlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
@@ -70,9 +70,8 @@ class Plan:
     seconds: dict[str, float] = field(default_factory=dict)  # estimated, per stage
     files: list[HubFile] = field(default_factory=list)  # to download
     sha256: str | None = None
-    folder: Path | None = None  # a checkpoint folder (local, or the staging copy of a Hub repo)
+    folder: Path | None = None  # a checkpoint folder (local, or the staging copy of a Hub repo, named after it)
     staging: Path | None = None
-    repo_name: str | None = None
     outtype: str | None = None  # what the converter writes (the result itself, or the intermediate)
     disk_needed: int = 0  # free disk this run still needs (less than the peak when resuming)
 
@@ -183,19 +182,8 @@ def plan_convert(source: str, *, quant: str = DEFAULT_QUANT, name: str | None = 
     stamp = [os.fsencode(folder)] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in checkpoint.shards]
     digest = hashlib.sha256(b"\0".join(stamp)).hexdigest()[:12]
     staging = models_dir() / ".staging" / f"local--{_safe(folder.name)}-{digest}"
-    plan = Plan(
-        name=label,
-        kind="convert",
-        quant=quant,
-        dest=dest,
-        source=str(folder),
-        folder=folder,
-        staging=staging,
-        repo_name=folder.name,
-    )
-    weights = checkpoint.weight_bytes
-    dtype = _main_dtype(checkpoint)
-    _size_conversion(plan, weights, params=checkpoint.parameters, dtype=dtype)
+    plan = _conversion_plan(label, quant, str(folder), folder, staging, dest)
+    _size_conversion(plan, checkpoint.weight_bytes, params=checkpoint.parameters, dtype=_main_dtype(checkpoint))
     return plan
 
 
@@ -243,21 +231,21 @@ def _convert_plan_hub(repo: str, files: list[HubFile], quant: str, name: str | N
     staging = models_dir() / ".staging" / f"{repo.replace('/', '--')}@{commit[:12]}"
     folder = staging / repo_name  # named after the repository: the GGUF's general.name comes from it
     dest = models_dir() / repo.replace("/", "--") / f"{repo_name}-{quant.upper()}.gguf"
-    plan = Plan(
-        name=name or f"{repo_name}:{quant}",
-        kind="convert",
-        quant=quant,
-        dest=dest,
-        source=f"hf:{repo}@{commit}",
-        files=wanted,
-        folder=folder,
-        staging=staging,
-        repo_name=repo_name,
-    )
+    plan = _conversion_plan(name or f"{repo_name}:{quant}", quant, f"hf:{repo}@{commit}", folder, staging, dest, wanted)
     weights = sum(f.size or 0 for f in wanted if f.filename.endswith(".safetensors"))
     # Published checkpoints are bf16 (2 bytes a parameter); the estimate assumes so before config.json is read.
     _size_conversion(plan, weights, params=weights // 2, dtype="BF16")
     return plan
+
+
+def _conversion_plan(
+    name: str, quant: str, source: str, folder: Path, staging: Path, dest: Path, files: Sequence[HubFile] = ()
+) -> Plan:
+    """A conversion before it is sized (`_size_conversion`): the checkpoint in `folder` (`files`
+    downloaded into it first) made into `dest`, its intermediate kept in `staging`."""
+    return Plan(
+        name=name, kind="convert", quant=quant, dest=dest, source=source, files=list(files), folder=folder, staging=staging
+    )
 
 
 def _checkpoint_files(files: list[HubFile]) -> list[HubFile]:
@@ -340,7 +328,7 @@ def _intermediate_path(plan: Plan, outtype: str) -> Path | None:
     if plan.staging is None or plan.quant == outtype:
         return None
     # One name whatever its type: a resumed pull finds it even when the first run guessed the dtype.
-    return plan.staging / f"{_safe(plan.repo_name or 'model')}-intermediate.gguf"
+    return plan.staging / f"{_safe(plan.folder.name if plan.folder else 'model')}-intermediate.gguf"
 
 
 # -- doing ------------------------------------------------------------------------------------

@@ -60,10 +60,9 @@ def _registry_file() -> Path:
 
 def load() -> dict[str, Record]:
     try:
-        entries: dict[str, Record] = json.loads(_registry_file().read_text(encoding="utf-8"))
+        text = paths.written_text(_registry_file())
+        entries: dict[str, Record] = json.loads(text) if text is not None else {}
         return entries
-    except FileNotFoundError:
-        return {}
     except (OSError, ValueError) as exc:
         raise MemagentError(
             f"The model registry {_registry_file()} cannot be read ({exc}).",

@@ -54,10 +54,9 @@ def config_file() -> Path:
 
 def load() -> dict[str, Any]:
     try:
-        data: dict[str, Any] = tomllib.loads(config_file().read_text(encoding="utf-8"))
+        text = paths.written_text(config_file())
+        data: dict[str, Any] = tomllib.loads(text) if text is not None else {}
         return data
-    except FileNotFoundError:
-        return {}
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MemagentError(f"{config_file()} cannot be read ({exc}).", "Fix it, or remove it to start over.") from None
 

@@ -21,21 +21,9 @@ class Sampling:
 
 @dataclass(frozen=True)
 class TextDelta:
-    text: str
+    """The next piece of the reply, as the engine writes it."""
 
-
-@dataclass(frozen=True)
-class CompletionDone:
     text: str
-    finish_reason: str  # "stop": the model ended its turn; "length": the token budget ran out
-    prompt_tokens: int
-    completion_tokens: int
-    max_tokens: int  # the generation budget used: less than asked when the prompt left less room
-    cached_tokens: int  # prompt tokens reused from the previous call's cache
-    prompt_seconds: float
-    generate_seconds: float
-    drafted_tokens: int = 0  # speculative rewrites: tokens drafted from the prompt and the reply so far
-    accepted_tokens: int = 0  # of those, the tokens the model chose itself (each saved one decode)
 
 
 @dataclass(frozen=True)
@@ -47,6 +35,22 @@ class Retrying:
     attempt: int  # the attempt about to start, from 2
     attempts: int  # the most there will be
     delay: float  # seconds it waits first
+
+
+@dataclass(frozen=True)
+class CompletionDone:
+    """The reply is complete: its whole text, why it ended and what it cost."""
+
+    text: str
+    finish_reason: str  # "stop": the model ended its turn; "length": the token budget ran out
+    prompt_tokens: int
+    completion_tokens: int
+    max_tokens: int  # the generation budget used: less than asked when the prompt left less room
+    cached_tokens: int  # prompt tokens reused from the previous call's cache
+    prompt_seconds: float
+    generate_seconds: float
+    drafted_tokens: int = 0  # speculative rewrites: tokens drafted from the prompt and the reply so far
+    accepted_tokens: int = 0  # of those, the tokens the model chose itself (each saved one decode)
 
 
 Completion = Union[TextDelta, Retrying, CompletionDone]

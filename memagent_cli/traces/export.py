@@ -9,8 +9,9 @@ gives, never the store itself, and writes text for the caller to save or print.
 - HTML is one self-contained page (inline CSS, no script, no URL of any kind) with the memory
   timeline diffed step against step. Everything that came from a document, a model or a user is
   escaped; a Content-Security-Policy that forbids scripts and loads is a second line of defence.
-  Its parts are public (PAGE_CSS, PAGE_CSP, status_note, run_meta_html, timeline_html) so that
-  report.py draws the same timeline for every run of a per-document job on one page.
+  Its parts are public (PAGE_CSS, PAGE_CSP, status_note, run_meta_html, timeline_html, answer_html,
+  note_html) so that report.py draws the same timeline, answer and notes for every run of a
+  per-document job on one page.
 
 "Evidence" steps are those whose added words are still in the final memory
 (memdiff.evidence_steps): the answer is written from that memory alone, so those are the
@@ -369,6 +370,18 @@ def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     return "\n".join(out)
 
 
+def answer_html(answer: Any) -> str:
+    """The answer's box, or a box that says there is none (`answer` None)."""
+    if answer is None:
+        return '<div class="answer none">No answer.</div>'
+    return f'<div class="answer">{_e(answer)}</div>'
+
+
+def note_html(label: str, text: str) -> str:
+    """A note beside the answer ("Note", "Error"): what the reader should know about the run."""
+    return f'<div class="note" role="note"><strong>{_e(label)}:</strong> {_e(text)}</div>'
+
+
 def page_head(title: str, css: str, body_class: str = "") -> list[str]:
     """The lines of an exported page up to its <body>: the policy that blocks scripts and loads,
     the title (escaped here) and the inline style; the page and `traces.report`'s share them."""
@@ -397,16 +410,13 @@ def export_html(run: Record) -> str:
         f"<h1>{_e(question)}</h1>",
     ]
     answer = run.get("answer")
-    if answer is not None:
-        out.append(f'<div class="answer">{_e(answer)}</div>')
-    else:
-        out.append('<div class="answer none">No answer.</div>')
+    out.append(answer_html(answer))
     raw = run.get("raw_answer")
     if raw is not None and raw != answer:
         out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{_e(raw)}</pre></details>')
     note = status_note(run)
     if note:
-        out.append(f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>')
+        out.append(note_html("Note", note))
 
     out.append(run_meta_html(run))
     out += ["</header>", "<main>", "<h2>Memory timeline</h2>", timeline_html(run)]

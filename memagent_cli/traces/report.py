@@ -22,7 +22,7 @@ from ..core.display import clip, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import split_changes, word_diff
 from ..core.provenance import describe_span, describe_spans
-from .export import PAGE_CSS, page_head, run_meta_html, status_note, timeline_html
+from .export import PAGE_CSS, answer_html, note_html, page_head, run_meta_html, status_note, timeline_html
 
 Row = Mapping[str, Any]
 Run = Mapping[str, Any]
@@ -178,14 +178,10 @@ def _section(n: int, row: Row, run: Run | None, status: str) -> str:
         f'<h2><span class="n">{n}.</span> {_e(row.get("document") or "?")} '
         f'<span class="status {_e(_status_class(status))}">{_e(status)}</span></h2>',
         f'<p class="question"><strong>Question:</strong> {_e(row.get("question") or "")}</p>',
+        answer_html(row.get("answer")),
     ]
-    answer = row.get("answer")
-    if answer is not None:
-        out.append(f'<div class="answer">{_e(answer)}</div>')
-    else:
-        out.append('<div class="answer none">No answer.</div>')
     if row.get("error"):
-        out.append(f'<div class="note" role="note"><strong>Error:</strong> {_e(row["error"])}</div>')
+        out.append(note_html("Error", str(row["error"])))
     out += ["<h3>Evidence</h3>", _evidence_list(anchor, row.get("evidence") or [], run)]
     steps = row.get("steps")
     facts = [_plural(steps, "step") if isinstance(steps, int) else None, f"trace {row['trace']}" if row.get("trace") else None]
@@ -195,7 +191,7 @@ def _section(n: int, row: Row, run: Run | None, status: str) -> str:
             '<details class="trace">',
             f"<summary>Memory timeline ({_e(', '.join(f for f in facts if f))})</summary>",
             run_meta_html(run),
-            f'<div class="note" role="note"><strong>Note:</strong> {_e(note)}</div>' if note else "",
+            note_html("Note", note) if note else "",
             timeline_html(run, id_prefix=f"{anchor}-"),
             "</details>",
         ]

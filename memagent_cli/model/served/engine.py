@@ -49,10 +49,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
 from .http import (
-    DEFAULT_TIMEOUT,
+    Connection,
     Fault,
-    check_timeout,
-    make_client,
     message_of,
     post_json,
     read_body,
@@ -252,29 +250,17 @@ class OpenAIEngine:
 
     concurrent = True  # a server queues or batches overlapping requests itself
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        model: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = 4,
-        backoff: float = 1.0,
-        log: Callable[[str], None] | None = None,
-        count_tokens: Callable[[str], int] | None = None,
-    ):
-        """`timeout`: the longest silence, in seconds, from the server (no byte, or no token of a
-        streamed reply) before an attempt is given up; see the module's docstring."""
+    def __init__(self, base_url: str, connection: Connection = Connection(), *, count_tokens: Callable[[str], int] | None = None):
+        """`connection`: the key, the model's name (None: the first the server lists), and how long and
+        how often a reply is waited for; its `timeout` is the longest silence, in seconds, from the
+        server (no byte, or no token of a streamed reply) before an attempt is given up (see the
+        module's docstring)."""
         self.base_url = normalize_base_url(base_url)
-        self.timeout = check_timeout(timeout)
-        self.retries = max(0, retries)
-        self.backoff = backoff
-        self._log = log
+        self.connection = connection
         self._count = count_tokens
-        self._client: httpx2.Client | None = make_client(api_key, timeout)
+        self._client: httpx2.Client | None = connection.client()
         try:
-            self.model = model if model else self._first_model()
+            self.model = connection.model or self._first_model()
         except BaseException:
             self.close()
             raise
@@ -298,7 +284,7 @@ class OpenAIEngine:
     def _first_model(self) -> str:
         """The model the server serves, when none was named: GET /v1/models, retried."""
         try:
-            ids = with_retries(self.models, self.retries, self.backoff, self._log)
+            ids = with_retries(self.models, self.connection)
         except Fault as fault:
             raise fault.error() from None
         if not ids:
@@ -310,7 +296,7 @@ class OpenAIEngine:
 
     def models(self) -> list[str]:
         """The names the server answers to: one GET /v1/models; raises Fault."""
-        listing = post_json(self._http, self.base_url, f"{self.base_url}/models", None, self.timeout, method="GET")
+        listing = post_json(self._http, self.base_url, f"{self.base_url}/models", None, self.connection.timeout, method="GET")
         data = listing.get("data") if isinstance(listing, dict) else None
         return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
 
@@ -322,9 +308,9 @@ class OpenAIEngine:
     ) -> Iterator[Completion]:
         # `expect` is not sent: the server drafts (or not) by its own configuration.
         body = self.request_body(user_message, max_tokens, sampling)
-        if self._log is not None:
-            log_request(self._log, f"{self.base_url}/chat/completions", body)
-        attempts = self.retries + 1
+        if self.connection.log is not None:
+            log_request(self.connection.log, f"{self.base_url}/chat/completions", body)
+        attempts = self.connection.retries + 1
         for attempt in range(1, attempts + 1):
             try:
                 yield from self.attempt(body, user_message, max_tokens, chain)
@@ -333,7 +319,7 @@ class OpenAIEngine:
                 if not fault.transient or attempt == attempts:
                     fault.attempts = attempt
                     raise fault.error() from None
-                delay = retry_delay(fault, self.backoff, attempt)
+                delay = retry_delay(fault, self.connection.backoff, attempt)
                 # The text streamed so far is void: the caller drops it on this item.
                 yield Retrying(fault.reason, attempt + 1, attempts, delay)
                 time.sleep(delay)
@@ -352,10 +338,10 @@ class OpenAIEngine:
         try:
             with self._http.stream("POST", url, json=body, headers=headers) as response:
                 if not response.is_success:
-                    raise status_fault(self.base_url, response, read_body(response, self.base_url, self.timeout))
+                    raise status_fault(self.base_url, response, read_body(response, self.base_url, self.connection.timeout))
                 if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
                     # A server that ignored stream: true answers with one JSON completion.
-                    answer = read_body(response, self.base_url, self.timeout)
+                    answer = read_body(response, self.base_url, self.connection.timeout)
                     yield from self._whole(answer, user_message, max_tokens, reply.start)
                     return
                 for line in self._lines(response, reply):
@@ -369,12 +355,12 @@ class OpenAIEngine:
                         break  # leaving the block closes the stream: a runaway server sees us hang up
         except httpx2.TransportError as error:
             if not (reply.done and reply.finish is not None):  # a break after [DONE] loses only the connection
-                raise transport_fault(self.base_url, error, self.timeout) from None
+                raise transport_fault(self.base_url, error, self.connection.timeout) from None
         if reply.over:
             # Cut where the server should have cut it: a reply at its budget, finish reason "length".
             # Any usage it sent is the runaway's, so the reply is counted as a served one without usage.
-            if self._log is not None:
-                self._log(f"The server at {self.base_url} went on past max_tokens ({max_tokens}); stopped reading")
+            if self.connection.log is not None:
+                self.connection.log(f"The server at {self.base_url} went on past max_tokens ({max_tokens}); stopped reading")
             reply.finish, reply.usage = "length", None
         finish = reply.finish
         if finish == "abort" or (not reply.done and finish is None):
@@ -419,10 +405,10 @@ class OpenAIEngine:
                 *lines, pending = _LINE_END.split(pending)
                 for line in lines:
                     yield line.decode("utf-8", "replace")
-                if time.perf_counter() - reply.progress > self.timeout:
+                if time.perf_counter() - reply.progress > self.connection.timeout:
                     if reply.finish is not None:
                         return
-                    raise stall_fault(self.base_url, self.timeout)
+                    raise stall_fault(self.base_url, self.connection.timeout)
                 if len(pending) > _MAX_LINE:
                     raise self._broken_event()
         except httpx2.TimeoutException:

@@ -1,8 +1,10 @@
-"""HTTP to a served engine: the client (`make_client`), one JSON request (`post_json`), retries with
-backoff (`with_retries`, `retry_delay`), and the classification of what went wrong into a `Fault`
-(transient or not, with the line and hint a user sees), from an HTTP status (`status_fault`), a
-transport error (`transport_fault`) or the error text a server sent (`message_of`), shortened to
-one line (`shorten`).
+"""HTTP to a served engine: how a server is asked and waited for (`Connection`: its key, the
+model's name, the timeout, the retries and where requests are logged, one value that the engine,
+each server of a pool and the server's tokenizer take), the client (`make_client`), one JSON
+request (`post_json`), retries with backoff (`with_retries`, `retry_delay`), and the
+classification of what went wrong into a `Fault` (transient or not, with the line and hint a user
+sees), from an HTTP status (`status_fault`), a transport error (`transport_fault`) or the error
+text a server sent (`message_of`), shortened to one line (`shorten`).
 
 How long a silent server is waited for: `timeout` (seconds, `DEFAULT_TIMEOUT` unless the caller
 says otherwise) bounds each wait for the server's next byte, the connect (never longer than
@@ -24,6 +26,7 @@ import http.cookiejar
 import json
 import re
 import time
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -250,6 +253,26 @@ def check_timeout(timeout: float) -> float:
     return float(timeout)
 
 
+@dataclass(frozen=True)
+class Connection:
+    """How a server is asked and waited for: the same for an engine, each server of a pool and the
+    server's tokenizer. `timeout` is checked on construction (ValueError: see `check_timeout`)."""
+
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token; never recorded
+    model: str | None = None  # the model's name on the server; None: the first it lists
+    timeout: float = DEFAULT_TIMEOUT  # the longest silence, in seconds, before an attempt is given up
+    retries: int = 4  # attempts after the first, for a transient fault
+    backoff: float = 1.0  # seconds before the first retry, doubling after each (`retry_delay`)
+    log: Callable[[str], None] | None = field(default=None, repr=False, compare=False)  # where --verbose shows requests
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timeout", check_timeout(self.timeout))
+        object.__setattr__(self, "retries", max(0, self.retries))
+
+    def client(self) -> httpx2.Client:
+        return make_client(self.api_key, self.timeout)
+
+
 def make_client(api_key: str | None, timeout: float = DEFAULT_TIMEOUT) -> httpx2.Client:
     import httpx2
 
@@ -294,10 +317,11 @@ def post_json(
         ) from None
 
 
-def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Callable[[str], None] | None) -> Any:
-    """Runs `call` until it succeeds or fails for good (raising the last Fault); for requests that
-    stream nothing (the model list, the tokenizer), where there is no caller to hand Retrying items to."""
-    attempts = retries + 1
+def with_retries(call: Callable[[], Any], connection: Connection) -> Any:
+    """Runs `call` until it succeeds or fails for good (raising the last Fault), retrying as
+    `connection` says; for requests that stream nothing (the model list, the tokenizer), where there
+    is no caller to hand Retrying items to."""
+    attempts = connection.retries + 1
     for attempt in range(1, attempts + 1):
         try:
             return call()
@@ -305,8 +329,8 @@ def with_retries(call: Callable[[], Any], retries: int, backoff: float, log: Cal
             if not fault.transient or attempt == attempts:
                 fault.attempts = attempt
                 raise
-            delay = retry_delay(fault, backoff, attempt)
-            if log is not None:
-                log(f"{fault.reason}; attempt {attempt + 1} of {attempts} in {delay:.1f} s")
+            delay = retry_delay(fault, connection.backoff, attempt)
+            if connection.log is not None:
+                connection.log(f"{fault.reason}; attempt {attempt + 1} of {attempts} in {delay:.1f} s")
             time.sleep(delay)
     raise AssertionError("unreachable")

@@ -1,7 +1,8 @@
 """A served engine as a backend: `ServedOptions` (the servers, the connection, the served model's
-name), and `normal_servers`, the one place where server URLs are put in their normal form and
-repeats dropped, before anything compares them: `http://h:8000` and `http://h:8000/v1/` are one
-server. One server opens an `OpenAIEngine`; several, a `ServedPool` (imported when opened)."""
+name; `connection()` gives them as the http.Connection the engine takes), and `normal_servers`,
+the one place where server URLs are put in their normal form and repeats dropped, before anything
+compares them: `http://h:8000` and `http://h:8000/v1/` are one server. One server opens an
+`OpenAIEngine`; several, a `ServedPool` (imported when opened)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..backends import EngineOptions, register
 from .engine import normalize_base_url
+from .http import DEFAULT_TIMEOUT, Connection
 
 if TYPE_CHECKING:
     from ..chat import ChatFormat
@@ -60,9 +62,11 @@ class ServedOptions(EngineOptions):
     @property
     def wait(self) -> float:
         """The longest silence waited for, in seconds."""
-        from .http import DEFAULT_TIMEOUT
-
         return DEFAULT_TIMEOUT if self.timeout is None else self.timeout
+
+    def connection(self) -> Connection:
+        """How every server is asked: the key, the served model's name, the timeout and the log."""
+        return Connection(api_key=self.api_key, model=self.served_model, timeout=self.wait, log=self.log)
 
     def open(self, info: GGUFInfo | None, tokenizer: Tokenizer, chat: ChatFormat | None, n_ctx: int, sequences: int) -> Engine:
         def count(text: str) -> int:
@@ -71,19 +75,15 @@ class ServedOptions(EngineOptions):
         if len(self.servers) > 1:
             from .pool import ServedPool
 
-            return ServedPool(
-                self.servers, api_key=self.api_key, model=self.served_model, log=self.log, count_tokens=count, timeout=self.wait
-            )
+            return ServedPool(self.servers, self.connection(), count_tokens=count)
         from .engine import OpenAIEngine
 
-        return OpenAIEngine(
-            self.servers[0], api_key=self.api_key, model=self.served_model, log=self.log, count_tokens=count, timeout=self.wait
-        )
+        return OpenAIEngine(self.servers[0], self.connection(), count_tokens=count)
 
     def own_tokenizer(self) -> Tokenizer:
         from .tokenizer import remote_tokenizer
 
-        return remote_tokenizer(self.servers[0], self.api_key, self.served_model, timeout=self.wait)
+        return remote_tokenizer(self.servers[0], self.connection())
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind, "servers": list(self.servers), "served_model": self.served_model, "tokenizer": self.tokenizer}

@@ -48,13 +48,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying, Sampling
 from .engine import Chain, ChainEngine, OpenAIEngine, chat_body, log_request, normalize_base_url
-from .http import DEFAULT_TIMEOUT, Fault, retry_delay
+from .http import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
 
@@ -79,18 +79,10 @@ class ServedPool:
     concurrent = True
 
     def __init__(
-        self,
-        base_urls: Sequence[str],
-        *,
-        api_key: str | None = None,
-        model: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = 4,
-        backoff: float = 1.0,
-        log: Callable[[str], None] | None = None,
-        count_tokens: Callable[[str], int] | None = None,
+        self, base_urls: Sequence[str], connection: Connection = Connection(), *, count_tokens: Callable[[str], int] | None = None
     ):
-        """`timeout`, `retries`, `backoff`: as OpenAIEngine's, per server (see the module's docstring)."""
+        """`connection`: as OpenAIEngine's, for every server; its `timeout`, `retries` and `backoff`
+        per server (see the module's docstring)."""
         urls = [normalize_base_url(url) for url in ([base_urls] if isinstance(base_urls, str) else base_urls)]
         if not urls:
             raise ValueError("a pool needs a server")
@@ -98,53 +90,42 @@ class ServedPool:
         if twice:
             raise MemagentError(f"The server {twice[0]} is given twice", "Give each server's --base-url once.")
         self.base_urls = urls
-        self.retries = max(0, retries)
-        self.backoff = backoff
-        self._log = log
+        self.connection = connection
         self._lock = threading.Lock()
         self._turn = 0  # the index of the server next in turn among equals
         self._last_fault: Fault | None = None
         self._servers: list[_Server] = []
-        answered = None if model else self._ask_model(urls, api_key, timeout, log)
+        answered = None  # the server that named the model, when none was: it has shown that it serves it
+        if not connection.model:
+            answered, model = self._ask_model(urls)
+            self.connection = replace(connection, model=model)
         try:
             for index, url in enumerate(urls):
-                engine = OpenAIEngine(
-                    url,
-                    api_key=api_key,
-                    model=model or (answered[1] if answered else None),
-                    timeout=timeout,
-                    retries=retries,
-                    backoff=backoff,
-                    log=log,
-                    count_tokens=count_tokens,
-                )
-                # The server asked for its model has shown that it serves it.
-                self._servers.append(_Server(index, engine, checked=answered is not None and answered[0] == index))
+                engine = OpenAIEngine(url, self.connection, count_tokens=count_tokens)
+                self._servers.append(_Server(index, engine, checked=index == answered))
         except BaseException:
             self.close()
             raise
         self.model = self._servers[0].engine.model
-        self.timeout = self._servers[0].engine.timeout
         count = len(urls)
         self.description = f"served: {self.model} on {count} server{'s' * (count > 1)}"
 
-    def _ask_model(
-        self, urls: list[str], api_key: str | None, timeout: float, log: Callable[[str], None] | None
-    ) -> tuple[int, str]:
+    def _ask_model(self, urls: list[str]) -> tuple[int, str]:
         """The model the pool serves, when none was named: the first server that answers names it
         (a server down at the start is no reason to stop), asked in rounds with backoff between."""
         last: MemagentError | None = None
-        for attempt in range(1, self.retries + 2):
+        retries = self.connection.retries
+        for attempt in range(1, retries + 2):
             for index, url in enumerate(urls):
                 try:
-                    probe = OpenAIEngine(url, api_key=api_key, timeout=timeout, retries=0, log=log)
+                    probe = OpenAIEngine(url, replace(self.connection, retries=0))
                 except MemagentError as exc:
                     last = exc
                     continue
                 probe.close()
                 return index, probe.model
-            if attempt <= self.retries:
-                time.sleep(min(30.0, self.backoff * 2 ** (attempt - 1)))
+            if attempt <= retries:
+                time.sleep(min(30.0, self.connection.backoff * 2 ** (attempt - 1)))
         assert last is not None
         raise EngineGone(
             f"All {len(urls)} servers failed; the last error: {last.message}",
@@ -164,7 +145,7 @@ class ServedPool:
     ) -> Iterator[Completion]:
         # `expect` is not sent: a server drafts (or not) by its own configuration.
         body = chat_body(self.model, user_message, max_tokens, sampling)
-        limit = len(self._servers) * (self.retries + 1)  # attempts of one request, whatever the servers do
+        limit = len(self._servers) * (self.connection.retries + 1)  # attempts of one request, whatever the servers do
         failed = 0
         while True:
             taken = self._take(chain)
@@ -178,8 +159,8 @@ class ServedPool:
             try:
                 if not server.checked:
                     self._check(server)
-                if self._log is not None:
-                    log_request(self._log, f"{server.engine.base_url}/chat/completions", body)
+                if self.connection.log is not None:
+                    log_request(self.connection.log, f"{server.engine.base_url}/chat/completions", body)
                 stream = server.engine.attempt(body, user_message, max_tokens, chain)
                 answered = False
                 for item in stream:
@@ -263,8 +244,8 @@ class ServedPool:
         with self._lock:
             if server.failures and not server.dropped:
                 server.failures, server.down_until, server.probing = 0, 0.0, False
-                if self._log is not None:
-                    self._log(f"The server at {server.engine.base_url} answers again")
+                if self.connection.log is not None:
+                    self.connection.log(f"The server at {server.engine.base_url} answers again")
 
     def _release(self, server: _Server, probe: bool) -> None:
         with self._lock:
@@ -281,15 +262,15 @@ class ServedPool:
             if server.epoch == epoch and not server.dropped:
                 server.epoch += 1
                 server.failures += 1
-                if server.failures > self.retries:
+                if server.failures > self.connection.retries:
                     server.dropped = True
-                    if self._log is not None:
-                        self._log(f"{fault.reason}; server dropped after {server.failures} failed attempts")
+                    if self.connection.log is not None:
+                        self.connection.log(f"{fault.reason}; server dropped after {server.failures} failed attempts")
                 else:
-                    rest = retry_delay(fault, self.backoff, server.failures)
+                    rest = retry_delay(fault, self.connection.backoff, server.failures)
                     server.down_until = now + rest
-                    if self._log is not None:
-                        self._log(f"{fault.reason}; the server rests {rest:.1f} s")
+                    if self.connection.log is not None:
+                        self.connection.log(f"{fault.reason}; the server rests {rest:.1f} s")
             waits = [
                 max(s.down_until - now, 0.0) if s.failures and not s.probing else POLL if s.failures else 0.0
                 for s in self._servers
@@ -320,6 +301,6 @@ class ServedPool:
         fault = self._last_fault
         assert fault is not None  # servers are dropped only by _failed, which keeps the fault
         if len(self._servers) == 1:
-            fault.attempts = self.retries + 1
+            fault.attempts = self.connection.retries + 1
             return fault.error()
         return EngineGone(f"All {len(self._servers)} servers failed; the last error: {fault.reason}", fault.hint)

@@ -2,10 +2,10 @@
 vLLM, llama-server and llama-cpp-python's server, for a served model when no GGUF of its
 vocabulary is at hand (`--tokenizer`) to count and cut chunks with.
 
-Its requests wait for the server as the engine's do: `timeout` seconds of silence at most per
-attempt (http.DEFAULT_TIMEOUT unless the caller says otherwise; pass the run's --timeout), retried
-with backoff. A tokenize request can wait behind the replies a busy server is generating, so it
-gets the same patience.
+Its requests wait for the server as the engine's do, by the same http.Connection: `timeout`
+seconds of silence at most per attempt (http.DEFAULT_TIMEOUT unless the caller says otherwise;
+pass the run's --timeout), retried with backoff. A tokenize request can wait behind the replies a
+busy server is generating, so it gets the same patience.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from ...errors import MemagentError
 from .engine import normalize_base_url, server_root
-from .http import DEFAULT_TIMEOUT, Fault, check_timeout, make_client, post_json, shorten, with_retries
+from .http import Connection, Fault, post_json, shorten, with_retries
 
 if TYPE_CHECKING:
     import httpx2
@@ -105,27 +105,12 @@ class RemoteTokenizer:
     counts still match what the served model sees.
     """
 
-    def __init__(
-        self,
-        client: httpx2.Client,
-        base_url: str,
-        dialect: _Dialect,
-        model: str | None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = 4,
-        backoff: float = 1.0,
-        log: Callable[[str], None] | None = None,
-    ):
+    def __init__(self, client: httpx2.Client, base_url: str, dialect: _Dialect, connection: Connection):
         self._client = client
         self.base_url = normalize_base_url(base_url)
         self.root = server_root(base_url)
         self.dialect = dialect
-        self.model = model
-        self.timeout = check_timeout(timeout)
-        self.retries = retries
-        self.backoff = backoff
-        self._log = log
+        self.connection = connection
         self.name = f"{dialect.name} tokenizer at {self.root}"
         self.controls: dict[str, int] = {}
         self.unsplittable = None
@@ -135,12 +120,14 @@ class RemoteTokenizer:
     def close(self) -> None:
         self._client.close()
 
+    def _post(self, url: str, body: dict[str, Any]) -> Any:
+        """One request, asked again as the connection says; raises Fault."""
+        return with_retries(lambda: post_json(self._client, self.base_url, url, body, self.connection.timeout), self.connection)
+
     def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.root + path
         try:
-            answer = with_retries(
-                lambda: post_json(self._client, self.base_url, url, body, self.timeout), self.retries, self.backoff, self._log
-            )
+            answer = self._post(url, body)
         except Fault as fault:
             raise fault.error() from None
         if not isinstance(answer, dict):
@@ -153,7 +140,7 @@ class RemoteTokenizer:
     def encode(self, text: str) -> list[int]:
         if not text:
             return []
-        answer = self._call(self.dialect.tokenize_path, self.dialect.tokenize_body(text, self.model))
+        answer = self._call(self.dialect.tokenize_path, self.dialect.tokenize_body(text, self.connection.model))
         ids = [int(t["id"]) if isinstance(t, dict) else int(t) for t in answer.get("tokens") or []]
         if self._prefix and ids[: len(self._prefix)] == self._prefix:
             ids = ids[len(self._prefix) :]
@@ -167,11 +154,9 @@ class RemoteTokenizer:
         """The server's text for `ids`; None when it cannot decode them (llama-cpp-python, ids that
         begin or end inside a character)."""
         url = self.root + self.dialect.detokenize_path
-        body = self.dialect.detokenize_body(ids, self.model)
+        body = self.dialect.detokenize_body(ids, self.connection.model)
         try:
-            answer = with_retries(
-                lambda: post_json(self._client, self.base_url, url, body, self.timeout), self.retries, self.backoff, self._log
-            )
+            answer = self._post(url, body)
         except Fault as fault:
             if fault.undecodable:
                 return None
@@ -213,20 +198,11 @@ class RemoteTokenizer:
             return list(pool.map(lambda i: len(self._decode([i]).encode("utf-8")), ids))
 
 
-def remote_tokenizer(
-    base_url: str,
-    api_key: str | None = None,
-    model: str | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    retries: int = 4,
-    backoff: float = 1.0,
-    log: Callable[[str], None] | None = None,
-) -> RemoteTokenizer:
-    """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server has.
-    `timeout`: the longest silence from the server, in seconds, before a request is asked again."""
-    timeout = check_timeout(timeout)
-    client = make_client(api_key, timeout)
+def remote_tokenizer(base_url: str, connection: Connection = Connection()) -> RemoteTokenizer:
+    """The tokenizer of the model behind `base_url`, through whichever tokenize endpoints the server
+    has, asked as `connection` says (its `timeout`: the longest silence from the server, in seconds,
+    before a request is asked again)."""
+    client = connection.client()
     base = normalize_base_url(base_url)
     root = server_root(base_url)
     tried: list[str] = []
@@ -234,10 +210,10 @@ def remote_tokenizer(
         url = root + dialect.tokenize_path
 
         def probe(dialect: _Dialect = dialect, url: str = url) -> Any:
-            return post_json(client, base, url, dialect.tokenize_body(_PROBE_TEXT, model), timeout)
+            return post_json(client, base, url, dialect.tokenize_body(_PROBE_TEXT, connection.model), connection.timeout)
 
         try:
-            answer = with_retries(probe, retries, backoff, log)
+            answer = with_retries(probe, connection)
         except Fault as fault:
             if fault.status is None:  # not reachable at all: no other dialect will do better
                 client.close()
@@ -248,7 +224,7 @@ def remote_tokenizer(
         if not tokens or not all(isinstance(t, int) for t in tokens):
             tried.append(f"{dialect.name}: no tokens")
             continue
-        tokenizer = RemoteTokenizer(client, base, dialect, model, timeout=timeout, retries=retries, backoff=backoff, log=log)
+        tokenizer = RemoteTokenizer(client, base, dialect, connection)
         if dialect.name == "llama-cpp-python":
             # Its /extras/tokenize adds the model's BOS when the GGUF asks for one, with no switch to
             # turn it off: find what it adds to an empty text and take it off every encode.
@@ -271,7 +247,7 @@ def remote_tokenizer(
 def _added_ids(tokenizer: RemoteTokenizer) -> list[int]:
     """The ids a server puts before every text: its answer for the empty text."""
     try:
-        answer = tokenizer._call(tokenizer.dialect.tokenize_path, tokenizer.dialect.tokenize_body("", tokenizer.model))
+        answer = tokenizer._call(tokenizer.dialect.tokenize_path, tokenizer.dialect.tokenize_body("", tokenizer.connection.model))
     except MemagentError:
         return []
     return [int(t) for t in answer.get("tokens") or [] if isinstance(t, int)]
