@@ -1,5 +1,5 @@
 """The `Engine` protocol: one chat request in, streamed text out; and the records every engine
-shares (`Sampling` in; `TextDelta`, `Retrying`, `CompletionDone` out).
+shares (`Sampling` in; `PromptRead`, `TextDelta`, `Retrying`, `CompletionDone` out).
 
 The agent loop sees only this protocol (a user message, a token budget, sampling settings), so a
 served model (vLLM, llama-server: `served/`) can stand in for the embedded llama.cpp engine
@@ -39,6 +39,15 @@ class CompletionDone:
 
 
 @dataclass(frozen=True)
+class PromptRead:
+    """The engine has read `done` of the prompt's `total` tokens (a CPU takes tens of seconds over
+    a chunk's thousands before the first token comes): told between parts of the prompt."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class Retrying:
     """A served engine lost a reply (refused, cut, timed out) and will ask again: the text
     streamed so far for this reply is void."""
@@ -49,7 +58,7 @@ class Retrying:
     delay: float  # seconds it waits first
 
 
-Completion = Union[TextDelta, Retrying, CompletionDone]
+Completion = Union[TextDelta, PromptRead, Retrying, CompletionDone]
 
 
 class Engine(Protocol):
