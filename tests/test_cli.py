@@ -2,9 +2,11 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
-from helpers import run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -278,3 +280,45 @@ def test_llama_cpp_log_only_with_verbose(doc, models):
     assert not any(marker in plain.stderr for marker in ("llama_model_loader", "llama_context", "ggml_", "load_tensors"))
     verbose = memagent("ask", doc, "q", "-m", models["random"], "--verbose", *FAST)
     assert verbose.returncode == 0 and "llama_model_loader" in verbose.stderr
+
+
+def test_usage_errors_are_one_line_like_every_error():
+    """click's own errors (an unknown option, a bad value) read as memagent's: `error:`, one line,
+    where the help is, exit 2; never a box."""
+    for args, said in (
+        (["ask", "--nope", "a", "b"], "error: No such option: --nope"),
+        (["ask", "--chunk-tokens", "x", "a", "b"], "error: Invalid value for '--chunk-tokens'"),
+    ):
+        done = run_memagent(*args)
+        assert done.returncode == 2
+        assert done.stderr.startswith(said), done.stderr
+        assert "Try 'python -m memagent_cli ask -h' for help." in done.stderr and "╭" not in done.stderr
+
+
+def test_a_closed_pipe_is_a_quiet_success(tmp_path):
+    """`memagent inspect big --text | head -1`: the reader has what it wanted; exit 0, nothing said."""
+    doc = tmp_path / "big.txt"
+    doc.write_text("a line of the document\n" * 200_000, encoding="utf-8")
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "memagent_cli", "inspect", str(doc), "--text"],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    reader.stdin.close()
+    reader.wait(timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
+
+
+def test_help_paragraphs_are_left_to_the_terminal_to_wrap():
+    """A docstring's line breaks are the source's width, not the terminal's: no sentence is cut
+    where the source wrapped it (examples keep their lines)."""
+    wide = run_memagent("doctor", "-h", env={"COLUMNS": "200"})
+    assert "paths, installed models and whether they fit in GPU memory" in wide.stdout
+    listing = run_memagent("--help", env={"COLUMNS": "200"})
+    assert "installed models and whether they fit in GPU memory; with the exact reinstall command" in listing.stdout
+    ask = run_memagent("ask", "-h", env={"COLUMNS": "200"})
+    assert '\n   memagent ask report.pdf "Who signed the 2019 amendment?"' in ask.stdout.replace("│", "")

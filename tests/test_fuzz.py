@@ -53,7 +53,7 @@ from memagent_cli.ingest import (
     sources,  # noqa: E402
 )
 from memagent_cli.ingest import text as textmod  # noqa: E402
-from memagent_cli.ingest.base import UNIT_SEPARATOR  # noqa: E402
+from memagent_cli.ingest.base import ESCAPE_HOLD, UNIT_SEPARATOR, without_controls  # noqa: E402
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source  # noqa: E402
 
 VOCAB = SHARED / "fixtures" / "ggml-vocab-qwen2.gguf"
@@ -165,22 +165,26 @@ def reference_decode(data: bytes) -> Decoded:
             if found is not None:
                 codec, label = found, codecs.lookup(found).name
     text = data.decode(codec, errors="replace")
-    return Decoded(text.replace("\r\n", "\n").replace("\r", "\n"), label, _count_replaced(data, codec))
+    # no control character but newline and tab reaches the model (base.without_controls)
+    text = without_controls(text.replace("\r\n", "\n").replace("\r", "\n"))
+    return Decoded(text, label, _count_replaced(data, codec))
 
 
 def looks_binary(data: bytes, sniff: int) -> bool:
     return b"\0" in data[:sniff] and not data.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"))
 
 
-def check_text_segments(segments: list[Segment], index: int, block_size: int) -> str:
-    """The documented segment invariants; returns the full text."""
+def check_text_segments(segments: list[Segment], index: int, block_size: int, data: bytes = b"") -> str:
+    """The documented segment invariants; returns the full text. `data` may hold escape
+    sequences, whose unfinished start a segment carries over from the block before."""
+    held = ESCAPE_HOLD if b"\x1b" in data or b"\x9b" in data else 0
     position = 0
     for segment in segments:
         assert segment.source == index and segment.page is None
         assert segment.offset == position
         assert segment.text, "no empty segments"
         # At most one block's worth of characters plus a few held back from before (see read_source).
-        assert len(segment.text) <= block_size + 3, (len(segment.text), block_size)
+        assert len(segment.text) <= block_size + 3 + held, (len(segment.text), block_size)
         assert "\r" not in segment.text
         assert_valid_unicode(segment.text)
         position += len(segment.text)
@@ -237,6 +241,17 @@ FRAGMENTS = [
     b"\xf4\x90\x80\x80",
     b"\xf5\x80\x80\x80",
     b"\xf8\x88\x80\x80\x80",
+    # terminal escape sequences, whole and in pieces, which never reach the model
+    b"\x1b[31m",
+    b"\x1b[",
+    b"1;2",
+    b"m",
+    b"\x1b]0;title",
+    b"\x07",
+    b"\x1b\\",
+    b"\x1b(B",
+    b"\xc2\x9b2J",
+    b"\x0c",
     # truncated sequences and stray continuation or never-valid bytes
     b"\xc3",
     b"\xe2\x82",
@@ -354,7 +369,7 @@ def test_text_file_streams_like_one_shot_decode(scratch, data, block_size, sniff
         assert (source.kind, source.size) == ("text", len(data))
         segments = list(read_source(source, warn=notes.append, index=2))
     expected = reference_decode(data)
-    assert check_text_segments(segments, 2, block_size) == expected.text
+    assert check_text_segments(segments, 2, block_size, data) == expected.text
     check_replaced_note(notes, expected, source.title)
 
 
@@ -389,8 +404,8 @@ def test_stdin_reads_like_the_file(scratch, data, block_size, reads):
         path.write_bytes(data)
         (file_source,) = collect_sources([str(path)], warn=lambda note: None)
         file_text = "".join(s.text for s in read_source(file_source, warn=lambda note: None))
-    assert check_text_segments(whole, 0, block_size) == expected.text
-    assert check_text_segments(trickled, 0, block_size) == expected.text
+    assert check_text_segments(whole, 0, block_size, data) == expected.text
+    assert check_text_segments(trickled, 0, block_size, data) == expected.text
     assert file_text == expected.text
     check_replaced_note(notes, expected, "stdin")
     check_replaced_note(trickled_notes, expected, "stdin")

@@ -201,3 +201,39 @@ def test_ocr_progress_is_a_line_of_the_live_view_while_pages_are_recognised():
     plain = io.StringIO()
     PlainProgress(Console(file=plain, force_terminal=False, width=200)).handle(OcrProgressed("scan.pdf", 1, 6, 0.0))
     assert plain.getvalue() == "OCR scan.pdf: page 1 of 6\n"
+
+
+def test_a_long_prompt_is_told_as_it_is_read_and_shown(tmp_path, models):
+    """A chunk's prompt is read in parts of llama.cpp's physical batch, each told (PromptProgressed)
+    before the first token is written, and the live view shows how much of it is read; an ETA is
+    never 0:00 while a step is still going."""
+    from memagent_cli.core.events import PromptProgressed, StepStarted, TokenText
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(1500), encoding="utf-8")
+    events = list(
+        ask_events(
+            "Where?",
+            [str(doc)],
+            model=models["long"],
+            config=AgentConfig(chunk_tokens=1200, memory_tokens=3, answer_tokens=2, temperature=0),
+        )
+    )
+    first_step = events[next(i for i, e in enumerate(events) if isinstance(e, StepStarted)) :]
+    before_text = first_step[: next(i for i, e in enumerate(first_step) if isinstance(e, TokenText))]
+    read = [e for e in before_text if isinstance(e, PromptProgressed) and e.step == 1]
+    assert len(read) >= 3  # a prompt of over 1,200 tokens, told every 512
+    assert [e.done for e in read] == sorted(e.done for e in read) and read[-1].done == read[-1].total
+    assert all(b.done - a.done == 512 for a, b in zip(read, read[1:-1]))
+
+    console = recording_console()
+    view = LiveView(console, fps=1000)
+    for event in first_step:
+        view.handle(event)
+        if event is read[0]:
+            progress = Console(file=io.StringIO(), record=True, width=160)
+            progress.print(view.progress())
+            assert f"prompt {read[0].done:,}/{read[0].total:,} read" in progress.export_text()
+    view.step_seconds, view.total_steps, view.streaming = [10.0], 2, True
+    view.step_started -= 60  # the step has gone on past the average: the estimate has run out
+    assert view._eta() is None

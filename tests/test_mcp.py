@@ -304,12 +304,15 @@ def test_refuses_paths_outside_the_roots_before_reading(server, tree):
     for case in ("outside the root", "a symbolic link out", "..", "a folder holding a link out", "the outside folder"):
         assert "outside the allowed roots" in answers[case].content[0].text, case
     assert "docs/escape.txt (it leads to" in answers["a folder holding a link out"].content[0].text
+    # a relative path is shown with the path it was taken to be
+    assert f"../outside/secret.txt (resolved as {outside / 'secret.txt'})" in answers[".."].content[0].text
     assert "at most 50" in answers["too many questions"].content[0].text
     assert "outside the allowed roots" in answers["resuming a run over an outside file"].content[0].text
     assert shown.is_error and "outside the allowed roots" in shown.content[0].text
     assert runs == []  # no refused call started a run, and the outside run is not listed
     narrowed, allowed = roots_of_client
     assert narrowed.is_error and "outside the roots the client declared" in narrowed.content[0].text
+    assert f"a.txt (resolved as {tree['root'] / 'a.txt'}) is outside" in narrowed.content[0].text
     assert not allowed.is_error and allowed.structured_content["answer"] == tree["b"].value
 
 

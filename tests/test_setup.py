@@ -163,3 +163,26 @@ def test_a_trace_from_before_servers_resumes_on_its_servers(server):
     for stored in ({"kind": "openai", "base_url": root}, {"kind": "openai", "base_url": root, "base_urls": [root, server.url]}):
         options = engine_options(RunFlags(), Console(stderr=True), resumed=stored)
         assert options.servers == (server.url,)
+
+
+@pytest.mark.parametrize("model", [[], ["-m", str(CODEWORD_MODEL)]], ids=["no model", "a model"])
+def test_a_missing_file_is_said_before_the_model(model, tmp_path):
+    """The first run of a new user: the file named is checked before the model, so nobody fetches
+    gigabytes for a typo."""
+    done = run_memagent("ask", tmp_path / "report.pdf", "Who signed it?", *model, input="")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "report.pdf: no such file or folder" in done.stderr
+    assert "not installed" not in done.stderr
+
+
+def test_the_missing_model_message_says_what_getting_it_costs(files):
+    """Piped or offline, the same one line: the download, disk and time from the catalog's numbers,
+    the pull command, and --model for a GGUF at hand."""
+    for offline in ([], ["--offline"]):
+        done = run_memagent("ask", files["doc"], "Who?", *offline, input="")
+        assert done.returncode == 2
+        line = done.stderr.strip()
+        assert "\n" not in line and line.startswith("error: The model memagent-7b:q4_k_m is not installed.")
+        assert "memagent models pull memagent-7b:q4_k_m (downloads 14.2 GiB" in line
+        assert "of free disk at its peak" in line and "takes about" in line
+        assert line.endswith("Or use a GGUF file you have: --model FILE.gguf")

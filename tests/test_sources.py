@@ -22,6 +22,7 @@ from helpers import SHARED
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.ingest import text as textmod
+from memagent_cli.ingest.base import without_controls
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,7 +213,8 @@ def _reference_decode(data: bytes) -> str:
         window = data[: textmod.DETECT_SIZE]
         if ascii_prefix < len(window):
             codec = textmod.choose_encoding(window, ascii_prefix, cut=len(data) > len(window)) or codec
-    return body.decode(codec, "replace").replace("\r\n", "\n").replace("\r", "\n")
+    # control characters but newline and tab never reach the model (base.without_controls)
+    return without_controls(body.decode(codec, "replace").replace("\r\n", "\n").replace("\r", "\n"))
 
 
 def test_any_bytes_decode_the_same_whatever_the_block_size(notes, monkeypatch):

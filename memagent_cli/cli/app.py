@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.text import Text
 
 from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED
@@ -96,6 +97,42 @@ def _register_mcp() -> None:
 _register_mcp()
 
 
+def _reflow(text: str | None) -> str | None:
+    """A help text's paragraphs as single lines, for the terminal to wrap: typer's rich help keeps
+    a docstring's line breaks, which cut sentences at the source's width ("the / number of"). An
+    indented line (an example command) and a blank line stay where they are."""
+    import inspect as pyinspect
+
+    if not text:
+        return text
+    out: list[str] = []
+    for line in pyinspect.cleandoc(text).split("\n"):
+        joins = out and out[-1].strip() and line.strip() and not line[0].isspace() and not out[-1][0].isspace()
+        if joins and not out[-1].startswith("[dim]"):
+            out[-1] = out[-1] + " " + line.strip()
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Every command's and group's help, reflowed (see _reflow), down the tree."""
+    group.info.help = _reflow(group.info.help) if isinstance(group.info.help, str) else group.info.help
+    for command in group.registered_commands:
+        if command.help:
+            command.help = _reflow(command.help)
+        elif command.callback is not None and command.callback.__doc__:
+            command.help = _reflow(command.callback.__doc__)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _reflow_help(sub.typer_instance)
+        if isinstance(sub.help, str):
+            sub.help = _reflow(sub.help)
+
+
+_reflow_help(app)
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"memagent {__version__}")
@@ -127,8 +164,18 @@ def main() -> None:
         sys.argv[1:] = decode_arguments(
             sys.argv[1:], lambda note: err.print(f"note: {note}", style="yellow", markup=False, soft_wrap=True)
         )
+    from typer.exceptions import TyperException
+
     try:
-        app()
+        code = app(standalone_mode=False)  # click's errors come here, to be said as memagent says its own
+    except TyperException as exc:  # a usage error, or another error click raises, said as one line
+        _usage_error(exc)
+    except BrokenPipeError:  # the reader went away (`| head`): what it wanted it has; a quiet success
+        _closed_pipe()
+    except SystemExit as exc:  # click ends a command whose stdout reader went away with exit 1
+        if exc.code == 1 and _reader_gone():
+            _closed_pipe()
+        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
@@ -145,6 +192,41 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: Exception) -> NoReturn:
+    """click's own errors (an unknown option, a bad value) as memagent says every error: `error:`
+    and one line, then where the help is; click's exit code (2 for usage)."""
+    from .common import stderr_console
+    from .textout import visible
+
+    message = getattr(exc, "format_message", lambda: str(exc))()
+    ctx = getattr(exc, "ctx", None)
+    where = f"\nTry '{ctx.command_path} -h' for help." if ctx is not None else ""
+    if message.strip():  # a bare command with no arguments has had its help shown: nothing more to say
+        stderr_console().print(Text.assemble(("error: ", "bold red"), visible(message), where), soft_wrap=True)
+    sys.exit(getattr(exc, "exit_code", EXIT_ERROR))
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll says POLLERR)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno() if sys.__stdout__ is not None else 1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no stdout at all
+        return False
+
+
+def _closed_pipe() -> NoReturn:
+    # Python would report the unflushed stdout at exit ("Exception ignored ... BrokenPipeError"):
+    # point it at /dev/null first, as the Python docs advise for SIGPIPE.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

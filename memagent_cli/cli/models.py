@@ -375,8 +375,8 @@ def doctor(
 
 
 def model_for_run(model: str | None, err: Console, offline: bool) -> str:
-    """The model file; a catalog model not yet installed is offered for download on a terminal,
-    and otherwise refused with the exact pull command."""
+    """The model file; a catalog model not yet installed is offered for download on a terminal
+    (online), and otherwise refused with `missing_model`'s one message."""
     from ..install.registry import NotInstalled, resolve_model
 
     try:
@@ -386,11 +386,28 @@ def model_for_run(model: str | None, err: Console, offline: bool) -> str:
 
         interactive = sys.stdin.isatty() and err.is_terminal
         if offline_requested(offline) or not interactive:
-            raise
+            raise missing_model(missing.name) from None
         # The same plan `models pull` makes: the user sees what it costs before anything is downloaded.
-        plan = pulling.plan_pull(missing.name)
+        try:
+            plan = pulling.plan_pull(missing.name)
+        except MemagentError:  # the Hub cannot be reached (or refuses): the same message as offline
+            raise missing_model(missing.name) from None
         answer = err.input(f"{missing.name} is not installed. Getting it {plan.describe()}. Start now? [Y/n] ")
         if answer.strip().lower() not in ("", "y", "yes"):
-            raise
+            raise missing_model(missing.name) from None
         name, record = run_plan(plan, offline=False, err=err)
         return record["path"]
+
+
+def missing_model(name: str) -> MemagentError:
+    """The one message for a catalog model that is not installed, wherever it is met (piped, on a
+    terminal, offline, over MCP): what getting it costs, the command, and --model for a GGUF at hand."""
+    from ..install.pulling import catalog_plan
+
+    plan = catalog_plan(name)
+    cost = f" ({plan.describe()}, at most)" if plan is not None else ""
+    return MemagentError(
+        f"The model {name} is not installed",
+        f"Get it with: memagent models pull {name}{cost}. Or use a GGUF file you have: --model FILE.gguf",
+        exit_code=EXIT_USAGE,
+    )

@@ -12,7 +12,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.chat import ChatFormat
-from ..model.engine import CompletionDone, Engine, Retrying, Sampling, TextDelta
+from ..model.engine import CompletionDone, Engine, PromptRead, Retrying, Sampling, TextDelta
 from ..model.tokenizer import Tokenizer, normalizer
 from .chunking import Chunk, IngestStats
 from .config import AgentConfig
@@ -22,6 +22,7 @@ from .events import (
     DocumentRead,
     Event,
     Notice,
+    PromptProgressed,
     ReplyRestarted,
     StepFinished,
     StepRecord,
@@ -135,6 +136,8 @@ def _call(
     for item in engine.complete(message, max_tokens, sampling, expect):
         if isinstance(item, TextDelta):
             yield TokenText(step, item.text)
+        elif isinstance(item, PromptRead):
+            yield PromptProgressed(step, item.done, item.total)
         elif isinstance(item, Retrying):
             what = f"Step {step}" if step else "The answer"
             yield Notice(f"{what}: {item.reason}; trying again ({item.attempt}/{item.attempts}) in {item.delay:.0f}s.")

@@ -111,6 +111,16 @@ class TokenText:
 
 
 @dataclass(frozen=True)
+class PromptProgressed:
+    """The engine has read `done` of the `total` prompt tokens of step `step` (0: the final answer)
+    before writing: on a CPU a chunk's prompt takes tens of seconds."""
+
+    step: int
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class ReplyRestarted:
     """A served engine lost the reply being written and asks again: its text so far is void."""
 
@@ -256,6 +266,7 @@ Event = Union[
     ModelLoaded,
     DocumentRead,
     StepStarted,
+    PromptProgressed,
     TokenText,
     StepFinished,
     AnswerStarted,

@@ -55,6 +55,7 @@ def read_epub(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     by_id = {item.id: item for item in book.get_items()}  # get_item_with_id searches the whole list
     number = 0
     unlisted = 0
+    seen: set[str] = set()  # documents read: spine entries naming places in one ("ch1.xhtml#s2") read it once
     for idref, _linear in book.spine:  # non-linear documents (notes, answers) are read too, in place
         item = by_id.get(idref)
         if item is None:
@@ -62,6 +63,10 @@ def read_epub(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
             continue
         if getattr(item, "media_type", None) not in _DOCUMENT_TYPES or not item.content:
             continue
+        document = _path(item.file_name)
+        if document in seen:
+            continue
+        seen.add(document)
         try:
             blocks = html_blocks(decode_html(item.content, context.title, context.warn))
         except Exception as exc:  # one damaged chapter should not cost the rest of the book
@@ -155,6 +160,7 @@ def _load(file: BinaryIO, title: str) -> tuple[Any, list[str]]:
     from ebooklib import epub  # type: ignore[import-untyped]
 
     missing: list[str] = []
+    read: dict[str, bytes] = {}  # by name: items naming places in one document share its bytes
 
     class Reader(epub.EpubReader):  # type: ignore[misc]
         """ebooklib's reader, without reading media bytes and tolerating a broken table of
@@ -171,13 +177,19 @@ def _load(file: BinaryIO, title: str) -> tuple[Any, list[str]]:
                 self.zf.close()
 
         def read_file(self, name: str) -> bytes:
+            # A manifest item may name a place in a document ("ch1.xhtml#s2", as SiSU's books
+            # do for every section): that is the document, read once (see read_epub).
+            name = name.partition("#")[0]
             if name.lower().endswith(_NOT_TEXT_ENDINGS):
                 return b""
+            if name in read:
+                return read[name]
             try:
                 data: bytes = super().read_file(name)
             except KeyError:
                 missing.append(name)
-                return b""
+                data = b""
+            read[name] = data
             return data
 
         def _load_spine(self) -> None:

@@ -41,6 +41,7 @@ FORMATS: tuple[Format, ...] = (
     Format("mail", "e-mail", (".eml",), "mail:read_eml"),
     Format("msg", "Outlook message", (".msg",), "mail:read_msg"),
     Format("ipynb", "notebook", (".ipynb",), "notebook:read_notebook"),
+    Format("man", "manual page", (".man",), "man:read_man"),
     Format("image", "image", (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"), "ocr:read_image"),
 )
 
@@ -58,6 +59,10 @@ _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the compound-file header of .xls, 
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")  # "BM" (BMP) is too weak: text can begin so
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
 _HTML_HEAD = re.compile(rb"^\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>])", re.IGNORECASE | re.DOTALL)
+# A manual page: a section ending (tmux.1, printf.3p, ssl.1ssl, Tcl's .n) and troff that sets up
+# a page (.TH for man(7), .Dd/.Dt for mdoc(7), .so for a page that points at another).
+_MAN_ENDING = re.compile(r"\.(?:[1-9][a-z0-9]{0,8}|n|l)$", re.IGNORECASE)
+_MAN_HEAD = re.compile(rb"^[.'][ \t]*(?:TH|Dd|Dt|SH|Sh|so)\b", re.MULTILINE)
 _FEED_HEAD = re.compile(
     rb"^\s*(<\?xml[^>]*>\s*)?(<\?xml-stylesheet[^>]*>\s*)?(<!--.*?-->\s*)*<(rss[\s>]|feed[\s>]|rdf:RDF[\s>])", re.DOTALL
 )
@@ -84,6 +89,8 @@ def detect(name: str, head: bytes) -> str | None:
         return "rtf"
     if looks_binary(head):
         return None  # the OLE and zip families are known only by their endings
+    if _MAN_ENDING.search(name) and _MAN_HEAD.search(head):
+        return "man"
     if _HTML_HEAD.match(head):
         return "html"
     if _FEED_HEAD.match(head):
@@ -94,6 +101,11 @@ def detect(name: str, head: bytes) -> str | None:
 def looks_binary(head: bytes) -> bool:
     """A NUL byte marks binary data, except in UTF-16/32 text, where most characters have one."""
     return b"\0" in head and not head.startswith(_WIDE_BOMS)
+
+
+def is_tar(head: bytes) -> bool:
+    """Whether `head` starts a tar archive (POSIX or GNU: "ustar" at offset 257)."""
+    return head[257:262] == b"ustar"
 
 
 def legacy_format(name: str, head: bytes) -> tuple[str, str] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import math
 import zipfile
 from collections.abc import Callable, Iterator
@@ -245,14 +246,89 @@ def load_odf(file: BinaryIO, context: ReadContext, kind: str) -> Any:
 
     sink = Discard()
     try:
+        text_parts = _odf_text_parts(file, context, kind)
         # odfpy prints a part that is not well-formed XML to stdout, whole, and goes on
         with contextlib.redirect_stdout(sink):
-            document = load(file)
+            document = load(text_parts)
     except Exception as exc:  # odfpy raises KeyError, SAX errors, UnicodeDecodeError…
         raise unreadable(context.title, what_of(kind), short_reason(exc), DAMAGED_HINT) from exc
     if sink.written:
         raise unreadable(context.title, what_of(kind), "its XML is not well-formed", DAMAGED_HINT)
+    _odf_body(document)
     return document
+
+
+def _odf_body(document: Any) -> None:
+    """Point the document's `text`, `presentation` or `spreadsheet` at its body's first element.
+    odfpy takes the body's first child, which is white space where the XML is indented (as
+    SiSU's live-manual files are): such a document read as empty."""
+    for body in document.topnode.childNodes:
+        if body.nodeType == ELEMENT and body.qname == (OFFICE, "body"):
+            for child in body.childNodes:
+                if child.nodeType == ELEMENT and child.qname[0] == OFFICE:
+                    setattr(document, child.qname[1], child)
+                    return
+
+
+# The parts of an OpenDocument package that hold its text, which odfpy is given; the rest
+# (pictures, thumbnails, settings, embedded objects, caches) is never read.
+_ODF_TEXT_PARTS = ("content.xml", "styles.xml", "meta.xml")
+_MANIFEST = "META-INF/manifest.xml"
+_MIMETYPES = {
+    "odt": "application/vnd.oasis.opendocument.text",
+    "odp": "application/vnd.oasis.opendocument.presentation",
+    "ods": "application/vnd.oasis.opendocument.spreadsheet",
+}
+
+
+def _odf_text_parts(file: BinaryIO, context: ReadContext, kind: str) -> io.BytesIO:
+    """A package of the document's text parts alone, with a manifest naming just those, for
+    odfpy's `load`: it reads every part the manifest lists, pictures and thumbnails included, and
+    fails on one the package lacks, as real files do (a listed Thumbnails/thumbnail.png that is
+    not there); the text is read all the same, and the missing parts are named in a note."""
+    lean = io.BytesIO()
+    with zipfile.ZipFile(file) as package, zipfile.ZipFile(lean, "w", zipfile.ZIP_STORED) as out:
+        names = set(package.namelist())
+        if "content.xml" not in names:
+            raise unreadable(context.title, what_of(kind), "it has no content.xml", DAMAGED_HINT)
+        mimetype = _MIMETYPES[kind]
+        if "mimetype" in names:
+            mimetype = package.read("mimetype").decode("ascii", "replace").strip() or mimetype
+        missing = _odf_missing(package, names)
+        if missing:
+            shown = ", ".join(printable(name) for name in missing[:3]) + (
+                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            )
+            context.warn(f"{context.title}: its manifest lists parts it lacks ({shown}); its text is read without them")
+        out.writestr("mimetype", mimetype)
+        present = [name for name in _ODF_TEXT_PARTS if name in names]
+        entries = "".join(
+            f'<manifest:file-entry manifest:full-path="{name}" manifest:media-type="text/xml"/>' for name in present
+        )
+        out.writestr(
+            _MANIFEST,
+            '<?xml version="1.0" encoding="UTF-8"?><manifest:manifest '
+            'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0">'
+            f'<manifest:file-entry manifest:full-path="/" manifest:media-type="{mimetype}"/>{entries}</manifest:manifest>',
+        )
+        for name in present:
+            out.writestr(name, package.read(name))
+    file.seek(0)
+    lean.seek(0)
+    return lean
+
+
+def _odf_missing(package: zipfile.ZipFile, names: set[str]) -> list[str]:
+    """The files the package's manifest lists that it does not hold (its folders aside)."""
+    if _MANIFEST not in names:
+        return [_MANIFEST]
+    from odf.opendocument import manifestlist
+
+    try:
+        listed = manifestlist(package.read(_MANIFEST))
+    except Exception:  # a damaged manifest: the text parts are read all the same
+        return [_MANIFEST]
+    return sorted(name for name in listed if name != "/" and not name.endswith("/") and name not in names)
 
 
 def _check_odf_size(file: BinaryIO, context: ReadContext, kind: str) -> None:

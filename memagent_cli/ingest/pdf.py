@@ -7,6 +7,7 @@ are named in one note with the command that installs it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -131,7 +132,20 @@ def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int
         except Exception as exc:  # one damaged page should not cost the rest of the document
             warn(f"{title}: skipped page {number} ({short_reason(exc)})")
             continue
-        yield number, text  # newlines and lone surrogates are mended where every reader's parts are numbered
+        # newlines, lone surrogates and control characters are mended where every reader's parts are numbered
+        yield number, _ligatures(text)
+
+
+# TeX's OT1 fonts put the ff, fi, fl, ffi and ffl ligatures at codes 11-15; a PDF whose fonts map
+# no glyph names for them gives those codes as text ("\x0cle de\x0cnes" for "file defines"). Where
+# one stands before a lower-case letter it is such a ligature; elsewhere (an encoding table's
+# cells) it is dropped with the other control characters.
+_LIGATURE = re.compile(r"[\x0b-\x0f](?=[a-z])")
+_LIGATURES = {"\x0b": "ff", "\x0c": "fi", "\x0d": "fl", "\x0e": "ffi", "\x0f": "ffl"}
+
+
+def _ligatures(text: str) -> str:
+    return _LIGATURE.sub(lambda match: _LIGATURES[match.group()], text)
 
 
 def _needs_crypto(exc: Exception) -> bool:

@@ -15,10 +15,10 @@ import os
 import posixpath
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from ..errors import MemagentError
-from . import archive, formats
+from . import archive, compressed, formats
 from .base import (
     UNIT_SEPARATOR,
     OcrMode,
@@ -27,13 +27,16 @@ from .base import (
     ReadContext,
     Segment,
     Source,
+    Unreadable,
     Warn,
     normalise_newlines,
     open_error,
     printable,
     short_reason,
     title_of,
+    unfinished_escape,
     unreadable,
+    without_controls,
 )
 from .text import SNIFF_SIZE, ByteStream, read_stream
 
@@ -50,18 +53,56 @@ def read_source(
 ) -> Iterator[Segment]:
     """Stream `source`'s text as Segments, each tagged with `index` (its place in the list).
 
-    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each (see text.read_stream).
+    Text and stdin segments hold at most BLOCK_SIZE + 3 characters each (see text.read_stream),
+    and an escape sequence left unfinished by the block before (at most base.ESCAPE_HOLD).
     Documents with units (pages, slides, sheets, chapters) yield a segment per unit that has
     text, every one after the first starting with UNIT_SEPARATOR, so the segments still
     concatenate to the full text; units with no text (or only white space) are left out.
-    Segment text is valid Unicode (see base.printable) with "\\n" newlines.
+    Segment text is valid Unicode (see base.printable) with "\\n" newlines and no other control
+    character but tab (see base.without_controls).
 
     `stdin` is the binary stream read for the stdin source (default: sys.stdin.buffer).
-    Errors surface on the first `next()`, like the reading itself.
+    Errors surface on the first `next()`, like the reading itself. A source `found` in a folder
+    or archive that cannot be read is skipped instead, with one note through `warn` naming it and
+    the cause (what it yielded before the fault is kept); one named is an error.
     """
+    segments = _read_source(source, password, warn, stdin, index, ocr, on_ocr)
+    if not source.found:
+        yield from segments
+        return
+    started = False
+    try:
+        for segment in segments:
+            started = True
+            yield segment
+    except MemagentError as exc:
+        warn(f"skipped {'the rest of ' if started else ''}{source.title} ({_cause(exc, source.title)})")
+
+
+def _cause(exc: MemagentError, title: str) -> str:
+    """Why a document could not be read, for a note that already names it."""
+    if isinstance(exc, Unreadable):
+        return exc.reason
+    message = exc.message
+    for prefix in (f"{title}: ", f"Cannot read {title}: ", f"Cannot open {title}: "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
+def _read_source(
+    source: Source,
+    password: str | None,
+    warn: Warn,
+    stdin: ByteStream | None,
+    index: int,
+    ocr: OcrMode,
+    on_ocr: Callable[[OcrProgress], None] | None,
+) -> Iterator[Segment]:
+    name = posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path)
     context = ReadContext(
         source.title,
-        posixpath.basename(source.member[-1]) if source.member else os.path.basename(source.path),
+        compressed.inner_name(name) if _compression(source, name) else name,
         warn,
         password,
         ocr,
@@ -72,12 +113,17 @@ def read_source(
     if source.kind == "stdin":
         yield from _numbered(read_stream(stdin if stdin is not None else sys.stdin.buffer, context), index)
         return
-    with _open_document(source) as file:
+    with _open_document(source, name) as file:
         yield from _numbered(_read(file, source.kind, context), index)
 
 
+def _compression(source: Source, name: str) -> bool:
+    """Whether `source` may be a compressed file: its name says so (its bytes decide)."""
+    return source.kind != "stdin" and source.size is not None and compressed.inner_name(name) != name
+
+
 @contextlib.contextmanager
-def _open_document(source: Source) -> Iterator[BinaryIO]:
+def _open_document(source: Source, name: str) -> Iterator[BinaryIO]:
     # A text file is read unbuffered, so each read is one system call and a pipe's data is
     # passed on as soon as it arrives.
     streamed = source.kind == "text" and not source.member
@@ -85,12 +131,27 @@ def _open_document(source: Source) -> Iterator[BinaryIO]:
         file = open(source.path, "rb", buffering=0 if streamed else -1)
     except (OSError, ValueError) as exc:  # ValueError: see _stat_named
         raise open_error(source.path, exc) from exc
-    with file:
-        if not source.member:
-            yield file
-            return
-        with archive.open_member(file, source.member, title_of(source.path), source.title) as member:
-            yield member  # type: ignore[misc]  # a SpooledTemporaryFile reads and seeks as a BinaryIO
+    with contextlib.ExitStack() as stack:
+        document: BinaryIO = stack.enter_context(file)
+        if source.member:
+            member = archive.open_member(file, source.member, title_of(source.path), source.title)
+            document = cast(BinaryIO, stack.enter_context(member))  # a SpooledTemporaryFile reads and seeks as one
+        if _compression(source, name):
+            method = compressed.method(name, _head(document))
+            if method is not None:
+                inside = compressed.opened(document, method, source.title, seekable=source.kind != "text")
+                document = stack.enter_context(inside)
+        yield document
+
+
+def _head(file: BinaryIO) -> bytes:
+    """A regular file's first bytes, the file left where it was (at its start)."""
+    start = file.tell()
+    head = b""
+    while len(head) < compressed.MAGIC_SIZE and (block := file.read(compressed.MAGIC_SIZE - len(head))):
+        head += block
+    file.seek(start)
+    return head
 
 
 def _read(file: BinaryIO, kind: str, context: ReadContext) -> Iterator[Part]:
@@ -138,10 +199,26 @@ def _read_nested(file: BinaryIO, name: str, context: ReadContext) -> Iterator[Pa
 
 
 def _numbered(parts: Iterable[Part], index: int) -> Iterator[Segment]:
-    """Parts to Segments: offsets counted, units separated, blank units dropped."""
+    """Parts to Segments: offsets counted, units separated, blank units dropped, control
+    characters removed (base.without_controls; an escape sequence a streamed block ends in is
+    held back until the next block finishes it)."""
     offset = 0
+    held = Part("")  # the unfinished escape sequence a joined part ended in
     for part in parts:
         text = printable(normalise_newlines(part.text))
+        if held.text and part.joined:
+            text = held.text + text
+        elif held.text:  # a new unit: what was held ends the last one
+            last = without_controls(held.text)
+            if last:
+                yield Segment(index, last, offset, held.place)
+                offset += len(last)
+        held = Part("")
+        if part.joined:
+            cut = unfinished_escape(text)
+            if cut < len(text):
+                text, held = text[:cut], Part(text[cut:], part.place, True)
+        text = without_controls(text)
         if not part.joined:
             if not text.strip():
                 continue
@@ -151,3 +228,6 @@ def _numbered(parts: Iterable[Part], index: int) -> Iterator[Segment]:
             continue
         yield Segment(index, text, offset, part.place)
         offset += len(text)
+    last = without_controls(held.text)
+    if last:
+        yield Segment(index, last, offset, held.place)

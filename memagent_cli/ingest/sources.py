@@ -5,7 +5,8 @@ This module owns collecting, and is the package's front door:
 * `collect_sources` turns command-line paths (files, folders, zip archives, "-" for standard
   input) into an ordered list of `Source`s, deciding each document's format (formats.detect) and
   refusing what memagent cannot read, before any model work starts. An archive is read like a
-  folder: each document inside it is a source of its own, titled "archive.zip/inner/a.docx".
+  folder: each document inside it is a source of its own, titled "archive.zip/inner/a.docx". A
+  compressed file ("build.log.gz", compressed.py) is one source, of the kind of the file inside.
 * `read_source` (from `reading`, where it lives) streams one source's text as `Segment`s: it
   opens the file (or the archive member), hands it to its format's reader (one module per
   format family in this package) and numbers the reader's parts with character offsets.
@@ -20,16 +21,17 @@ pages that fail) are reported through the `warn` callback, one line each.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import posixpath
 import stat
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
 from ..errors import EXIT_USAGE, MemagentError
-from . import archive, formats
+from . import archive, compressed, formats
 from .base import STDIN_PATH, OcrMode, Segment, Source, Warn, open_error, os_reason, printable, short_reason, title_of
 from .reading import read_source
 from .text import SNIFF_SIZE, ByteStream
@@ -59,8 +61,11 @@ def collect_sources(
     name sorts. Inside folders, hidden entries (name starts with "."), binary files, special
     files and folders reached twice (symlink loops) are skipped with a note through `warn`.
     A zip archive (named, or in a folder) is read like a folder, its members in sorted order,
-    with the same patterns and rules, within the ARCHIVE_* bounds. Image files need OCR: with
+    with the same patterns and rules, within the ARCHIVE_* bounds. A compressed file (gzip, bzip2,
+    xz; zstd on Python 3.14+) is judged by the file inside it. Image files need OCR: with
     `ocr` "never", or without the ocr extra, they are refused when named and skipped in folders.
+    Sources found in folders and archives are marked `found`: one that then cannot be read is
+    skipped with a note (see read_source), while a file named directly is an error.
 
     `include`/`exclude` are fnmatch-style patterns matched against a file's path relative to
     the named folder (with "/" separators) and against its bare name; with no include
@@ -191,7 +196,7 @@ class _Collector:
             head = _sniff(path)
         except OSError as exc:
             raise open_error(path, exc) from exc
-        kind = formats.detect(path, head)
+        kind, refusal = self._judge(os.path.basename(path), head, lambda: open(path, "rb"))
         if kind == formats.ARCHIVE:
             if self._add_archive(path, title_of(path), os.path.basename(path), named=True) == 0:
                 raise MemagentError(
@@ -199,11 +204,36 @@ class _Collector:
                     hint="It has no documents memagent reads, or --include/--exclude left none out",
                 )
             return
-        refusal = self._refusal(kind, path, head)
         if refusal is not None:
             raise MemagentError(f"{printable(path)}: {refusal.message}", hint=refusal.hint)
         assert kind is not None
         self.sources.append(Source(path, title_of(path), kind, info.st_size))
+
+    def _judge(self, name: str, head: bytes, reopen: Callable[[], IO[bytes]]) -> tuple[str | None, _Refusal | None]:
+        """The kind of the document called `name` whose first bytes are `head`, or why it is
+        not read. A compressed file (compressed.method) is judged by the file inside it, whose
+        first bytes are read through `reopen` (the file's bytes from the start)."""
+        method = compressed.method(name, head)
+        if method is None:
+            kind = formats.detect(name, head)
+            return kind, (None if kind == formats.ARCHIVE else self._refusal(kind, name, head))
+        if not compressed.available(method):
+            return None, _Refusal(compressed.UNAVAILABLE, compressed.UNAVAILABLE, compressed.UNAVAILABLE_HINT)
+        try:
+            with reopen() as raw:
+                head = compressed.peek(raw, method, SNIFF_SIZE)
+        except compressed.Damaged as exc:
+            said = f"not readable: {exc}"
+            return None, _Refusal(said, said, "Check that it is a complete, undamaged file")
+        except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError) as exc:
+            said = f"cannot be read: {short_reason(exc)}"
+            return None, _Refusal(said, said, "Check that it is a complete, undamaged file")
+        name = compressed.inner_name(name)
+        kind = formats.detect(name, head)
+        if kind == formats.ARCHIVE:
+            said = f"a {method}-compressed archive, which memagent does not open"
+            return None, _Refusal(said, said, f"Decompress it and name {printable(posixpath.basename(name))}")
+        return kind, self._refusal(kind, name, head)
 
     def _refusal(self, kind: str | None, name: str, head: bytes) -> _Refusal | None:
         """Why a document of `kind` cannot be read here, and what to do; None if it can."""
@@ -212,6 +242,9 @@ class _Collector:
             if legacy is not None:
                 said = f"{legacy[0]} format, which memagent cannot read"
                 return _Refusal(said, said, f"Save it as {legacy[1]} and name that file")
+            if formats.is_tar(head):
+                said = "a tar archive, which memagent does not open"
+                return _Refusal(said, said, "Extract it (tar -xf) and name the folder")
             return _Refusal(
                 "binary",
                 "looks like a binary file of a kind memagent does not read",
@@ -302,15 +335,14 @@ class _Collector:
         except OSError as exc:
             skipped.add(os_reason(exc), name)
             return None
-        kind = formats.detect(name, head)
+        kind, refusal = self._judge(name, head, lambda: open(entry.path, "rb"))
         if kind == formats.ARCHIVE:
             return _Archive(name)
-        refusal = self._refusal(kind, name, head)
         if refusal is not None:
             skipped.add(refusal.note, name)
             return None
         assert kind is not None
-        return Source(entry.path, title_of(entry.path), kind, info.st_size)
+        return Source(entry.path, title_of(entry.path), kind, info.st_size, found=True)
 
     def _add_archive(self, path: str, title: str, rel: str, *, named: bool) -> int:
         """Add the documents inside the zip archive at `path`; return how many were found. A zip
@@ -359,7 +391,7 @@ class _Collector:
                 except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError) as exc:
                     skipped.add(f"cannot be read: {short_reason(exc)}", name)
                     continue
-                kind = formats.detect(base, head)
+                kind, refusal = self._judge(base, head, functools.partial(members.archive.open, info))
                 member_title = f"{title}/{printable(name)}"
                 if kind == formats.ARCHIVE:
                     if depth >= archive.MAX_DEPTH:
@@ -371,12 +403,11 @@ class _Collector:
                     except archive.Refused as refused:
                         skipped.add(str(refused), name)
                     continue
-                refusal = self._refusal(kind, base, head)
                 if refusal is not None:
                     skipped.add(refusal.note, name)
                     continue
                 assert kind is not None
-                self.sources.append(Source(path, member_title, kind, info.file_size, prefix + (name,)))
+                self.sources.append(Source(path, member_title, kind, info.file_size, prefix + (name,), found=True))
                 found += 1
         skipped.report(self._warn)
         return found

@@ -52,10 +52,26 @@ _UNPARSABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _DATA_URI = re.compile(rb"(data:[A-Za-z0-9/+.;=-]{0,100};base64,)[A-Za-z0-9+/=\s]{256,}")
 
 
+# A heading's or definition's permalink: Sphinx's and MkDocs' <a class="headerlink">¶</a>, and any
+# link to a place in the page whose whole text is one such mark (¶ § # 🔗 ⚓), as Docusaurus,
+# rustdoc, Hugo and others write them. The mark is no text of the page; trafilatura keeps it.
+_PERMALINK = re.compile(
+    r"""<a\s(?=[^>]*(?:\bclass\s*=\s*["']?[^"'>]*\b(?:headerlink|hash-link|anchor-link|doc-anchor|anchorjs-link)\b"""
+    r"""|\bhref\s*=\s*["']?\#))[^>]*>\s*(?:¶|§|\#|🔗|⚓|&para;|&sect;|&\#0*182;|&\#0*167;|&\#x0*b6;|&\#x0*a7;|\u200b)?\s*</a\s*>""",
+    re.IGNORECASE,
+)
+
+
+def drop_permalinks(text: str) -> str:
+    """HTML without its headings' permalink marks (see _PERMALINK)."""
+    return _PERMALINK.sub("", text) if "</a" in text or "</A" in text else text
+
+
 def decode_html(data: bytes, title: str, warn: Warn) -> str:
     """A page's bytes as text: by its byte-order mark, else its declared charset, else UTF-8,
     else the encoding charset-normalizer detects (said in a note). The XML declaration is
-    removed (lxml refuses a string that has one) and so are characters lxml cannot take."""
+    removed (lxml refuses a string that has one) and so are characters lxml cannot take, and
+    headings' permalink marks (drop_permalinks)."""
     data = _DATA_URI.sub(rb"\1", data)
     text = None
     for bom, encoding in _BOMS:
@@ -80,7 +96,7 @@ def decode_html(data: bytes, title: str, warn: Warn) -> str:
             warn(f"{title} is not UTF-8 and declares no encoding; decoded as {detected} (detected)")
             text = data.decode(detected, "replace")
     text = _XML_DECLARATION.sub("", text, count=1)
-    return _UNPARSABLE.sub("", text)
+    return drop_permalinks(_UNPARSABLE.sub("", text))
 
 
 def _declared_encoding(head: bytes) -> str | None:
@@ -355,7 +371,7 @@ def join_blocks(blocks: list[Block]) -> str:
 
 def html_to_text(text: str) -> str:
     """HTML (a document or a fragment, decoded) as plain text with its headings marked."""
-    return join_blocks(html_blocks(_UNPARSABLE.sub("", text)))
+    return join_blocks(html_blocks(drop_permalinks(_UNPARSABLE.sub("", text))))
 
 
 def _shown(block: Block) -> str:

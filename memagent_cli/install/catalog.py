@@ -40,6 +40,7 @@ class Entry:
     quantizations: dict[str, Quantization]  # tag -> {"size": bytes, "sha256": optional}
     notes: str = ""
     protocol: str = "memagent"  # the memory-agent protocol the model was trained on (core/protocols.py)
+    weights_size: int | None = None  # bytes of the published safetensors, approximately: what converting downloads
 
     def size(self, quant: str) -> int | None:
         return (self.quantizations.get(quant) or {}).get("size")
@@ -68,6 +69,7 @@ def entries() -> dict[str, Entry]:
             quantizations=dict(e["quantizations"]),
             notes=e.get("notes", ""),
             protocol=e.get("protocol", "memagent"),
+            weights_size=e.get("weights_size"),
         )
     return out
 

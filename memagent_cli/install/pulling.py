@@ -248,6 +248,19 @@ def _conversion_plan(
     )
 
 
+def catalog_plan(name: str) -> Plan | None:
+    """What getting a catalog model costs, from the catalog's own numbers, with no network: the
+    conversion of its published weights, what a pull does when no GGUF build is found (the most it
+    costs). None for a model the catalog gives no weights size for."""
+    from .hub import HubFile
+
+    entry, quant = catalog.require(name)
+    if entry.weights_size is None:
+        return None
+    listing = [HubFile(entry.weights, "model.safetensors", entry.weights_size, None, "main")]
+    return _convert_plan_hub(entry.weights, listing, quant, catalog.canonical(name))
+
+
 def _checkpoint_files(files: list[HubFile]) -> list[HubFile]:
     """The files a conversion reads: metadata, and the shards the index names (or the one safetensors)."""
     names = {f.filename: f for f in files}

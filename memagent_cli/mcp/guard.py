@@ -107,12 +107,12 @@ def check_named(paths: Sequence[str], roots: Roots, cwd: str) -> list[str]:
         absolute = os.path.normpath(joined)
         why = roots.why_not(real)
         if why is not None:
-            problems.append(f"{shown} {_through(absolute, real)}is {why}")
+            problems.append(f"{shown} {_through(path, absolute, real)}is {why}")
             continue
         try:
             info = os.stat(real)
         except OSError as exc:
-            problems.append(f"{shown} cannot be opened: {exc.strerror or exc}")
+            problems.append(f"{shown} {_through(path, absolute, real)}cannot be opened: {exc.strerror or exc}")
             continue
         if stat.S_ISDIR(info.st_mode):
             problems += _walk(real, shown, roots, budget)
@@ -125,9 +125,12 @@ def check_named(paths: Sequence[str], roots: Roots, cwd: str) -> list[str]:
     return real_paths
 
 
-def _through(absolute: str, real: str) -> str:
-    """How a path got where it points, when a link (or `..`) took it elsewhere."""
-    return f"(it leads to {printable(real)}) " if absolute != real else ""
+def _through(path: str, absolute: str, real: str) -> str:
+    """Where a path named was taken to be, when that is not what it says: a link (or `..`) that
+    took it elsewhere, or a relative path resolved from the server's directory."""
+    if absolute != real:
+        return f"(it leads to {printable(real)}) "
+    return f"(resolved as {printable(absolute)}) " if path != absolute else ""
 
 
 def _walk(folder: str, shown: str, roots: Roots, budget: list[int]) -> list[str]:

@@ -93,6 +93,6 @@ def backend(kind: str) -> type[EngineOptions]:
     """The options type of the backend named `kind`; a usage error names the known ones."""
     known = backends()
     if kind not in known:
-        names = " or ".join(f"--engine {name}" for name in known)
+        names = " or ".join(f"--engine {name}" + (" (the default)" if name == "llama" else "") for name in known)
         raise MemagentError(f"Unknown engine {kind!r}.", f"Use {names}.", exit_code=EXIT_USAGE)
     return known[kind]

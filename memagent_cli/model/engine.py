@@ -1,5 +1,5 @@
 """The `Engine` protocol: one chat request in, streamed text out; and the records every engine
-shares (`Sampling` in; `TextDelta`, `Retrying`, `CompletionDone` out).
+shares (`Sampling` in; `PromptRead`, `TextDelta`, `Retrying`, `CompletionDone` out).
 
 The agent loop sees only this protocol (a user message, a token budget, sampling settings), so a
 served model (vLLM, llama-server: `served/`) can stand in for the embedded llama.cpp engine
@@ -24,6 +24,15 @@ class TextDelta:
     """The next piece of the reply, as the engine writes it."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class PromptRead:
+    """The engine has read `done` of the prompt's `total` tokens (a CPU takes tens of seconds over
+    a chunk's thousands before the first token comes): told between parts of the prompt."""
+
+    done: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class CompletionDone:
     accepted_tokens: int = 0  # of those, the tokens the model chose itself (each saved one decode)
 
 
-Completion = Union[TextDelta, Retrying, CompletionDone]
+Completion = Union[TextDelta, PromptRead, Retrying, CompletionDone]
 
 
 class Engine(Protocol):

@@ -21,7 +21,7 @@ from ..errors import MemagentError
 from .backends import EngineOptions, register
 from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
 from .chat import ChatFormat
-from .engine import Completion, CompletionDone, Sampling, TextDelta
+from .engine import Completion, CompletionDone, PromptRead, Sampling, TextDelta
 from .gguf import GGUFInfo
 from .memory import available_memory, check_context_fits, model_memory
 from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
@@ -118,6 +118,9 @@ class EmbeddedOptions(EngineOptions):
         )
 
 
+PROMPT_PART = 512  # prompt tokens read between two PromptRead: llama.cpp's physical batch (n_ubatch)
+
+
 class LlamaEngine:
     """A GGUF model run in-process by llama.cpp."""
 
@@ -154,20 +157,7 @@ class LlamaEngine:
         if not (default_batch(bool(offload) and gpu_layers != 0) if batch is None else batch):
             sequences = 1
         n_layer = info.arch_get("block_count", 0)
-        gpu_free: int | None = None
-        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory, then as many sequences
-            from .gpu import fit_sequences
-
-            sequences, plan = fit_sequences(info, n_ctx, sequences, offload_supported=bool(offload))
-            self.gpu_layers, self.gpu_reason, gpu_free = plan.layers, plan.reason, plan.free_bytes
-        else:
-            self.gpu_layers = gpu_layers if offload else 0
-            self.gpu_reason = f"--gpu-layers {gpu_layers}" if offload else "CPU only: this build cannot offload to a GPU"
-            if self.gpu_layers != 0:
-                from .gpu import gpu_devices
-
-                known = [d.free for d in gpu_devices() if d.free is not None]
-                gpu_free = sum(known) if known else None
+        sequences, gpu_free = self._plan_layers(gpu_layers, sequences, bool(offload))
         sequences = _sequences_that_fit(info, n_ctx, sequences, self.gpu_layers, gpu_free)
         self.threads = threads or default_threads()
         self.on_gpu = bool(offload) and self.gpu_layers != 0
@@ -180,33 +170,8 @@ class LlamaEngine:
             self.description = f"GPU ({layers}/{n_layer} layers offloaded{fa})"
         else:
             self.description = f"CPU ({self.threads} thread{'s' if self.threads > 1 else ''}{fa})"
-        # verbose=True keeps llama-cpp-python from redirecting file descriptors 1 and 2 to
-        # /dev/null during the load (which would swallow our live view); its Python-side
-        # chatter goes to a buffer, and llama.cpp's own log goes through our callback.
-        chatter = io.StringIO()
-        self._llm: llama_cpp.Llama | None  # None once closed
-        try:
-            with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
-                # With several sequences the replies run in a context of their own (batched.py);
-                # llama-cpp-python's is then only a small one it insists on making.
-                own_ctx = n_ctx if sequences == 1 else 64
-                self._llm = llama_cpp.Llama(
-                    model_path=str(info.path),
-                    n_ctx=own_ctx,
-                    n_batch=min(2048, own_ctx),
-                    n_ubatch=512,
-                    n_gpu_layers=self.gpu_layers,
-                    n_threads=self.threads,
-                    n_threads_batch=max(self.threads, available_cores()),
-                    flash_attn=self.flash_attn,
-                    verbose=True,
-                )
-        except ValueError as exc:
-            reason = log_reason()
-            raise MemagentError(
-                f"llama.cpp could not load {info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
-                _load_hint(reason, info, n_ctx),
-            ) from None
+        self._llm: llama_cpp.Llama | None = None  # None once closed
+        self._llm = self._load(n_ctx if sequences == 1 else 64)
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         self.speculate = default_speculate(self.on_gpu) if speculate is None else speculate
         self.draft_policy = DraftPolicy()  # what checking drafts costs on this machine, learnt as it runs
@@ -227,6 +192,53 @@ class LlamaEngine:
                 speculate=self.speculate,
             )
             self.description += f", {sequences} sequences batched"
+
+    def _plan_layers(self, gpu_layers: int | None, sequences: int, offload: bool) -> tuple[int, int | None]:
+        """Sets the layers to offload and why; returns the sequences that fit and the GPU's free
+        bytes (None: not known, or no GPU in play)."""
+        if gpu_layers is None:  # auto: as many layers as fit in free GPU memory, then as many sequences
+            from .gpu import fit_sequences
+
+            sequences, plan = fit_sequences(self.info, self.n_ctx, sequences, offload_supported=offload)
+            self.gpu_layers, self.gpu_reason = plan.layers, plan.reason
+            return sequences, plan.free_bytes
+        self.gpu_layers = gpu_layers if offload else 0
+        self.gpu_reason = f"--gpu-layers {gpu_layers}" if offload else "CPU only: this build cannot offload to a GPU"
+        if self.gpu_layers == 0:
+            return sequences, None
+        from .gpu import gpu_devices
+
+        known = [d.free for d in gpu_devices() if d.free is not None]
+        return sequences, sum(known) if known else None
+
+    def _load(self, own_ctx: int) -> llama_cpp.Llama:
+        """llama-cpp-python's model and context. With several sequences the replies run in a context
+        of their own (batched.py); llama-cpp-python's is then only a small one it insists on making."""
+        import llama_cpp
+
+        # verbose=True keeps llama-cpp-python from redirecting file descriptors 1 and 2 to
+        # /dev/null during the load (which would swallow our live view); its Python-side
+        # chatter goes to a buffer, and llama.cpp's own log goes through our callback.
+        chatter = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
+                return llama_cpp.Llama(
+                    model_path=str(self.info.path),
+                    n_ctx=own_ctx,
+                    n_batch=min(2048, own_ctx),
+                    n_ubatch=PROMPT_PART,
+                    n_gpu_layers=self.gpu_layers,
+                    n_threads=self.threads,
+                    n_threads_batch=max(self.threads, available_cores()),
+                    flash_attn=self.flash_attn,
+                    verbose=True,
+                )
+        except ValueError as exc:
+            reason = log_reason()
+            raise MemagentError(
+                f"llama.cpp could not load {self.info.path.name}" + (f": {reason}" if reason else f" ({exc})"),
+                _load_hint(reason, self.info, self.n_ctx),
+            ) from None
 
     def close(self) -> None:
         import llama_cpp
@@ -282,7 +294,11 @@ class LlamaEngine:
             return
         start = time.perf_counter()
         cached = self._reuse_prefix(prompt)
-        llm.eval(prompt[cached:])
+        # In parts of a physical batch (what llama.cpp decodes at once anyway), each told: the
+        # view moves while a CPU reads a chunk's thousands of tokens.
+        for at in range(cached, len(prompt), PROMPT_PART):
+            llm.eval(prompt[at : at + PROMPT_PART])
+            yield PromptRead(min(at + PROMPT_PART, len(prompt)), len(prompt))
         prompt_done = time.perf_counter()
         chain = self._sampler(sampling)
         decoder = StreamDecoder(self.tokenizer)

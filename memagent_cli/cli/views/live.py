@@ -24,6 +24,7 @@ from ...core.events import (
     ModelLoaded,
     Notice,
     OcrProgressed,
+    PromptProgressed,
     ReplyRestarted,
     RunFinished,
     RunResult,
@@ -37,6 +38,7 @@ from ...core.protocols import get as get_protocol
 from ..textout import clip, visible
 
 FPS = 8
+TICKS = 2  # redraws a second with no event, so the clock moves while a CPU reads a long prompt
 MEMORY_LINES = 12  # lines of the memory shown while it is written
 PLAN_LINES = 4  # lines of a qwenlong plan shown under the memory
 MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to many rows
@@ -75,7 +77,6 @@ class LiveView:
         self.console = console
         self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.take_gpu_hint)
         self.interval = 1.0 / fps
-        self.live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False)
         self.header = Text("memagent")
         self.started = time.perf_counter()
         self.step = 0
@@ -88,6 +89,8 @@ class LiveView:
         self.streaming = False
         self.phase = "loading model"
         self.step_seconds: list[float] = []
+        self.step_started = time.perf_counter()
+        self.prompt_read: tuple[int, int] | None = None  # (done, total) tokens of the prompt being read
         self.prompt_rate: float | None = None
         self.gen_rate: float | None = None
         self.memory = ""
@@ -96,6 +99,17 @@ class LiveView:
         self.pending: list[RenderableType] = []  # lines to print above the view at the next frame
         self.ocr: str | None = None  # the OCR progress line, while a document's pages are recognised
         self.last_draw = 0.0
+        # Events redraw the view (at most `fps` times a second); between them a timer redraws it
+        # TICKS times a second, so the clock and the prompt's progress never look frozen.
+        self.live = Live(
+            console=console,
+            auto_refresh=console.is_terminal,
+            refresh_per_second=TICKS,
+            get_renderable=self.render,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
 
     # -- event handling ------------------------------------------------------------------------
 
@@ -157,8 +171,13 @@ class LiveView:
         self.tokens_read = e.tokens_read
         self.writing = []
         self.streamed, self.streaming, self.first_piece_at = 0, True, None
+        self.step_started, self.prompt_read = time.perf_counter(), None
         where = visible(e.chunk.describe())
         self.phase = f"step {e.index}: reading {where}"
+        self._draw()
+
+    def _on_PromptProgressed(self, e: PromptProgressed) -> None:
+        self.prompt_read = (e.done, e.total) if e.done < e.total else None
         self._draw()
 
     def _on_TokenText(self, e: TokenText) -> None:
@@ -207,6 +226,7 @@ class LiveView:
     def _on_AnswerStarted(self, e: AnswerStarted) -> None:
         self.writing = []
         self.streamed, self.streaming, self.first_piece_at = 0, True, None
+        self.prompt_read = None
         self.phase = "answering from the memory"
         self._draw()
 
@@ -237,29 +257,36 @@ class LiveView:
             for renderable in self.pending:
                 self.live.console.print(renderable)
             self.pending.clear()
-            self.live.update(self.render(), refresh=True)
+            self.live.refresh()
 
     def _eta(self) -> float | None:
-        if not self.total_steps or not self.step_seconds:
+        """Seconds left for the steps, from their average so far less what the current one has
+        taken; None (shown -:--) when unknown, or when the estimate has run out before the end:
+        never 0:00 while a step is still going."""
+        if not self.total_steps or not self.step_seconds or not self.streaming or self.phase.startswith("answer"):
             return None
         average = sum(self.step_seconds) / len(self.step_seconds)
-        return average * max(self.total_steps - len(self.step_seconds), 0)
+        left = average * max(self.total_steps - len(self.step_seconds), 0) - (time.perf_counter() - self.step_started)
+        return left if left >= 1 else None
 
     def progress(self) -> Table:
         total = self.total_steps
         done = len(self.step_seconds)
         grid = Table.grid(padding=(0, 1))
         tokens = f"{self.tokens_read:,}/{self.document_tokens:,}" if self.document_tokens else f"{self.tokens_read:,}/…"
+        tokens += " tokens"
         rates = []
         if self.prompt_rate:
             rates.append(f"prompt {self.prompt_rate:,.0f}")
         gen = self._live_rate() or self.gen_rate
         if gen:
             rates.append(f"gen {gen:,.0f}" if gen >= 100 else f"gen {gen:.1f}")
+        if self.prompt_read is not None:  # a CPU reads a chunk's prompt for tens of seconds before writing
+            tokens += f" · prompt {self.prompt_read[0]:,}/{self.prompt_read[1]:,} read"
         grid.add_row(
             Text(f"Step {self.step}/{total if total else '?'}", style="bold"),
             ProgressBar(total=total or 100, completed=done if total else 0, width=24, pulse=not total),
-            Text(f"{tokens} tokens", style="cyan"),
+            Text(tokens, style="cyan"),
             Text(f"{duration_text(time.perf_counter() - self.started)} · ETA {duration_text(self._eta())}", style="dim"),
             Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
         )
