@@ -115,7 +115,7 @@ def test_directory_and_pdf_sources(tmp_path, models):
 @pytest.mark.parametrize(
     "args, code, message",
     [
-        (["ask", "doc.txt", "q"], 2, "is not installed. Run: memagent models pull memagent-7b:q4_k_m"),
+        (["ask", "doc.txt", "q"], 2, "is not installed. Get it with: memagent models pull memagent-7b:q4_k_m"),
         (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
         (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
