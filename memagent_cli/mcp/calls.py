@@ -197,6 +197,12 @@ class _Progress:
             self.done[told.run] = max(self.done[told.run], told.step + 0.5)
             await self._send(f"{label}writing the answer ({told.tokens:,} tokens read)")
             return
+        if told.kind == "prompt" and told.read is not None:  # within step `step`: half of it is reading its prompt
+            read, prompt = told.read
+            self.done[told.run] = max(self.done[told.run], told.step - 1 + 0.5 * read / prompt)
+            steps = f"step {told.step} of {told.total}" if told.total else f"step {told.step}"
+            await self._send(f"{label}{steps}: reading its prompt, {read:,} of {prompt:,} tokens")
+            return
         self.done[told.run] = max(self.done[told.run], float(told.step))
         left = f", about {_duration(told.eta)} left" if told.eta is not None else ""
         steps = f"step {told.step} of {told.total}" if told.total else f"step {told.step}"

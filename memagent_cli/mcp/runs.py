@@ -28,6 +28,7 @@ from ..core.events import (
     DocumentRead,
     Event,
     Notice,
+    PromptProgressed,
     RunFinished,
     RunResult,
     RunStarted,
@@ -53,7 +54,8 @@ ETA_WINDOW = 50  # the last steps whose pace predicts the rest
 @dataclass(frozen=True)
 class Told:
     """What a run tells while it goes, from its worker thread. `kind`: "step" (step `step` of
-    `total` done, `tokens` read, `eta` seconds left), "memory" (`text`, the memory after step
+    `total` done, `tokens` read, `eta` seconds left), "prompt" (step `step` has read `read` of its
+    prompt's tokens: a CPU takes tens of seconds before it writes), "memory" (`text`, the memory after step
     `step`), "answer" (the answer is being written), "note" (`text` at `level`)."""
 
     run: int
@@ -64,6 +66,7 @@ class Told:
     eta: float | None = None
     text: str = ""
     level: str = "info"
+    read: tuple[int, int] | None = None  # kind "prompt": (read, of) tokens of step `step`'s prompt
 
 
 class SharedModel:
@@ -267,6 +270,8 @@ class _Tracker:
             self.tell(Told(self.index, "step", step.index, self.total, self.tokens, eta))
             if not event.replayed:
                 self.tell(Told(self.index, "memory", step.index, self.total, text=step.memory))
+        elif isinstance(event, PromptProgressed) and event.step > 0 and event.done < event.total:
+            self.tell(Told(self.index, "prompt", event.step, self.total, self.tokens, read=(event.done, event.total)))
         elif isinstance(event, AnswerStarted):
             self.tell(Told(self.index, "answer", self.total or 0, self.total, self.tokens))
 

@@ -101,10 +101,13 @@ class JobView(RowsView):
         parts = [f"runs {self._count()}", f"{self.tokens:,} tokens read"]
         if self.failed:
             parts.append(f"{self.failed} failed")
-        # Runs in flight count for the share of their steps done, so the estimate moves between answers.
-        progress = self.done + sum(r.step / r.total for r in self.rows.values() if r.total)
+        # Runs in flight count for the share of their steps done, so the estimate moves between answers;
+        # an estimate that has run out is not said (never "ETA 0:00" with a run still going).
+        progress = self.done + sum(r.share_done() for r in self.rows.values())
         if self.total is not None and progress > 0 and self.done < self.total:
-            parts.append(f"ETA {duration_text(elapsed / progress * (self.total - progress))}")
+            left = elapsed / progress * (self.total - progress)
+            if left >= 1:
+                parts.append(f"ETA {duration_text(left)}")
         parts.append(f"elapsed {duration_text(elapsed)}")
         return " · ".join(parts)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -17,13 +18,14 @@ from ...core.events import (
     Event,
     Notice,
     OcrProgressed,
+    PromptProgressed,
     ReplyRestarted,
     StepFinished,
     StepStarted,
     TokenText,
 )
 from ..textout import visible
-from .live import FPS, ocr_line
+from .live import FPS, TICKS, ocr_line
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Row:
     memory: str = ""
     writing: list[str] = field(default_factory=list)
     answer: str | None = None
+    prompt: tuple[int, int] | None = None  # (read, of) tokens of the prompt being read, before writing
 
     def follow(self, event: Event) -> None:
         """Moves the row on by one of its run's events, up to its answer (whose end each view shows its own way)."""
@@ -45,17 +48,33 @@ class Row:
         elif isinstance(event, StepStarted):
             self.step, self.state, self.writing = event.index, "reading", []
             self.total = event.total_steps or self.total
+        elif isinstance(event, PromptProgressed):
+            self.prompt = (event.done, event.total) if event.done < event.total else None
         elif isinstance(event, TokenText):
+            self.prompt = None
             self.writing.append(event.text)
         elif isinstance(event, ReplyRestarted):
             self.writing = []  # the reply is asked for again, from its start
         elif isinstance(event, StepFinished):
             self.memory = event.step.memory
         elif isinstance(event, AnswerStarted):
-            self.state, self.writing = "answering", []
+            self.state, self.writing, self.prompt = "answering", [], None
 
     def where(self) -> str:
-        return f"step {self.step}/{self.total or '?'}" if self.state == "reading" else self.state
+        if self.state != "reading":
+            return self.state
+        read = f" · prompt {self.prompt[0]:,}/{self.prompt[1]:,}" if self.prompt is not None else ""
+        return f"step {self.step}/{self.total or '?'}{read}"
+
+    def share_done(self) -> float:
+        """How much of its run is done, 0 to 1: its finished steps, the current step's prompt read
+        (as half the step), with the answer counted as one step more. Never 1 before the end."""
+        if not self.total:
+            return 0.0
+        if self.state == "answering":
+            return self.total / (self.total + 1)
+        current = 0.5 * self.prompt[0] / self.prompt[1] if self.prompt is not None and self.prompt[1] else 0.0
+        return (max(self.step - 1, 0) + current) / (self.total + 1)
 
     def latest(self) -> str:
         """The memory being written, else the last one written."""
@@ -71,13 +90,29 @@ def rows_table(name_width: int | None = None) -> Table:
     return table
 
 
+class _Drawn:
+    """A renderable drawn anew each time it is shown (by an event, or by the timer)."""
+
+    def __init__(self, draw: Callable[[], RenderableType]):
+        self.draw = draw
+
+    def __rich__(self) -> RenderableType:
+        return self.draw()
+
+
 class RowsView:
     """Draws `_render()` live on a terminal (`live`), at most `fps` times a second, and says lines
     above it (or alone, elsewhere)."""
 
     def __init__(self, console: Console, *, live: bool, fps: float = FPS):
         self.console = console
-        self.live = Live(console=console, auto_refresh=False, transient=False) if live else None
+        # On a terminal a timer redraws the table TICKS times a second too, so its clock moves
+        # while every run reads a long prompt.
+        self.live = (
+            Live(_Drawn(self._render), console=console, auto_refresh=True, refresh_per_second=TICKS, transient=False)
+            if live
+            else None
+        )
         self.interval = 1.0 / fps
         self.last_draw = 0.0
         self.seen: set[str] = set()
@@ -89,7 +124,7 @@ class RowsView:
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
-            self.live.update(self._render(), refresh=True)
+            self.live.refresh()
             self.live.stop()
 
     def _render(self) -> RenderableType:
@@ -100,7 +135,7 @@ class RowsView:
         if self.live is None or now - self.last_draw < self.interval:
             return
         self.last_draw = now
-        self.live.update(self._render(), refresh=True)
+        self.live.refresh()
 
     def _say(self, text: str) -> None:
         console = self.live.console if self.live is not None else self.console
