@@ -242,12 +242,14 @@ def codeword_prompts(n: int) -> list[str]:
 
 def reply(engine, message: str, max_tokens: int = 32, temperature: float = 0.0, seed: int | None = 3, expect: str = ""):
     """One complete() call to its CompletionDone, checking the streamed text adds up to it."""
-    from memagent_cli.model.engine import CompletionDone, Sampling, TextDelta
+    from memagent_cli.model.engine import CompletionDone, PromptRead, Sampling, TextDelta
 
     streamed, done = [], None
     for item in engine.complete(message, max_tokens, Sampling(temperature=temperature, seed=seed), expect):
         if isinstance(item, TextDelta):
             streamed.append(item.text)
+        elif isinstance(item, PromptRead):
+            assert not streamed and done is None and 0 < item.done <= item.total  # the prompt is read first
         else:
             assert isinstance(item, CompletionDone)
             done = item

@@ -146,7 +146,7 @@ def test_an_interrupt_that_passed_through_exec_still_exits_130(tmp_path):
     package.mkdir()
     (package / "__main__.py").write_text(
         "from memagent_cli.cli import app, entry\n"
-        "def interrupted_in_exec():\n"
+        "def interrupted_in_exec(**options):  # main() calls the app with click's options\n"
         "    exec('raise KeyboardInterrupt')  # where the signal lands: in code made from text\n"
         "app.app = interrupted_in_exec  # what main() runs as the command\n"
         "entry.main()\n",
