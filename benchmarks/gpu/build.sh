@@ -1,5 +1,5 @@
 # Device call 1 (again if it ran out of time: it picks up where it was): in the background, write the
-# F16 model and build llama-cpp-python with CUDA; wait; send the wheel back in 15 MB parts; install it.
+# F16 model (unless B4_F16=0) and build llama-cpp-python with CUDA; wait; install it.
 export PYTHONUNBUFFERED=1 REPO=$PWD
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
@@ -7,7 +7,7 @@ if [ ! -f /tmp/build.started ]; then
   touch /tmp/build.started
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -2; nproc
   mkdir -p /tmp/b4
-  setsid nohup python3 -c "
+  [ "${B4_F16:-1}" = 0 ] || setsid nohup python3 -c "
 import sys; sys.path.insert(0, 'benchmarks'); import shapes; from pathlib import Path
 p = Path('/tmp/b4'); f = p / 'random-qwen2.5-7b-f16.gguf.partial'
 shapes.write_f16('qwen2.5-7b', f, Path('.gpu/qwen2.5-vocab-llamacpp.gguf')); f.rename(p / 'random-qwen2.5-7b-f16.gguf')
