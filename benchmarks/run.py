@@ -170,6 +170,11 @@ def write_doc(results: dict) -> None:
         else:
             what = "memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes, on a GPU"
             rows.append(("B11", what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", "≤ 1.05"))
+    estimated = HERE / "estimate-results.json"
+    if estimated.exists():
+        import estimate
+
+        rows += estimate.summary_rows(json.loads(estimated.read_text(encoding="utf-8")))
     steps = next(iter(b3["sizes"].values()))["steps_run"]
     table = "\n".join(f"| {b} | {what} | {value} | {target} |" for b, what, value, target in rows)
     sizes = "\n".join(
@@ -214,7 +219,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section(qwenlong_results)}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section(qwenlong_results)}{_estimate_section()}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -354,21 +359,47 @@ so the policy's choice is not always the best column, but it stays near plain sp
 def _b7_section(b7: dict | None) -> str:
     if not b7:
         return ""
-    rows = "\n".join(f"| {k} | {v} | {b7['spread'][k][0]}–{b7['spread'][k][1]} |" for k, v in b7["tok_s"].items())
+    prompt = b7.get("prompt_tok_s", {})
+    rows = "\n".join(
+        f"| {k} | {v} | {b7['spread'][k][0]}–{b7['spread'][k][1]} | {prompt.get(k, '–')} |" for k, v in b7["tok_s"].items()
+    )
+    policies = ""
+    if b7.get("policies"):
+        lines = []
+        for moment, p in b7["policies"].items():
+            where = "idle" if moment.startswith("idle") else "beside one busy process"
+            speed = {n: b7["tok_s"].get(f"{n} thread{'s' if n > 1 else ''}, {where}", "–") for n in (p["before"], p["after"])}
+            lines.append(
+                f"| {moment} | {p['load_average']} → {p['before']} ({speed[p['before']]} tok/s) |"
+                f" {p['busy_now']} → {p['after']} ({speed[p['after']]} tok/s) |"
+            )
+        policies = f"""
+The default's two policies at the two moments the load average gets wrong, measured in the same run
+(the first {b7["burst_seconds"]:.0f} s after a command began keeping one core busy, the second half a
+second after a busy process started); the speed is the table's above for that thread count:
+
+| moment | 1-minute load average → threads (before) | busy cores now → threads (after) |
+|---|---|---|
+{chr(10).join(lines)}
+"""
     return f"""## B7: generation threads
 
 `benchmarks/threads.py`: {b7["model"]} at a {b7["context_tokens"]:,}-token context on {b7["cores"]} cores,
-64 generated tokens per run, interleaved; median and range in tokens per second.
+64 generated tokens per run and a {b7.get("prompt_tokens", 256)}-token prompt read after the context,
+interleaved; median and range in tokens per second.
 
-| threads, machine | generation tok/s | range |
-|---|---|---|
+| threads, machine | generation tok/s | range | prompt tok/s |
+|---|---|---|---|
 {rows}
 
 Every core is best on an idle machine, and threads that outnumber the free cores collapse (llama.cpp's
-threads spin waiting for each other). The default is therefore the cores not already busy: the core
-count less the 1-minute load average, at least one (`model.runtime.default_threads`); `--threads`
-overrides it, and `memagent doctor` shows the choice.
-
+threads spin waiting for each other). The default is therefore the cores not busy with other work now:
+the kernel's CPU clocks (/proc/stat) read 0.1 s apart, less this process's own time, a core counting
+as busy when other work kept it so half the time or more; at least one (`model.runtime.default_threads`).
+It followed the 1-minute load average before, which still counts a command that has just ended and not
+yet one that has just begun. Without /proc/stat (macOS) the load average decides, and half the cores
+where neither exists (Windows); `--threads` overrides it, and `memagent doctor` shows the choice.
+{policies}
 """
 
 
@@ -483,6 +514,20 @@ def _qwenlong_section(found: tuple[dict, dict | None] | None) -> str:
     import qwenlong
 
     return qwenlong.section(*found)
+
+
+def _estimate_section() -> str:
+    """B12 from benchmarks/estimate-results.json and estimate-calibration.json (`python
+    benchmarks/estimate.py` writes them), or nothing before its first run."""
+    path, calibration = HERE / "estimate-results.json", HERE / "estimate-calibration.json"
+    if not path.exists():
+        return ""
+    import estimate
+
+    results = json.loads(path.read_text(encoding="utf-8"))
+    if calibration.exists():
+        results["calibration"] = json.loads(calibration.read_text(encoding="utf-8"))
+    return estimate.section(results)
 
 
 def _gpu_results() -> dict | None:

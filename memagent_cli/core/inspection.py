@@ -7,8 +7,11 @@ shown by --show-prompt are exactly what `ask` would produce.
 from __future__ import annotations
 
 import math
+import re
+import sqlite3
+import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.llama import EmbeddedOptions
@@ -25,11 +28,69 @@ if TYPE_CHECKING:
     from ..model.chat import ChatFormat
     from ..model.gguf import GGUFInfo
 
-# Reference speeds of llama.cpp (shared/reference/engine-notes.md) that estimates scale from:
-# (model bytes, prompt tok/s, generation tok/s). Generation is memory-bound, so it scales
-# with model size; CPU prompt speed also scales with threads.
-CPU_ANCHOR = (1.9e9, 14.0, 7.7)  # 3B Q4_K_M on 2 CPU threads
-GPU_ANCHOR = (4.7e9, 6400.0, 140.0)  # 7B Q4_K_M on an H100
+
+@dataclass(frozen=True)
+class Speeds:
+    """What a token costs a device, as rates in bytes a second: each token's pass reads the
+    model's weights once, and its attention reads the K and V of every token before it. Prompt
+    tokens go through in batches and generated ones one at a time, so each has its own two rates;
+    `per_token` is what each generated token costs outside llama.cpp's arithmetic (sampling,
+    detokenizing, memagent's loop). Measured with `threads` CPU threads (0 for a GPU)."""
+
+    prompt_weights: float
+    prompt_kv: float
+    generation_weights: float
+    generation_kv: float
+    per_token: float
+    threads: int = 0
+
+    def prompt_seconds(self, tokens: int, weights: float, kv: float) -> float:
+        """A prompt of `tokens` from an empty cache: token i attends over the i before it."""
+        return tokens * weights / self.prompt_weights + kv * tokens * tokens / 2 / self.prompt_kv
+
+    def generation_seconds(self, tokens: int, context: int, weights: float, kv: float) -> float:
+        """`tokens` generated after `context` tokens in the cache."""
+        attended = tokens * context + tokens * tokens / 2
+        return tokens * (weights / self.generation_weights + self.per_token) + kv * attended / self.generation_kv
+
+    def on(self, threads: int) -> Speeds:
+        """These speeds on `threads` CPU threads: prompt work grows with every thread; generation,
+        memory-bound, is taken to gain nothing past the threads it was measured with (B12)."""
+        if not self.threads:
+            return self
+        prompt = threads / self.threads
+        generation = min(threads, self.threads) / self.threads
+        return Speeds(
+            self.prompt_weights * prompt,
+            self.prompt_kv * prompt,
+            self.generation_weights * generation,
+            self.generation_kv * generation,
+            self.per_token / generation,
+            threads,
+        )
+
+
+# Measured on this project's 2-core machine (AMD EPYC, 2 threads; B12 in docs/PERFORMANCE.md,
+# `python benchmarks/estimate.py --calibrate`): llama.cpp reading prompts of 512 to 6,144 tokens
+# of SmolLM2-135M-Instruct Q4_1 and generating after each, the fastest of 6 tries of each (other
+# work only slows one down); the fixed cost per generated token is B1's. A model far larger than
+# SmolLM2 reads its weights faster than this (fewer, larger matrices), so its estimate errs long
+# until the trace store holds a run of it. The estimate adds CALIBRATION_MARGIN to the time these give.
+CPU_SPEEDS = Speeds(
+    prompt_weights=22.0e9,
+    prompt_kv=19.8e9,
+    generation_weights=7.9e9,
+    generation_kv=6.4e9,
+    per_token=1e-4,
+    threads=2,
+)
+# llama.cpp's reference figures for a 7B Q4_K_M (4.7 GB) on an H100 (shared/reference/engine-notes.md):
+# 6,400 prompt and 140 generated tokens a second; attention read at the same rates (flash attention).
+GPU_SPEEDS = Speeds(6400.0 * 4.7e9, 6400.0 * 4.7e9, 140.0 * 4.7e9, 140.0 * 4.7e9, 5e-5)
+LOAD_BYTES_PER_SECOND = 1e9  # reading the weights at load: a warm page cache does far better, a cold disk worse
+START_SECONDS = 1.5  # imports, reading the vocabulary, making the context (B1 measured 0.13 to 0.17 s of it)
+CALIBRATION_MARGIN = 0.25  # run-to-run spread on an idle machine, and what the model cannot see (B12)
+CALIBRATION_RUNS = 10  # the latest runs of the model on this device that calibrate the estimate
 DEFAULT_MODEL_BYTES = 4.68e9  # the default model, 7B at Q4_K_M, when only a vocabulary is given
 DEFAULT_KV_BYTES_PER_TOKEN = 57_344  # the default 7B's K and V at f16: 28 layers x 4 heads x 128 x 2 x 2 bytes
 
@@ -46,6 +107,7 @@ class Report:
     kept_index: int | None = None
     estimate: dict[str, Any] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    chunk_sizes: list[int] = field(default_factory=list)  # each step's document tokens, where counted
 
     @property
     def info(self) -> GGUFInfo:
@@ -113,6 +175,7 @@ def inspect_sources(
         asked = normalize(asked)
     report = Report(prep, stats, chunk_tokens, memory_tokens, asked, chosen.name)
     for chunk in chunks:
+        report.chunk_sizes.append(chunk.tokens)
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index
     report.estimate = estimate(report)
@@ -141,31 +204,134 @@ def context_plan(report: Report, sequences: int) -> dict[str, Any]:
     }
 
 
-def estimate(report: Report) -> dict[str, Any]:
-    """An upper bound on run time: every memory update writes its full budget."""
-    from ..model.memory import read_per_token
+def step_shapes(report: Report) -> list[tuple[int, int]]:
+    """The model calls a run makes, as (prompt tokens, tokens generated at most): every memory
+    update writes its full budget, and the answer its own."""
+    question = report.question or ""
+    config = AgentConfig.with_protocol(report.protocol, chunk_tokens=report.chunk_tokens, memory_tokens=report.memory_tokens)
+    protocol = get_protocol(report.protocol)
+    asked = 0 if report.question else 30  # no question given: one of 30 tokens
+    tokens = report.prep.tokenizer
+    step_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, "", ""))) + asked
+    first_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, protocol.initial_memory, ""))) + asked
+    final_fixed = len(report.chat.encode(tokens, protocol.final_prompt(question, "", config.final, ""))) + asked
+    chunks = report.chunk_sizes or _even_chunks(report.stats.document_tokens, report.chunk_tokens)
+    # the first step reads the initial memory; every later one a memory of the full budget
+    prompts = [(first_fixed if i == 0 else step_fixed + report.memory_tokens) + chunk for i, chunk in enumerate(chunks)]
+    calls = [(prompt, report.memory_tokens) for prompt in prompts]
+    if calls:
+        calls.append((final_fixed + report.memory_tokens, config.answer_tokens))
+    return calls
+
+
+def _even_chunks(tokens: int, chunk: int) -> list[int]:
+    full, rest = divmod(tokens, chunk)
+    return [chunk] * full + ([rest] if rest else [])
+
+
+def model_shape(info: GGUFInfo) -> tuple[float, float, str | None]:
+    """What one token's pass reads of the model (bytes), its K and V per token of context, and a
+    note for a mixture of experts; the default 7B's for a vocabulary-only GGUF."""
+    from ..model.memory import model_memory, read_per_token
+
+    if not info.has_weights:
+        return DEFAULT_MODEL_BYTES, DEFAULT_KV_BYTES_PER_TOKEN, None
+    read, moe = read_per_token(info)
+    kv = model_memory(info).kv_bytes_per_token
+    return float(read), float(kv or DEFAULT_KV_BYTES_PER_TOKEN), moe
+
+
+def run_seconds(speeds: Speeds, calls: Sequence[tuple[int, int]], weights: float, kv: float) -> tuple[float, float]:
+    """Prompt and generation seconds of `calls` ((prompt tokens, generated tokens) each)."""
+    prompt = sum(speeds.prompt_seconds(p, weights, kv) for p, _ in calls)
+    generation = sum(speeds.generation_seconds(g, p, weights, kv) for p, g in calls)
+    return prompt, generation
+
+
+def measured_factor(
+    info: GGUFInfo, gpu: bool, speeds: Speeds, cores: int, runs: Sequence[Mapping[str, Any]] | None = None
+) -> tuple[float, int] | None:
+    """How this machine's runs of this model compared with `speeds`: the median over the latest
+    CALIBRATION_RUNS recorded runs of (seconds the steps took) / (seconds `speeds` gives the same
+    steps, on the threads the run had), and how many runs that is; None before the first. `runs`:
+    the trace store's runs with their steps (read from the store when None)."""
+    path = str(info.path.resolve())
+    if runs is None:
+        runs = _recorded_runs(path, info.file_size)
+    weights, kv, _ = model_shape(info)
+    ratios: list[float] = []
+    for run in runs:
+        model, settings = run.get("model") or {}, run.get("settings") or {}
+        device = str(settings.get("device") or "")
+        if model.get("path") != path or model.get("size") != info.file_size or "engine" in settings:
+            continue
+        if device.startswith("GPU") != gpu or not device:
+            continue
+        found = re.match(r"CPU \((\d+) thread", device)
+        on = speeds.on(int(found.group(1)) if found else cores)
+        steps = [s for s in run.get("steps") or [] if (s.get("seconds") or 0) > 0 and s.get("prompt_tokens")]
+        predicted = sum(
+            sum(run_seconds(on, [(int(s["prompt_tokens"]), int(s.get("generated_tokens") or 0))], weights, kv)) for s in steps
+        )
+        if predicted > 0:
+            ratios.append(sum(float(s["seconds"]) for s in steps) / predicted)
+        if len(ratios) == CALIBRATION_RUNS:
+            break
+    if not ratios:
+        return None
+    return statistics.median(ratios), len(ratios)
+
+
+def _recorded_runs(path: str, size: int) -> list[dict[str, Any]]:
+    """The latest complete runs of the model at `path` in the trace store, with their steps; none
+    where there is no store yet (inspect makes none) or it cannot be read."""
+    from ..paths import default_home
+    from ..traces.store import DB_NAME, TraceStore
+
+    if not (default_home() / DB_NAME).is_file():
+        return []
+    try:
+        with TraceStore() as store:
+            listed = store.list_runs(status="complete", limit=20 * CALIBRATION_RUNS)
+            mine = [run for run in listed if (run.get("model") or {}).get("path") == path and run["model"].get("size") == size]
+            return [store.get_run(run["id"]) for run in mine[: 2 * CALIBRATION_RUNS]]
+    except (MemagentError, OSError, sqlite3.Error):
+        return []
+
+
+def estimate(report: Report, runs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """An upper bound on run time on an idle machine: every memory update writes its full budget,
+    at speeds measured on this machine's latest runs of the model where there are any (`runs`: the
+    trace store's, read when None), else at the reference machine's (CPU_SPEEDS) scaled to this one."""
     from ..model.runtime import available_cores, gpu_offload_supported
 
     info = report.info
     model_bytes = info.file_size if info.has_weights else DEFAULT_MODEL_BYTES
-    read, moe = read_per_token(info) if info.has_weights else (model_bytes, None)
-    size = float(read)
+    weights, kv, moe = model_shape(info)
     gpu = gpu_offload_supported()
     cores = available_cores()
-    anchor_bytes, prompt_rate, gen_rate = GPU_ANCHOR if gpu else CPU_ANCHOR
-    gen = gen_rate * anchor_bytes / size
-    prompt = prompt_rate * anchor_bytes / size * (1 if gpu else cores / 2)
-    fixed = 250 + (len(report.prep.tokenizer.encode(report.question)) if report.question else 30)
-    per_step = (fixed + report.chunk_tokens + report.memory_tokens) / prompt + report.memory_tokens / gen
-    final = (fixed + report.memory_tokens) / prompt + report.memory_tokens / gen
-    seconds = report.steps * per_step + final if report.steps else 0.0
+    base = GPU_SPEEDS if gpu else CPU_SPEEDS
+    speeds = base.on(cores)
+    calls = step_shapes(report)
+    prompt_s, generation_s = run_seconds(speeds, calls, weights, kv)
+    factor = measured_factor(info, gpu, base, cores, runs) if info.has_weights else None
+    scale = (1.0 if factor is None else factor[0]) * (1 + CALIBRATION_MARGIN)
+    work = (prompt_s + generation_s) * scale
+    seconds = work + START_SECONDS + model_bytes / LOAD_BYTES_PER_SECOND if calls else 0.0
+    step_prompt, step_generated = calls[0] if calls else (report.chunk_tokens + report.memory_tokens, report.memory_tokens)
+    one = run_seconds(speeds, [(step_prompt, step_generated)], weights, kv)
+    if factor is None:
+        source = "speeds measured on memagent's reference machine (2 cores), scaled by model size and cores"
+    else:
+        source = f"speeds measured in this machine's last {factor[1]} run{'s' if factor[1] > 1 else ''} of this model"
     return {
         "seconds": round(seconds, 1),
         "device": "GPU" if gpu else f"CPU ({cores} cores)",
-        "prompt_tokens_per_second": round(prompt, 1),
-        "generation_tokens_per_second": round(gen, 2),
+        "prompt_tokens_per_second": round(step_prompt / (one[0] * scale), 1),
+        "generation_tokens_per_second": round(step_generated / (one[1] * scale), 2),
         "model_bytes": int(model_bytes),
-        "assumes": "each memory update writes its full budget; speeds scaled from llama.cpp reference figures"
+        "calibrated_by_runs": 0 if factor is None else factor[1],
+        "assumes": f"an idle machine; each memory update writes its full budget; {source}"
         + ("" if info.has_weights else "; model size of the default 7B Q4_K_M (only a vocabulary was given)")
         + (f"; {moe}" if moe else ""),
     }

@@ -1,14 +1,17 @@
 """llama.cpp as a library in this process: its log (kept for error messages, shown with
 --verbose, listened to by the quantizer for progress), whether this build can offload to a GPU,
-and how many cores there are to use."""
+and how many cores there are to use (those not busy with other work now)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypedDict
 
 
@@ -109,18 +112,92 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_threads(load: float | None = None) -> int:
-    """The cores not already busy with other work, at least one.
+IDLE_SAMPLE_SECONDS = 0.1  # how long default_threads watches the cores (10 clock ticks a core at Linux's 100 Hz)
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """One reading of the kernel's CPU clocks, in clock ticks: the time the cores this process may
+    use have spent (`total`, summed over them) and of that not idle (`busy`: iowait counts as idle,
+    time stolen by a hypervisor as busy), and the time this process itself has run (`own`)."""
+
+    cores: int
+    busy: float
+    total: float
+    own: float
+
+
+def cpu_times(stat: str = "/proc/stat", self_stat: str = "/proc/self/stat") -> CpuTimes | None:
+    """Linux's CPU clocks now, for the cores in this process's affinity; None where there are none."""
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        with open(stat, encoding="ascii") as f:
+            lines = f.read().splitlines()
+        with open(self_stat, encoding="ascii", errors="replace") as f:
+            mine = f.read()
+    except (AttributeError, OSError):  # not Linux
+        return None
+    cores, busy, total = 0, 0.0, 0.0
+    for line in lines:
+        name, *fields = line.split()
+        if name not in allowed:
+            continue
+        # user nice system idle iowait irq softirq steal (guest time is within user already)
+        ticks = [float(x) for x in fields[:8]]
+        cores += 1
+        total += sum(ticks)
+        busy += sum(ticks) - ticks[3] - ticks[4]
+    # /proc/self/stat: "pid (comm) state ...": utime and stime are the 12th and 13th fields after comm
+    after = mine.rsplit(")", 1)[-1].split()
+    if not cores or len(after) < 13:
+        return None
+    return CpuTimes(cores, busy, total, float(after[11]) + float(after[12]))
+
+
+def busy_cores(before: CpuTimes, after: CpuTimes) -> float | None:
+    """How many cores other processes kept busy between two readings: busy time less this
+    process's own (a document read ahead while the model loads is not a neighbour), over the
+    time that passed on one core. None when no time passed."""
+    if before.cores != after.cores or after.total <= before.total:
+        return None
+    per_core = (after.total - before.total) / after.cores
+    others = (after.busy - before.busy) - (after.own - before.own)
+    return min(float(after.cores), max(0.0, others / per_core))
+
+
+def busy_now(seconds: float = IDLE_SAMPLE_SECONDS, read: Callable[[], CpuTimes | None] = cpu_times) -> float | None:
+    """The cores busy with other work now, watched for `seconds`; None where the kernel does not say."""
+    before = read()
+    if before is None:
+        return None
+    time.sleep(seconds)
+    after = read()
+    return None if after is None else busy_cores(before, after)
+
+
+def threads_for(cores: int, busy: float) -> int:
+    """The policy: every core not busy with other work, at least one; a core counts as busy when
+    other work keeps it busy at least half the time."""
+    return max(1, min(cores, cores - math.floor(busy + 0.5)))
+
+
+def default_threads(busy: float | None = None, sample: Callable[[], float | None] = busy_now) -> int:
+    """The cores not busy with other work now, at least one (`busy`: that figure, else `sample()`).
 
     Measured on 2 cores (B7, docs/PERFORMANCE.md): idle, 2 threads generate 1.73x as fast as 1;
     beside one busy process, 2 threads drop to 0.58x of 1, because llama.cpp's threads spin
     waiting for each other and collapse when they outnumber the free cores. So every free core,
-    and no more: the 1-minute load average counts the busy ones.
+    and no more. Busy means now: the kernel's CPU clocks over 0.1 s. The 1-minute load average,
+    used before, still counted a command that had just ended (1.07 on an idle machine, so one
+    thread) and not yet a neighbour that had just started; it remains the figure only where the
+    clocks cannot be read (macOS), and half the cores where neither can (Windows).
     """
     cores = available_cores()
-    if load is None:
+    if busy is None:
+        busy = sample()
+    if busy is None:
         try:
-            load = os.getloadavg()[0]
+            busy = os.getloadavg()[0]
         except (AttributeError, OSError):  # Windows: no load average; half the cores is the safe side
             return max(1, cores // 2)
-    return max(1, min(cores, cores - round(load)))
+    return threads_for(cores, busy)
