@@ -20,8 +20,10 @@ from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocols import DEFAULT as DEFAULT_PROTOCOL
 from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
+from ..core.quotes import describe_quote
 from ..errors import EXIT_USAGE, MemagentError
-from .common import run_guard
+from ..traces.quoting import stored_quotes
+from .common import run_guard, stderr_console
 from .textout import SafeConsole, clip, print_json, visible
 
 if TYPE_CHECKING:
@@ -114,10 +116,12 @@ def show(
     if step is not None and not any(s["index"] == step for s in steps):
         raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
     evidence = set(evidence_steps(steps))
+    err = stderr_console()
+    quotes = stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True))
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
         chosen = [evidence_record(s) for s in steps if s["index"] in evidence]
-        print_json({**run, "steps": shown, "evidence": chosen})
+        print_json({**run, "steps": shown, "evidence": chosen, "quotes": quotes})
         return
     out = _out()
     out.print(_header(run))
@@ -128,6 +132,8 @@ def show(
         previous = s["memory"]
     if step is None and run.get("answer") is not None:
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
+        for n, quote in enumerate(quotes, 1):
+            out.print(Text.assemble(("quote ", "bold"), visible(describe_quote(n, quote))))
 
 
 def _header(run: Mapping[str, Any]) -> Text:

@@ -136,8 +136,11 @@ class Recorder:
             self._write_run(lambda run_id: self.store.add_step(run_id, event.step.to_dict()))
         elif isinstance(event, RunFinished):
             result = event.result
+            quotes = [q.place() for q in result.quotes]
             self._write_run(
-                lambda run_id: self.store.finish_run(run_id, "complete", answer=result.answer, raw_answer=result.raw_answer)
+                lambda run_id: self.store.finish_run(
+                    run_id, "complete", answer=result.answer, raw_answer=result.raw_answer, quotes=quotes
+                )
             )
 
     def _started(self, e: RunStarted) -> None:
