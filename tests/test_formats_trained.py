@@ -222,8 +222,8 @@ def quote_chars(path: Path, value: str) -> str:
     return f"{start:,}–{start + len(fact_sentence(value)):,}"
 
 
-def test_a_fact_on_page_three_of_a_pdf(tmp_path, tokenizer):
-    """The quote is located on its page, not on the step's eight-page stretch."""
+def pdf_with_the_fact_on_page_three(tmp_path: Path, tokenizer=None) -> tuple[Path, str]:
+    """A 5-page PDF, a sentence a line, the fact on page 3 whole in one 64-token chunk; and its value."""
     from fpdf import FPDF
 
     def make(rng, value):
@@ -240,7 +240,12 @@ def test_a_fact_on_page_three_of_a_pdf(tmp_path, tokenizer):
         pdf.output(str(path))
         return path
 
-    path, value = build(tmp_path, tokenizer, make)
+    return build(tmp_path, tokenizer or codeword_tokenizer(), make)
+
+
+def test_a_fact_on_page_three_of_a_pdf(tmp_path, tokenizer):
+    """The quote is located on its page, not on the step's eight-page stretch."""
+    path, value = pdf_with_the_fact_on_page_three(tmp_path, tokenizer)
     out = answer(path)
     assert out["answer"] == value
     first_quote(out, path, value, "report.pdf p. 3")

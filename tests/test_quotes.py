@@ -165,9 +165,8 @@ def test_the_trace_keeps_where_a_quote_is_and_shows_it_from_the_source(tmp_path,
     db = memagent_home / "traces.db"
     with sqlite3.connect(db) as conn:
         (stored,) = conn.execute("SELECT quotes FROM runs WHERE id = ?", (out["trace"],)).fetchone()
-    assert json.loads(stored) == [
-        {"source": 0, "start": quote["start"], "end": quote["end"], "step": 1, "location": quote["location"], "form": "NFC"}
-    ]
+    place = {"source": 0, "start": quote["start"], "end": quote["end"], "step": 1, "location": quote["location"]}
+    assert json.loads(stored) == [{**place, "form": "NFC", "pages": None}]
     for name in [db] + list(db.parent.glob("traces.db-*")):
         assert after.encode() not in Path(name).read_bytes()
 
@@ -180,3 +179,60 @@ def test_the_trace_keeps_where_a_quote_is_and_shows_it_from_the_source(tmp_path,
     shown = run_memagent("traces", "show", out["trace"], cwd=tmp_path)
     assert shown.returncode == 0 and "quote [1]" not in shown.stdout
     assert shown.stderr.count("\n") == 1 and "notes.txt has changed since the run" in shown.stderr
+
+
+def test_the_pdf_comes_back_with_the_quote_highlighted(tmp_path, memagent_home):
+    """`traces export RUN --format pdf`: a real /Highlight annotation whose QuadPoints cover the
+    quote's glyphs on its page, a note with the question and answer, and every page's text as it was;
+    drawn by PDFium's renderer, the quote's line is yellow and the others are not."""
+    import pypdf
+    import pypdfium2 as pdfium
+    from test_formats_trained import pdf_with_the_fact_on_page_three
+
+    path, value = pdf_with_the_fact_on_page_three(tmp_path)
+    done = run_memagent("ask", path.name, QUESTION, *RUN, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["answer"] == value and out["quotes"][0]["location"] == "report.pdf p. 3"
+
+    exported = tmp_path / "marked.pdf"
+    wrote = run_memagent("traces", "export", out["trace"], "--format", "pdf", "-o", exported, cwd=tmp_path)
+    assert wrote.returncode == 0, wrote.stderr
+    assert "(1 of 1 quotes highlighted)" in wrote.stderr
+
+    before, after = pypdf.PdfReader(path), pypdf.PdfReader(exported)
+    assert [p.extract_text() for p in before.pages] == [p.extract_text() for p in after.pages]
+    annots = {i + 1: [a.get_object() for a in (p.get("/Annots") or [])] for i, p in enumerate(after.pages)}
+    assert all(not annots[n] for n in annots if n != 3)
+    highlight = next(a for a in annots[3] if a["/Subtype"] == "/Highlight")
+    note = next(a for a in annots[3] if a["/Subtype"] == "/Text")
+    assert note["/Contents"].startswith(f"Question: {QUESTION}\nAnswer: {value}")
+    quads = [float(v) for v in highlight["/QuadPoints"]]
+    boxes = [quads[k : k + 8] for k in range(0, len(quads), 8)]
+
+    document = pdfium.PdfDocument(str(path))
+    textpage = document[2].get_textpage()
+    text = textpage.get_text_range()
+    first = text.index(fact_sentence(value))
+    for i in range(first, first + len(fact_sentence(value))):
+        left, bottom, right, top = textpage.get_charbox(i)
+        if right <= left:
+            continue
+        x, y = (left + right) / 2, (bottom + top) / 2
+        assert any(q[0] <= x <= q[2] and q[5] <= y <= q[1] for q in boxes), f"glyph {text[i]!r} not covered"
+
+    page = pdfium.PdfDocument(str(exported))[2]
+    scale = 2
+    image = page.render(scale=scale, draw_annots=True).to_pil().convert("RGB")
+    height = page.get_height()
+    left, top, right, bottom = boxes[0][0], boxes[0][1], boxes[0][2], boxes[0][5]
+
+    def yellow(x: float, y: float) -> bool:
+        r, g, b = image.getpixel((int(x * scale), int((height - y) * scale)))
+        return r > 200 and g > 180 and b < 140
+
+    assert yellow(left + 2, (top + bottom) / 2) and yellow(right - 2, bottom + 1)
+    assert not yellow(left + 2, top + 12)  # the line above
+
+    refused = run_memagent("traces", "export", out["trace"], "--format", "pdf", cwd=tmp_path)
+    assert refused.returncode == 2 and "-o OUT.pdf" in refused.stderr

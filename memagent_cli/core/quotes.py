@@ -44,6 +44,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _CLAUSE_END = re.compile(r"[;:,\n]|\s[–—-]\s")
 
 
+QUOTE_FIELDS = ("text", "source", "location", "start", "end", "step")
+
+
 class QuoteDict(TypedDict):
     """A quote as JSON gives it (docs/JSON.md, "quote")."""
 
@@ -66,6 +69,7 @@ class Quote:
     step: int
     score: float  # the share of the claims' weight it holds
     form: str | None = None  # the Unicode normal form the offsets count in (the tokenizer's), if any
+    pages: tuple[int, int] | None = None  # the first and last PDF page it is on, where its source has pages
 
     def place(self) -> dict[str, Any]:
         """Where the quote is, without its text: what the trace store keeps (docs/TRACES.md)."""
@@ -76,6 +80,7 @@ class Quote:
             "step": self.step,
             "location": self.location,
             "form": self.form,
+            "pages": list(self.pages) if self.pages else None,
         }
 
     def to_dict(self) -> QuoteDict:
@@ -267,8 +272,17 @@ def _quote(
     part = anchor.place.part if anchor.place is not None else None
     ocr = any(a.place is not None and a.place.ocr for a in within)
     span = Span(src, title, places[0] if places else None, places[-1] if places else None, start, end, part, ocr)
+    pages = [p.number for p in places if p.unit == "page" and p.number is not None and p.part is None]
     return Quote(
-        chunk.text[lo:hi], src, str(record.get("path") or title), span.describe(), start, end, chunk.index, round(score, 3)
+        chunk.text[lo:hi],
+        src,
+        str(record.get("path") or title),
+        span.describe(),
+        start,
+        end,
+        chunk.index,
+        round(score, 3),
+        pages=(pages[0], pages[-1]) if pages else None,
     )
 
 

@@ -19,7 +19,8 @@ from .recorder import file_sha256
 
 
 def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The run's quotes with their text (docs/JSON.md, "quote"), best first; notes to `warn`."""
+    """The run's quotes with their text (docs/JSON.md, "quote", and `pages`: the first and last PDF
+    page, or None), best first; notes to `warn`."""
     places = run.get("quotes") or []
     sources = run.get("sources") or []
     texts: dict[int, str | None] = {}
@@ -40,6 +41,7 @@ def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None]) -> list[d
                 "start": place["start"],
                 "end": place["end"],
                 "step": place.get("step"),
+                "pages": place.get("pages"),
             }
         )
     return quotes
