@@ -76,6 +76,7 @@ class FakeStats:
     max_busy: int = 0  # never above `slots`
     tokenize: int = 0  # tokenize requests answered (any status)
     detokenize: int = 0  # detokenize requests answered (any status)
+    not_found: int = 0  # requests for a path this server does not have (another dialect's tokenize)
 
     def as_dict(self) -> dict[str, Any]:
         """The counters as JSON (dataclasses.asdict would garble the Counter)."""
@@ -206,6 +207,7 @@ class FakeServer:
         elif method == "POST" and self.tokenizer is not None and path in TOKENIZER_PATHS[self.dialect]:
             self._tokenize(path, body, writer)
         else:
+            self.stats.not_found += 1
             _send_json(writer, 404, {"error": {"message": f"No route {method} {path}", "code": 404}})
         await writer.drain()
 
