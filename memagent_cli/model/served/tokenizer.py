@@ -123,10 +123,9 @@ class _Dialect:
             except KeyError:  # a character outside the byte-level alphabet: not that kind of vocabulary
                 return None
             joined = b"".join(read)
-            if joined == text.encode("utf-8", errors="surrogatepass") or joined == unicodedata.normalize("NFC", text).encode(
-                "utf-8", errors="surrogatepass"
-            ):
-                return read
+            for form in (text, unicodedata.normalize("NFC", text)):
+                if joined == form.encode("utf-8", errors="surrogatepass"):
+                    return read
         return None
 
 
@@ -139,8 +138,10 @@ DIALECTS = (
     _Dialect("vLLM", "/tokenize", "/detokenize", "prompt", "return_token_strs", joins=False),
     # llama-server's /detokenize joins common_token_to_piece of each id (tokens_to_str).
     _Dialect("llama-server", "/tokenize", "/detokenize", "content", "with_pieces", joins=True),
-    # llama-cpp-python's Llama.detokenize joins llama_token_to_piece of each id (the leading space
-    # after a BOS aside, which no document has), then decodes the whole strictly.
+    # llama-cpp-python's Llama.detokenize joins llama_token_to_piece of each id (control tokens as
+    # nothing, a piece over 32 bytes as nothing too, abetlen/llama-cpp-python#2362), then decodes the
+    # whole strictly. One exception: ids that begin with the BOS lose a space after it, which only a
+    # chunk that begins with the BOS's text in a document (read as the BOS there) could meet.
     _Dialect("llama-cpp-python", "/extras/tokenize", "/extras/detokenize", "text", None, joins=True),
 )
 _PROBE_TEXT = "Hello world"
