@@ -145,7 +145,7 @@ def ask(
       memagent ask --resume last
     """
     from ..core.pipeline import ask_events, ask_many_events
-    from ..traces.recorder import resume_plan, resumed_paths
+    from ..traces.recorder import resume_plan, resumed_found, resumed_paths
 
     err = stderr_console()
     quiet_library_logs(flags.verbose)
@@ -170,6 +170,8 @@ def ask(
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
         sources = source_flags.settings(traced.stdin)
+        if run is not None:  # a file the run found in a folder is skipped again if it cannot be read
+            sources = replace(sources, found=resumed_found(run))
         if each:
             from .each import EachOutput, run_each
 

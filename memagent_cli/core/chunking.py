@@ -8,7 +8,8 @@ whole-text ids (tests check this at thousands of cuts). A block with no such pla
 grows until one comes or the input ends.
 
 Several sources are laid out as the training data was: `Document {i}:\\n{title}\\n{text}`
-blocks joined by a blank line; one source is its text alone.
+blocks joined by a blank line (a source with no text, one skipped as unreadable, has none); one
+source is its text alone.
 
 Where the model's tokenizer normalizes text (NFC, Qwen's), the laid-out text is normalized before
 it is cut, as the reference tokenizes the normalized document: chunk text, the prompts built from
@@ -165,18 +166,26 @@ class IngestStats:
 
 
 def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:
-    """The document as the model reads it: stripped text, with headers for several sources."""
+    """The document as the model reads it: stripped text, with headers for several sources.
+
+    Of several sources, one that gives no text (a file in a folder skipped as unreadable, an empty
+    one) gets no header either: a document's header is laid out before its first text, and the
+    documents shown are numbered 1, 2, … as if it were not there. Its note says why."""
     several = len(sources) > 1
     stripper = _Stripper()
+    shown = 0  # documents laid out so far
     for i, source in enumerate(sources):
         if several:
-            if i:
-                yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
-            header = DOCUMENT_HEADER.format(index=i + 1, title=source.title)
-            yield from stripper.feed(Piece(header), layout=True)
-            body = _Stripper()
+            body, headed = _Stripper(), False
             for seg in read(source):
-                yield from body.feed(Piece(seg.text, i, seg.place, seg.offset))
+                for piece in body.feed(Piece(seg.text, i, seg.place, seg.offset)):
+                    if not headed:  # the source's first text: its header goes first
+                        headed = True
+                        shown += 1
+                        if shown > 1:
+                            yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
+                        yield from stripper.feed(Piece(DOCUMENT_HEADER.format(index=shown, title=source.title)), layout=True)
+                    yield piece
         else:
             for seg in read(source):
                 yield from stripper.feed(Piece(seg.text, i, seg.place, seg.offset))

@@ -60,6 +60,7 @@ class SourceOptions:
     on_ocr: Callable[[OcrProgress], None] | None = None  # told after each page OCR recognises
     stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
+    found: frozenset[str] = frozenset()  # files named that a resumed run found in a folder (collect_sources)
 
 
 @dataclass
@@ -94,6 +95,7 @@ def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[s
         exclude=sources.exclude,
         stdin_is_piped=sources.stdin_is_piped,
         ocr=sources.ocr,
+        found=sources.found,
         warn=warn,
     )
 
