@@ -20,6 +20,11 @@ keep-alive, parsed by hand, so hundreds of connections cost little. The client u
 the same process and so shares its GIL; a benchmark that needs the client's CPU alone runs the
 servers in another process: `python tests/fakeserver.py --servers 4 --latency 0.5 --slots 64`
 prints their URLs and takes `kill I`, `start I` and `stats` on its standard input (see _main).
+
+Given a `tokenizer` (memagent's own, from a GGUF) it also speaks one server's tokenize and detokenize
+endpoints, `dialect` "vllm", "llama-server" or "llama-cpp-python", with that tokenizer's ids, as each
+server answers them (see FakeServer._tokenize); `stats.tokenize` and `stats.detokenize` count those
+requests. `token_pieces=False` plays a server too old to send each token's text with its id.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class FakeStats:
     max_in_flight: int = 0
     busy: int = 0  # slots in use now
     max_busy: int = 0  # never above `slots`
+    tokenize: int = 0  # tokenize requests answered (any status)
+    detokenize: int = 0  # detokenize requests answered (any status)
+    not_found: int = 0  # requests for a path this server does not have (another dialect's tokenize)
 
     def as_dict(self) -> dict[str, Any]:
         """The counters as JSON (dataclasses.asdict would garble the Counter)."""
@@ -99,11 +107,21 @@ class FakeServer:
         model: str = "fake-model",
         pieces: int = 4,
         set_cookie: bool = False,
+        tokenizer: Any = None,
+        dialect: str = "vllm",
+        token_pieces: bool = True,
     ):
         """`pieces`: the text deltas a streamed reply comes in. `set_cookie`: every chat answer sets
-        a cookie, as a load balancer's stickiness would."""
+        a cookie, as a load balancer's stickiness would. `tokenizer` (a memagent Tokenizer): the
+        tokenize endpoints of `dialect` are served with it; `token_pieces` False: as a version that
+        ignores with_pieces / return_token_strs."""
         if slots < 1:
             raise ValueError("slots must be at least 1")
+        if dialect not in TOKENIZER_PATHS:
+            raise ValueError(f"dialect must be one of {', '.join(TOKENIZER_PATHS)}")
+        self.tokenizer = tokenizer
+        self.dialect = dialect
+        self.token_pieces = token_pieces
         self.latency = latency
         self.slots = slots
         self.reply = reply
@@ -186,7 +204,10 @@ class FakeServer:
             _send_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake"}]})
         elif method == "POST" and path == "/v1/chat/completions":
             await self._chat(headers, body, writer)
+        elif method == "POST" and self.tokenizer is not None and path in TOKENIZER_PATHS[self.dialect]:
+            self._tokenize(path, body, writer)
         else:
+            self.stats.not_found += 1
             _send_json(writer, 404, {"error": {"message": f"No route {method} {path}", "code": 404}})
         await writer.drain()
 
@@ -253,6 +274,119 @@ class FakeServer:
 
     def _cookie(self) -> bytes:
         return b"Set-Cookie: backend=%d; Path=/\r\n" % self.port if self.set_cookie else b""
+
+    def _token_bytes(self, token: int, special: bool) -> bytes:
+        """One id's bytes; a control token's are its text where the server renders it (`special`)."""
+        if special:
+            for text, control in self.tokenizer.controls.items():
+                if control == token:
+                    return text.encode()
+        return self.tokenizer.decode_bytes([token])
+
+    def _tokenize(self, path: str, raw: bytes, writer: asyncio.StreamWriter) -> None:
+        """Answers a tokenize or detokenize request as the real server does (read from its source):
+
+        vLLM (entrypoints/openai/serving_tokenization.py): POST /tokenize {"prompt",
+        "add_special_tokens", "return_token_strs"} -> {"count", "max_model_len", "tokens", "token_strs"},
+        token_strs being `tokenizer.convert_ids_to_tokens(ids)`, the vocabulary's strings (byte-level
+        BPE's in GPT-2's bytes-to-unicode form), or null unless asked; a body without "prompt" is a
+        400. POST /detokenize {"tokens"} -> {"prompt": tokenizer.decode(ids)}, a lenient decode.
+        A model named other than the served one is a 404.
+
+        llama-server (tools/server): POST /tokenize {"content", "add_special", "parse_special",
+        "with_pieces"} -> {"tokens": [id, ...]}, or with with_pieces [{"id", "piece"}, ...], each
+        piece being common_token_to_piece (control tokens as their text): a string when it is valid
+        UTF-8, else the list of its byte values; a body without "content" gets no tokens. POST
+        /detokenize {"tokens"} -> {"content": the pieces joined}, invalid UTF-8 replaced (nlohmann's
+        dump with error_handler_t::replace; here Python's "replace", which may count U+FFFDs
+        differently).
+
+        llama-cpp-python (llama_cpp/server/app.py): POST /extras/tokenize {"input"} -> {"tokens"};
+        POST /extras/detokenize {"tokens"} -> {"text": Llama.detokenize(ids).decode("utf-8")}: the
+        pieces joined (control tokens as nothing) and decoded strictly, so ids that begin or end
+        inside a character are an HTTP 500 "'utf-8' codec can't decode ...". (Its 32-byte piece
+        buffer, abetlen/llama-cpp-python#2362, is not played.)
+
+        Text is tokenized as the given tokenizer does, normalization included.
+        """
+        stats = self.stats
+        detokenize = path.endswith("/detokenize")
+        if detokenize:
+            stats.detokenize += 1
+        else:
+            stats.tokenize += 1
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            _send_json(writer, 400, {"error": {"message": "The body is not JSON", "code": 400}})
+            return
+        if self.dialect == "vllm" and body.get("model") not in (None, self.model):
+            message = f"The model `{body.get('model')}` does not exist."
+            _send_json(writer, 404, {"object": "error", "message": message, "type": "NotFoundError", "code": 404})
+            return
+        if detokenize:
+            ids = [int(i) for i in body.get("tokens") or []]
+            data = b"".join(self._token_bytes(i, special=self.dialect != "llama-cpp-python") for i in ids)
+            if self.dialect == "llama-cpp-python":
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    fault = {"message": str(error), "type": "internal_server_error", "param": None, "code": None}
+                    _send_json(writer, 500, {"error": fault})
+                    return
+                _send_json(writer, 200, {"text": text})
+            else:
+                key = "prompt" if self.dialect == "vllm" else "content"
+                _send_json(writer, 200, {key: data.decode("utf-8", errors="replace")})
+            return
+        key = {"vllm": "prompt", "llama-server": "content", "llama-cpp-python": "input"}[self.dialect]
+        if key not in body:
+            if self.dialect == "llama-server":
+                _send_json(writer, 200, {"tokens": []})
+            else:
+                message = f"Field required: {key}"
+                _send_json(writer, 400 if self.dialect == "vllm" else 422, {"object": "error", "message": message, "code": 400})
+            return
+        ids = self.tokenizer.encode(body[key])
+        if self.dialect == "vllm":
+            strs = None
+            if self.token_pieces and body.get("return_token_strs"):
+                strs = ["".join(_BYTE_TO_UNICODE[b] for b in self._token_bytes(i, special=True)) for i in ids]
+            _send_json(writer, 200, {"count": len(ids), "max_model_len": 32768, "tokens": ids, "token_strs": strs})
+        elif self.dialect == "llama-server" and self.token_pieces and body.get("with_pieces"):
+            tokens: list[Any] = []
+            for i in ids:
+                piece = self._token_bytes(i, special=True)
+                try:
+                    tokens.append({"id": i, "piece": piece.decode("utf-8")})
+                except UnicodeDecodeError:
+                    tokens.append({"id": i, "piece": list(piece)})
+            _send_json(writer, 200, {"tokens": tokens})
+        else:
+            _send_json(writer, 200, {"tokens": ids})
+
+
+# Where each dialect has its tokenize and detokenize endpoints.
+TOKENIZER_PATHS = {
+    "vllm": ("/tokenize", "/detokenize"),
+    "llama-server": ("/tokenize", "/detokenize"),
+    "llama-cpp-python": ("/extras/tokenize", "/extras/detokenize"),
+}
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: the character a byte-level BPE vocabulary writes each byte as."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_BYTE_TO_UNICODE = _bytes_to_unicode()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:

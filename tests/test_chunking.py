@@ -83,6 +83,20 @@ def test_several_sources_use_the_training_layout(tok):
     assert 0 < sum(stats.source_tokens) < stats.document_tokens  # headers count only in the document
 
 
+def test_a_source_without_text_gets_no_header_and_the_rest_are_numbered_on(tok):
+    """A file in a folder that is skipped (unreadable: its reader gives nothing) or holds only white
+    space: no empty "Document N:" header for it reaches the model, and the documents after it are
+    numbered as if it were not there."""
+    texts = {"a.txt": [("first text", None)], "bad.docx": [], "blank.txt": [(" \n\t", None)], "c.txt": [("last text", None)]}
+    chunks, stats, _ = run(tok, texts, 5000)
+    assert [c.text for c in chunks] == ["Document 1:\na.txt\nfirst text\n\nDocument 2:\nc.txt\nlast text"]
+    assert stats.source_tokens[1:3] == [0, 0] and [s.source for s in chunks[0].spans] == [0, 3]
+    only, _, _ = run(tok, {"bad.docx": [], "c.txt": [("last text", None)]}, 5000)
+    assert [c.text for c in only] == ["Document 1:\nc.txt\nlast text"]
+    none, stats, _ = run(tok, {"bad.docx": [], "blank.txt": [("  ", None)]}, 5000)
+    assert none == [] and stats.document_tokens == 0  # nothing to read: the run says so, not headers
+
+
 def test_provenance_spans_map_back_to_pages_and_offsets(tok):
     pages = [(f"Page {p} says {'word ' * 50}".strip() + ("\n\n" if p < 6 else ""), p) for p in range(1, 7)]
     full = "".join(t for t, _ in pages)

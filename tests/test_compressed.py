@@ -103,9 +103,24 @@ def test_a_compression_bomb_stops_at_the_archive_ratio(in_tmp):
     _, texts = read(["dir"], notes)
     assert texts[1] == "fine\n" and 0 < len(texts[0]) <= compressed.limit(len(data))
     assert notes == [
-        "skipped the rest of dir/bomb.txt.gz (dir/bomb.txt.gz expands past 2 MiB, over 200:1 (a compression bomb?); "
-        "memagent stops there)"
+        "skipped the rest of dir/bomb.txt.gz (it expands past 2 MiB, over 200:1 (a compression bomb?); memagent stops there)"
     ]
+
+
+@pytest.mark.parametrize("ending, pack", [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)])
+def test_a_bomb_of_zeros_is_judged_binary_before_it_is_expanded(in_tmp, ending, pack):
+    """50 MiB of zero bytes (about 50 KB as gzip, less as bzip2 or xz), named as a text would be:
+    its first decompressed bytes say binary, so it is refused named and skipped in a folder, never
+    expanded."""
+    (in_tmp / "dir").mkdir()
+    name = f"zeros.txt{ending}"
+    (in_tmp / "dir" / name).write_bytes(pack(bytes(50 << 20)))
+    (in_tmp / "dir" / "ok.txt").write_text("fine\n", encoding="utf-8")
+    notes: list[str] = []
+    _, texts = read(["dir"], notes)
+    assert texts == ["fine\n"] and notes == [f"skipped dir/{name} (binary)"]
+    with pytest.raises(MemagentError, match=f"dir/{name}: looks like a binary file"):
+        collect_sources([f"dir/{name}"], warn=notes.append)
 
 
 def test_damaged_compressed_data_is_an_error_when_named_and_a_note_in_a_folder(in_tmp):

@@ -19,6 +19,7 @@ def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
     assert made.returncode == 0, made.stderr
     rows = [json.loads(line) for line in items.read_text().splitlines()]
     assert len(rows) == 3 and all(r["answers"][0] in r["context"] for r in rows)
+    assert all(r["needle"] in r["context"] and r["answers"][0] in r["needle"] for r in rows)  # for quote_hit
 
     out = tmp_path / "results.jsonl"
     first = run_memagent("eval", items, "-m", models["random"], *BUDGETS, "--out", out, "--limit", "2", "--json")
@@ -267,6 +268,29 @@ def test_eval_reports_the_mrcr_average_in_json_and_in_the_table(tmp_path):
     plain = run_memagent(*run, "--metric", "sub_em", "--out", tmp_path / "plain.jsonl", "--json")
     assert plain.returncode == 0, plain.stderr
     assert "mrcr" not in json.loads(plain.stdout)
+
+
+def test_quote_hit_is_the_share_of_items_whose_quotes_hold_their_needle(tmp_path):
+    """Items with a "needle" (make-niah writes the asked one) are scored on whether the run's quotes
+    hold it; items without one are not counted."""
+    from codeword import fact_sentence
+
+    doc = whole_fact(200, 3, where=0.5)
+    items = [
+        {"id": "hit", "context": doc.text, "input": QUESTION, "answers": [doc.value], "needle": fact_sentence(doc.value)},
+        {"id": "miss", "context": doc.text, "input": QUESTION, "answers": [doc.value], "needle": "A sentence not in it."},
+        {"id": "none", "context": doc.text, "input": QUESTION, "answers": [doc.value]},
+    ]
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(i) + "\n" for i in items))
+    out = tmp_path / "results.jsonl"
+    run = ["eval", data, "-m", CODEWORD_MODEL, *CODEWORD_BUDGETS, "--temperature", "0", "--threads", "1", "--out", out]
+    done = run_memagent(*run, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["sub_em"] == 100.0 and summary["quote_hit"] == 50.0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["hit"]["quote_hit"] == 1.0 and rows["miss"]["quote_hit"] == 0.0 and "quote_hit" not in rows["none"]
 
 
 def test_the_cli_offers_the_metrics_scoring_knows():

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import zipfile
 from html.parser import HTMLParser
 
 import pytest
+from helpers import run_memagent, words
 
 from memagent_cli.core.memagent import INITIAL_MEMORY
 from memagent_cli.traces.export import FORMATS, export, export_html, export_jsonl, export_markdown
+from memagent_cli.traces.sharing import Sharing, model_name, shared_path, shared_time
 
 M1 = "Alice bought the boat in 1990."
 M2 = "Alice bought the boat in 1990.\nThe harbour is Kiel."
@@ -414,3 +418,62 @@ def test_html_of_a_run_without_steps():
     parsed = parse(export_html(run))
     assert parsed.steps() == []
     assert "still running" in "".join(parsed.text)
+
+
+# --- pages to share: nothing of the machine -------------------------------------------------------
+
+MICROSECONDS = re.compile(r"\d\d:\d\d:\d\d[.,]\d")
+
+
+def test_shared_paths_times_and_model_names():
+    assert shared_path("/home/ann/work/docs/a.txt", "/home/ann/work") == "docs/a.txt"
+    assert shared_path("/home/ann/other/b.txt", "/home/ann/work") == "b.txt"  # outside: its name alone
+    assert shared_path("docs/a.txt", "/home/ann/work") == "docs/a.txt"  # as named, from where the run started
+    assert shared_path("../other/b.txt", "/home/ann/work") == "b.txt"
+    assert shared_path("/home/ann/b.txt", None) == "b.txt" and shared_path("-", "/x") == "-"
+    assert shared_time("2026-11-27T04:15:32.123456+00:00") == "2026-11-27 04:15:32 UTC"
+    assert shared_time("2026-11-27T05:15:32.5+01:00") == "2026-11-27 04:15:32 UTC"
+    assert model_name({"name": "memagent-7b", "path": "/home/ann/.memagent/models/m7.gguf"}) == "memagent-7b (m7.gguf)"
+    assert model_name({"name": None, "path": "/home/ann/x.gguf"}) == "x.gguf"
+    assert model_name({"name": "qwen", "path": None, "servers": ["http://gpu:8080"]}) == "qwen"
+    # A document inside an archive keeps the part inside it; the archive outside is named alone.
+    archive = {"path": "/srv/z.zip", "title": "/srv/z.zip/inner/c.txt", "abspath": "/srv/z.zip", "member": ["inner/c.txt"]}
+    sharing = Sharing("/home/ann/work", [archive])
+    assert sharing.name("/srv/z.zip/inner/c.txt") == "z.zip/inner/c.txt"
+    assert sharing.name("/srv/z.zip/inner/c.txt/part 2") == "z.zip/inner/c.txt/part 2"
+    assert sharing.text("Cannot read /home/ann/work/docs/a.txt or /srv/z.zip/inner/c.txt") == (
+        "Cannot read docs/a.txt or z.zip/inner/c.txt"
+    )
+    shown = sharing.settings({"seed": None, "cwd": "/home/ann/work", "instructions": "", "chat_template": {"path": "/t/x.jinja"}})
+    assert shown == {"seed": "random", "chat_template": "path=x.jinja"}
+
+
+def test_pages_to_share_hold_no_path_of_the_machine_no_none_and_whole_seconds(tmp_path, models):
+    """A real run over a file named relatively, one outside the run's directory and a document in
+    an archive named by its absolute path: the HTML page and the Markdown name each from where the
+    run started (or by its name alone), the model by name, times to the second; the trace itself
+    keeps the absolute paths that resuming needs."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "docs").mkdir(parents=True)
+    outside.mkdir()
+    (work / "docs" / "a.txt").write_text(words(40), encoding="utf-8")
+    (outside / "b.txt").write_text(words(40, seed=1), encoding="utf-8")
+    with zipfile.ZipFile(work / "docs" / "z.zip", "w") as z:
+        z.writestr("inner/c.txt", words(40, seed=2))
+    small = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", "--temperature", "0"]
+    named = ["docs/a.txt", outside / "b.txt", work / "docs" / "z.zip"]
+    done = run_memagent("ask", *named, "Where?", "-m", models["random"], *small, "--json", cwd=work)
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(done.stdout)["trace"]
+    stored = json.loads(run_memagent("traces", "show", trace, "--json", cwd=work).stdout)
+    assert stored["settings"]["cwd"] == str(work) and stored["model"]["path"] == str(models["random"])
+
+    machine = {str(tmp_path), os.path.realpath(tmp_path), str(models["random"].parent), os.path.realpath(models["random"].parent)}
+    for fmt in ("html", "markdown"):
+        page = run_memagent("traces", "export", trace, "--format", fmt, cwd=tmp_path).stdout
+        assert page and not [m for m in machine if m in page], fmt
+        assert "None" not in page and not MICROSECONDS.search(page), fmt
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), fmt
+        plain = page.replace("\\", "")  # Markdown escapes the underscore of a setting's name
+        for name in ("docs/a.txt", "b.txt", "docs/z.zip/inner/c.txt", "tiny-qwen2-test (random.gguf)", "seed=random"):
+            assert name in plain or name.replace("=", "</code> = <code>") in plain, (fmt, name)

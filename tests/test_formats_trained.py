@@ -63,6 +63,16 @@ def answer(path: Path) -> dict:
     return out
 
 
+def first_quote(out: dict, path: Path, value: str, location: str) -> dict:
+    """The run's first quote is the fact's sentence, at `location`, and its offsets point at it in
+    the text `inspect --text` prints of that file."""
+    quote = out["quotes"][0]
+    assert fact_sentence(value) in quote["text"] and len(quote["text"]) <= 300, quote
+    assert quote["location"] == location and quote["source"] == path.name, quote
+    assert read_text(path)[quote["start"] : quote["end"]] == quote["text"]
+    return quote
+
+
 def evidence_places(out: dict) -> list[str]:
     from memagent_cli.core.provenance import describe_span
 
@@ -94,6 +104,7 @@ def test_a_fact_in_a_word_table(tmp_path, tokenizer):
     out = answer(path)
     assert out["answer"] == value
     assert out["sources"][0]["kind"] == "docx"
+    first_quote(out, path, value, 'report.docx § "Harbour report"')
 
 
 def test_a_fact_in_a_slides_speaker_notes(tmp_path, tokenizer):
@@ -115,6 +126,7 @@ def test_a_fact_in_a_slides_speaker_notes(tmp_path, tokenizer):
     out = answer(path)
     assert out["answer"] == value
     assert evidence_covers(out, "slide", 2)  # the notes are the second slide's
+    first_quote(out, path, value, "deck.pptx slide 2")
     assert all(place.startswith("deck.pptx slide") for place in evidence_places(out))
 
 
@@ -145,6 +157,7 @@ def test_a_fact_in_an_epub_chapter(tmp_path, tokenizer):
     out = answer(path)
     assert out["answer"] == value
     assert evidence_covers(out, "chapter", 2)
+    first_quote(out, path, value, 'book.epub ch. 2 "Chapter 2"')
     assert all(place.startswith("book.epub ch") for place in evidence_places(out))
 
 
@@ -166,7 +179,9 @@ def test_a_fact_in_a_web_pages_article(tmp_path, tokenizer):
     path, value = build(tmp_path, tokenizer, make)
     text = read_text(path)
     assert "Menu entry" not in text and "tracking" not in text and "footer" not in text.lower()
-    assert answer(path)["answer"] == value
+    out = answer(path)
+    assert out["answer"] == value
+    assert first_quote(out, path, value, out["quotes"][0]["location"])["location"].startswith("page.html")
 
 
 def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
@@ -198,3 +213,62 @@ def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
     assert evidence_places(out) and all(place == "scan.pdf p. 1 (OCR)" for place in evidence_places(out))
     assert out["sources"][0]["pages"] == 1
     assert "OCR scan.pdf: page 1 of 1" in out["stderr"]  # the progress line, piped
+    first_quote(out, path, value, "scan.pdf p. 1 (OCR)")
+
+
+def quote_chars(path: Path, value: str) -> str:
+    """Where the fact's sentence is in a file of running text, as a location says it."""
+    start = read_text(path).index(fact_sentence(value))
+    return f"{start:,}–{start + len(fact_sentence(value)):,}"
+
+
+def pdf_with_the_fact_on_page_three(tmp_path: Path, tokenizer=None) -> tuple[Path, str]:
+    """A 5-page PDF, a sentence a line, the fact on page 3 whole in one 64-token chunk; and its value."""
+    from fpdf import FPDF
+
+    def make(rng, value):
+        pdf = FPDF()
+        pdf.set_font("Helvetica", size=10)
+        for k in range(5):
+            pdf.add_page()
+            sentences = [filler_sentence(rng) for _ in range(4)]
+            if k == 2:
+                sentences.insert(2, fact_sentence(value))
+            for sentence in sentences:  # a line each: a line broken inside the fact would hide it from this model
+                pdf.cell(0, 6, sentence, new_x="LMARGIN", new_y="NEXT")
+        path = tmp_path / "report.pdf"
+        pdf.output(str(path))
+        return path
+
+    return build(tmp_path, tokenizer or codeword_tokenizer(), make)
+
+
+def test_a_fact_on_page_three_of_a_pdf(tmp_path, tokenizer):
+    """The quote is located on its page, not on the step's eight-page stretch."""
+    path, value = pdf_with_the_fact_on_page_three(tmp_path, tokenizer)
+    out = answer(path)
+    assert out["answer"] == value
+    first_quote(out, path, value, "report.pdf p. 3")
+
+
+def test_a_fact_in_one_file_of_a_folder(tmp_path, tokenizer):
+    """In a folder, a quote's source is the one file and its offsets count in that file's own text,
+    not in the blocks the files are joined into ("Document 2:" and the rest)."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+
+    def make(rng, value):
+        (folder / "a.txt").write_text(prose(rng, 3), encoding="utf-8")
+        (folder / "b.txt").write_text("\n\n" + prose(rng, 1) + " " + fact_sentence(value) + " " + prose(rng, 1), encoding="utf-8")
+        return folder
+
+    _, value = build(tmp_path, tokenizer, make)
+    done = run_memagent("ask", "notes", QUESTION, *RUN, "--json", "--no-trace", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["answer"] == value
+    b = folder / "b.txt"
+    quote = out["quotes"][0]
+    assert quote["source"] == str(Path("notes") / "b.txt") and fact_sentence(value) in quote["text"]
+    assert read_text(b)[quote["start"] : quote["end"]] == quote["text"]
+    assert quote["location"] == f"notes/b.txt chars {quote['start']:,}–{quote['end']:,}"

@@ -63,6 +63,22 @@ def test_a_file_memagent_cannot_read_is_one_line_and_exit_1(tmp_path):
     assert done.stderr.count("\n") == 1 and "Word 97-2003 format" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_file_skipped_in_a_folder_leaves_no_empty_document_header(tmp_path):
+    """The text the model reads from a folder with an unreadable file among good ones: the good
+    ones numbered 1, 2, no "Document N:" header with nothing under it, one note for the bad one."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("alpha text\n", encoding="utf-8")
+    (folder / "b.docx").write_bytes(b"PK\x03\x04 not really a zip")
+    (folder / "c.txt").write_text("gamma text\n", encoding="utf-8")
+    done = run_memagent("inspect", "--text", "docs", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Document 1:\ndocs/a.txt\nalpha text\n\nDocument 2:\ndocs/c.txt\ngamma text"
+    assert done.stderr.splitlines() == [
+        "warning: skipped docs/b.docx (it is damaged, truncated or not a Word file (File is not a zip file))"
+    ]
+
+
 def test_ocr_takes_only_its_three_values(tmp_path):
     (tmp_path / "a.txt").write_text("words")
     done = run_memagent("inspect", "--text", "--ocr", "sometimes", "a.txt", cwd=tmp_path)

@@ -8,6 +8,7 @@ and the bearer token too."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -90,7 +91,8 @@ class Server:
             params = StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "memagent_cli", *SERVER],
-                env={"MEMAGENT_HOME": str(self.home)},
+                # The SDK passes a few variables on, not PYTHONPATH: the server imports the code under test too.
+                env={"MEMAGENT_HOME": str(self.home), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
                 cwd=str(self.cwd),
             )
             return Client(params, **kwargs)
@@ -335,6 +337,70 @@ def test_inspect_counts_and_a_failed_run_is_an_error_result(tree, memagent_home)
     assert empty.is_error and "no text" in empty.content[0].text
     assert other_model.is_error and "does not load another model" in other_model.content[0].text
     assert too_big.is_error and "chunk_tokens" in too_big.content[0].text  # over the server's own budget
+
+
+def interrupted_run_of_folder(cwd: Path, folder: str) -> str:
+    """A run over `folder` (named from `cwd`) recorded as interrupted after its first step, its
+    sources collected and fingerprinted as `memagent ask` and the server's `ask` record them."""
+    import os
+
+    from memagent_cli.core.config import AgentConfig
+    from memagent_cli.ingest.sources import collect_sources
+    from memagent_cli.traces.recorder import fingerprint
+    from memagent_cli.traces.store import TraceStore
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        sources = [fingerprint(s) for s in collect_sources([folder], warn=lambda note: None)]
+    finally:
+        os.chdir(here)
+    settings = {**AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=24, temperature=0).to_dict(), "cwd": str(cwd)}
+    with TraceStore() as store:
+        run_id = store.create_run(
+            question=QUESTION,
+            sources=sources,
+            model={"name": "codeword", "path": str(CODEWORD_ASK[1]), "size": None},
+            settings=settings,
+        )
+        step = {"index": 1, "memory": "No previous memory", "tokens": 64, "spans": [], "memory_tokens": 3}
+        step.update(prompt_tokens=200, generated_tokens=4, drafted_tokens=0, accepted_tokens=0, finish_reason="stop", seconds=0.1)
+        store.add_step(run_id, step)
+        store.finish_run(run_id, "interrupted")
+    return run_id
+
+
+def test_resume_skips_an_unreadable_file_the_run_found_in_a_folder(tree, memagent_home):
+    """Resumed over MCP, a run of a folder treats its documents as found in the folder, as
+    `memagent ask --resume` does: the unreadable one is skipped with a note (named alone it would be
+    an error) and the run goes on to its answer from the readable one."""
+    mixed = tree["root"] / "mixed"
+    mixed.mkdir()
+    (mixed / "a.txt").write_text(tree["a"].text, encoding="utf-8")
+    (mixed / "broken.docx").write_bytes(b"PK\x03\x04 not really a zip")
+    run_id = interrupted_run_of_folder(tree["root"], "mixed")
+    from memagent_cli.traces.store import TraceStore
+
+    with TraceStore() as store:
+        recorded = store.get_run(run_id)["sources"]
+    assert [(s["title"], s.get("found")) for s in recorded] == [("mixed/a.txt", True), ("mixed/broken.docx", True)]
+    server = Server("stdio", tree["root"], memagent_home)
+    logs = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def main():
+        async with server.connect(logging_callback=on_log, log_level="info") as client:
+            return await client.call_tool("resume", {"id": run_id})
+
+    resumed = anyio.run(main)
+    assert not resumed.is_error, resumed.content
+    record = resumed.structured_content
+    assert record["trace"].endswith(run_id) and record["resumed_steps"] == 1
+    assert record["answer"] == tree["a"].value
+    warnings = [entry.data for entry in logs if entry.level == "warning"]
+    assert warnings == ["skipped mixed/broken.docx (it is damaged, truncated or not a Word file (File is not a zip file))"]
 
 
 def test_each_answers_every_document_on_its_own(tree, memagent_home):

@@ -4,6 +4,7 @@ real headless Chromium where one is installed."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -13,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers import run_memagent, words
 
 from memagent_cli.core.memdiff import evidence_record, evidence_steps
 from memagent_cli.traces.export import timeline_html
@@ -205,7 +207,7 @@ def test_each_section_holds_its_answer_evidence_and_timeline(job):
     failed = "".join(parsed.sections["run-4"])
     assert shown(HOSTILE_ERROR) in failed and "No answer." in failed
     assert "This run failed after 1 steps (total not known yet): model server went away" in failed
-    assert "None: no step added words that are still in the final memory." in failed
+    assert "No evidence: no step added words that are still in the final memory." in failed
 
 
 def test_ids_are_unique_and_every_link_lands_on_one(job):
@@ -372,3 +374,26 @@ def test_a_headless_chromium_draws_the_page(job, tmp_path):
     assert any(max(px) < 0x60 for px in colours)
     # The results table's header row (#eef0f3) is near the top of the first screen.
     assert any(px == b"\xee\xf0\xf3" for row in pixels[:800] for px in row)
+
+
+def test_a_real_jobs_page_holds_no_path_of_the_machine(tmp_path, models):
+    """`ask --each --html` over a folder named relatively and a file outside the directory the job
+    ran in, named by its absolute path: documents shown from the job's directory (the outside one
+    by its name), the model by name, no "None", times to the second."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "docs").mkdir(parents=True)
+    outside.mkdir()
+    (work / "docs" / "a.txt").write_text(words(40), encoding="utf-8")
+    (outside / "b.txt").write_text(words(40, seed=1), encoding="utf-8")
+    small = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", "--temperature", "0"]
+    each = ["--each", "-q", "Where?", "--html", "page.html"]
+    done = run_memagent("ask", "docs", outside / "b.txt", *each, "-m", models["random"], *small, cwd=work)
+    assert done.returncode == 0, done.stderr
+    page = (work / "page.html").read_text(encoding="utf-8")
+    machine = {str(tmp_path), os.path.realpath(tmp_path), str(models["random"].parent), os.path.realpath(models["random"].parent)}
+    assert not [m for m in machine if m in page]
+    assert "None" not in page and not re.search(r"\d\d:\d\d:\d\d[.,]\d", page)
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page)
+    documents = [cells[1] for cells in parse(page).rows]
+    assert documents == ["docs/a.txt", "b.txt"]
+    assert "tiny-qwen2-test (random.gguf)" in page and "<code>seed</code> = <code>random</code>" in page

@@ -14,16 +14,19 @@ import time
 
 import numpy as np
 import pytest
-from helpers import free_port, llama_server, write_clean_model
+from fakeserver import FakeServer
+from helpers import free_port, llama_server, words, write_clean_model
 
+from memagent_cli.core.chunking import IngestStats, Piece, blocks, iter_chunks
 from memagent_cli.errors import MemagentError
+from memagent_cli.ingest.base import Source
 from memagent_cli.model.chat import ChatFormat
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import LlamaEngine
 from memagent_cli.model.served.engine import NEUTRAL_SAMPLING, OpenAIEngine, count_margin, normalize_base_url
 from memagent_cli.model.served.http import DEFAULT_TIMEOUT, Connection, longest_wait
-from memagent_cli.model.served.tokenizer import remote_tokenizer
+from memagent_cli.model.served.tokenizer import DIALECTS, remote_tokenizer
 from memagent_cli.model.tokenizer import load_tokenizer
 
 GREEDY = Sampling(temperature=0.0)
@@ -168,6 +171,43 @@ def test_remote_tokenizer_matches_the_local_one(server, local):
         assert remote.byte_lengths[np.asarray(han)].tolist() == [3] * len(han)
     finally:
         remote.close()
+
+
+def test_remote_lengths_take_a_few_requests_of_llama_cpp_python(server, local):
+    """The ids' lengths come from one detokenize of them all, split at a separator token; each
+    fragment of a character among them (which the server cannot decode) costs two requests more,
+    found at the byte where the real server's UTF-8 decode says it failed."""
+    _, tokenizer = local
+    remote = remote_tokenizer(server)
+    sent: list[str] = []
+    post = remote._post
+    remote._post = lambda url, body: sent.append(url) or post(url, body)  # type: ignore[method-assign]
+    try:
+        text = "Hi 中 and café, naïve: “quoted” – ok. " + words(300, seed=4)
+        ids = remote.encode(text)
+        assert ids == tokenizer.encode(text)
+        fragments = {i for i in set(ids) if not _whole(tokenizer.decode_bytes([i]))}
+        assert len(fragments) >= 4
+        expected = [3 if i in fragments else int(tokenizer.byte_lengths[i]) for i in ids]
+        assert remote.byte_lengths[np.asarray(ids)].tolist() == expected
+        detokenized = sent.count(f"{remote.root}/extras/detokenize")
+        assert detokenized <= 1 + 2 * len(fragments) + 2 < len(set(ids)) // 3  # was one per distinct id
+        # A slice of whole tokens is now decoded here, from what the server said; one that holds a
+        # fragment is still the server's.
+        before = len(sent)
+        whole = [i for i in ids[-40:] if i not in fragments]
+        assert remote.decode_bytes(whole) == tokenizer.decode_bytes(whole) and len(sent) == before
+        assert remote.decode_bytes(tokenizer.encode("Hi 中 ok")) == "Hi 中 ok".encode() and len(sent) > before
+    finally:
+        remote.close()
+
+
+def _whole(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # --- scripted peers ------------------------------------------------------------------------
@@ -493,10 +533,15 @@ def test_remote_tokenizer_finds_the_dialect(kind, name):
         assert remote.byte_lengths[np.asarray([239, 97, 239])].tolist() == [2, 1, 2]
         remote.close()
         sent = [json.loads(r[3]) for r in peer.requests if r[1] == "/tokenize"]
+    # The first text is asked with its pieces; this peer, like a server older than the flag, ignores
+    # it, and later texts are asked without.
+    flag = "return_token_strs" if kind == "vllm" else "with_pieces"
+    assert [body.get("prompt", body.get("content")) for body in sent if flag in body] == ["Hello world"]
+    last = [body for body in sent if body.get("prompt", body.get("content")) == "naïve"]
     if kind == "vllm":
-        assert sent[-1] == {"prompt": "naïve", "add_special_tokens": False, "model": "m"}
+        assert last == [{"prompt": "naïve", "add_special_tokens": False, "model": "m"}]
     else:
-        assert sent[-1] == {"content": "naïve", "add_special": False, "parse_special": False}
+        assert last == [{"content": "naïve", "add_special": False, "parse_special": False}]
 
 
 def test_remote_tokenizer_without_endpoints_says_what_to_do():
@@ -505,6 +550,100 @@ def test_remote_tokenizer_without_endpoints_says_what_to_do():
             remote_tokenizer(peer.url, Connection(retries=0))
     assert "no tokenize endpoint" in caught.value.message
     assert "--tokenizer" in caught.value.hint
+
+
+def _document(ascii_only: bool) -> list[Piece]:
+    """Two sources of some 5,000 tokens of the clean model's vocabulary in all; with characters that
+    vocabulary writes as fragments of one character per token (each byte its own token) unless
+    `ascii_only`."""
+    first, second = words(1000, seed=21), words(800, seed=22)
+    if not ascii_only:
+        first = first.replace("river", "rivière").replace("city", "city 中文")
+        second = second.replace("mills", "mills — “old”").replace("fox", "fox 🦊")
+    return [Piece("Document 1:\n"), Piece(first, 0), Piece("\n\nDocument 2:\n"), Piece(second, 1)]
+
+
+def _chunked(pieces: list[Piece], tokenizer) -> tuple[list, list[int]]:
+    stats = IngestStats()
+    sources = [Source("a.txt", "a.txt", "text", 1), Source("b.txt", "b.txt", "text", 1)]
+    chunks = [(c.text, c.tokens, c.spans) for c in iter_chunks(pieces, tokenizer, 500, sources, stats)]
+    return chunks, stats.source_tokens
+
+
+@pytest.mark.parametrize(
+    "dialect, pieces, ascii_only",
+    [
+        ("vllm", True, False),  # return_token_strs
+        ("llama-server", True, False),  # with_pieces
+        ("llama-server", False, True),  # a server older than with_pieces: lengths joined
+        ("llama-cpp-python", False, True),  # no pieces: lengths joined
+    ],
+)
+def test_chunking_through_a_served_tokenizer_takes_a_few_requests(local, dialect, pieces, ascii_only):
+    """A document of some 5,000 tokens cut into chunks of 500 through the server's tokenizer: the
+    chunks (text, token counts, source spans) and each source's token count are the local
+    tokenizer's, and it costs one tokenize request per block of text, and where the server sends no
+    token pieces a few detokenize requests more. It cost a detokenize per distinct token and per
+    chunk before (73 to 90 here), and the sources' token counts missed tokens that are fragments of
+    a character (each counted as a 3-byte U+FFFD)."""
+    _, tokenizer = local
+    document = _document(ascii_only)
+    expected = _chunked(document, tokenizer)
+    assert sum(expected[1]) > 4000 and len(expected[0]) >= 9
+    block_count = len(list(blocks(document)))
+    with FakeServer(tokenizer=tokenizer, dialect=dialect, token_pieces=pieces) as fake:
+        remote = remote_tokenizer(fake.url, Connection(retries=0))
+        assert remote.dialect.name == {"vllm": "vLLM"}.get(dialect, dialect)
+        fake.stats.tokenize = fake.stats.detokenize = 0
+        assert _chunked(document, remote) == expected
+        remote.close()
+    if pieces:
+        assert (fake.stats.tokenize, fake.stats.detokenize) == (block_count, 0)
+    else:  # the separator found once (a tokenize and a detokenize), then one detokenize per block
+        assert fake.stats.tokenize == block_count + 1
+        assert fake.stats.detokenize <= 1 + block_count
+
+
+def test_token_pieces_are_read_as_each_server_sends_them():
+    vllm, llama_server = DIALECTS[0], DIALECTS[1]
+    assert vllm.tokenize_body("a", "m", pieces=True) == {
+        "prompt": "a",
+        "add_special_tokens": False,
+        "return_token_strs": True,
+        "model": "m",
+    }
+    assert llama_server.tokenize_body("a", "m", pieces=True) == {
+        "content": "a",
+        "add_special": False,
+        "parse_special": False,
+        "with_pieces": True,
+    }
+    # llama-server: a piece that is not whole UTF-8 comes as its byte values.
+    answer = {"tokens": [{"id": 9707, "piece": "Hello"}, {"id": 220, "piece": " "}, {"id": 15, "piece": [228, 184]}]}
+    assert llama_server.pieces(answer, "Hello \u4e2d") == [b"Hello", b" ", b"\xe4\xb8"]
+    assert llama_server.pieces({"tokens": [9707]}, "Hello") is None and not llama_server.sent_pieces({"tokens": [9707]})
+    # vLLM: byte-level BPE strings (GPT-2's alphabet), read as bytes where they join to the text,
+    # as given or in NFC (Qwen's normalizer).
+    assert vllm.pieces({"tokens": [1, 2], "token_strs": ["Hello", "Ġworld"]}, "Hello world") == [b"Hello", b" world"]
+    assert vllm.pieces({"tokens": [1, 2], "token_strs": ["Caf", "Ã©"]}, "Cafe\u0301") == [b"Caf", "é".encode()]
+    assert vllm.pieces({"tokens": [1], "token_strs": ["ä¸"]}, "x") is None  # does not join to the text
+    # SentencePiece's strings are another alphabet: their lengths are asked for as before.
+    assert vllm.pieces({"tokens": [1, 2], "token_strs": ["▁Hello", "▁world"]}, "Hello world") is None
+    assert not vllm.sent_pieces({"tokens": [1], "token_strs": None})
+
+
+def test_a_remote_tokenizer_keeps_asking_the_server_what_its_pieces_do_not_say(local):
+    """vLLM with a vocabulary whose strings are not byte-level BPE's (played here by a server too
+    old to send them): each new id is detokenized alone, as before, and each chunk by the server."""
+    _, tokenizer = local
+    with FakeServer(tokenizer=tokenizer, dialect="vllm", token_pieces=False) as fake:
+        remote = remote_tokenizer(fake.url, Connection(retries=0))
+        fake.stats.detokenize = 0
+        ids = remote.encode("Hello world, hello river.")
+        assert remote.byte_lengths[np.asarray(ids)].tolist() == tokenizer.byte_lengths[np.asarray(ids)].tolist()
+        assert fake.stats.detokenize == len(set(ids))
+        assert remote.decode_bytes(ids) == b"Hello world, hello river." and fake.stats.detokenize == len(set(ids)) + 1
+        remote.close()
 
 
 # --- timeouts and budgets ------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """One run setup for every command that runs a model: each rule checked through `ask`, `batch`,
 `eval` and `mcp` (the MCP SDK's own client) alike, against a real HTTP server on 127.0.0.1 that has
 no tokenize endpoint (tests/fakeserver.py): `-m` as a served run's vocabulary, --offline, the
-missing-model message; server URLs in their normal form; the JSON of a served run."""
+missing-model message; server URLs in their normal form; the JSON of a served run; the note that
+a remote server's tokenizer costs round trips (against one that has the endpoints)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 
 import anyio
@@ -151,6 +153,66 @@ def test_the_json_of_a_served_run(files, server):
         "served_model": None,
         "tokenizer": str(CODEWORD_MODEL),
     }
+
+
+def _resolves_here(host: str) -> bool:
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)} == {"127.0.0.1"}
+    except OSError:
+        return False
+
+
+HOST = socket.gethostname()  # a name for this host that is not "localhost": a remote server to the hint
+
+
+@pytest.fixture(scope="module")
+def tokenizing_server():
+    """A fake vLLM with its tokenize endpoints, the code-word model's vocabulary."""
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    with FakeServer(latency=0.0, tokenizer=load_tokenizer(read_gguf(CODEWORD_MODEL)), dialect="vllm") as fake:
+        yield fake
+
+
+@pytest.mark.skipif(HOST == "localhost" or not _resolves_here(HOST), reason="this host's name does not lead to 127.0.0.1")
+def test_a_remote_server_that_tokenizes_gets_one_hint(files, tokenizing_server):
+    """The server's tokenizer over the network costs a round trip per chunk: the header says once
+    that a local vocabulary saves it. Not with one (-m, --tokenizer), nor for a server on this host."""
+    port = tokenizing_server.url.split(":")[2].split("/")[0]
+    remote = f"http://{HOST}:{port}/v1"
+    hint = f"note: the server at {remote} tokenizes the document, a round trip per chunk; --tokenizer MODEL_OR_GGUF (or -m)"
+    runs = [(remote, [], True), (remote, ["-m", str(CODEWORD_MODEL)], False), (tokenizing_server.url, [], False)]
+    for base, vocabulary, hinted in runs:
+        served = ["--engine", "openai", "--base-url", base, *vocabulary, *BUDGETS]
+        done = run_memagent("ask", files["doc"], "Who?", *served, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["answer"] == "42"
+        assert sum(line.startswith(hint) for line in done.stderr.splitlines()) == hinted, done.stderr
+        assert hinted or "tokenizes" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "url, local",
+    [
+        ("http://127.0.0.1:8000/v1", True),
+        ("localhost:8000", True),
+        ("http://[::1]:8000", True),
+        ("http://127.0.1.1:8080/v1", True),
+        ("http://0.0.0.0:8000", True),
+        ("http://gpu1:8000/v1", False),
+        ("http://10.0.0.2:8000/v1", False),
+        ("https://api.example.com/v1", False),
+    ],
+)
+def test_which_servers_are_local(url, local):
+    from memagent_cli.model.served.options import ServedOptions, is_local
+
+    assert is_local(url) is local
+    assert (ServedOptions(servers=(url,)).tokenizer_note() is None) is local
+    assert ServedOptions(servers=(url,), tokenizer="model.gguf").tokenizer_note() is None
+    # The first server is the one whose tokenizer a run uses.
+    assert (ServedOptions(servers=(url, "http://127.0.0.1:9/v1")).tokenizer_note() is None) is local
 
 
 def test_a_trace_from_before_servers_resumes_on_its_servers(server):

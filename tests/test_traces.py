@@ -86,6 +86,39 @@ def test_interrupted_run_resumes_to_the_same_result(doc, models, sig):
     assert run["status"] == "complete" and run["step_count"] == len(whole["steps"])
 
 
+def test_resume_of_a_folder_skips_its_unreadable_file_again(models, tmp_path):
+    """A run of a folder holding an unreadable file, interrupted and resumed: the trace says which
+    documents were found in the folder, so the resumed run skips the bad one with the same note (named
+    alone it would be an error) instead of failing on it."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text(words(4000), encoding="utf-8")
+    (tmp_path / "docs" / "z.docx").write_bytes(b"PK\x03\x04 not really a zip")
+    note = "warning: skipped docs/z.docx (it is damaged, truncated or not a Word file (File is not a zip file))"
+    proc = spawn_memagent("ask", "docs", "Where?", "-m", models["random"], *SMALL, cwd=tmp_path)
+    try:
+        steps = 0
+        while steps < 2:
+            line = proc.stderr.readline()
+            assert line, proc.stderr.read()
+            steps += line.startswith("step ")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130
+    (run,) = as_json("traces", "list", cwd=tmp_path)["runs"]
+    shown = as_json("traces", "show", run["id"], cwd=tmp_path)
+    assert [(s["title"], s.get("found")) for s in shown["sources"]] == [("docs/a.txt", True), ("docs/z.docx", True)]
+
+    resumed = run_memagent("ask", "--resume", run["id"], "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert note in resumed.stderr.splitlines()
+    assert json.loads(resumed.stdout)["trace"] == run["id"]
+    assert as_json("traces", "show", run["id"], cwd=tmp_path)["status"] == "complete"
+
+
 def test_resume_refuses_changed_sources_and_finished_runs(doc, models, tmp_path):
     code, _, _ = start_and_stop([doc, "q", "-m", models["random"], *SMALL], signal.SIGINT)
     assert code == 130

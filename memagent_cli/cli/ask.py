@@ -21,7 +21,7 @@ from .common import fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
 from .options import DEFAULTS, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
 from .setup import RunFlags, RunSetup, setup
-from .textout import SafeConsole, print_json
+from .textout import SafeConsole, cited, print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
@@ -99,6 +99,13 @@ ParallelOpt = Annotated[
     ),
 ]
 RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
+CiteOpt = Annotated[
+    bool,
+    option(
+        'Print under the answer the sentences of the sources it rests on, each with where it is: [1] report.pdf p. 12: "…".',
+        "--cite",
+    ),
+]
 QuietOpt = Annotated[bool, option("Print only the answer: no live view, no progress.", "--quiet")]
 SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]
 
@@ -119,6 +126,7 @@ def ask(
     parallel: ParallelOpt = 4,
     json_out: JsonOpt = False,
     raw: RawOpt = False,
+    cite: CiteOpt = False,
     quiet: QuietOpt = False,
     svg: SvgOpt = None,
     flags: RunFlags = RunFlags(),
@@ -137,11 +145,11 @@ def ask(
       memagent ask --resume last
     """
     from ..core.pipeline import ask_events, ask_many_events
-    from ..traces.recorder import resume_plan, resumed_paths
+    from ..traces.recorder import resume_plan, resumed_found, resumed_paths
 
     err = stderr_console()
     quiet_library_logs(flags.verbose)
-    out = _Output(quiet=quiet, json_out=json_out, raw=raw, svg=svg.resolve() if svg else None)  # resumed runs move
+    out = _Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=svg.resolve() if svg else None)  # resumed runs move
     recorder: Recorder | None = None
     try:
         _check_together(each=each, resume=resume, svg=svg, each_files=(jsonl, csv_file, html))
@@ -162,15 +170,17 @@ def ask(
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
         sources = source_flags.settings(traced.stdin)
+        if run is not None:  # a file the run found in a folder is skipped again if it cannot be read
+            sources = replace(sources, found=resumed_found(run))
         if each:
             from .each import EachOutput, run_each
 
-            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, jsonl=jsonl, csv=csv_file, html=html)
+            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, jsonl=jsonl, csv=csv_file, html=html)
             run_each(paths, questions, setup_, sources, parallel, store, traced.recorder if store else None, err, output)
         elif len(questions) > 1:
             events = ask_many_events(questions, paths, **setup_.args(), sources=sources, parallel=parallel)
             recorders = [traced.recorder() if store is not None else None for _ in questions]
-            run_many(events, questions, err, recorders, quiet=quiet, json_out=json_out, raw=raw)
+            run_many(events, questions, err, recorders, quiet=quiet, json_out=json_out, raw=raw, cite=cite)
         else:
             recorder = traced.recorder(run) if store is not None else None
             steps = run["steps"] if run else ()
@@ -198,6 +208,7 @@ class _Output:
     quiet: bool
     json_out: bool
     raw: bool
+    cite: bool
     svg: Path | None
 
 
@@ -286,6 +297,8 @@ def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, 
         print_json(record)
     else:
         answer = result.raw_answer if out.raw else result.answer
+        if out.cite:
+            answer += "\n" + cited(result)
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
         print(visible(answer) if sys.stdout.isatty() else answer)
 

@@ -17,7 +17,7 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
 from .common import fail
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
-from .textout import print_json, visible
+from .textout import cited, print_json, visible
 
 if TYPE_CHECKING:
     from ..core.jobs import Job
@@ -34,6 +34,7 @@ class EachOutput:
     quiet: bool = False
     json_out: bool = False
     raw: bool = False
+    cite: bool = False
     jsonl: Path | None = None
     csv: Path | None = None
     html: Path | None = None
@@ -76,6 +77,8 @@ def run_each(
         if output.json_out:
             return
         answer = done.result.raw_answer if output.raw else done.result.answer
+        if output.cite:
+            answer += "\n" + cited(done.result)
         head = f"{done.job.title} · Q{number[id(done.job)]}: {done.job.question}" if several else done.job.title
         text = f"{visible(head)}\n{visible(answer)}\n" if stdout_tty else f"{head}\n{answer}\n"
         if stdout_tty and not output.quiet and err.is_terminal:

@@ -94,7 +94,10 @@ MetricOpt = Annotated[
     ),
 ]
 EvalJsonOpt = Annotated[
-    bool, typer.Option("--json", help="Print {n, sub_em, em, f1, and mrcr when graded} (percentages) as JSON.")
+    bool,
+    typer.Option(
+        "--json", help="Print {n, sub_em, em, f1, mrcr when graded, quote_hit when items have a needle} (percentages) as JSON."
+    ),
 ]
 
 
@@ -177,7 +180,7 @@ def _print_table(data: Path, result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"{data.name}: {result['n']} items", title_justify="left")
-    keys = [key for key in ("mrcr", "sub_em", "em", "f1") if key in result]  # MRCR first: Table 9's number
+    keys = [key for key in ("mrcr", "sub_em", "em", "f1", "quote_hit") if key in result]  # MRCR first: Table 9's number
     table.add_column("n", justify="right")
     for key in keys:
         table.add_column(key, justify="right")

@@ -120,7 +120,7 @@ def evidence_text(record: dict[str, Any]) -> str:
     return " | ".join(describe_spans(e.get("spans") or []) for e in record.get("evidence") or [])
 
 
-CSV_FIELDS = ("document", "question", "answer", "evidence", "trace", "error")
+CSV_FIELDS = ("document", "question", "answer", "evidence", "quote", "quote_location", "trace", "error")
 
 
 class Sinks:
@@ -164,12 +164,15 @@ class Sinks:
                 self._jsonl.write(json_text(record, indent=None) + "\n")
                 self._jsonl.flush()
             if self._csv is not None and self._csv_file is not None:
+                first_quote = (record.get("quotes") or [{}])[0]
                 self._csv.writerow(
                     [
                         record.get(self._name, ""),
                         record.get("question", ""),
                         record.get("answer", ""),
                         evidence_text(record),
+                        first_quote.get("text", ""),
+                        first_quote.get("location", ""),
                         record.get("trace") or "",
                         record.get("error", ""),
                     ]

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, MemagentError
 from .common import fail, sigterm_as_interrupt
-from .textout import print_json
+from .textout import cited, print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
@@ -29,6 +29,7 @@ def run_many(
     quiet: bool,
     json_out: bool,
     raw: bool,
+    cite: bool = False,
 ) -> None:
     """Several questions at once: every event to its question's recorder and to the view;
     answers printed in question order. A failed question fails the command (exit 1) after
@@ -91,6 +92,8 @@ def run_many(
             if result is None:
                 continue
             answer = result.raw_answer if raw else result.answer
+            if cite:
+                answer += "\n" + cited(result)
             question = visible(result.question) if tty else result.question
             print(f"Q{i + 1}: {question}\n{visible(answer) if tty else answer}\n")
     exit_codes = []

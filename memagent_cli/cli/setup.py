@@ -223,6 +223,10 @@ def _served_options(flags: RunFlags, err: Console, stored: Mapping[str, Any] | N
     for note in notes:
         err.print(f"note: {note}", style="dim", markup=False, highlight=False, soft_wrap=True)
     log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if flags.verbose else None
-    return ServedOptions(
+    served = ServedOptions(
         servers=servers, api_key=flags.api_key, served_model=served_model, timeout=flags.timeout, tokenizer=tokenizer, log=log
     )
+    hint = served.tokenizer_note()
+    if hint is not None:
+        err.print(f"note: {hint}", style="dim", markup=False, highlight=False, soft_wrap=True)
+    return served

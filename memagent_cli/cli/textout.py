@@ -12,6 +12,8 @@ from rich.console import Console, Group
 from rich.text import Text, TextType
 
 from ..core.display import SCHEMA, clip, json_controls_escaped, visible
+from ..core.events import RunResult
+from ..core.quotes import NO_QUOTE, describe_quote
 
 __all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
 
@@ -64,3 +66,10 @@ def _safe(obj: object) -> object:
     if isinstance(obj, Group):
         return Group(*(_safe(r) for r in obj.renderables))
     return obj
+
+
+def cited(result: RunResult) -> str:
+    """The quotes under an answer (--cite): one numbered line each, or one line saying there is none."""
+    if not result.quotes:
+        return f"[no quote: {NO_QUOTE}]"
+    return "\n".join(describe_quote(n, q.to_dict()) for n, q in enumerate(result.quotes, 1))

@@ -20,8 +20,10 @@ from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocols import DEFAULT as DEFAULT_PROTOCOL
 from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
+from ..core.quotes import QUOTE_FIELDS, describe_quote
 from ..errors import EXIT_USAGE, MemagentError
-from .common import run_guard
+from ..traces.quoting import stored_quotes
+from .common import run_guard, stderr_console
 from .textout import SafeConsole, clip, print_json, visible
 
 if TYPE_CHECKING:
@@ -114,10 +116,12 @@ def show(
     if step is not None and not any(s["index"] == step for s in steps):
         raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
     evidence = set(evidence_steps(steps))
+    err = stderr_console()
+    quotes = stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True))
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
         chosen = [evidence_record(s) for s in steps if s["index"] in evidence]
-        print_json({**run, "steps": shown, "evidence": chosen})
+        print_json({**run, "steps": shown, "evidence": chosen, "quotes": [{k: q[k] for k in QUOTE_FIELDS} for q in quotes]})
         return
     out = _out()
     out.print(_header(run))
@@ -128,6 +132,8 @@ def show(
         previous = s["memory"]
     if step is None and run.get("answer") is not None:
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
+        for n, quote in enumerate(quotes, 1):
+            out.print(Text.assemble(("quote ", "bold"), visible(describe_quote(n, quote))))
 
 
 def _header(run: Mapping[str, Any]) -> Text:
@@ -234,17 +240,30 @@ def diff(
 @run_guard
 def export(
     run_ref: RunArg,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl, markdown or html (one self-contained page).")] = "html",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="jsonl, markdown, html (one self-contained page) or pdf (each PDF source with the quotes highlighted).",
+        ),
+    ] = "html",
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.", show_default=False)
+        Optional[Path],
+        typer.Option(
+            "--output", "-o", help="Write here instead of stdout (pdf: a file, or a folder for several PDFs).", show_default=False
+        ),
     ] = None,
 ) -> None:
-    """One run as JSON lines, Markdown, or an HTML page to share."""
+    """One run as JSON lines, Markdown, an HTML page to share, or its PDFs with the quotes highlighted."""
     from ..traces.export import FORMATS
     from ..traces.export import export as render
 
+    if fmt == "pdf":
+        _export_pdf(_store().get_run(run_ref), output)
+        return
     if fmt not in FORMATS:
-        raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}.", exit_code=EXIT_USAGE)
+        raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}, pdf.", exit_code=EXIT_USAGE)
     text = render(_store().get_run(run_ref), fmt)
     if output is None:
         sys.stdout.write(text)
@@ -254,6 +273,47 @@ def export(
     except OSError as exc:
         raise MemagentError(f"Cannot write {output}: {exc.strerror}.") from None
     SafeConsole(stderr=True).print(f"wrote {output}", markup=False)
+
+
+def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
+    """Each PDF source of the run that holds a quote, copied with its quotes highlighted."""
+    from ..traces.pdfmarks import highlight
+
+    err = stderr_console()
+
+    def note(text: str) -> None:
+        err.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    quotes = stored_quotes(run, note)
+    sources = run.get("sources") or []
+    by_pdf: dict[str, list[dict[str, Any]]] = {}
+    for quote in quotes:
+        record: Mapping[str, Any] = next((s for s in sources if s.get("path") == quote["source"]), {})
+        if record.get("kind") == "pdf" and not record.get("member"):
+            by_pdf.setdefault(str(record.get("abspath") or record["path"]), []).append(quote)
+    if not by_pdf:
+        raise MemagentError(
+            f"Run {run['id'][:8]} has no quote in a PDF source to highlight.",
+            "memagent traces show shows its quotes and evidence; --format html makes a page of them.",
+        )
+    if output is None:
+        raise MemagentError(
+            "--format pdf writes a PDF file.", "Name it with -o OUT.pdf (or -o FOLDER for several PDFs).", exit_code=EXIT_USAGE
+        )
+    if len(by_pdf) > 1 and not output.is_dir():
+        raise MemagentError(
+            f"Run {run['id'][:8]} has quotes in {len(by_pdf)} PDFs.",
+            "Name a folder with -o FOLDER: each is written there.",
+            exit_code=EXIT_USAGE,
+        )
+    answer = run.get("answer") or ""
+    comment = f"Question: {run.get('question', '')}\nAnswer: {answer}\n(memagent run {run['id'][:8]})"
+    for path, its_quotes in by_pdf.items():
+        destination = output / Path(path).name if output.is_dir() else output
+        done, missing = highlight(Path(path), its_quotes, comment, destination)
+        for text in missing:
+            note(f'not found on its page in PDFium\'s text, so not highlighted: "{clip(" ".join(text.split()), 80)}"')
+        err.print(f"wrote {visible(str(destination))} ({done} of {len(its_quotes)} quotes highlighted)", markup=False)
 
 
 @app.command()

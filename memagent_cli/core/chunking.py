@@ -8,7 +8,8 @@ whole-text ids (tests check this at thousands of cuts). A block with no such pla
 grows until one comes or the input ends.
 
 Several sources are laid out as the training data was: `Document {i}:\\n{title}\\n{text}`
-blocks joined by a blank line; one source is its text alone.
+blocks joined by a blank line (a source with no text, one skipped as unreadable, has none); one
+source is its text alone.
 
 Where the model's tokenizer normalizes text (NFC, Qwen's), the laid-out text is normalized before
 it is cut, as the reference tokenizes the normalized document: chunk text, the prompts built from
@@ -108,12 +109,26 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Anchor:
+    """Where a run of a chunk's text comes from: from character `at` of the chunk's text on (to
+    the next anchor), the text of source `source` from its character `offset` (counted as spans
+    count), at `place`. `source` None is layout text (a "Document 2:" header, a separator). Quotes
+    are located by these, to the page and the character."""
+
+    at: int
+    source: int | None
+    offset: int
+    place: Place | None
+
+
+@dataclass(frozen=True)
 class Chunk:
     index: int  # 1-based, the memory step that reads it
     text: str
     tokens: int
     spans: tuple[Span, ...]
     end_token: int  # document tokens read up to and including this chunk
+    anchors: tuple[Anchor, ...] = ()  # one per piece of laid-out text in the chunk, in order
 
     def describe(self) -> str:
         """Where the chunk's text came from, e.g. "report.pdf pp. 3–5; notes.txt chars 0–900"."""
@@ -128,6 +143,9 @@ class IngestStats:
     source_tokens: list[int] = field(default_factory=list)
     source_pages: list[int] = field(default_factory=list)  # per source: the last unit number read (page, slide…)
     source_units: list[str | None] = field(default_factory=list)  # per source: the unit it is read in
+    # per source: the offset (as spans count) of its first character that is read, the white space
+    # before it being stripped; offsets less this are offsets into what `inspect --text` prints of it
+    source_starts: list[int | None] = field(default_factory=list)
     done: bool = False
 
     def source_records(self, sources: Sequence[Source]) -> list[dict[str, Any]]:
@@ -148,18 +166,26 @@ class IngestStats:
 
 
 def layout(sources: Sequence[Source], read: Callable[[Source], Iterable[Segment]]) -> Iterator[Piece]:
-    """The document as the model reads it: stripped text, with headers for several sources."""
+    """The document as the model reads it: stripped text, with headers for several sources.
+
+    Of several sources, one that gives no text (a file in a folder skipped as unreadable, an empty
+    one) gets no header either: a document's header is laid out before its first text, and the
+    documents shown are numbered 1, 2, … as if it were not there. Its note says why."""
     several = len(sources) > 1
     stripper = _Stripper()
+    shown = 0  # documents laid out so far
     for i, source in enumerate(sources):
         if several:
-            if i:
-                yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
-            header = DOCUMENT_HEADER.format(index=i + 1, title=source.title)
-            yield from stripper.feed(Piece(header), layout=True)
-            body = _Stripper()
+            body, headed = _Stripper(), False
             for seg in read(source):
-                yield from body.feed(Piece(seg.text, i, seg.place, seg.offset))
+                for piece in body.feed(Piece(seg.text, i, seg.place, seg.offset)):
+                    if not headed:  # the source's first text: its header goes first
+                        headed = True
+                        shown += 1
+                        if shown > 1:
+                            yield from stripper.feed(Piece(DOCUMENT_SEPARATOR), layout=True)
+                        yield from stripper.feed(Piece(DOCUMENT_HEADER.format(index=shown, title=source.title)), layout=True)
+                    yield piece
         else:
             for seg in read(source):
                 yield from stripper.feed(Piece(seg.text, i, seg.place, seg.offset))
@@ -374,6 +400,7 @@ def iter_chunks(
     stats.source_tokens = [0] * len(sources)
     stats.source_pages = [0] * len(sources)
     stats.source_units = [None] * len(sources)
+    stats.source_starts = [None] * len(sources)
     normalize = normalizer(tokenizer)
     if normalize is not None:
         pieces = normalized(pieces, normalize)
@@ -390,7 +417,14 @@ def iter_chunks(
         start, end = chunk_start, chunk_start + len(data)
         index += 1
         tokens_done += len(ids)
-        chunk = Chunk(index, data.decode("utf-8", errors="replace"), len(ids), _spans(placed, start, end, sources), tokens_done)
+        chunk = Chunk(
+            index,
+            data.decode("utf-8", errors="replace"),
+            len(ids),
+            _spans(placed, start, end, sources),
+            tokens_done,
+            _anchors(placed, start, data),
+        )
         chunk_start = end
         placed = [p for p in placed if p.end > end]
         return chunk
@@ -413,6 +447,8 @@ def iter_chunks(
             data = p.text.encode("utf-8")
             placed.append(_Placed(p, doc_bytes, data))
             doc_bytes += len(data)
+            if p.source is not None and stats.source_starts[p.source] is None:
+                stats.source_starts[p.source] = p.offset
             if p.source is not None and p.place is not None and p.place.unit is not None and p.place.part is None:
                 if stats.source_units[p.source] in (None, p.place.unit):
                     stats.source_units[p.source] = p.place.unit
@@ -459,6 +495,23 @@ def _spans(placed: list[_Placed], start: int, end: int, sources: Sequence[Source
         else:
             spans.append(Span(src, sources[src].title, place, place, lo, hi, whole.part, whole.ocr))
     return tuple(spans)
+
+
+def _anchors(placed: list[_Placed], start: int, data: bytes) -> tuple[Anchor, ...]:
+    """The anchors of the chunk whose bytes are `data`, from document byte `start`: each piece's
+    part of the chunk, at its character offset in the chunk's text. Pieces end on characters, so
+    decoding each part alone counts the characters the whole chunk's decoding has (a character cut
+    at the chunk's edge is one replacement character either way)."""
+    anchors: list[Anchor] = []
+    at = 0
+    end = start + len(data)
+    for p in placed:
+        lo, hi = max(p.start, start), min(p.end, end)
+        if hi <= lo:
+            continue
+        anchors.append(Anchor(at, p.piece.source, p.char_at(lo), p.piece.place))
+        at += len(data[lo - start : hi - start].decode("utf-8", errors="replace"))
+    return tuple(anchors)
 
 
 def _same_unit(a: Place | None, b: Place | None) -> bool:

@@ -14,6 +14,7 @@ from ..ingest.sources import Source
 from .chunking import Chunk, SpanDict
 from .config import AgentConfig
 from .memdiff import evidence_record
+from .quotes import Quote
 
 
 class _ModelFields(TypedDict):
@@ -218,6 +219,7 @@ class RunResult:
     n_ctx: int
     steps: list[StepRecord] = field(default_factory=list)
     evidence: list[StepRecord] = field(default_factory=list)  # steps that added what the final memory still says
+    quotes: list[Quote] = field(default_factory=list)  # the sentences of the sources the answer rests on, best first
     timings: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)  # the offload choice: layers and why
     servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
@@ -241,6 +243,7 @@ class RunResult:
             "settings": self.config.to_dict(),
             "steps": steps,
             "evidence": [evidence_record(step) for step in steps if step["index"] in chosen],
+            "quotes": [q.to_dict() for q in self.quotes],
             "timings": self.timings,
         }
 

@@ -18,7 +18,7 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 from ..errors import MemagentError
 from ..ingest.base import OcrMode, OcrProgress
@@ -29,7 +29,7 @@ from ..model.chat import ChatFormat
 from ..model.engine import Engine
 from ..model.gguf import GGUFInfo, read_gguf
 from ..model.llama import EmbeddedOptions, LlamaEngine
-from ..model.tokenizer import Tokenizer, load_tokenizer, normal_form
+from ..model.tokenizer import NormalForm, Tokenizer, load_tokenizer, normal_form
 from .agent import check_question, plan_context, run_loop
 from .chunking import Chunk, IngestStats, Piece, ReadAhead, iter_chunks, layout, normalized
 from .config import AgentConfig
@@ -47,6 +47,7 @@ from .events import (
     StepRecord,
 )
 from .memdiff import evidence_steps
+from .quotes import find_quotes
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
 
@@ -59,6 +60,7 @@ class SourceOptions:
     on_ocr: Callable[[OcrProgress], None] | None = None  # told after each page OCR recognises
     stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
+    found: frozenset[str] = frozenset()  # files named that a resumed run found in a folder (collect_sources)
 
 
 @dataclass
@@ -93,6 +95,7 @@ def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[s
         exclude=sources.exclude,
         stdin_is_piped=sources.stdin_is_piped,
         ocr=sources.ocr,
+        found=sources.found,
         warn=warn,
     )
 
@@ -121,12 +124,23 @@ def document_text(
     and layout as `ask`; with `model`, normalized as its tokenizer normalizes text (its vocabulary
     alone is read). Notes about the sources go to `warn`."""
     found = find_sources(paths, sources, warn)
-    pieces: Iterable[Piece] = layout(found, _reader(sources, warn))
     form = normal_form(read_gguf(resolve_model(model))) if model is not None else None
-    if form is not None:
-        pieces = normalized(pieces, lambda text: unicodedata.normalize(form, text))
-    for piece in pieces:
+    for piece in _laid_out(found, sources, warn, form):
         yield piece.text
+
+
+def source_text(source: Source, sources: SourceOptions, warn: Callable[[str], None], form: str | None) -> str:
+    """One source's text as `inspect --text` prints that source alone (stripped; in the normal form
+    `form` where the model's tokenizer has one): what a quote's offsets count in."""
+    return "".join(piece.text for piece in _laid_out([source], sources, warn, form))
+
+
+def _laid_out(found: Sequence[Source], sources: SourceOptions, warn: Callable[[str], None], form: str | None) -> Iterable[Piece]:
+    pieces: Iterable[Piece] = layout(found, _reader(sources, warn))
+    if form is not None:
+        normal = cast(NormalForm, form)
+        pieces = normalized(pieces, lambda text: unicodedata.normalize(normal, text))
+    return pieces
 
 
 def _reader(sources: SourceOptions, warn: Callable[[str], None]) -> Callable[[Source], Iterator[Segment]]:
@@ -242,8 +256,15 @@ def run_question(
         started = time.perf_counter()
     steps: list[StepRecord] = []
     answer: AnswerFinished | None = None
+    read: dict[int, Chunk] = {}  # the text each step read, for the quotes: a chunk is ~20K characters
+
+    def kept(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+        for chunk in chunks:
+            read[chunk.index] = chunk
+            yield chunk
+
     try:
-        for event in run_loop(question, chunks, stats, shared.engine, prep.tokenizer, config, done_steps):
+        for event in run_loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
             elif isinstance(event, AnswerFinished):
@@ -265,6 +286,7 @@ def run_question(
         answer,
         shared.load_seconds,
         time.perf_counter() - started,
+        read,
     )
     result.gpu = {"layers": shared.gpu_layers, "reason": shared.gpu_reason}
     yield RunFinished(result)
@@ -397,6 +419,7 @@ def _result(
     answer: AnswerFinished,
     load_seconds: float,
     total_seconds: float,
+    read: Mapping[int, Chunk] | None = None,
 ) -> RunResult:
     prompt_tokens = sum(s.prompt_tokens - s.cached_tokens for s in steps)
     prompt_seconds = sum(s.prompt_seconds for s in steps)
@@ -405,11 +428,18 @@ def _result(
     sources = stats.source_records(prep.sources)
     chosen = set(evidence_steps([{"index": s.index, "memory": s.memory} for s in steps]))
     evidence = [s for s in steps if s.index in chosen]
+    memory = steps[-1].memory if steps else ""
+    t0 = time.perf_counter()
+    read = read or {}
+    form = getattr(prep.tokenizer, "normal_form", None)
+    evidence_chunks = [read[i] for i in sorted(chosen) if i in read]
+    quotes = find_quotes(answer.answer, memory, evidence_chunks, sources, stats.source_starts, form)
+    quote_seconds = time.perf_counter() - t0
     return RunResult(
         question=question,
         answer=answer.answer,
         raw_answer=answer.raw,
-        memory=steps[-1].memory if steps else "",
+        memory=memory,
         model=prep.model_name,
         model_path=prep.model_path,
         servers=prep.servers,
@@ -420,11 +450,13 @@ def _result(
         n_ctx=n_ctx,
         steps=steps,
         evidence=evidence,
+        quotes=quotes,
         timings={
             "total_seconds": round(total_seconds, 4),
             "load_seconds": round(load_seconds, 4),
             "steps_seconds": round(sum(s.seconds for s in steps), 4),
             "answer_seconds": round(answer.seconds, 4),
+            "quotes_seconds": round(quote_seconds, 4),
             "prompt_tokens_per_second": round(prompt_tokens / prompt_seconds, 1) if prompt_seconds else None,
             "generation_tokens_per_second": round(generated / (generate_seconds + answer.seconds), 1)
             if generate_seconds + answer.seconds

@@ -39,12 +39,13 @@ class Item:
     answers: list[str]
     instructions: str | None = None  # how the answer is written: the final prompt's alone
     random_string_to_prepend: str | None = None  # MRCR's: the answer must start with it
+    needle: str | None = None  # the sentence the answer rests on (make-niah writes it): scored as quote_hit
 
 
 # Said by every error about an item's fields: what a reader accepts.
 _FIELDS = (
     'needs "context", the question ("input" or "question") and the answer ("answers", a list, or "answer", a text);'
-    ' "id", "instructions" and "random_string_to_prepend" are optional.'
+    ' "id", "instructions", "random_string_to_prepend" and "needle" are optional.'
 )
 
 
@@ -71,11 +72,19 @@ def _item(obj: object, n: int, where: str) -> Item:
         or not all(isinstance(a, str) for a in answers)
     ):
         raise MemagentError(f"{where} {_FIELDS}", exit_code=EXIT_USAGE)
-    optional = {name: obj.get(name) for name in ("instructions", "random_string_to_prepend")}
+    optional = {name: obj.get(name) for name in ("instructions", "random_string_to_prepend", "needle")}
     for name, value in optional.items():
         if value is not None and not isinstance(value, str):
             raise MemagentError(f'{where}: "{name}" is not a text. An item {_FIELDS}', exit_code=EXIT_USAGE)
-    return Item(str(obj.get("id", n)), context, question, answers, optional["instructions"], optional["random_string_to_prepend"])
+    return Item(
+        str(obj.get("id", n)),
+        context,
+        question,
+        answers,
+        optional["instructions"],
+        optional["random_string_to_prepend"],
+        optional["needle"],
+    )
 
 
 def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
@@ -85,7 +94,8 @@ def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Percentages over the scored items, as the papers' tables report them: n, sub_em, em, f1,
-    and mrcr (over the items MRCR's grade was given to) when any was."""
+    mrcr (over the items MRCR's grade was given to) when any was, and quote_hit (over the items with
+    a needle: the share whose quotes hold it) when any had one."""
 
     def pct(values: list[float]) -> float:
         return round(100.0 * sum(values) / len(values), 2) if values else 0.0
@@ -94,13 +104,17 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     graded = [r["mrcr"] for r in rows if "mrcr" in r]
     if graded:
         result["mrcr"] = pct(graded)
+    hits = [r["quote_hit"] for r in rows if "quote_hit" in r]
+    if hits:
+        result["quote_hit"] = pct(hits)
     return result
 
 
 @dataclass(frozen=True)
 class ItemScored:
     """An item's run is over and scored: `row` is what `--out` stores (id, question, answers,
-    prediction, found, raw, sub_em, em, f1, mrcr where graded, steps, document_tokens, seconds)."""
+    prediction, found, raw, sub_em, em, f1, mrcr where graded, steps, document_tokens, seconds,
+    quote_hit where the item has a needle)."""
 
     row: dict[str, Any]
 
@@ -121,7 +135,14 @@ def _row(item: Item, result: RunResult, found: bool, seconds: float, metric: str
         "steps": len(result.steps),
         "document_tokens": result.document_tokens,
         "seconds": round(seconds, 3),
+        **({"quote_hit": float(quote_hit(item.needle, result))} if item.needle else {}),
     }
+
+
+def quote_hit(needle: str, result: RunResult) -> bool:
+    """Whether one of the run's quotes holds the needle sentence (white space aside)."""
+    wanted = " ".join(needle.split())
+    return any(wanted in " ".join(q.text.split()) for q in result.quotes)
 
 
 def evaluate_events(

@@ -133,6 +133,7 @@ class NiahItem(TypedDict):
     context: str
     input: str  # the question
     answers: list[str]
+    needle: str  # the asked needle's sentence
     length: int
 
 
@@ -194,6 +195,7 @@ def make_items(tokens: int, needles: int, n: int, seed: int, count_tokens: Calla
                 "context": context,
                 "input": question,
                 "answers": [values[asked]],
+                "needle": planted[asked],  # the sentence an answer rests on: eval's quote_hit looks for it
                 "length": length,
             }
         )

@@ -87,6 +87,8 @@ def _cause(exc: MemagentError, title: str) -> str:
     for prefix in (f"{title}: ", f"Cannot read {title}: ", f"Cannot open {title}: "):
         if message.startswith(prefix):
             return message[len(prefix) :]
+    if message.startswith(f"{title} "):  # "x.gz expands past …": "skipped x.gz (it expands past …)"
+        return "it " + message[len(title) + 1 :]
     return message
 
 

@@ -26,7 +26,7 @@ import os
 import posixpath
 import stat
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
@@ -50,6 +50,7 @@ def collect_sources(
     exclude: Sequence[str] = (),
     stdin_is_piped: bool = False,
     ocr: OcrMode = "auto",
+    found: Collection[str] = (),
     warn: Warn,
 ) -> list[Source]:
     """Expand the user's paths into the ordered list of sources to read.
@@ -65,7 +66,8 @@ def collect_sources(
     xz; zstd on Python 3.14+) is judged by the file inside it. Image files need OCR: with
     `ocr` "never", or without the ocr extra, they are refused when named and skipped in folders.
     Sources found in folders and archives are marked `found`: one that then cannot be read is
-    skipped with a note (see read_source), while a file named directly is an error.
+    skipped with a note (see read_source), while a file named directly is an error. `found` names
+    files to be marked so though named: a resumed run's, which it first found in a folder.
 
     `include`/`exclude` are fnmatch-style patterns matched against a file's path relative to
     the named folder (with "/" separators) and against its bare name; with no include
@@ -88,7 +90,7 @@ def collect_sources(
             hint="Name a file or folder, or pipe text into memagent",
             exit_code=EXIT_USAGE,
         )
-    collector = _Collector(_Filters.make(include, exclude), warn, ocr)
+    collector = _Collector(_Filters.make(include, exclude), warn, ocr, frozenset(found))
     for path in paths:
         collector.add(path)
     return collector.sources
@@ -146,10 +148,11 @@ class _Skipped:
 class _Collector:
     """Accumulates sources across all named paths, remembering what it has already taken."""
 
-    def __init__(self, filters: _Filters, warn: Warn, ocr: OcrMode = "auto") -> None:
+    def __init__(self, filters: _Filters, warn: Warn, ocr: OcrMode = "auto", found: frozenset[str] = frozenset()) -> None:
         self.sources: list[Source] = []
         self._filters = filters
         self._ocr = ocr
+        self._found = found  # named files to mark `found`, as if met in a folder (a resumed run's)
         self._warn = warn
         self._seen_files: set[tuple[int, int]] = set()
         self._stdin_taken = False
@@ -207,7 +210,7 @@ class _Collector:
         if refusal is not None:
             raise MemagentError(f"{printable(path)}: {refusal.message}", hint=refusal.hint)
         assert kind is not None
-        self.sources.append(Source(path, title_of(path), kind, info.st_size))
+        self.sources.append(Source(path, title_of(path), kind, info.st_size, found=path in self._found))
 
     def _judge(self, name: str, head: bytes, reopen: Callable[[], IO[bytes]]) -> tuple[str | None, _Refusal | None]:
         """The kind of the document called `name` whose first bytes are `head`, or why it is

@@ -24,6 +24,7 @@ from urllib.request import url2pathname
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import printable
 from ..ingest.sources import STDIN_PATH, Source
+from ..traces.recorder import was_found
 from .settings import MAX_FILES, MAX_TOTAL_BYTES, MAX_WALK_ENTRIES
 
 URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -189,7 +190,8 @@ def check_sources(sources: Sequence[Source], roots: Roots) -> None:
 
 def stored_sources(run: Mapping[str, Any], roots: Roots) -> list[Source]:
     """A recorded run's documents as Sources to read again (their recorded titles, so the text
-    is laid out as it was), after the same checks as a new call's; raises Refused."""
+    is laid out as it was; those found in a folder marked so, so that one that cannot be read is
+    skipped again), after the same checks as a new call's; raises Refused."""
     problems: list[str] = []
     sources: list[Source] = []
     for record in run["sources"]:
@@ -203,6 +205,7 @@ def stored_sources(run: Mapping[str, Any], roots: Roots) -> list[Source]:
                 kind=record["kind"],
                 size=record.get("size"),
                 member=tuple(record.get("member") or ()),
+                found=was_found(record),  # as `memagent ask --resume` marks it
             )
         )
     if problems:

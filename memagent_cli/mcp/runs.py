@@ -279,10 +279,19 @@ class _Tracker:
 def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, Any]:
     """A run as the `ask` tool returns it: the answer, its evidence with the passage each step
     read, and the trace to show or continue it."""
+    quotes = [q.to_dict() for q in result.quotes]
+    # Where the answer's sentences were found, the evidence is those sentences, exactly as the
+    # document has them; else the passage around what each evidence step added to the memory.
+    evidence = (
+        [{"step": q["step"], "source": q["source"], "location": q["location"], "excerpt": q["text"]} for q in quotes]
+        if quotes
+        else [cite(step) for step in result.evidence]
+    )
     return {
         "question": result.question,
         "answer": result.answer,
-        "evidence": [cite(step) for step in result.evidence],
+        "evidence": evidence,
+        "quotes": quotes,
         "steps": len(result.steps),
         "trace": trace,
         "document_tokens": result.document_tokens,

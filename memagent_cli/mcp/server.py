@@ -162,13 +162,27 @@ def _ask_output() -> "type[BaseModel]":
         step: int = Field(description="The memory step whose reading the answer rests on.")
         source: str = Field(description="The document it read, as titled to the model (archive.zip/inner/name in one).")
         location: str = Field(description='Where in it the step read, e.g. "report.pdf pp. 3–5", "notes.txt chars 0–900".')
-        excerpt: str = Field(description="At most ~300 characters of the text the step read, around what it added to memory.")
+        excerpt: str = Field(
+            description="A sentence of the document the answer rests on, exactly as the document has it (see quotes);"
+            " where none was found, at most ~300 characters of the text the step read, around what it added to memory."
+        )
+
+    class Quote(BaseModel):
+        text: str = Field(description="The sentence, exactly as in the document's text (at most 300 characters).")
+        source: str = Field(description="The document's path.")
+        location: str = Field(description='Where it is, e.g. "report.pdf p. 12".')
+        start: int = Field(description="Its character offsets in the document's own text (`memagent inspect --text`).")
+        end: int
+        step: int = Field(description="The memory step that read it.")
 
     class Run(BaseModel):
         document: Optional[str] = Field(None, description="With `each`: the document this run read.")
         question: Optional[str] = None
         answer: Optional[str] = Field(None, description="The answer, written from the final memory alone.")
         evidence: Optional[list[Evidence]] = Field(None, description="Where the answer comes from, in reading order.")
+        quotes: Optional[list[Quote]] = Field(
+            None, description="The sentences of the documents the answer rests on, best first; empty where none holds it."
+        )
         steps: Optional[int] = Field(None, description="Memory steps the run took.")
         trace: Optional[str] = Field(None, description=f"The run's trace id: trace_show, resume, {TRACE_URI}.")
         document_tokens: Optional[int] = None

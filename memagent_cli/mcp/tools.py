@@ -16,6 +16,7 @@ from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..core.memdiff import evidence_record, evidence_steps
 from ..core.pipeline import Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
+from ..core.quotes import describe_quote
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Source
 from ..model.llama import EmbeddedOptions
@@ -310,8 +311,11 @@ def render(record: Mapping[str, Any], head: bool = False) -> str:
     if record.get("error"):
         return "\n".join(lines + [f"error: {record['error']}"])
     lines.append(str(record.get("answer", "")))
-    for item in record.get("evidence") or []:
-        lines.append(f"evidence: {item['location']} (step {item['step']}): {item['excerpt']}")
+    if record.get("quotes"):
+        lines.extend(f"quote: {describe_quote(n, q)}" for n, q in enumerate(record["quotes"], 1))
+    else:
+        for item in record.get("evidence") or []:
+            lines.append(f"evidence: {item['location']} (step {item['step']}): {item['excerpt']}")
     if record.get("trace"):
         lines.append(f"trace: {record['trace']} ({record.get('steps')} steps; {TRACE_URI.format(id=record['trace'])})")
     return "\n".join(lines)

@@ -13,6 +13,10 @@ gives, never the store itself, and writes text for the caller to save or print.
   note_html) so that report.py draws the same timeline, answer and notes for every run of a
   per-document job on one page.
 
+Markdown and HTML are made to be passed on, so they show a run as sharing.py shares it: sources
+named from where the run started, the model by name, times to the second, no absolute path of
+this machine. JSONL keeps the record whole.
+
 "Evidence" steps are those whose added words are still in the final memory
 (memdiff.evidence_steps): the answer is written from that memory alone, so those are the
 steps whose reading the answer can rest on.
@@ -29,6 +33,7 @@ from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
+from .sharing import model_name, shared_run
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -116,8 +121,7 @@ def _stats(step: Record) -> str:
 
 
 def _model(run: Record) -> str:
-    model = run.get("model") or {}
-    return str(model.get("name") or model.get("path") or "?")
+    return model_name(run.get("model") or {})
 
 
 def _source_line(source: Record) -> str:
@@ -183,6 +187,7 @@ def _md_fence(text: str, info: str = "text") -> str:
 
 
 def export_markdown(run: Record) -> str:
+    run = shared_run(run)  # for pasting elsewhere: nothing of this machine (sharing.py)
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)
@@ -304,9 +309,9 @@ def _diff_html(before: str, after: str) -> tuple[str, tuple[list[str], list[str]
 
 
 def run_meta_html(run: Record) -> str:
-    """The run's facts (status, id, times, model, sources, settings, error) as one <dl>."""
+    """The run's facts (status, id, times, model, sources, settings, error) as one <dl>; `run` as
+    sharing.py shares it (the callers pass it so)."""
     status = str(run.get("status") or "?")
-    model = run.get("model") or {}
     sources = "".join(
         f"<li>{_e(_source_line(s))}"
         + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
@@ -319,7 +324,7 @@ def run_meta_html(run: Record) -> str:
         ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
         ("Started", _e(run.get("started_at") or "?")),
         ("Ended", _e(run.get("ended_at") or "-")),
-        ("Model", f'<span title="{_e(model.get("path") or "")}">{_e(_model(run))}</span>'),
+        ("Model", _e(_model(run))),
         ("Sources", f"<ul>{sources}</ul>" if sources else "(none recorded)"),
         ("Document", f"{_e(_num(run.get('document_tokens')))} tokens"),
         ("Settings", f"<ul>{settings}</ul>" if settings else "(none recorded)"),
@@ -400,6 +405,7 @@ def page_head(title: str, css: str, body_class: str = "") -> list[str]:
 
 
 def export_html(run: Record) -> str:
+    run = shared_run(run)  # a page to share: nothing of this machine (sharing.py)
     question = str(run.get("question") or "(no question)")
     title = " ".join(question.split())
     title = title if len(title) <= 80 else title[:79] + "…"

@@ -119,6 +119,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN drafted_tokens INTEGER;
     ALTER TABLE steps ADD COLUMN accepted_tokens INTEGER;
     """,
+    # 5: the quotes an answer rests on, as places in the sources and never their text (document
+    # text is not stored): `traces show` reads the text again from the source, whose sha256 the
+    # run's sources keep. NULL in runs recorded before, or not finished.
+    """
+    ALTER TABLE runs ADD COLUMN quotes TEXT;            -- JSON list of {source, start, end, step, location}
+    """,
 ]
 
 

@@ -68,6 +68,8 @@ def fingerprint(source: Source) -> dict[str, Any]:
     }
     if source.member:  # a document inside an archive: the archive is what is hashed
         record["member"] = list(source.member)
+    if source.found:  # found in a folder or archive: --resume skips it again if it cannot be read
+        record["found"] = True
     if source.path != STDIN_PATH and source.size is not None:  # a regular file, hashed now
         record["sha256"] = file_sha256(source.path)
         record["abspath"] = os.path.abspath(source.path)
@@ -136,8 +138,11 @@ class Recorder:
             self._write_run(lambda run_id: self.store.add_step(run_id, event.step.to_dict()))
         elif isinstance(event, RunFinished):
             result = event.result
+            quotes = [q.place() for q in result.quotes]
             self._write_run(
-                lambda run_id: self.store.finish_run(run_id, "complete", answer=result.answer, raw_answer=result.raw_answer)
+                lambda run_id: self.store.finish_run(
+                    run_id, "complete", answer=result.answer, raw_answer=result.raw_answer, quotes=quotes
+                )
             )
 
     def _started(self, e: RunStarted) -> None:
@@ -221,6 +226,18 @@ def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
 def resumed_config(settings: Mapping[str, Any]) -> AgentConfig:
     names = {f.name for f in fields(AgentConfig)}
     return AgentConfig(**{k: v for k, v in settings.items() if k in names})
+
+
+def was_found(source: Mapping[str, Any]) -> bool:
+    """Whether a recorded source was found in a folder or archive rather than named: one that
+    cannot be read is then skipped with a note, on resume as the first time. Traces from before
+    `found` was recorded say so only of documents inside archives, which are always found."""
+    return bool(source.get("found", bool(source.get("member"))))
+
+
+def resumed_found(run: Mapping[str, Any]) -> frozenset[str]:
+    """The paths `resumed_paths` names that the run found in a folder (SourceOptions.found)."""
+    return frozenset(s["path"] for s in run["sources"] if s["kind"] != "stdin" and not s.get("member") and was_found(s))
 
 
 def resumed_paths(run: Mapping[str, Any]) -> Sequence[str]:

@@ -10,12 +10,14 @@ answer, its evidence with locations and, folded in a <details>, the run's memory
 `traces export --format html` draws it (export.timeline_html). It loads nothing and runs no
 script (the same Content-Security-Policy as the export), reads fully without JavaScript, and every
 text from outside is escaped; control characters become visible symbols (display.visible), so
-none survives into the file.
+none survives into the file. Like the export it shows nothing of the machine (sharing.py):
+documents named from where the job ran, a file outside it by its name, the model by name.
 """
 
 from __future__ import annotations
 
 import html
+import os
 from typing import Any, Mapping, Sequence
 
 from ..core.display import clip, visible
@@ -23,6 +25,7 @@ from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import split_changes, word_diff
 from ..core.provenance import describe_span, describe_spans
 from .export import PAGE_CSS, answer_html, note_html, page_head, run_meta_html, status_note, timeline_html
+from .sharing import Sharing
 
 Row = Mapping[str, Any]
 Run = Mapping[str, Any]
@@ -104,9 +107,18 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def each_report_html(rows: Sequence[Row], runs: Mapping[str, Run], *, title: str = "memagent") -> str:
+def each_report_html(rows: Sequence[Row], runs: Mapping[str, Run], *, title: str = "memagent", cwd: str | None = None) -> str:
     """The page for `rows` (one per document and question, in display order; see the module
-    docstring), with the timeline of each row whose `trace` is a key of `runs`."""
+    docstring), with the timeline of each row whose `trace` is a key of `runs`. Paths are shown
+    relative to `cwd`, where the job ran: by default the runs' own, else the current directory."""
+    if cwd is None:
+        recorded = [r.get("settings", {}).get("cwd") for r in runs.values()]
+        cwd = next((c for c in recorded if isinstance(c, str)), os.getcwd())
+    sharing = Sharing(
+        cwd, [s for r in runs.values() for s in r.get("sources") or []], [r.get("model") or {} for r in runs.values()]
+    )
+    runs = {key: sharing.run(run) for key, run in runs.items()}
+    rows = [_shared_row(row, sharing) for row in rows]
     found = [_run_of(row, runs) for row in rows]
     statuses = [row_status(row, run) for row, run in zip(rows, found)]
     out = [
@@ -125,6 +137,20 @@ def each_report_html(rows: Sequence[Row], runs: Mapping[str, Run], *, title: str
     # by now, and none of the page's own markup holds one. Lone surrogates (from undecodable file
     # names) also go, so the page can be written as UTF-8.
     return visible("\n".join(out) + "\n")
+
+
+def _shared_row(row: Row, sharing: Sharing) -> dict[str, Any]:
+    """`row` with its document, evidence places and error as sharing shows them."""
+    shared = dict(row)
+    if row.get("document"):
+        shared["document"] = sharing.name(row["document"])
+    if row.get("error"):
+        shared["error"] = sharing.text(row["error"])
+    shared["evidence"] = [
+        {**record, "spans": [{**span, "path": sharing.name(span.get("path"))} for span in record.get("spans") or []]}
+        for record in row.get("evidence") or []
+    ]
+    return shared
 
 
 def _run_of(row: Row, runs: Mapping[str, Run]) -> Run | None:
@@ -206,7 +232,7 @@ def _section(n: int, row: Row, run: Run | None, status: str) -> str:
 def _evidence_list(anchor: str, evidence: Sequence[Mapping[str, Any]], run: Run | None) -> str:
     """One item per evidence step: where it read and, from the trace, what it added to the memory."""
     if not evidence:
-        return '<p class="muted">None: no step added words that are still in the final memory.</p>'
+        return '<p class="muted">No evidence: no step added words that are still in the final memory.</p>'
     added = _additions(run) if run is not None else {}
     recorded = {s.get("index") for s in (run.get("steps") or [])} if run is not None else set()
     items = []

@@ -51,9 +51,21 @@ RUN_COLUMNS = (
     "steps_total",
     "raw_answer",
     "answer",
+    "quotes",
 )
-JSON_COLUMNS = ("sources", "model", "settings", "spans")
-UPDATABLE = ("document_tokens", "steps_total", "sources", "settings", "status", "error", "raw_answer", "answer", "ended_at")
+JSON_COLUMNS = ("sources", "model", "settings", "spans", "quotes")
+UPDATABLE = (
+    "document_tokens",
+    "steps_total",
+    "sources",
+    "settings",
+    "status",
+    "error",
+    "raw_answer",
+    "answer",
+    "ended_at",
+    "quotes",
+)
 STEP_FIELDS = (
     "index",
     "spans",
@@ -291,11 +303,21 @@ class TraceStore:
             conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", [*values, run_id])
 
     def finish_run(
-        self, run_id: str, status: str, *, answer: str | None = None, raw_answer: str | None = None, error: str | None = None
+        self,
+        run_id: str,
+        status: str,
+        *,
+        answer: str | None = None,
+        raw_answer: str | None = None,
+        error: str | None = None,
+        quotes: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Ends a run. `quotes` are places ({source, start, end, step, location}), never text."""
         if status not in STATUSES or status == "running":
             raise ValueError("a run finishes complete, interrupted or failed")
-        given = {"answer": answer, "raw_answer": raw_answer, "error": error}
+        if quotes is not None and any("text" in q for q in quotes):
+            raise ValueError("the trace store keeps a quote's place, not its text")
+        given = {"answer": answer, "raw_answer": raw_answer, "error": error, "quotes": quotes}
         self.update_run(run_id, status=status, ended_at=_timestamp(None), **{k: v for k, v in given.items() if v is not None})
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:

@@ -77,7 +77,15 @@ class JobView(RowsView):
             self.done += 1
             row.state, row.answer = "done", event.result.answer
             first = event.result.evidence[0] if event.result.evidence else None
-            row.evidence = describe_spans(s.to_dict() for s in first.chunk.spans) if first is not None else ""
+            quotes = event.result.quotes
+            # where the answer is: its first quote's place (a page), else the first evidence step's (pages)
+            row.evidence = (
+                quotes[0].location
+                if quotes
+                else describe_spans(s.to_dict() for s in first.chunk.spans)
+                if first is not None
+                else ""
+            )
             self.finished.append(row)
             if self.live is None:
                 self._say(

@@ -35,6 +35,7 @@ from ...core.events import (
 )
 from ...core.memdiff import changes
 from ...core.protocols import get as get_protocol
+from ...core.quotes import describe_quote
 from ..textout import clip, visible
 
 FPS = 8
@@ -43,6 +44,11 @@ MEMORY_LINES = 12  # lines of the memory shown while it is written
 PLAN_LINES = 4  # lines of a qwenlong plan shown under the memory
 MEMORY_CHARS = 900  # and at most this much of its end: one long line wraps to many rows
 CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
+
+
+def quote_lines(result: RunResult) -> list[str]:
+    """The quotes the answer rests on, one line each (describe_quote), safe for a terminal."""
+    return [visible(describe_quote(n, q.to_dict())) for n, q in enumerate(result.quotes, 1)]
 
 
 def evidence_line(result: RunResult) -> str:
@@ -240,6 +246,8 @@ class LiveView:
         self.phase = f"done in {duration_text(e.result.timings.get('total_seconds'))}"
         if e.result.evidence:
             self._print(Text.assemble(("evidence: ", "bold"), evidence_line(e.result)))
+        for line in quote_lines(e.result):
+            self._print(Text.assemble(("quote ", "bold"), line))
         self._draw(force=True)
 
     # -- drawing -------------------------------------------------------------------------------
@@ -375,3 +383,5 @@ class PlainProgress:
             )
         elif isinstance(event, RunFinished) and event.result.evidence:
             self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)
+            for line in quote_lines(event.result):
+                self.console.print(f"quote {line}", markup=False, highlight=False, soft_wrap=True)

@@ -6,8 +6,10 @@ compares them: `http://h:8000` and `http://h:8000/v1/` are one server. One serve
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+from urllib.parse import urlsplit
 
 from ..backends import EngineOptions, register
 from .engine import normalize_base_url
@@ -33,6 +35,22 @@ def normal_servers(urls: Iterable[str]) -> tuple[tuple[str, ...], list[str]]:
         else:
             servers.append(normal)
     return tuple(servers), notes
+
+
+def is_local(url: str) -> bool:
+    """Whether the server at `url` is on this host, as its URL names it (no name is looked up):
+    localhost, a loopback address (127.0.0.0/8, ::1) or the unspecified one (0.0.0.0, which a
+    client reaches here)."""
+    host = (urlsplit(normalize_base_url(url)).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
 
 
 @register
@@ -79,6 +97,17 @@ class ServedOptions(EngineOptions):
         from .engine import OpenAIEngine
 
         return OpenAIEngine(self.servers[0], self.connection(), count_tokens=count)
+
+    def tokenizer_note(self) -> str | None:
+        """What to say once in a run whose chunks a server on another host tokenizes (no
+        --tokenizer, no -m): a round trip over the network for each part of the document, which a
+        local vocabulary saves. None where there is one, or the server is on this host."""
+        if self.tokenizer is not None or is_local(self.servers[0]):
+            return None
+        return (
+            f"the server at {self.servers[0]} tokenizes the document, a round trip per chunk; "
+            "--tokenizer MODEL_OR_GGUF (or -m) cuts the chunks here instead."
+        )
 
     def own_tokenizer(self) -> Tokenizer:
         from .tokenizer import remote_tokenizer

@@ -1,0 +1,169 @@
+"""A PDF source with a run's quotes highlighted (`traces export RUN --format pdf`).
+
+This module owns putting quotes back on the page: a copy of the PDF with one `/Highlight` annotation
+per quote, its QuadPoints over the quote's glyphs (one quadrilateral per line), and one note (`/Text`)
+annotation holding the question and the answer. The page content is not touched, so every viewer
+shows the highlights and lists them, and the text is what it was.
+
+- **Where the glyphs are: pypdfium2** (PDFium's bindings; Apache-2.0 and BSD-3-Clause, already what
+  memagent renders scanned pages with for OCR): each character's box in page space. pypdf only gives
+  positions per text-showing operator, not per glyph.
+- **Writing the annotations: pypdf** (BSD-3-Clause, memagent's PDF reader): its annotation classes
+  write the dictionaries the PDF specification names, and a clone keeps every page as it was.
+
+A quote's text is what memagent's reader (pypdf) extracted; PDFium extracts the same page with other
+white space and ligatures ("ﬁ" as "fi"). So both are compared in NFKC form, case folded, without white
+space, each character of PDFium's text keeping its index. A quote PDFium's text does not hold that way
+is left unhighlighted and said.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import MemagentError
+
+HIGHLIGHT_COLOR = "ffeb3b"
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A quote put on the page: its 1-based page and the line boxes (left, bottom, right, top)."""
+
+    page: int
+    boxes: tuple[tuple[float, float, float, float], ...]
+
+
+def _folded(text: str, at: int = 0) -> tuple[str, list[int]]:
+    """`text` in NFKC, case folded, without white space; and for each character left, the index in
+    `text` (plus `at`) it came from."""
+    out: list[str] = []
+    where: list[int] = []
+    for i, ch in enumerate(text):
+        for c in unicodedata.normalize("NFKC", ch).casefold():
+            if not c.isspace() and c not in "\u00ad\ufffe\uffff":
+                out.append(c)
+                where.append(at + i)
+    return "".join(out), where
+
+
+def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[Marked]:
+    """Where `quote` is in `document` (a pypdfium2 PdfDocument) between the 1-based pages given
+    (one page either side too, for a quote that a page break splits), as line boxes per page; []
+    when PDFium's text does not hold it."""
+    wanted, _ = _folded(quote)
+    if not wanted:
+        return []
+    lo, hi = max(1, first_page), min(len(document), last_page + 1)
+    texts: list[tuple[int, Any, int]] = []  # (page number, text page, offset in the joined folded text)
+    joined: list[str] = []
+    owner: list[tuple[int, int]] = []  # per folded character: (index into texts, char index on its page)
+    for number in range(lo, hi + 1):
+        textpage = document[number - 1].get_textpage()
+        count = textpage.count_chars()
+        text = textpage.get_text_range(0, count) if count else ""
+        folded, where = _folded(text)
+        texts.append((number, textpage, len(joined)))
+        joined.extend(folded)
+        owner.extend((len(texts) - 1, i) for i in where)
+    found = "".join(joined).find(wanted)
+    if found < 0:
+        return []
+    chars = owner[found : found + len(wanted)]
+    marks: list[Marked] = []
+    for k, (number, textpage, _) in enumerate(texts):
+        mine = sorted({i for page, i in chars if page == k})
+        if mine:
+            boxes = _lines([textpage.get_charbox(i) for i in range(mine[0], mine[-1] + 1)])
+            if boxes:
+                marks.append(Marked(number, tuple(boxes)))
+    return marks
+
+
+def _lines(charboxes: Sequence[tuple[float, float, float, float]]) -> list[tuple[float, float, float, float]]:
+    """Character boxes (left, bottom, right, top) joined into one box per line: a box starts a new
+    line where it does not overlap the line's height or runs back to the left."""
+    lines: list[list[float]] = []
+    for left, bottom, right, top in charboxes:
+        if right <= left or top <= bottom:  # generated characters (line breaks) have no box
+            continue
+        if lines:
+            line = lines[-1]
+            overlap = min(top, line[3]) - max(bottom, line[1])
+            if overlap > 0.3 * min(top - bottom, line[3] - line[1]) and left >= line[0] - 1:
+                line[0], line[1], line[2], line[3] = (
+                    min(line[0], left),
+                    min(line[1], bottom),
+                    max(line[2], right),
+                    max(line[3], top),
+                )
+                continue
+        lines.append([left, bottom, right, top])
+    return [(a, b, c, d) for a, b, c, d in lines]
+
+
+def highlight(
+    source: Path, quotes: Sequence[Mapping[str, Any]], note: str, destination: Path, password: str | None = None
+) -> tuple[int, list[str]]:
+    """Writes `destination`: `source` with each quote (its `text` and `pages`) highlighted and `note`
+    in a note annotation on the first quote's page. Returns how many quotes were highlighted and the
+    texts of those that could not be found on their pages."""
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.annotations import Highlight, Text
+    from pypdf.generic import ArrayObject, FloatObject, NameObject, TextStringObject
+
+    try:
+        document = pdfium.PdfDocument(str(source), password=password)
+    except pdfium.PdfiumError as exc:
+        raise MemagentError(
+            f"Cannot open {source} to highlight it: {exc}.", "Check that the PDF is there and readable."
+        ) from None
+    try:
+        marks: list[tuple[Mapping[str, Any], list[Marked]]] = []
+        missing: list[str] = []
+        for quote in quotes:
+            pages = quote.get("pages") or [1, len(document)]
+            found = locate(document, str(quote["text"]), int(pages[0]), int(pages[-1]))
+            if found:
+                marks.append((quote, found))
+            else:
+                missing.append(str(quote["text"]))
+    finally:
+        document.close()
+    reader = PdfReader(str(source))
+    if reader.is_encrypted:
+        reader.decrypt(password or "")
+    writer = PdfWriter(clone_from=reader)
+    for n, (quote, found) in enumerate(marks, 1):
+        for mark in found:
+            quads: list[float] = []
+            for left, bottom, right, top in mark.boxes:
+                quads += [left, top, right, top, left, bottom, right, bottom]  # upper left, upper right, lower left, lower right
+            rect = (
+                min(b[0] for b in mark.boxes),
+                min(b[1] for b in mark.boxes),
+                max(b[2] for b in mark.boxes),
+                max(b[3] for b in mark.boxes),
+            )
+            annotation = Highlight(
+                rect=rect, quad_points=ArrayObject(FloatObject(v) for v in quads), highlight_color=HIGHLIGHT_COLOR, printing=True
+            )
+            annotation[NameObject("/Contents")] = TextStringObject(f"[{n}] {quote.get('location', '')}")
+            annotation[NameObject("/T")] = TextStringObject("memagent")
+            writer.add_annotation(page_number=mark.page - 1, annotation=annotation)
+    if marks:
+        first = marks[0][1][0]
+        left, _, _, top = first.boxes[0]
+        comment = Text(rect=(max(0.0, left - 24), top, max(0.0, left - 24) + 20, top + 20), text=note, open=False)
+        comment[NameObject("/T")] = TextStringObject("memagent")
+        writer.add_annotation(page_number=first.page - 1, annotation=comment)
+    try:
+        with open(destination, "wb") as out:
+            writer.write(out)
+    except OSError as exc:
+        raise MemagentError(f"Cannot write {destination}: {exc.strerror}.", "Name a file in a folder you can write to.") from None
+    return len(marks), missing

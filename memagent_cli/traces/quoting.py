@@ -1,0 +1,77 @@
+"""A stored run's quotes, read again from their sources.
+
+The trace store keeps where each quote is (source, character offsets, step, location) and never the
+text, as it keeps no document text at all; this module owns getting the text back for `traces show`
+and the exports: each source is read again (the same readers and layout as the run, so the offsets
+count in the same text) once its sha256 is checked against the run's. A source gone, changed, or
+read from standard input is said in one line, and its quotes are left out.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Mapping
+
+from ..core.pipeline import SourceOptions, find_sources, source_text
+from ..errors import MemagentError
+from ..ingest.base import STDIN_PATH
+from .recorder import file_sha256
+
+
+def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The run's quotes with their text (docs/JSON.md, "quote", and `pages`: the first and last PDF
+    page, or None), best first; notes to `warn`."""
+    places = run.get("quotes") or []
+    sources = run.get("sources") or []
+    texts: dict[int, str | None] = {}
+    quotes = []
+    for place in places:
+        index = int(place["source"])
+        if index not in texts:
+            texts[index] = _text(sources[index], place.get("form"), run, warn) if index < len(sources) else None
+        text = texts[index]
+        if text is None:
+            continue
+        record = sources[index]
+        quotes.append(
+            {
+                "text": text[place["start"] : place["end"]],
+                "source": record.get("path"),
+                "location": place.get("location"),
+                "start": place["start"],
+                "end": place["end"],
+                "step": place.get("step"),
+                "pages": place.get("pages"),
+            }
+        )
+    return quotes
+
+
+def _text(record: Mapping[str, Any], form: str | None, run: Mapping[str, Any], warn: Callable[[str], None]) -> str | None:
+    title = record.get("title") or record.get("path") or "?"
+    path = record.get("abspath") or record.get("path")
+    if path is None or path == STDIN_PATH or not record.get("sha256"):
+        warn(f"{title}: the quotes from standard input cannot be shown again (its text is not kept).")
+        return None
+    try:
+        now = file_sha256(path)
+    except OSError:
+        warn(f"{title} is no longer at {path}; its quotes cannot be shown.")
+        return None
+    if now != record["sha256"]:
+        warn(f"{title} has changed since the run; its quotes are not shown (they point into the text it had).")
+        return None
+    settings = run.get("settings") or {}
+    options = SourceOptions(ocr=settings.get("ocr", "auto"))
+    try:
+        found = find_sources([path], options, lambda _: None)
+        member = record.get("member")
+        if member:
+            found = [s for s in found if list(s.member or ()) == list(member)]
+        if len(found) != 1:
+            warn(f"{title}: its text could not be found again in {os.path.basename(path)}; its quotes are not shown.")
+            return None
+        return source_text(found[0], options, lambda _: None, form)
+    except MemagentError as exc:
+        warn(f"{title} could not be read again ({exc.message}); its quotes are not shown.")
+        return None
