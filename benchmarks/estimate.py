@@ -300,12 +300,25 @@ def machine() -> str:
 
 
 def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
-    """B12's row in PERFORMANCE.md's table: the largest measured / predicted of the run."""
-    worst = max(results["rows"], key=lambda r: r["ratio"])
+    """B12's rows in PERFORMANCE.md's table: the largest measured / predicted of the first runs, and
+    of the calibrated ones (`again`), leaving out a calibrated run that a later row reran with the
+    margin changed (the results' `note` says which)."""
+    rows = results["rows"]
+    worst = max(rows, key=lambda r: r["ratio"])
     where = f"{worst['model']}, {worst['document']}"
-    what = f"run time / `inspect`'s estimate, largest of {len(results['rows'])} runs on real PDFs ({where})"
-    mark = "✓" if worst["ratio"] <= 1 else "✗"
-    return [("B12", what, f"{worst['ratio']} {mark}", "≤ 1")]
+    what = f"run time / `inspect`'s estimate, largest of {len(rows)} runs on real PDFs ({where})"
+    out = [("B12", what, f"{worst['ratio']} {'✓' if worst['ratio'] <= 1 else '✗'}", "≤ 1")]
+
+    def rerun(r: dict) -> bool:
+        return any(o is not r and o["model"] == r["model"] and o["document"].startswith(r["document"] + ",") for o in rows)
+
+    again = [r for r in rows if "again" in r and not rerun(r)]
+    if again:
+        worst = max(again, key=lambda r: r["again"]["ratio"])
+        ratio = worst["again"]["ratio"]
+        what = f"the same, calibrated by the run before, largest of {len(again)} ({worst['model']}, {worst['document']})"
+        out.append(("B12", what, f"{ratio} {'✓' if ratio <= 1 else '✗'}", "≤ 1"))
+    return out
 
 
 def section(results: dict) -> str:
@@ -349,7 +362,7 @@ during it (each run waits for a calm moment first: the machine is shared).
 | model | document | tokens | steps | run (s) | before, s (run / it) | now, s (run / it) | generated / budget | device | busy |
 |---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
-{speeds}
+{speeds}{(chr(10) + results["note"] + chr(10)) if results.get("note") else ""}
 The estimate counts what the old one left out: each token's attention reads the K and V of every
 token before it, which at a 6,000-token context costs a small model more than its weights (SmolLM2:
 23 KB of cache a token, 138 MB at 6,000 tokens, against 98 MB of weights). Scaled from a 3B's

@@ -219,7 +219,7 @@ Each size runs {steps} steps with a tiny model and a 32-token memory and is then
 remaining steps repeat the same work. The whole input is read ahead while the model works, so
 peak RSS includes every chunk's text.
 
-{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section(qwenlong_results)}{_estimate_section()}## Optimisations kept
+{_b5_section(b5)}{_b4_section(gpu, results.get("B4_cpu"))}{_b6_section(results.get("B6"))}{_b7_section(results.get("B7"))}{_b8_section(results.get("B8"), gpu)}{_ingest_section()}{_jobs_section()}{_qwenlong_section(qwenlong_results)}{_estimate_section()}{_quotes_section()}## Optimisations kept
 
 Each measured with the same benchmark, before and after, on this machine:
 
@@ -528,6 +528,44 @@ def _estimate_section() -> str:
     if calibration.exists():
         results["calibration"] = json.loads(calibration.read_text(encoding="utf-8"))
     return estimate.section(results)
+
+
+def _quotes_section() -> str:
+    """B13 from benchmarks/quotes-results.json (`python benchmarks/quotes.py --json` writes it)."""
+    path = HERE / "quotes-results.json"
+    if not path.exists():
+        return ""
+    results = json.loads(path.read_text(encoding="utf-8"))
+    code = results["codeword"]["summary"]
+    lines = [
+        "## B13: quotes",
+        "",
+        "`benchmarks/quotes.py`: what finding the quotes costs a run (`timings.quotes_seconds` over",
+        "`total_seconds`, both from the run's own record) and how often they hold the sentence the answer",
+        "rests on (docs/EVIDENCE.md).",
+        "",
+        "| model, documents | runs | quotes' share of the run (median / most) | quotes, median seconds | quote_hit |",
+        "|---|---|---|---|---|",
+        f"| trained code-word model, 400 to 8,000 tokens | {code['runs']} | {code['share_median_pct']}% / {code['share_max_pct']}%"
+        f" | {code['quotes_seconds_median']} | {code['quote_hit_pct']}% of runs ({code['quote_hit_when_right_pct']}% of"
+        f" those answered right; {code['right_pct']}% answered right) |",
+    ]
+    if "smollm2" in results:
+        small = results["smollm2"]["summary"]
+        got = sum(1 for r in results["smollm2"]["runs"] if r["quotes"])
+        lines.append(
+            f"| SmolLM2-135M-Instruct, real PDFs (1 to 19 pages) | {small['runs']} | {small['share_median_pct']}% /"
+            f" {small['share_max_pct']}% | {small['quotes_seconds_median']} | {got} of {small['runs']} runs quoted"
+            " (not a MemAgent model: no gold sentence) |"
+        )
+    lines += [
+        "",
+        "The code-word runs take a second or so, so the quotes' share there is mostly the two libraries'",
+        "loading (about 40 ms once a process); beside a real model's steps it is a fraction of a percent.",
+        "",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _gpu_results() -> dict | None:

@@ -175,6 +175,13 @@ def test_the_trace_keeps_where_a_quote_is_and_shows_it_from_the_source(tmp_path,
     as_json = json.loads(run_memagent("traces", "show", out["trace"], "--json", cwd=tmp_path).stdout)
     assert as_json["quotes"] == [quote]
 
+    page = run_memagent("traces", "export", out["trace"], "--format", "html", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert f"<h3>[1] {quote['location']}</h3>" in page.stdout
+    assert f"The river waits near the long table. <mark>{quote['text']}</mark> {after}" in page.stdout
+    markdown = run_memagent("traces", "export", out["trace"], "--format", "markdown", cwd=tmp_path).stdout
+    assert f"**[1] {quote['location']}**" in markdown and f"table. **{quote['text']}** The lighthouse" in markdown
+
     make_doc(doc, "amber falcon", "An edited sentence.")
     shown = run_memagent("traces", "show", out["trace"], cwd=tmp_path)
     assert shown.returncode == 0 and "quote [1]" not in shown.stdout
@@ -236,3 +243,17 @@ def test_the_pdf_comes_back_with_the_quote_highlighted(tmp_path, memagent_home):
 
     refused = run_memagent("traces", "export", out["trace"], "--format", "pdf", cwd=tmp_path)
     assert refused.returncode == 2 and "-o OUT.pdf" in refused.stderr
+
+
+def test_the_jobs_page_marks_each_runs_quote(tmp_path, memagent_home):
+    """`ask --each --html`: each run's section has its quote, marked, under its location."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    make_doc(folder / "a.txt", "amber falcon", "The lighthouse follows an empty cart for many years.")
+    make_doc(folder / "b.txt", "copper mantis", "A small boat leans against the ferry.")
+    done = run_memagent("ask", "docs", "--each", "-q", QUESTION, *RUN, "--html", "page.html", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    for result in json.loads(done.stdout)["results"]:
+        (quote,) = result["quotes"]
+        assert f"<h4>[1] {quote['location']}</h4>" in page and f"<mark>{quote['text']}</mark>" in page

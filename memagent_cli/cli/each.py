@@ -172,6 +172,7 @@ def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | No
             "question": r.get("question", ""),
             "answer": r.get("answer"),
             "evidence": r.get("evidence") or [],
+            "quotes": r.get("quotes") or [],
             "error": r.get("error"),
             "trace": r.get("trace"),
             "steps": len(r.get("steps") or []),

@@ -264,7 +264,14 @@ def export(
         return
     if fmt not in FORMATS:
         raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}, pdf.", exit_code=EXIT_USAGE)
-    text = render(_store().get_run(run_ref), fmt)
+    run = _store().get_run(run_ref)
+    err = stderr_console()
+    quotes = (
+        stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True), context=True)
+        if fmt in ("html", "markdown")
+        else []
+    )
+    text = render(run, fmt, quotes)
     if output is None:
         sys.stdout.write(text)
         return

@@ -27,13 +27,13 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
-from .sharing import model_name, shared_run
+from .sharing import Sharing, for_run, model_name
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -43,12 +43,17 @@ EVIDENCE_MARK = "★ evidence"
 EVIDENCE_MEANING = "the step added words that are still in the final memory"
 
 
-def export(run: Record, fmt: str) -> str:
-    """`run` in format `fmt`, one of FORMATS."""
-    writers: dict[str, Callable[[Record], str]] = {"jsonl": export_jsonl, "markdown": export_markdown, "html": export_html}
+def export(run: Record, fmt: str, quotes: Sequence[Record] = ()) -> str:
+    """`run` in format `fmt`, one of FORMATS; `quotes` (traces.quoting.stored_quotes, with their
+    paragraph) are shown in HTML and Markdown."""
+    writers: dict[str, Callable[[Record, Sequence[Record]], str]] = {
+        "jsonl": lambda run, _: export_jsonl(run),
+        "markdown": export_markdown,
+        "html": export_html,
+    }
     if fmt not in writers:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    text = writers[fmt](run)
+    text = writers[fmt](run, quotes)
     # Markdown is read in terminals (cat, less): control characters become visible symbols there.
     # JSONL escapes them as JSON does; HTML escapes what it must and browsers show no controls.
     return visible(text) if fmt == "markdown" else text
@@ -186,8 +191,9 @@ def _md_fence(text: str, info: str = "text") -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-def export_markdown(run: Record) -> str:
-    run = shared_run(run)  # for pasting elsewhere: nothing of this machine (sharing.py)
+def export_markdown(run: Record, quotes: Sequence[Record] = ()) -> str:
+    sharing = for_run(run)
+    run = sharing.run(run)  # for pasting elsewhere: nothing of this machine (sharing.py)
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)
@@ -213,6 +219,14 @@ def export_markdown(run: Record) -> str:
     raw = run.get("raw_answer")
     if raw is not None and raw != answer:
         out += ["", "Raw answer:", "", _md_fence(raw)]
+    if quotes:
+        out += ["", "## Quotes"]
+    for n, quote in enumerate(quotes, 1):
+        before, after = quote.get("before") or "", quote.get("after") or ""
+        # spaces around the bold: CommonMark closes "**" after a full stop only before a space
+        text = f"{'…' + _md_inline(before) + ' ' if before else ''}**{_md_inline(quote.get('text') or '')}**"
+        text += f" {_md_inline(after)}" if after else ""
+        out += ["", f"**[{n}] {_md_inline(sharing.text(quote.get('location') or ''))}**", "", f"> {text}{'…' if after else ''}"]
     for n, step in enumerate(steps, 1):
         index = step.get("index", n)
         mark = f" {EVIDENCE_MARK}" if index in evidence else ""
@@ -254,6 +268,9 @@ body { margin: 0; background: var(--bg); color: var(--fg);
 header, main { max-width: 60rem; margin: 0 auto; padding: 1rem 1.25rem; }
 h1 { font-size: 1.4rem; margin: .5rem 0 1rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
+.quotes h3, .quotes h4 { font-size: .95rem; margin: .9rem 0 .2rem; }
+.quote { margin: 0; padding: .4rem .8rem; border-left: 3px solid var(--star); background: var(--card); }
+mark { background: #ffeb3b; color: inherit; padding: 0 .1rem; }
 .answer { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .75rem 1rem;
           white-space: pre-wrap; overflow-wrap: anywhere; font-weight: 600; }
 .answer.none { font-weight: normal; color: var(--muted); font-style: italic; }
@@ -404,8 +421,26 @@ def page_head(title: str, css: str, body_class: str = "") -> list[str]:
     ]
 
 
-def export_html(run: Record) -> str:
-    run = shared_run(run)  # a page to share: nothing of this machine (sharing.py)
+def quotes_html(quotes: Sequence[Record], sharing: Sharing, level: int = 2) -> str:
+    """The quotes under an <h`level`>, each under its location as a heading one level down, marked
+    in its paragraph where that is given (`before`, `after`); nothing when there are none."""
+    if not quotes:
+        return ""
+    out = ['<section class="quotes">', f"<h{level}>Quotes</h{level}>"]
+    for n, quote in enumerate(quotes, 1):
+        before, after = quote.get("before") or "", quote.get("after") or ""
+        out += [
+            f"<h{level + 1}>[{n}] {_e(sharing.text(quote.get('location') or ''))}</h{level + 1}>",
+            f'<p class="quote">{"…" if before else ""}{_e(before)}<mark>{_e(quote.get("text") or "")}</mark>'
+            f"{_e(after)}{'…' if after else ''}</p>",
+        ]
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def export_html(run: Record, quotes: Sequence[Record] = ()) -> str:
+    sharing = for_run(run)
+    run = sharing.run(run)  # a page to share: nothing of this machine (sharing.py)
     question = str(run.get("question") or "(no question)")
     title = " ".join(question.split())
     title = title if len(title) <= 80 else title[:79] + "…"
@@ -424,6 +459,9 @@ def export_html(run: Record) -> str:
     if note:
         out.append(note_html("Note", note))
 
+    quoted = quotes_html(quotes, sharing)
+    if quoted:
+        out.append(quoted)
     out.append(run_meta_html(run))
     out += ["</header>", "<main>", "<h2>Memory timeline</h2>", timeline_html(run)]
     out += ["</main>", f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>", "</body>", "</html>"]

@@ -17,8 +17,10 @@ from ..errors import MemagentError
 from ..ingest.base import STDIN_PATH
 from .recorder import file_sha256
 
+CONTEXT_CHARS = 300  # of a quote's paragraph shown on each side of it, at most (HTML, Markdown)
 
-def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None]) -> list[dict[str, Any]]:
+
+def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None], context: bool = False) -> list[dict[str, Any]]:
     """The run's quotes with their text (docs/JSON.md, "quote", and `pages`: the first and last PDF
     page, or None), best first; notes to `warn`."""
     places = run.get("quotes") or []
@@ -42,9 +44,23 @@ def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None]) -> list[d
                 "end": place["end"],
                 "step": place.get("step"),
                 "pages": place.get("pages"),
+                **(paragraph(text, place["start"], place["end"]) if context else {}),
             }
         )
     return quotes
+
+
+def paragraph(text: str, start: int, end: int, limit: int = CONTEXT_CHARS) -> dict[str, str]:
+    """The rest of the quote's paragraph (up to a blank line, at most `limit` characters, in whole
+    words) on each side: {"before", "after"}."""
+    lo = max(text.rfind("\n\n", 0, start) + 2 if "\n\n" in text[:start] else 0, start - limit)
+    hi = text.find("\n\n", end)
+    hi = min(len(text) if hi < 0 else hi, end + limit)
+    while lo < start and lo > 0 and not text[lo - 1].isspace():
+        lo += 1
+    while hi > end and hi < len(text) and not text[hi].isspace():
+        hi -= 1
+    return {"before": text[lo:start].lstrip(), "after": text[end:hi].rstrip()}
 
 
 def _text(record: Mapping[str, Any], form: str | None, run: Mapping[str, Any], warn: Callable[[str], None]) -> str | None:

@@ -24,7 +24,7 @@ from ..core.display import clip, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import split_changes, word_diff
 from ..core.provenance import describe_span, describe_spans
-from .export import PAGE_CSS, answer_html, note_html, page_head, run_meta_html, status_note, timeline_html
+from .export import PAGE_CSS, answer_html, note_html, page_head, quotes_html, run_meta_html, status_note, timeline_html
 from .sharing import Sharing
 
 Row = Mapping[str, Any]
@@ -131,7 +131,7 @@ def each_report_html(rows: Sequence[Row], runs: Mapping[str, Run], *, title: str
         _table(rows, statuses),
     ]
     for n, (row, run, status) in enumerate(zip(rows, found, statuses), 1):
-        out.append(_section(n, row, run, status))
+        out.append(_section(n, row, run, status, sharing))
     out += ["</main>", "<footer>Written by memagent: one run per document and question.</footer>", "</body>", "</html>"]
     # The one pass that keeps control characters out of the file: every outside text is in `out`
     # by now, and none of the page's own markup holds one. Lone surrogates (from undecodable file
@@ -197,7 +197,7 @@ def _status_class(status: str) -> str:
     return status.replace(" ", "-")
 
 
-def _section(n: int, row: Row, run: Run | None, status: str) -> str:
+def _section(n: int, row: Row, run: Run | None, status: str, sharing: Sharing) -> str:
     anchor = _anchor(n)
     out = [
         f'<section class="run" id="{anchor}">',
@@ -208,6 +208,9 @@ def _section(n: int, row: Row, run: Run | None, status: str) -> str:
     ]
     if row.get("error"):
         out.append(note_html("Error", str(row["error"])))
+    quoted = quotes_html(row.get("quotes") or [], sharing, level=3)
+    if quoted:
+        out.append(quoted)
     out += ["<h3>Evidence</h3>", _evidence_list(anchor, row.get("evidence") or [], run)]
     steps = row.get("steps")
     facts = [_plural(steps, "step") if isinstance(steps, int) else None, f"trace {row['trace']}" if row.get("trace") else None]
