@@ -90,6 +90,7 @@ def inspect(
       memagent inspect scan.pdf --text --ocr always
     """
     from ..core.inspection import inspect_sources, step_prompt
+    from ..traces.store import recorded_runs
     from .views.reports import render_inspection
 
     err = stderr_console()
@@ -114,6 +115,7 @@ def inspect(
             sequences=sequences,
             warn=warn,
             protocol=protocol.value if protocol else None,
+            recorded=recorded_runs,
         )
         if show_prompt is not None:
             text, note = step_prompt(report, show_prompt)

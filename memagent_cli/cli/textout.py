@@ -6,14 +6,16 @@ CLI has one place to take them from."""
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar, overload
 
 from rich.console import Console, Group
 from rich.text import Text, TextType
 
 from ..core.display import SCHEMA, clip, json_controls_escaped, visible
-from ..core.events import RunResult
 from ..core.quotes import NO_QUOTE, describe_quote
+
+if TYPE_CHECKING:
+    from ..core.events import RunResult
 
 __all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
 

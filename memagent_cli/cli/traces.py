@@ -22,7 +22,6 @@ from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
 from ..core.quotes import QUOTE_FIELDS, describe_quote
 from ..errors import EXIT_USAGE, MemagentError
-from ..traces.quoting import stored_quotes
 from .common import run_guard, stderr_console
 from .textout import SafeConsole, clip, print_json, visible
 
@@ -115,6 +114,8 @@ def show(
     steps = run["steps"]
     if step is not None and not any(s["index"] == step for s in steps):
         raise MemagentError(f"Run {run['id'][:8]} has no step {step}; it has {len(steps)}.", exit_code=EXIT_USAGE)
+    from ..traces.quoting import stored_quotes  # reads sources again: the readers and numpy
+
     evidence = set(evidence_steps(steps))
     err = stderr_console()
     quotes = stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True))
@@ -258,6 +259,7 @@ def export(
     """One run as JSON lines, Markdown, an HTML page to share, or its PDFs with the quotes highlighted."""
     from ..traces.export import FORMATS
     from ..traces.export import export as render
+    from ..traces.quoting import stored_quotes
 
     if fmt == "pdf":
         _export_pdf(_store().get_run(run_ref), output)
@@ -285,6 +287,7 @@ def export(
 def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
     """Each PDF source of the run that holds a quote, copied with its quotes highlighted."""
     from ..traces.pdfmarks import highlight
+    from ..traces.quoting import stored_quotes
 
     err = stderr_console()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -157,6 +156,7 @@ def inspect_sources(
     chat_template: str | None = None,
     sequences: int = 1,
     protocol: str | None = None,
+    recorded: RecordedRuns | None = None,
 ) -> Report:
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
     `sequences`: questions batched in one context, which the context is sized for; `protocol`:
@@ -180,7 +180,9 @@ def inspect_sources(
         report.chunk_sizes.append(chunk.tokens)
         if chunk.index == keep_chunk:
             report.kept_chunk, report.kept_index = chunk.text, chunk.index
-    report.estimate = estimate(report)
+    info = report.info
+    runs = recorded(str(info.path.resolve()), info.file_size) if recorded is not None and info.has_weights else None
+    report.estimate = estimate(report, runs)
     report.context = context_plan(report, sequences)
     return report
 
@@ -256,10 +258,9 @@ def measured_factor(
     """How this machine's runs of this model compared with `speeds`: the median over the latest
     CALIBRATION_RUNS recorded runs of (seconds the steps took) / (seconds `speeds` gives the same
     steps, on the threads the run had), and how many runs that is; None before the first. `runs`:
-    the trace store's runs with their steps (read from the store when None)."""
+    the trace store's runs of the model with their steps (none: no calibration)."""
     path = str(info.path.resolve())
-    if runs is None:
-        runs = _recorded_runs(path, info.file_size)
+    runs = runs or []
     weights, kv, _ = model_shape(info)
     ratios: list[float] = []
     for run in runs:
@@ -284,27 +285,16 @@ def measured_factor(
     return statistics.median(ratios), len(ratios)
 
 
-def _recorded_runs(path: str, size: int) -> list[dict[str, Any]]:
-    """The latest complete runs of the model at `path` in the trace store, with their steps; none
-    where there is no store yet (inspect makes none) or it cannot be read."""
-    from ..paths import default_home
-    from ..traces.store import DB_NAME, TraceStore
-
-    if not (default_home() / DB_NAME).is_file():
-        return []
-    try:
-        with TraceStore() as store:
-            listed = store.list_runs(status="complete", limit=20 * CALIBRATION_RUNS)
-            mine = [run for run in listed if (run.get("model") or {}).get("path") == path and run["model"].get("size") == size]
-            return [store.get_run(run["id"]) for run in mine[: 2 * CALIBRATION_RUNS]]
-    except (MemagentError, OSError, sqlite3.Error):
-        return []
+# What inspect is given to find this machine's recorded runs of a model, by its resolved path and
+# size (traces.store.recorded_runs): the layers above the core read the trace store, not the core.
+RecordedRuns = Callable[[str, int], Sequence[Mapping[str, Any]]]
 
 
 def estimate(report: Report, runs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """An upper bound on run time on an idle machine: every memory update writes its full budget,
-    at speeds measured on this machine's latest runs of the model where there are any (`runs`: the
-    trace store's, read when None), else at the reference machine's (CPU_SPEEDS) scaled to this one."""
+    at speeds measured on this machine's latest runs of the model where there are any (`runs`, with
+    their steps: the trace store's, given by the caller), else at the reference machine's
+    (CPU_SPEEDS) scaled to this one."""
     from ..model.runtime import available_cores, gpu_offload_supported
 
     info = report.info

@@ -28,9 +28,10 @@ import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
-from .chunking import Chunk, Span
+if TYPE_CHECKING:  # chunking brings numpy: describe_quote is for `memagent --help`'s light imports too
+    from .chunking import Chunk
 
 MAX_QUOTES = 3
 MAX_QUOTE_CHARS = 300
@@ -255,6 +256,8 @@ def _quote(
     starts: Sequence[int | None],
 ) -> Quote | None:
     """The candidate, tightened, as a quote located in its source."""
+    from .chunking import Span
+
     chunk = candidate.chunk
     lo, hi = _tightened(chunk.text, candidate.start, candidate.end, matched)
     at = [a.at for a in chunk.anchors]

@@ -193,6 +193,7 @@ class Tools:
     ) -> tuple[dict[str, Any], str]:
         """What a run would read and cost, without the model's weights; see server.INSPECT."""
         from ..core.inspection import Report, context_plan, estimate
+        from ..traces.store import recorded_runs
 
         config = self.config({"chunk_tokens": chunk_tokens})
         options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
@@ -220,7 +221,9 @@ class Tools:
             report = Report(
                 prep, stats, config.chunk_tokens, config.memory_tokens, question.strip() if question else None, config.protocol
             )
-            report.estimate = estimate(report)
+            info = report.info
+            runs = recorded_runs(str(info.path.resolve()), info.file_size) if info.has_weights else None
+            report.estimate = estimate(report, runs)
             report.context = context_plan(report, 1)
             return report.to_dict()
 

@@ -126,7 +126,7 @@ class StreamDecoder:
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """GPT-2's bytes_to_unicode, inverted: GGUF stores byte-level tokens in this form."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     chars = printable[:]
@@ -143,7 +143,7 @@ def _byte_decoder() -> dict[str, int]:
 def _unicode_to_latin1() -> dict[int, int]:
     # A str.translate table: each bytes_to_unicode character -> the character whose code is
     # its byte, so `.translate(t).encode("latin-1")` maps a whole token in C speed.
-    return {ord(ch): b for ch, b in _byte_decoder().items()}
+    return {ord(ch): b for ch, b in byte_decoder().items()}
 
 
 def _token_bytes(token: bytes) -> bytes:

@@ -563,3 +563,18 @@ def _icontains(haystack: str | None, needle: str) -> bool:
 def _error_code(e: sqlite3.Error) -> int | None:
     code: int | None = getattr(e, "sqlite_errorcode", None)  # Python 3.11 and later
     return None if code is None else code & 0xFF  # the primary code, without extended bits
+
+
+def recorded_runs(path: str, size: int, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest complete runs (with their steps, at most `limit`) of the model file at `path` of
+    `size` bytes, for `inspect`'s estimate to calibrate on; none where there is no store yet
+    (inspect makes none) or it cannot be read."""
+    if not (default_home() / DB_NAME).is_file():
+        return []
+    try:
+        with TraceStore() as store:
+            listed = store.list_runs(status="complete", limit=10 * limit)
+            mine = [r for r in listed if (r.get("model") or {}).get("path") == path and r["model"].get("size") == size]
+            return [store.get_run(r["id"]) for r in mine[:limit]]
+    except (MemagentError, OSError, sqlite3.Error):
+        return []

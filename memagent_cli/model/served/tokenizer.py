@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import MemagentError
-from ..tokenizer import _byte_decoder
+from ..tokenizer import byte_decoder
 from .engine import normalize_base_url, server_root
 from .http import Connection, Fault, post_json, shorten, with_retries
 
@@ -117,7 +117,7 @@ class _Dialect:
             strs = answer.get("token_strs")
             if not isinstance(strs, list) or not all(isinstance(s, str) for s in strs):
                 return None
-            table = _byte_decoder()
+            table = byte_decoder()
             try:
                 read = [bytes([table[ch] for ch in s]) for s in strs]
             except KeyError:  # a character outside the byte-level alphabet: not that kind of vocabulary
