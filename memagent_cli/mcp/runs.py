@@ -280,10 +280,11 @@ def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, 
     """A run as the `ask` tool returns it: the answer, its evidence with the passage each step
     read, and the trace to show or continue it."""
     quotes = [q.to_dict() for q in result.quotes]
+    titles = [str(s.get("title") or s.get("path")) for s in result.sources]
     # Where the answer's sentences were found, the evidence is those sentences, exactly as the
     # document has them; else the passage around what each evidence step added to the memory.
     evidence = (
-        [{"step": q["step"], "source": q["source"], "location": q["location"], "excerpt": q["text"]} for q in quotes]
+        [{"step": q.step, "source": titles[q.source], "location": q.location, "excerpt": q.text} for q in result.quotes]
         if quotes
         else [cite(step) for step in result.evidence]
     )
