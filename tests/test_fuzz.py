@@ -477,12 +477,13 @@ chunk_text = st.lists(st.one_of(st.sampled_from(CHUNK_FRAGMENTS), st.text(max_si
 
 
 def reference_document(texts: list[str], titles: list[str]) -> str:
-    """The laid-out document, built whole (the reference's way)."""
+    """The laid-out document, built whole (the reference's way). Of several, a text that is only white
+    space gets no header, and the others are numbered on (chunking.layout)."""
     if len(texts) == 1:
         return texts[0].strip()
-    return DOCUMENT_SEPARATOR.join(
-        DOCUMENT_HEADER.format(index=i + 1, title=title) + text.strip() for i, (text, title) in enumerate(zip(texts, titles))
-    )
+    shown = [(title, text.strip()) for text, title in zip(texts, titles) if text.strip()]
+    headed = (DOCUMENT_HEADER.format(index=i + 1, title=title) + text for i, (title, text) in enumerate(shown))
+    return DOCUMENT_SEPARATOR.join(headed)
 
 
 def segments_of(text: str, cuts: list[int], index: int) -> list[Segment]:

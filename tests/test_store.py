@@ -235,10 +235,22 @@ def test_run_round_trip(store):
         "steps_total",
         "raw_answer",
         "answer",
+        "quotes",
         "step_count",
         "steps",
     }
+    assert run["quotes"] is None  # a run finished without quotes
     assert "steps" not in store.get_run(run_id, with_steps=False)
+
+
+def test_a_run_keeps_its_quotes_places_and_refuses_their_text(store):
+    """Document text is never stored: a quote is kept as where it is (docs/JSON.md, traces)."""
+    run_id = new_run(store)
+    place = {"source": 0, "start": 10, "end": 40, "step": 2, "location": "a.txt chars 10–40", "form": None, "pages": None}
+    with pytest.raises(ValueError, match="not its text"):
+        store.finish_run(run_id, "complete", answer="x", quotes=[{**place, "text": "a sentence of the document"}])
+    store.finish_run(run_id, "complete", answer="x", quotes=[place])
+    assert store.get_run(run_id)["quotes"] == [place]
 
 
 def test_failed_run_keeps_its_error(store):

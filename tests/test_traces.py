@@ -208,7 +208,10 @@ def test_traces_commands(doc, models, tmp_path):
     lines = memagent("traces", "export", first["trace"], "--format", "jsonl").stdout.splitlines()
     assert json.loads(lines[0])["type"] == "run" and len(lines) == 1 + len(first["steps"])
     assert "## Step 1" in memagent("traces", "export", first["trace"], "--format", "markdown").stdout
-    assert memagent("traces", "export", first["trace"], "--format", "pdf", check=False).returncode == 2
+    assert memagent("traces", "export", first["trace"], "--format", "docx", check=False).returncode == 2
+    # a text source: no PDF to highlight, said in one line
+    pdf = memagent("traces", "export", first["trace"], "--format", "pdf", check=False)
+    assert pdf.returncode == 1 and "has no quote in a PDF source to highlight" in pdf.stderr
 
     memagent("traces", "rm", first["trace"][:6])
     assert [r["id"] for r in as_json("traces", "list")["runs"]] == [second["trace"]]
