@@ -288,15 +288,11 @@ def fit_speeds(timed: dict, generate: int) -> dict:
 
 
 def machine() -> str:
-    from memagent_cli.model.runtime import available_cores
+    """This machine in a line: its processor (B10's reading of it), cores and Python."""
+    import jobs
 
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{platform.machine()}, {cpu or 'CPU'}, {available_cores()} cores, Python {platform.python_version()}"
+    about = jobs.machine()
+    return f"{platform.machine()}, {about['cpu']}, {about['cores']} cores, Python {about['python']}"
 
 
 def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
