@@ -267,6 +267,10 @@ def run_question(
         for event in run_loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
+                if event.step.memory == event.step.previous_memory:
+                    # added nothing, so it is no evidence step: its text is not kept for the quotes
+                    # (a long input's many readings that change nothing hold no memory)
+                    read.pop(event.step.index, None)
             elif isinstance(event, AnswerFinished):
                 answer = event
             yield event
