@@ -12,7 +12,7 @@ from rich.console import Console, Group
 from rich.text import Text, TextType
 
 from ..core.display import SCHEMA, clip, json_controls_escaped, visible
-from ..core.quotes import NO_QUOTE, describe_quote
+from ..core.quotes import NO_QUOTE, describe_quotes
 
 if TYPE_CHECKING:
     from ..core.events import RunResult
@@ -74,4 +74,4 @@ def cited(result: RunResult) -> str:
     """The quotes under an answer (--cite): one numbered line each, or one line saying there is none."""
     if not result.quotes:
         return f"[no quote: {NO_QUOTE}]"
-    return "\n".join(describe_quote(n, q.to_dict()) for n, q in enumerate(result.quotes, 1))
+    return "\n".join(describe_quotes(q.to_dict() for q in result.quotes))

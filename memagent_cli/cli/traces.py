@@ -20,7 +20,7 @@ from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocols import DEFAULT as DEFAULT_PROTOCOL
 from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
-from ..core.quotes import QUOTE_FIELDS, describe_quote
+from ..core.quotes import QUOTE_FIELDS, describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
 from .common import run_guard, stderr_console
 from .textout import SafeConsole, clip, print_json, visible
@@ -117,8 +117,9 @@ def show(
     from ..traces.quoting import stored_quotes  # reads sources again: the readers and numpy
 
     evidence = set(evidence_steps(steps))
-    err = stderr_console()
-    quotes = stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True))
+    shows_answer = step is None and run.get("answer") is not None
+    # the sources are read again only where the quotes are shown
+    quotes = stored_quotes(run, _note) if json_out or shows_answer else []
     if json_out:
         shown = [s for s in steps if step is None or s["index"] == step]
         chosen = [evidence_record(s) for s in steps if s["index"] in evidence]
@@ -131,10 +132,15 @@ def show(
         if step is None or s["index"] == step:
             out.print(_step_panel(s, previous, s["index"] in evidence, plain))
         previous = s["memory"]
-    if step is None and run.get("answer") is not None:
+    if shows_answer:
         out.print(Text.assemble(("answer: ", "bold"), visible(run["answer"])))
-        for n, quote in enumerate(quotes, 1):
-            out.print(Text.assemble(("quote ", "bold"), visible(describe_quote(n, quote))))
+        for line in describe_quotes(quotes):
+            out.print(Text.assemble(("quote ", "bold"), visible(line)))
+
+
+def _note(text: str) -> None:
+    """A one-line note on stderr: a quote's source changed or gone, a quote not highlighted."""
+    stderr_console().print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _header(run: Mapping[str, Any]) -> Text:
@@ -267,12 +273,7 @@ def export(
     if fmt not in FORMATS:
         raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}, pdf.", exit_code=EXIT_USAGE)
     run = _store().get_run(run_ref)
-    err = stderr_console()
-    quotes = (
-        stored_quotes(run, lambda note: err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True), context=True)
-        if fmt in ("html", "markdown")
-        else []
-    )
+    quotes = stored_quotes(run, _note, context=True) if fmt in ("html", "markdown") else []
     text = render(run, fmt, quotes)
     if output is None:
         sys.stdout.write(text)
@@ -289,27 +290,31 @@ def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
     from ..traces.pdfmarks import highlight
     from ..traces.quoting import stored_quotes
 
-    err = stderr_console()
-
-    def note(text: str) -> None:
-        err.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
-
-    quotes = stored_quotes(run, note)
     sources = run.get("sources") or []
-    by_pdf: dict[str, list[dict[str, Any]]] = {}
-    for quote in quotes:
-        record: Mapping[str, Any] = next((s for s in sources if s.get("path") == quote["source"]), {})
-        if record.get("kind") == "pdf" and not record.get("member"):
-            by_pdf.setdefault(str(record.get("abspath") or record["path"]), []).append(quote)
-    if not by_pdf:
-        raise MemagentError(
-            f"Run {run['id'][:8]} has no quote in a PDF source to highlight.",
-            "memagent traces show shows its quotes and evidence; --format html makes a page of them.",
-        )
+
+    def in_a_pdf(place: Mapping[str, Any]) -> bool:
+        index = int(place["source"])
+        return index < len(sources) and sources[index].get("kind") == "pdf" and not sources[index].get("member")
+
+    # which PDFs to write is known from the stored places: the sources are read again only once
+    # the command is known to be whole, and only the PDFs
+    places = [place for place in run.get("quotes") or [] if in_a_pdf(place)]
+    no_quote = MemagentError(
+        f"Run {run['id'][:8]} has no quote in a PDF source to highlight.",
+        "memagent traces show shows its quotes and evidence; --format html makes a page of them.",
+    )
+    if not places:
+        raise no_quote
     if output is None:
         raise MemagentError(
             "--format pdf writes a PDF file.", "Name it with -o OUT.pdf (or -o FOLDER for several PDFs).", exit_code=EXIT_USAGE
         )
+    by_pdf: dict[str, list[dict[str, Any]]] = {}
+    for quote in stored_quotes({**run, "quotes": places}, _note):
+        record: Mapping[str, Any] = next(s for s in sources if s.get("path") == quote["source"])
+        by_pdf.setdefault(str(record.get("abspath") or record["path"]), []).append(quote)
+    if not by_pdf:  # each PDF changed or gone since the run (said above)
+        raise no_quote
     if len(by_pdf) > 1 and not output.is_dir():
         raise MemagentError(
             f"Run {run['id'][:8]} has quotes in {len(by_pdf)} PDFs.",
@@ -322,8 +327,10 @@ def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
         destination = output / Path(path).name if output.is_dir() else output
         done, missing = highlight(Path(path), its_quotes, comment, destination)
         for text in missing:
-            note(f'not found on its page in PDFium\'s text, so not highlighted: "{clip(" ".join(text.split()), 80)}"')
-        err.print(f"wrote {visible(str(destination))} ({done} of {len(its_quotes)} quotes highlighted)", markup=False)
+            _note(f'not found on its page in PDFium\'s text, so not highlighted: "{clip(" ".join(text.split()), 80)}"')
+        stderr_console().print(
+            f"wrote {visible(str(destination))} ({done} of {len(its_quotes)} quotes highlighted)", markup=False
+        )
 
 
 @app.command()

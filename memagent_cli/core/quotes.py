@@ -28,7 +28,7 @@ import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
 if TYPE_CHECKING:  # chunking brings numpy: describe_quote is for `memagent --help`'s light imports too
     from .chunking import Chunk
@@ -131,10 +131,11 @@ def find_quotes(
     total = sum(claims.values())
 
     # (share of the claims' weight held, order, sentence, claim words held), for those that may be quotes
+    rare = _rare_answer(answer, weight)
     scored = []
     for i, candidate in enumerate(candidates):
         got = {claim for claim in claims if matches[claim] & candidate.words}
-        if len(got) >= 2 or _rare_answer(got, answer, weight):
+        if len(got) >= 2 or (rare is not None and got == {rare}):
             scored.append((sum(claims[w] for w in got) / total, i, candidate, got))
     # Greedy cover: the best sentence, then those that add most of what is not yet held (an answer
     # gathered from several places gets a quote for each); kept when together they hold MIN_SCORE.
@@ -239,13 +240,15 @@ def _matcher(claims: Mapping[str, float], vocabulary: set[str]) -> dict[str, set
     return out
 
 
-def _rare_answer(got: set[str], answer: str, weight: Mapping[str, float]) -> bool:
-    """One word is enough where it is the whole answer and rare among the sentences (a name, a code)."""
+def _rare_answer(answer: str, weight: Mapping[str, float]) -> str | None:
+    """The answer's one word where it is a single word rare among the sentences (a name, a code):
+    a sentence holding it alone may be a quote. None otherwise."""
     asked = set(words(answer))
-    if len(asked) != 1 or got != asked:
-        return False
+    if len(asked) != 1:
+        return None
+    word = next(iter(asked))
     rarest = max(weight.values(), default=0.0)
-    return weight.get(next(iter(asked)), rarest) >= 0.75 * rarest
+    return word if weight.get(word, rarest) >= 0.75 * rarest else None
 
 
 def _quote(
@@ -329,6 +332,11 @@ def describe_quote(n: int, quote: Mapping[str, Any]) -> str:
     """A quote on one line, as stdout (--cite), the live view and `traces show` print it:
     `[1] report.pdf p. 12: "The 2019 amendment was signed by …"` (its white space runs as one space)."""
     return f'[{n}] {quote["location"]}: "{" ".join(str(quote["text"]).split())}"'
+
+
+def describe_quotes(quotes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The quotes, best first, one numbered line each (describe_quote)."""
+    return [describe_quote(n, quote) for n, quote in enumerate(quotes, 1)]
 
 
 NO_QUOTE = "no sentence of the sources holds enough of the answer to quote; the evidence is where it was read"

@@ -16,7 +16,7 @@ from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..core.memdiff import evidence_record, evidence_steps
 from ..core.pipeline import Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
-from ..core.quotes import describe_quote
+from ..core.quotes import describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Source
 from ..model.llama import EmbeddedOptions
@@ -315,7 +315,7 @@ def render(record: Mapping[str, Any], head: bool = False) -> str:
         return "\n".join(lines + [f"error: {record['error']}"])
     lines.append(str(record.get("answer", "")))
     if record.get("quotes"):
-        lines.extend(f"quote: {describe_quote(n, q)}" for n, q in enumerate(record["quotes"], 1))
+        lines.extend(f"quote: {line}" for line in describe_quotes(record["quotes"]))
     else:
         for item in record.get("evidence") or []:
             lines.append(f"evidence: {item['location']} (step {item['step']}): {item['excerpt']}")

@@ -35,7 +35,7 @@ from ...core.events import (
 )
 from ...core.memdiff import changes
 from ...core.protocols import get as get_protocol
-from ...core.quotes import describe_quote
+from ...core.quotes import describe_quotes
 from ..textout import clip, visible
 
 FPS = 8
@@ -47,8 +47,8 @@ CHANGE_CHARS = 160  # how much added/dropped text a step summary quotes
 
 
 def quote_lines(result: RunResult) -> list[str]:
-    """The quotes the answer rests on, one line each (describe_quote), safe for a terminal."""
-    return [visible(describe_quote(n, q.to_dict())) for n, q in enumerate(result.quotes, 1)]
+    """The quotes the answer rests on, one line each (describe_quotes), safe for a terminal."""
+    return [visible(line) for line in describe_quotes(q.to_dict() for q in result.quotes)]
 
 
 def evidence_line(result: RunResult) -> str:
