@@ -199,6 +199,8 @@ def test_a_gpu_this_build_cannot_use_is_said_once_per_machine(tmp_path, models, 
     args = ["ask", doc, "Where?", "-m", models["random"], "--chunk-tokens", "200", "--memory-tokens", "4", "--answer-tokens", "4"]
     quiet = run_memagent(*args, "--quiet", env=env)
     assert quiet.returncode == 0 and "NVIDIA" not in quiet.stderr  # never in --quiet output, and not spent there
+    refused = run_memagent("ask", "/dev/zero", *args[2:], "--json", env=env)
+    assert refused.returncode == 2 and refused.stdout == ""  # a run that never answered does not spend it either
     first = run_memagent(*args, "--json", env=env)
     hint = json.loads(first.stdout)["gpu"]["hint"]
     assert hint.startswith("NVIDIA H100 80GB HBM3 is here, but this llama-cpp-python runs on the CPU only. To use the GPU: ")

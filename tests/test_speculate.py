@@ -277,11 +277,12 @@ def test_refused_drafts_leave_nothing_in_the_cache(engines):
     refused must be gone, or the next reply would read them. The same sequence of calls on an
     engine without drafts gives the same replies."""
     sequence = codeword_prompts(8)
-    for message in sequence:
+    for k, message in enumerate(sequence):
         fast = reply(engines[True], message, temperature=0.7, seed=11)
         plain = reply(engines[False], message, temperature=0.7, seed=11)
         assert fast.text == plain.text
-        assert fast.cached_tokens == plain.cached_tokens > 0
+        # the first call may meet engines fresh from the fixture (this test alone, or first on its worker)
+        assert fast.cached_tokens == plain.cached_tokens and (k == 0 or plain.cached_tokens > 0)
 
 
 def test_where_checks_cost_too_much_the_engine_drafts_nothing_and_keeps_scoring(engines, monkeypatch):

@@ -284,10 +284,12 @@ def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, 
 
     gpu_hint = None
     if not served and not out.quiet:
-        from ..install.doctor import take_gpu_hint
+        from ..install.doctor import gpu_hint_due, remember_gpu_hint
 
-        gpu_hint = take_gpu_hint()
+        gpu_hint = gpu_hint_due()
     result = _consume(events, err, recorder, quiet=out.quiet, svg=out.svg, gpu_hint=None if out.json_out else gpu_hint)
+    if gpu_hint:
+        remember_gpu_hint(gpu_hint)
     if out.json_out:
         record = result.to_dict()
         if gpu_hint:

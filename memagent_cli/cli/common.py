@@ -55,9 +55,11 @@ def run_guard(fn: Callable[P, R]) -> Callable[P, R]:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops a run the way Ctrl-C does: recorded as interrupted, resumable."""
+    from ..model.runtime import deferred_from_callback
 
-    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-        raise KeyboardInterrupt
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not deferred_from_callback(signum, frame):  # inside llama.cpp's callback it would be lost
+            raise KeyboardInterrupt
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)

@@ -99,27 +99,32 @@ def unused_gpu_hint() -> str | None:
     return f"{seen[0].name} is here, but this llama-cpp-python runs on the CPU only. To use the GPU: {command}"
 
 
-def take_gpu_hint() -> str | None:
-    """unused_gpu_hint(), the first time on this machine only (remembered in the data directory)."""
+def gpu_hint_due() -> str | None:
+    """unused_gpu_hint(), until a run has shown it on this machine (remember_gpu_hint)."""
+    from ..paths import gpu_hint_marker
+
+    return None if gpu_hint_marker().exists() else unused_gpu_hint()
+
+
+def remember_gpu_hint(hint: str) -> None:
+    """The hint was shown with a finished run: not again (a run that failed before its answer, on a
+    bad file say, leaves it due)."""
     from ..paths import gpu_hint_marker
 
     marker = gpu_hint_marker()
-    if marker.exists():
-        return None
-    hint = unused_gpu_hint()
-    if hint is not None:
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(hint + "\n", encoding="utf-8")
-        except OSError:  # a read-only data directory: the hint comes again next time, no worse
-            pass
-    return hint
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(hint + "\n", encoding="utf-8")
+    except OSError:  # a read-only data directory: the hint comes again next time, no worse
+        pass
 
 
 def _llama_cpp_state() -> dict[str, Any]:
     """Version, backends, system info and offload support of the installed llama-cpp-python."""
     try:
-        import llama_cpp
+        from ..model.runtime import llama_cpp_module
+
+        llama_cpp = llama_cpp_module()
     except Exception as exc:  # not installed, or its shared library does not load
         return {"version": None, "error": f"{type(exc).__name__}: {exc}", "backends": [], "system_info": "", "offload": False}
     from ..model import gpu

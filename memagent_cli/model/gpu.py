@@ -57,32 +57,43 @@ class RawDevice:
 
 
 class _GGML:
-    """ggml's backend registry through ctypes. The symbols live in libggml (registry) and
-    libggml-base (device calls); dlsym on a handle finds its dependencies' symbols on Linux
-    and macOS but GetProcAddress does not on Windows, so every library is asked in turn."""
+    """ggml's backend registry through ctypes: the very libraries libllama runs on.
+
+    On Linux and macOS the symbols are looked up through libllama's own handle, which finds them
+    in the ggml libraries it links. Loading `libggml.so` by name would map a second copy: a wheel
+    holds `libggml.so`, `.so.0` and `.so.0.x` as three files, not links, and libllama links
+    `.so.0`. A second copy has its own registry, so on a CUDA build the device query made a second
+    CUDA context (about 500 MiB of GPU memory) and logged "ggml_cuda_init: found 1 CUDA devices"
+    to the terminal through a logger memagent never set (seen on an H200). Windows' GetProcAddress
+    does not search a DLL's dependencies, and there a DLL loaded again by name is the same one:
+    the ggml DLLs are asked in turn."""
 
     def __init__(self) -> None:
-        import llama_cpp  # loads libllama and the ggml libraries it links
+        from .runtime import llama_cpp_module
+
+        llama_cpp = llama_cpp_module()  # loads libllama and the ggml libraries it links
 
         handles: list[ctypes.CDLL] = []
-        libdir = Path(llama_cpp.__file__).resolve().parent / "lib"
-        load: Callable[[str, Path], ctypes.CDLL] | None
-        try:
-            from llama_cpp._ctypes_extensions import load_shared_library
-        except ImportError:  # older llama-cpp-python: everything may be in libllama
-            load = None
-        else:
-            load = load_shared_library
-        if load is not None:
-            for name in ("ggml-base", "ggml"):
-                try:  # already loaded by libllama: dlopen returns the same library
-                    handles.append(load(name, libdir))
-                except (OSError, RuntimeError):
-                    pass
         lib = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
         if lib is not None:
             handles.append(lib)
+        if sys.platform == "win32" or lib is None:
+            handles.extend(self._by_name(Path(llama_cpp.__file__).resolve().parent / "lib"))
         self.handles = handles
+
+    @staticmethod
+    def _by_name(libdir: Path) -> list[ctypes.CDLL]:
+        try:
+            from llama_cpp._ctypes_extensions import load_shared_library
+        except ImportError:  # older llama-cpp-python: everything may be in libllama
+            return []
+        handles = []
+        for name in ("ggml-base", "ggml"):
+            try:
+                handles.append(load_shared_library(name, libdir))
+            except (OSError, RuntimeError):
+                pass
+        return handles
 
     def fn(self, name: str, argtypes: list[type[Any]], restype: type[Any] | None) -> Callable[..., Any]:
         for h in self.handles:

@@ -1,18 +1,22 @@
-"""llama.cpp as a library in this process: its log (kept for error messages, shown with
---verbose, listened to by the quantizer for progress), whether this build can offload to a GPU,
-and how many cores there are to use (those not busy with other work now)."""
+"""llama.cpp as a library in this process: loading it (`llama_cpp_module`), its log (kept for
+error messages, shown with --verbose, listened to by the quantizer for progress), a signal that
+lands inside that log's callback, whether this build can offload to a GPU, and how many cores there
+are to use (those not busy with other work now)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypedDict
+from types import CodeType, FrameType
+from typing import Any, TypedDict
 
 
 class _LogState(TypedDict):
@@ -52,6 +56,20 @@ def share_cxx_runtime() -> None:
         pass
 
 
+def llama_cpp_module() -> Any:
+    """llama_cpp, with its log routed through ours before anything can call into it.
+
+    llama-cpp-python's own log callback prints every line to stderr until a `Llama` is made, and
+    ggml builds its device registry on first use: on a CUDA build, the first device query (the GPU
+    plan, `doctor`'s hint) prints "ggml_cuda_init: found 1 CUDA devices" and each device's name.
+    Every use of llama.cpp in memagent starts here, so those lines go to the log tail, not to the
+    user's terminal."""
+    import llama_cpp
+
+    quiet_llama_logs(_log_state["verbose"])
+    return llama_cpp
+
+
 def quiet_llama_logs(verbose: bool = False) -> None:
     """Route llama.cpp's log through us: kept for error messages, shown only with --verbose."""
     import ctypes
@@ -70,11 +88,59 @@ def quiet_llama_logs(verbose: bool = False) -> None:
         if _log_state["verbose"] and sys.__stderr__ is not None:  # None: Python started without a stderr
             sys.__stderr__.write(line)
 
+    _CALLBACK_CODE.add(_on_log.__code__)
     # What `@llama_cpp.llama_log_callback` would make, written as a call: the CFUNCTYPE instance is
     # typed as taking and returning anything, which a decorator would spread to the function.
     _callback = llama_cpp.llama_log_callback(_on_log)
     _log_state["callback"] = _callback  # ctypes callbacks must outlive their registration
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+    _interrupt_outside_callbacks()
+
+
+# The code of the Python functions llama.cpp calls back into (the log callback).
+_CALLBACK_CODE: set[CodeType] = set()
+REDELIVER_SECONDS = 0.01  # how soon a signal that landed in a callback is sent again
+
+
+def in_llama_callback(frame: FrameType | None) -> bool:
+    """Whether Python code is running inside a call from llama.cpp: `frame` or a caller of it is
+    the log callback (or a listener it calls)."""
+    while frame is not None:
+        if frame.f_code in _CALLBACK_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def deferred_from_callback(signum: int, frame: FrameType | None) -> bool:
+    """For a signal handler that raises (KeyboardInterrupt): True when the signal landed inside
+    llama.cpp's callback, where an exception is printed as "Exception ignored" and dropped by ctypes,
+    and the run goes on as if Ctrl-C had not been pressed. On a GPU the callback runs on every
+    decode (CUDA graph notes), so this is where a Ctrl-C often lands. The signal is then sent again
+    in a moment from another thread, and handled once the main thread is back out of the callback."""
+    if not in_llama_callback(frame):
+        return False
+    import _thread
+
+    redeliver = threading.Timer(REDELIVER_SECONDS, _thread.interrupt_main, args=(signum,))
+    redeliver.daemon = True
+    redeliver.start()
+    return True
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    if not deferred_from_callback(signum, frame):
+        raise KeyboardInterrupt
+
+
+def _interrupt_outside_callbacks() -> None:
+    """Ctrl-C raises KeyboardInterrupt as always, but never inside llama.cpp's callback (see
+    deferred_from_callback). Only where Python's own handler is in place, and from the main thread."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread (embedded): leave signals alone
+        pass
 
 
 @contextlib.contextmanager
@@ -100,9 +166,7 @@ def log_reason() -> str:
 
 
 def gpu_offload_supported() -> bool:
-    import llama_cpp
-
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return bool(llama_cpp_module().llama_supports_gpu_offload())
 
 
 def available_cores() -> int:

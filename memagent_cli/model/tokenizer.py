@@ -24,13 +24,16 @@ import codecs
 import re
 import unicodedata
 from functools import lru_cache
-from typing import Callable, Iterable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import MemagentError
 from .gguf import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED, GGUFInfo
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
 
 # Pre-tokenizer patterns, as llama.cpp applies them for each `tokenizer.ggml.pre`.
 _QWEN2 = (
@@ -253,14 +256,12 @@ class LlamaTokenizer:
     def __init__(self, info: GGUFInfo):
         import ctypes
 
-        import llama_cpp
+        from .runtime import llama_cpp_module
 
-        from .runtime import quiet_llama_logs
-
-        quiet_llama_logs()
+        llama_cpp = llama_cpp_module()
         self.name = f"llama.cpp ({info.get('tokenizer.ggml.model', '?')})"
         self.normal_form = normal_form(info)
-        self._llm = llama_cpp.Llama(model_path=str(info.path), vocab_only=True, verbose=False)
+        self._llm: Llama = llama_cpp.Llama(model_path=str(info.path), vocab_only=True, verbose=False)
         vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         types = info.get("tokenizer.ggml.token_type") or []
         tokens = info.get("tokenizer.ggml.tokens") or []

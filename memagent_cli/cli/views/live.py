@@ -81,7 +81,7 @@ class LiveView:
 
     def __init__(self, console: Console, fps: float = FPS, gpu_hint: str | None = None):
         self.console = console
-        self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.take_gpu_hint)
+        self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.gpu_hint_due)
         self.interval = 1.0 / fps
         self.header = Text("memagent")
         self.started = time.perf_counter()

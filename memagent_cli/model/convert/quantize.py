@@ -51,9 +51,9 @@ def quantize(
     """Quantizes the GGUF `src` to `quant` at exactly `dest`; `progress(tensors done, tensors)`."""
     import ctypes
 
-    import llama_cpp
+    from ..runtime import llama_cpp_module, llama_log_listener, log_reason
 
-    from ..runtime import llama_log_listener, log_reason
+    llama_cpp = llama_cpp_module()
 
     quant = check_quant(quant)
     dest = Path(dest)
