@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+from helpers import sigint_default
+
 # ggml's own logging entry point (what GGML_LOG_INFO and friends call), reached through the library
 # llama-cpp-python loaded: a line logged here takes the path ggml_cuda_init's lines take on a GPU.
 PROLOGUE = textwrap.dedent(
@@ -26,7 +28,11 @@ GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_ERROR = 2, 4
 
 def python(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", PROLOGUE + textwrap.dedent(script)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROLOGUE + textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=sigint_default,  # a pytest started in the background hands its children SIGINT ignored
     )
 
 
