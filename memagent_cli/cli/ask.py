@@ -165,7 +165,7 @@ def ask(
             source_flags = replace(source_flags, ocr=OcrChoice(run["settings"].get("ocr", "auto")))
             paths, questions = list(resumed_paths(run)), [run["question"]]
         else:
-            paths, questions = _questions(args, question, questions_file, each, traced.warn)
+            paths, questions = _questions(args, question, questions_file, each, traced.warn, schema=flags.schema is not None)
             _check_paths(paths)  # a missing file is said before a missing model: nothing is fetched for it
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
@@ -249,10 +249,17 @@ def _check_together(*, each: bool, resume: str | None, svg: Path | None, each_fi
 
 
 def _questions(
-    args: list[str] | None, question: list[str] | None, questions_file: Path | None, each: bool, warn: Callable[[str], None]
+    args: list[str] | None,
+    question: list[str] | None,
+    questions_file: Path | None,
+    each: bool,
+    warn: Callable[[str], None],
+    schema: bool = False,
 ) -> tuple[list[str], list[str]]:
     """(sources, questions): the questions of -q and --questions, every argument a source; else the
-    last argument is the question."""
+    last argument is the question. With --schema the question may be left out (an empty one: the
+    run makes it of the schema's fields): the last argument is then a question only when it names
+    no file."""
     questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
     if questions:
         paths = list(args or [])
@@ -261,6 +268,8 @@ def _questions(
                 "--each needs the sources to ask.", "e.g. memagent ask docs/ --each -q QUESTION", exit_code=EXIT_USAGE
             )
         return paths, questions
+    if schema and (not args or args[-1] == "-" or os.path.lexists(args[-1])):
+        return list(args or []), [""]
     if not args:
         raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
     return args[:-1], [args[-1]]
@@ -331,8 +340,9 @@ def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunF
     given = {**flags.budgets(), "protocol": flags.protocol.value if flags.protocol else None, "instructions": flags.instructions}
     for name, value in given.items():
         stored = settings.get(name, getattr(DEFAULTS, name, None))  # a trace older than the setting has its default
-        if given_here(name) and value != stored:
-            refuse("--" + name.replace("_", "-"), value, stored)
+        flag = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}.get(name, name)
+        if given_here(flag) and value != stored:
+            refuse("--" + flag.replace("_", "-"), value, stored)
     if given_here("model") and flags.model is not None:
         from ..install.registry import resolve_model
 

@@ -1,7 +1,9 @@
 """`memagent batch JOB.jsonl -o RESULTS.jsonl`: a job file's runs, resumable as one job.
 
 Each line of the job file is `{"custom_id", "sources": [...] | "context": "...", "question" |
-"questions": [...]}`, with optional `"instructions"` (how its answers are written); each question is
+"questions": [...]}`, with optional `"instructions"` (how its answers are written) and `"schema"`
+(its answers as data: a JSON Schema, or the concise form as a string; `"schema_multi": true` for a
+list), under which the question may be left out; each question is
 its own run on one loaded model (or pool of servers), and each line's result is appended to the
 results file, keyed by its custom_id, as it finishes. A rerun skips the ids already there, redoes
 the lines that ended in an error, and resumes a run that was interrupted from its last recorded
@@ -30,6 +32,7 @@ from .textout import print_json, visible
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.jobs import Job
+    from ..core.schema import AnswerSchema
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
     from .jobs import Finished
@@ -46,9 +49,12 @@ class Line:
     sources: tuple[str, ...] = ()
     context: str | None = None
     instructions: str | None = None  # how its answers are written (the final prompt only), over --instructions
+    schema: AnswerSchema | None = None  # its answers as data, over --schema
 
 
-def _check(obj: object, where: str) -> Line:
+def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
+    """A line, checked; `schema_flag`: --schema was given, so a line may leave its question out."""
+
     def bad(what: str) -> MemagentError:
         return MemagentError(
             f"{where}: {what}.",
@@ -70,12 +76,17 @@ def _check(obj: object, where: str) -> Line:
         raise bad('"sources" must be a non-empty list of paths')
     if "context" in obj and not isinstance(context, str):
         raise bad('"context" must be a string')
-    if ("question" in obj) == ("questions" in obj):
+    schema = _line_schema(obj, where)
+    if "question" in obj and "questions" in obj:
         raise bad('give exactly one of "question" and "questions"')
-    if "question" in obj:
+    if "question" not in obj and "questions" not in obj:
+        if schema is None and not schema_flag:
+            raise bad('give one of "question" and "questions" (or a "schema", whose fields make one)')
+        questions: tuple[str, ...] = ("",)
+    elif "question" in obj:
         if not isinstance(obj["question"], str) or not obj["question"].strip():
             raise bad('"question" must be a non-empty string')
-        questions: tuple[str, ...] = (obj["question"],)
+        questions = (obj["question"],)
     else:
         listed = obj["questions"]
         if not isinstance(listed, list) or not listed or not all(isinstance(q, str) and q.strip() for q in listed):
@@ -84,16 +95,35 @@ def _check(obj: object, where: str) -> Line:
     instructions = obj.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad('"instructions" must be a string')
-    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context, instructions)
+    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context, instructions, schema)
 
 
-def read_lines(path: Path) -> Iterator[Line]:
+def _line_schema(obj: dict[str, Any], where: str) -> AnswerSchema | None:
+    """A line's "schema" (a JSON Schema object, or the concise form) and "schema_multi", checked."""
+    import json
+
+    from ..core.schema import parse_schema
+
+    spec, multi = obj.get("schema"), obj.get("schema_multi", False)
+    if not isinstance(multi, bool) or (multi and spec is None):
+        raise MemagentError(f'{where}: "schema_multi" is true or false, beside a "schema".', exit_code=EXIT_USAGE)
+    if spec is None:
+        return None
+    if not isinstance(spec, (dict, str)):
+        raise MemagentError(f'{where}: "schema" is a JSON Schema object or a string of fields.', exit_code=EXIT_USAGE)
+    try:
+        return parse_schema(json.dumps(spec) if isinstance(spec, dict) else spec, multi)
+    except MemagentError as exc:
+        raise MemagentError(f"{where}: {exc.message}", exc.hint, exit_code=EXIT_USAGE) from None
+
+
+def read_lines(path: Path, schema_flag: bool = False) -> Iterator[Line]:
     """The job file's lines, checked one at a time (blank lines skipped); a bad one is a usage
     error naming its line number."""
     from ..core.records import json_records
 
     for _, where, obj in json_records(path, what="job file"):
-        yield _check(obj, where)
+        yield _check(obj, where, schema_flag)
 
 
 @dataclass
@@ -185,7 +215,7 @@ def batch(
     err = stderr_console()
     quiet_library_logs(flags.verbose)
     try:
-        plan = _plan(job_file, out)
+        plan = _plan(job_file, out, flags.schema is not None)
         run = setup(flags, err)
         store = None if no_trace else open_store(err)
         if store is not None:
@@ -234,7 +264,7 @@ def batch(
     _report(lines.tally, plan, out, view, err, json_out=json_out)
 
 
-def _plan(job_file: Path, out: Path) -> Plan:
+def _plan(job_file: Path, out: Path, schema_flag: bool = False) -> Plan:
     """What is left to do: the job file checked whole (before any model loads; only ids are kept),
     the results file's finished ids; failed and cut-off result lines are dropped, to be redone."""
     if not job_file.is_file():
@@ -244,7 +274,7 @@ def _plan(job_file: Path, out: Path) -> Plan:
     done, keep, dropped = finished_ids(out)
     plan = Plan(done=done)
     seen: set[str] = set()
-    for line in read_lines(job_file):
+    for line in read_lines(job_file, schema_flag):
         if line.custom_id in seen:
             raise MemagentError(
                 f"{job_file}: custom_id {line.custom_id!r} is used twice.",
@@ -280,12 +310,16 @@ class _Lines:
         """The file again, now one line at a time: only runs in flight are held."""
         from ..core.jobs import Job
 
-        for line in read_lines(job_file):
+        flag_schema = self.run.config.schema()
+        for line in read_lines(job_file, flag_schema is not None):
             if line.custom_id in self.plan.done:
                 continue
             if line.several:
                 self.counts[line.custom_id] = len(line.questions)
+            schema = line.schema or flag_schema
             for n, question in enumerate(line.questions):
+                # Left out under a schema: the one its fields make, so a rerun finds the stored run by it.
+                question = question.strip() or (schema.question() if schema else question)
                 key = run_key(line, n)
                 stored = self.plan.resumable.get(key)
                 steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
@@ -297,6 +331,7 @@ class _Lines:
                     title=line.custom_id,
                     done_steps=steps,
                     instructions=line.instructions,
+                    schema=line.schema,
                 )
 
     def recorder_for(self, job: Job) -> Recorder | None:
@@ -376,8 +411,14 @@ def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -
             err.print(f"warning: {exc} It starts over.", style="yellow", markup=False, soft_wrap=True)
             continue
         stored = resumed_config(run["settings"])
-        # A line's own instructions are in its run's settings; they shape the answer, not the steps.
-        if dataclasses.replace(stored, instructions=config.instructions) != config:
+        # A line's own instructions and schema are in its run's settings; they shape the answer, not the steps.
+        own = dataclasses.replace(
+            stored,
+            instructions=config.instructions,
+            answer_schema=config.answer_schema,
+            answer_schema_multi=config.answer_schema_multi,
+        )
+        if own != config:
             continue  # other budgets, sampling or protocol: its steps are not this job's
         if run["steps"]:
             found[key] = run

@@ -64,7 +64,8 @@ def run_each(
     failures: list[Finished] = []
     stdout_tty = sys.stdout.isatty()
     late: list[str] = []  # a terminal's answers wait for the table to close; piped ones go at once
-    sinks = Sinks(output.jsonl, output.csv, "document")
+    schema = run.config.schema()
+    sinks = Sinks(output.jsonl, output.csv, "document", schema.fields if schema else ())
 
     def finished(done: Finished) -> None:
         record = done.record(document=done.job.title)

@@ -15,10 +15,13 @@ from .common import fail, stderr_console
 from .options import (
     ChatTemplateOpt,
     ChunkOpt,
+    InstructionsOpt,
     JsonOpt,
     MemoryOpt,
     ModelOpt,
     ProtocolOpt,
+    SchemaMultiOpt,
+    SchemaOpt,
     SourceFlags,
     chat_template,
     flag_groups,
@@ -49,15 +52,17 @@ def inspect(
         Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.", show_default=False)
     ] = None,
     show_prompt: Annotated[
-        Optional[int],
+        Optional[str],
         typer.Option(
             "--show-prompt",
-            metavar="K",
-            min=1,
+            metavar="K|final",
             show_default=False,
-            help="Print exactly the text sent for memory step K (needs --question).",
+            help="Print exactly the text sent for memory step K, or for the final answer (needs --question or --schema).",
         ),
     ] = None,
+    instructions: InstructionsOpt = None,
+    schema: SchemaOpt = None,
+    schema_multi: SchemaMultiOpt = False,
     protocol: ProtocolOpt = None,
     chunk_tokens: ChunkOpt = None,
     memory_tokens: MemoryOpt = None,
@@ -89,8 +94,9 @@ def inspect(
       memagent inspect deck.pptx --text | less
       memagent inspect scan.pdf --text --ocr always
     """
-    from ..core.inspection import inspect_sources, step_prompt
+    from ..core.inspection import final_prompt, inspect_sources, step_prompt
     from ..traces.store import recorded_runs
+    from .setup import RunFlags
     from .views.reports import render_inspection
 
     err = stderr_console()
@@ -100,8 +106,11 @@ def inspect(
         _print_document_text(sources or [], source_flags, warn, err, model)
         return
     try:
+        answer_schema = RunFlags(schema=schema, schema_multi=schema_multi).answer_schema()
+        question = question or (answer_schema.question() if answer_schema else None)
+        step = _prompt_step(show_prompt)
         if show_prompt is not None and not question:
-            raise MemagentError("--show-prompt needs --question.", exit_code=EXIT_USAGE)
+            raise MemagentError("--show-prompt needs --question (or --schema).", exit_code=EXIT_USAGE)
         template = chat_template(template_file, "llama")
         report = inspect_sources(
             sources or [],
@@ -110,7 +119,7 @@ def inspect(
             chunk_tokens=chunk_tokens,
             memory_tokens=memory_tokens,
             sources=source_flags.settings(_stdin()),
-            keep_chunk=show_prompt,
+            keep_chunk=step or None,
             chat_template=template.text if template is not None else None,
             sequences=sequences,
             warn=warn,
@@ -118,7 +127,7 @@ def inspect(
             recorded=recorded_runs,
         )
         if show_prompt is not None:
-            text, note = step_prompt(report, show_prompt)
+            text, note = step_prompt(report, step) if step else final_prompt(report, instructions or "", answer_schema)
             if note:
                 err.print(note, style="dim", markup=False)
             sys.stdout.write(text)
@@ -130,6 +139,19 @@ def inspect(
         print_json(report.to_dict())
     else:
         SafeConsole(highlight=False).print(render_inspection(report))
+
+
+def _prompt_step(value: str | None) -> int:
+    """--show-prompt's K (a step from 1), or 0 for `final`."""
+    if value is None or value.strip().lower() == "final":
+        return 0
+    try:
+        step = int(value)
+    except ValueError:
+        step = 0
+    if step < 1:
+        raise MemagentError(f"--show-prompt takes a step number from 1, or final; not {value!r}.", exit_code=EXIT_USAGE)
+    return step
 
 
 def _print_document_text(

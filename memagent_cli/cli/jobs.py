@@ -14,7 +14,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from ..core.events import RunFailed, RunFinished, RunStarted
 from ..core.provenance import describe_spans
@@ -123,12 +123,23 @@ def evidence_text(record: dict[str, Any]) -> str:
 CSV_FIELDS = ("document", "question", "answer", "evidence", "quote", "quote_location", "trace", "error")
 
 
+def cell(value: Any) -> str:
+    """A field of an answer's data as a CSV cell: text as it is, true/false, numbers, nested values as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json_text(value, indent=None)
+
+
 class Sinks:
     """The files records go to as runs finish: JSON lines (appended), CSV (one row per run, with a
     header; what a spreadsheet opens). Each is flushed per record, so what finished is on disk
-    whatever happens next."""
+    whatever happens next. Under --schema (`fields`: its top-level fields) the CSV has a column per
+    field after the question, and with --schema-multi a row per item of each answer."""
 
-    def __init__(self, jsonl: Path | None, csv_path: Path | None, name_field: str):
+    def __init__(self, jsonl: Path | None, csv_path: Path | None, name_field: str, fields: Sequence[str] = ()):
+        self._fields = list(fields)
         self._files: list[IO[str]] = []
         self._jsonl: IO[str] | None = None
         self._csv: Any = None
@@ -140,7 +151,8 @@ class Sinks:
             if csv_path is not None:
                 self._csv_file = self._open(csv_path, "w", newline="")
                 self._csv = csv.writer(self._csv_file)
-                self._csv.writerow([self._name if f == "document" else f for f in CSV_FIELDS])
+                header = [self._name if f == "document" else f for f in CSV_FIELDS]
+                self._csv.writerow(header[:2] + self._fields + header[2:])
                 self._csv_file.flush()
         except BaseException:
             self.close()
@@ -165,18 +177,22 @@ class Sinks:
                 self._jsonl.flush()
             if self._csv is not None and self._csv_file is not None:
                 first_quote = (record.get("quotes") or [{}])[0]
-                self._csv.writerow(
-                    [
-                        record.get(self._name, ""),
-                        record.get("question", ""),
-                        record.get("answer", ""),
-                        evidence_text(record),
-                        first_quote.get("text", ""),
-                        first_quote.get("location", ""),
-                        record.get("trace") or "",
-                        record.get("error", ""),
-                    ]
-                )
+                data = record.get("data")
+                items = (data or [{}]) if isinstance(data, list) else [data if isinstance(data, dict) else {}]
+                for item in items if self._fields else [{}]:
+                    self._csv.writerow(
+                        [
+                            record.get(self._name, ""),
+                            record.get("question", ""),
+                            *(cell(item.get(f)) for f in self._fields),
+                            record.get("answer", ""),
+                            evidence_text(record),
+                            first_quote.get("text", ""),
+                            first_quote.get("location", ""),
+                            record.get("trace") or "",
+                            record.get("error", ""),
+                        ]
+                    )
                 self._csv_file.flush()
         except OSError as exc:
             raise MemagentError(f"Cannot write the results: {exc.strerror}.", "Free some disk space and run it again.") from None

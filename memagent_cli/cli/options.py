@@ -149,6 +149,25 @@ InstructionsOpt = Annotated[
         panel="Sampling",
     ),
 ]
+SchemaOpt = Annotated[
+    Optional[str],
+    option(
+        "Answer as data: the fields to fill, as a JSON Schema file, inline JSON, or a list such as"
+        " [b]'invoice_number, date: the issue date, total float, paid bool'[/] (types str, int, float, bool)."
+        " The answer is generated as JSON under it; --json gives it as [b]data[/], --csv a column per field."
+        " With no question, one is made of the fields.",
+        "--schema",
+        panel="Sampling",
+    ),
+]
+SchemaMultiOpt = Annotated[
+    bool,
+    option(
+        "With --schema: the answer is a list of such objects, for every line item, party or date in a document.",
+        "--schema-multi",
+        panel="Sampling",
+    ),
+]
 TemperatureOpt = Annotated[float, option("Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, panel="Sampling")]
 TopPOpt = Annotated[float, option("Nucleus sampling, applied after temperature.", min=0.0, max=1.0, panel="Sampling")]
 SeedOpt = Annotated[Optional[int], option("Seed for sampling.", panel="Sampling")]

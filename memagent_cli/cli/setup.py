@@ -33,6 +33,8 @@ from .options import (
     ModelOpt,
     OfflineOpt,
     ProtocolOpt,
+    SchemaMultiOpt,
+    SchemaOpt,
     SeedOpt,
     ServedModelOpt,
     SpeculateOpt,
@@ -50,6 +52,7 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
+    from ..core.schema import AnswerSchema
     from ..model.backends import EngineOptions
 
 
@@ -72,6 +75,8 @@ class RunFlags:
     template_file: ChatTemplateOpt = None
     # Sampling and budgets: the agent's settings; a budget left None is the protocol's
     instructions: InstructionsOpt = None
+    schema: SchemaOpt = None
+    schema_multi: SchemaMultiOpt = False
     temperature: TemperatureOpt = DEFAULTS.temperature
     top_p: TopPOpt = DEFAULTS.top_p
     seed: SeedOpt = DEFAULTS.seed
@@ -89,9 +94,22 @@ class RunFlags:
     tokenizer: TokenizerOpt = None
     timeout: TimeoutOpt = None
 
+    def answer_schema(self) -> AnswerSchema | None:
+        """--schema, read and checked (a usage error when it cannot be used); None without it."""
+        from ..core.schema import parse_schema
+
+        if self.schema is None:
+            if self.schema_multi:
+                raise MemagentError("--schema-multi goes with --schema.", "Add --schema FIELDS.", exit_code=EXIT_USAGE)
+            return None
+        return parse_schema(self.schema, self.schema_multi)
+
     def budgets(self) -> dict[str, Any]:
         """The agent's settings these flags give (None: the protocol's)."""
+        schema = self.answer_schema()
         return {
+            "answer_schema": schema.to_config() if schema else "",
+            "answer_schema_multi": schema.multi if schema else False,
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
             "answer_tokens": self.answer_tokens,
@@ -142,6 +160,7 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     from .models import model_for_run
 
     settings: Mapping[str, Any] = stored["settings"] if stored is not None else {}
+    budgets = flags.budgets() if stored is None else {}  # a bad --schema is said before a missing model
     if stored is not None:
         template = _stored_template(settings.get("chat_template"))
         engine = engine_options(flags, err, template, resumed=settings.get("engine") or {"kind": "llama"})
@@ -157,7 +176,7 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     if stored is not None:
         config = resumed_config(settings)
     else:
-        config = agent_config(flags.protocol, model, served.served_model if served else None, **flags.budgets())
+        config = agent_config(flags.protocol, model, served.served_model if served else None, **budgets)
     return RunSetup(model, config, engine, template)
 
 

@@ -6,6 +6,7 @@ nothing of terminals, files or databases.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from .events import (
     TokenText,
 )
 from .protocols import get as get_protocol
+from .schema import AnswerSchema
 
 # Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from
 # its count on its own (merges across the tag boundaries, split characters).
@@ -45,6 +47,9 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> 
     """The question as the prompts carry it: stripped, and normalized as the model's tokenizer
     normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts."""
     question = question.strip()
+    schema = config.schema()
+    if not question and schema is not None:  # --schema without a question: one made of its fields
+        question = schema.question()
     normalize = normalizer(tokenizer)
     if normalize is not None:
         question = normalize(question)
@@ -66,7 +71,7 @@ def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config
     """The context a run needs, and how that number is made up (for error messages)."""
     protocol = get_protocol(config.protocol)
     step_fixed = len(chat.encode(tokenizer, protocol.memory_prompt(question, "", "")))
-    final_fixed = len(chat.encode(tokenizer, protocol.final_prompt(question, "", config.final, config.instructions)))
+    final_fixed = len(chat.encode(tokenizer, protocol.final_prompt(question, "", config.final, config.final_instructions())))
     memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
     step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
     final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
@@ -227,21 +232,55 @@ def run_loop(
 
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
-    done = yield from _call(
-        engine,
-        protocol.final_prompt(question, memory, config.final, config.instructions),
-        config.answer_tokens,
-        sampling_for(config, 0),
-        0,
-    )
-    raw = done.text
-    answer, found = protocol.extract_answer(raw, config.final)
+    prompt = protocol.final_prompt(question, memory, config.final, config.final_instructions())
+    schema = config.schema()
+    if schema is None:
+        done = yield from _call(engine, prompt, config.answer_tokens, sampling_for(config, 0), 0)
+        raw = done.text
+        answer, found = protocol.extract_answer(raw, config.final)
+        data = None
+    else:
+        done, data = yield from _answer_as_data(engine, prompt, config, schema, retry_call=steps + 1)
+        raw = answer = done.text.strip()
+        found = True
     yield AnswerFinished(
         raw=raw,
         answer=answer,
+        data=data,
         found=found,
         finish_reason=done.finish_reason,
         prompt_tokens=done.prompt_tokens,
         generated_tokens=done.completion_tokens,
         seconds=time.perf_counter() - started,
     )
+
+
+def _answer_as_data(
+    engine: Engine, prompt: str, config: AgentConfig, schema: AnswerSchema, retry_call: int
+) -> Generator[Event, None, tuple[CompletionDone, Any]]:
+    """The final answer generated under the schema, and its data. A reply that does not match (a
+    server that ignores response_format, a reply cut at its budget) is asked for once more, with
+    the next seed; a second one fails the run (its reply is in the AnswerFinished before the error,
+    so the trace keeps it)."""
+    wire = schema.wire_json()
+    for attempt, call in enumerate((0, retry_call)):
+        sampling = dataclasses.replace(sampling_for(config, call), json_schema=wire)
+        done = yield from _call(engine, prompt, config.answer_tokens, sampling, 0)
+        data, problem = schema.read(done.text)
+        if problem is None:
+            return done, data
+        if attempt == 0:
+            yield Notice(f"The answer did not match the schema ({problem}); asking once more.")
+            yield ReplyRestarted(0, problem)
+    yield AnswerFinished(
+        raw=done.text,
+        answer=done.text.strip(),
+        data=None,
+        found=False,
+        finish_reason=done.finish_reason,
+        prompt_tokens=done.prompt_tokens,
+        generated_tokens=done.completion_tokens,
+        seconds=done.prompt_seconds + done.generate_seconds,
+    )
+    cut = " (cut at its budget: raise --answer-tokens)" if done.finish_reason == "length" else ""
+    raise MemagentError(f"The answer does not match --schema twice{cut}: {problem}", "The reply is kept in the run's trace.")

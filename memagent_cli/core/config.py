@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .protocols import get as get_protocol
+from .schema import AnswerSchema
 
 FINAL_VARIANTS = ("boxed", "answer-is")
 BUDGETS = ("chunk_tokens", "memory_tokens", "answer_tokens")
@@ -26,6 +27,10 @@ class AgentConfig:
     final: str = "boxed"  # memagent's final prompt: "boxed" (trained with) or "answer-is" (the paper's table)
     protocol: str = "memagent"  # the prompts and memory rule the model was trained on: protocols.NAMES
     instructions: str = ""  # how to format the answer (q_inst): added to the final prompt only
+    # --schema: the JSON Schema of the answer object, as AnswerSchema.to_config() writes it; "" for a
+    # text answer. The final answer is generated under it and read into data (core/schema.py).
+    answer_schema: str = ""
+    answer_schema_multi: bool = False  # --schema-multi: the answer is a list of such objects
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
@@ -47,6 +52,14 @@ class AgentConfig:
             if settings.get(name) is None:
                 settings[name] = getattr(chosen, name)
         return cls(protocol=chosen.name, **settings)
+
+    def schema(self) -> AnswerSchema | None:
+        return AnswerSchema.from_config(self.answer_schema, self.answer_schema_multi) if self.answer_schema else None
+
+    def final_instructions(self) -> str:
+        """What the final prompt adds to the question: --instructions, then the schema's."""
+        schema = self.schema()
+        return "\n".join(part for part in (self.instructions.strip(), schema.instructions() if schema else "") if part)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

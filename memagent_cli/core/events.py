@@ -202,6 +202,7 @@ class AnswerFinished:
     prompt_tokens: int
     generated_tokens: int
     seconds: float
+    data: Any = None  # under --schema: the answer read as JSON and validated (a list with --schema-multi)
 
 
 @dataclass
@@ -223,6 +224,8 @@ class RunResult:
     timings: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)  # the offload choice: layers and why
     servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
+    data: Any = None  # under --schema: the answer as data (AnswerFinished.data); None otherwise
+    evidence_by_field: dict[str, list[Quote]] = field(default_factory=dict)  # under --schema: each field's quotes
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
@@ -231,6 +234,7 @@ class RunResult:
         return {
             "question": self.question,
             "answer": self.answer,
+            "data": self.data,
             "raw_answer": self.raw_answer,
             "memory": self.memory,
             "model": model_record(self.model, self.model_path, self.servers),
@@ -244,6 +248,11 @@ class RunResult:
             "steps": steps,
             "evidence": [evidence_record(step) for step in steps if step["index"] in chosen],
             "quotes": [q.to_dict() for q in self.quotes],
+            **(
+                {"evidence_by_field": {name: [q.to_dict() for q in found] for name, found in self.evidence_by_field.items()}}
+                if self.config.answer_schema
+                else {}
+            ),
             "timings": self.timings,
         }
 

@@ -45,6 +45,7 @@ from .pipeline import (
 )
 from .protocols import of_model
 from .scheduler import RunError, run_all
+from .schema import AnswerSchema
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11
@@ -58,8 +59,9 @@ class Job:
     of `--each`): a served pool's chain key is derived from it, and a trace is found again by it.
     The input is `sources` (found already), else `paths` (found when the run starts, as `ask`
     finds them), else `context` (text given inline). `title` is what views call the job.
-    `done_steps` are an interrupted run's stored steps: it goes on from there. `instructions`, when
-    given, say how this job's answer is written, over the config's (see AgentConfig.instructions)."""
+    `done_steps` are an interrupted run's stored steps: it goes on from there. `instructions` and
+    `schema`, when given, say how this job's answer is written, over the config's (see
+    AgentConfig.instructions and .answer_schema)."""
 
     key: str
     question: str
@@ -69,6 +71,7 @@ class Job:
     title: str = ""
     done_steps: tuple[Mapping[str, Any], ...] = ()
     instructions: str | None = None
+    schema: AnswerSchema | None = None
 
     @property
     def chain_key(self) -> str:
@@ -199,14 +202,23 @@ def _without_text(runner: JobRunner, job: Job) -> Iterator[Event]:
             close()
 
 
+def job_config(job: Job, config: AgentConfig) -> AgentConfig:
+    """The settings of `job`'s run: the runner's, with the job's own instructions and schema."""
+    if job.instructions is not None:
+        config = dataclasses.replace(config, instructions=job.instructions.strip())
+    if job.schema is not None:
+        config = dataclasses.replace(config, answer_schema=job.schema.to_config(), answer_schema_multi=job.schema.multi)
+    return config
+
+
 def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig, options: SourceOptions) -> Iterator[Event]:
     """One job's run, in the worker that took it: find and read its input, then the agent loop."""
     started = time.perf_counter()
     notes: list[Event] = []  # what reading told since the last event: passed on in order
+    config = job_config(job, config)
     question = check_question(job.question, prep.tokenizer, config)
-    if job.instructions is not None:
-        config = dataclasses.replace(config, instructions=job.instructions.strip())
-        check_question(question + "\n" + config.instructions, prep.tokenizer, config)  # both share its budget
+    if config.final_instructions():
+        check_question(question + "\n" + config.final_instructions(), prep.tokenizer, config)  # both share its budget
     if job.sources:
         found = list(job.sources)
     elif job.context is None:

@@ -47,7 +47,7 @@ from .events import (
     StepRecord,
 )
 from .memdiff import evidence_steps
-from .quotes import find_quotes
+from .quotes import Quote, find_quotes
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
 
@@ -412,6 +412,18 @@ def ask_many_events(
     yield from notices()
 
 
+def data_values(data: Any) -> list[str]:
+    """The texts and numbers in an answer's data, in order: what its quotes must hold (true, false
+    and null are no words a document has)."""
+    if isinstance(data, dict):
+        return [text for value in data.values() for text in data_values(value)]
+    if isinstance(data, list):
+        return [text for value in data for text in data_values(value)]
+    if isinstance(data, bool) or data is None:
+        return []
+    return [str(data)]
+
+
 def _result(
     prep: Prepared,
     question: str,
@@ -437,12 +449,24 @@ def _result(
     read = read or {}
     form = getattr(prep.tokenizer, "normal_form", None)
     evidence_chunks = [read[i] for i in sorted(chosen) if i in read]
-    quotes = find_quotes(answer.answer, memory, evidence_chunks, sources, stats.source_starts, form)
+
+    def quoted(said: str) -> list[Quote]:
+        return find_quotes(said, memory, evidence_chunks, sources, stats.source_starts, form)
+
+    by_field: dict[str, list[Quote]] = {}
+    if answer.data is None:
+        quotes = quoted(answer.answer)
+    else:  # the values the answer gives, not its JSON's names and punctuation; then each field's own
+        quotes = quoted(" ".join(data_values(answer.data)))
+        if isinstance(answer.data, dict):
+            by_field = {name: quoted(" ".join(data_values(value))) for name, value in answer.data.items()}
+            by_field = {name: found for name, found in by_field.items() if found}
     quote_seconds = time.perf_counter() - t0
     return RunResult(
         question=question,
         answer=answer.answer,
         raw_answer=answer.raw,
+        data=answer.data,
         memory=memory,
         model=prep.model_name,
         model_path=prep.model_path,
@@ -455,6 +479,7 @@ def _result(
         steps=steps,
         evidence=evidence,
         quotes=quotes,
+        evidence_by_field=by_field,
         timings={
             "total_seconds": round(total_seconds, 4),
             "load_seconds": round(load_seconds, 4),

@@ -17,6 +17,7 @@ memory whole.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,10 @@ from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
 from ..core.jobs import Job, run_jobs
 from ..core.records import json_records, written_records
+from ..core.schema import AnswerSchema, parse_schema
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.backends import EngineOptions
-from .scoring import METRICS, score
+from .scoring import METRICS, normalize, score
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,15 @@ class Item:
     instructions: str | None = None  # how the answer is written: the final prompt's alone
     random_string_to_prepend: str | None = None  # MRCR's: the answer must start with it
     needle: str | None = None  # the sentence the answer rests on (make-niah writes it): scored as quote_hit
+    schema: AnswerSchema | None = None  # the answer as data (--schema), over the command's
+    data: Any = None  # the expected data: scored as `fields`, the share of its fields the answer's data has right
 
 
 # Said by every error about an item's fields: what a reader accepts.
 _FIELDS = (
     'needs "context", the question ("input" or "question") and the answer ("answers", a list, or "answer", a text);'
-    ' "id", "instructions", "random_string_to_prepend" and "needle" are optional.'
+    ' "id", "instructions", "random_string_to_prepend", "needle", "schema" (with "schema_multi") and "data"'
+    " (the expected data, which may stand for the answer) are optional."
 )
 
 
@@ -60,7 +65,11 @@ def _item(obj: object, n: int, where: str) -> Item:
         raise MemagentError(f"{where} is not an object.", exit_code=EXIT_USAGE)
     # The RULER-HotpotQA names win where an item has both: they are what the paper's files use.
     question = obj["input"] if "input" in obj else obj.get("question")
+    if question is None and obj.get("schema") is not None:  # its fields make one
+        question = ""
     answers = obj["answers"] if "answers" in obj else obj.get("answer")
+    if answers is None and obj.get("data") is not None:  # scored on the data; the text scores against its JSON
+        answers = [json.dumps(obj["data"], ensure_ascii=False)]
     if isinstance(answers, str):
         answers = [answers]
     context = obj.get("context")
@@ -84,7 +93,22 @@ def _item(obj: object, n: int, where: str) -> Item:
         optional["instructions"],
         optional["random_string_to_prepend"],
         optional["needle"],
+        _item_schema(obj, where),
+        obj.get("data"),
     )
+
+
+def _item_schema(obj: dict[str, Any], where: str) -> AnswerSchema | None:
+    """An item's "schema" (a JSON Schema object, or the concise form) and "schema_multi", checked."""
+    spec, multi = obj.get("schema"), obj.get("schema_multi", False)
+    if spec is None and not multi:
+        return None
+    if not isinstance(spec, (dict, str)) or not isinstance(multi, bool):
+        raise MemagentError(f'{where}: "schema" is a JSON Schema object or a string of fields.', exit_code=EXIT_USAGE)
+    try:
+        return parse_schema(json.dumps(spec) if isinstance(spec, dict) else spec, multi)
+    except MemagentError as exc:
+        raise MemagentError(f"{where}: {exc.message}", exc.hint, exit_code=EXIT_USAGE) from None
 
 
 def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:
@@ -107,6 +131,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     hits = [r["quote_hit"] for r in rows if "quote_hit" in r]
     if hits:
         result["quote_hit"] = pct(hits)
+    fields = [r["fields"] for r in rows if "fields" in r]
+    if fields:
+        result["fields"] = pct(fields)
     return result
 
 
@@ -136,7 +163,29 @@ def _row(item: Item, result: RunResult, found: bool, seconds: float, metric: str
         "document_tokens": result.document_tokens,
         "seconds": round(seconds, 3),
         **({"quote_hit": float(quote_hit(item.needle, result))} if item.needle else {}),
+        **({"data": result.data} if result.config.answer_schema else {}),
+        **({"fields": fields_right(item.data, result.data)} if item.data is not None else {}),
     }
+
+
+def fields_right(expected: Any, got: Any) -> float:
+    """The share of the expected data's fields that the answer's data has right: texts equal as em
+    compares them (case, articles and punctuation aside), other values exactly. A list (--schema-multi)
+    counts whole: 1.0 when it equals item for item, else 0.0."""
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, str) and isinstance(b, str):
+            return normalize(a) == normalize(b)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return bool(type(a) is type(b) and a == b)
+
+    if isinstance(expected, dict) and expected:
+        have = got if isinstance(got, dict) else {}
+        return sum(same(value, have.get(name)) for name, value in expected.items()) / len(expected)
+    return float(same(expected, got))
 
 
 def quote_hit(needle: str, result: RunResult) -> bool:
@@ -176,7 +225,12 @@ def evaluate_events(
                 return
             count += 1
             job = Job(
-                key=item.id, question=item.question, context=item.context, title=f"item {item.id}", instructions=item.instructions
+                key=item.id,
+                question=item.question,
+                context=item.context,
+                title=f"item {item.id}",
+                instructions=item.instructions,
+                schema=item.schema,
             )
             running[id(job)] = (item, time.perf_counter())
             yield job

@@ -291,6 +291,7 @@ def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, 
     return {
         "question": result.question,
         "answer": result.answer,
+        **({"data": result.data} if result.config.answer_schema else {}),
         "evidence": evidence,
         "quotes": quotes,
         "steps": len(result.steps),

@@ -15,7 +15,7 @@ import ipaddress
 import json
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Optional, Union, cast
 
 from .. import __version__
 from ..errors import MemagentError
@@ -179,6 +179,9 @@ def _ask_output() -> "type[BaseModel]":
         document: Optional[str] = Field(None, description="With `each`: the document this run read.")
         question: Optional[str] = None
         answer: Optional[str] = Field(None, description="The answer, written from the final memory alone.")
+        data: Optional[Any] = Field(
+            None, description="With `schema`: the answer as data, an object (a list of them with `schema_multi`)."
+        )
         evidence: Optional[list[Evidence]] = Field(None, description="Where the answer comes from, in reading order.")
         quotes: Optional[list[Quote]] = Field(
             None, description="The sentences of the documents the answer rests on, best first; empty where none holds it."
@@ -238,6 +241,17 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
                 max_length=4000,
             ),
         ] = None,
+        schema: Annotated[
+            Optional[Union[dict[str, Any], str]],
+            Field(
+                description="Answer as data: a JSON Schema of an object, or its fields as text"
+                " ('invoice_number, date: the issue date, total float, paid bool'; types str, int, float, bool)."
+                " The answer comes back as `data`; `question` may then be left out.",
+            ),
+        ] = None,
+        schema_multi: Annotated[
+            bool, Field(description="With `schema`: the answer is a list of such objects (every line item, every party).")
+        ] = False,
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
@@ -260,6 +274,8 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
                 include=include or (),
                 exclude=exclude or (),
                 model=model,
+                schema=schema,
+                schema_multi=schema_multi,
             )
         )
 

@@ -48,11 +48,17 @@ class Tools:
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
         model: str | None = None,
+        schema: Mapping[str, Any] | str | None = None,
+        schema_multi: bool = False,
     ) -> tuple[dict[str, Any], str]:
-        """The answer (or answers) with evidence, and its text; see server.ASK."""
+        """The answer (or answers) with evidence, and its text; see server.ASK. With `schema`, the
+        answer is data too, and the question may be left out (its fields make one)."""
         questions = [q.strip() for q in questions if q and q.strip()]
+        budgets = {**(budgets or {}), **_answer_schema(schema, schema_multi)}
+        if not questions and budgets.get("answer_schema"):
+            questions = [""]
         if not questions:
-            raise MemagentError("No question given.", "Give `question` (or `questions`).", exit_code=EXIT_USAGE)
+            raise MemagentError("No question given.", "Give `question` (or `questions`, or a `schema`).", exit_code=EXIT_USAGE)
         if len(questions) > MAX_QUESTIONS:
             raise Refused(
                 f"Refused, nothing was read: {len(questions)} questions (rule: at most {MAX_QUESTIONS} per call).",
@@ -60,7 +66,7 @@ class Tools:
                 exit_code=EXIT_USAGE,
             )
         self._check_model(model)
-        config = self.config(budgets or {})
+        config = self.config(budgets)
         options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
         notes: list[str] = []
         documents = await anyio.to_thread.run_sync(lambda: self._find(sources, roots, options, notes))
@@ -322,3 +328,17 @@ def render(record: Mapping[str, Any], head: bool = False) -> str:
     if record.get("trace"):
         lines.append(f"trace: {record['trace']} ({record.get('steps')} steps; {TRACE_URI.format(id=record['trace'])})")
     return "\n".join(lines)
+
+
+def _answer_schema(schema: Mapping[str, Any] | str | None, multi: bool) -> dict[str, Any]:
+    """An ask call's `schema`, checked, as the settings it makes; {} without one."""
+    import json
+
+    from ..core.schema import parse_schema
+
+    if schema is None:
+        if multi:
+            raise MemagentError("`schema_multi` goes with `schema`.", "Give the fields in `schema`.", exit_code=EXIT_USAGE)
+        return {}
+    parsed = parse_schema(json.dumps(schema) if not isinstance(schema, str) else schema, multi)
+    return {"answer_schema": parsed.to_config(), "answer_schema_multi": parsed.multi}

@@ -17,6 +17,9 @@ class Sampling:
     temperature: float = 0.7  # 0 = greedy
     top_p: float = 0.95
     seed: int | None = None  # None = a fresh random seed
+    # The reply is JSON matching this JSON Schema (text): a grammar on llama.cpp, `response_format`
+    # on a server. Only a run's final answer under --schema has one (core/schema.py).
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True)

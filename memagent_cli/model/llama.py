@@ -266,6 +266,9 @@ class LlamaEngine:
         import llama_cpp
 
         chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if sampling.json_schema is not None:
+            # First in the chain: temperature and top-p then choose among the tokens the grammar allows.
+            llama_cpp.llama_sampler_chain_add(chain, self._grammar(sampling.json_schema))
         if sampling.temperature <= 0:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
         else:
@@ -275,6 +278,21 @@ class LlamaEngine:
                 llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
         return chain
+
+    def _grammar(self, json_schema: str) -> llama_cpp.llama_sampler_p:
+        """A sampler that allows only JSON matching `json_schema` (llama-cpp-python's conversion of
+        it to a GBNF grammar, the one its own `response_format` uses), then the end of the turn."""
+        import llama_cpp
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        try:
+            grammar = json_schema_to_gbnf(json_schema)
+        except (AssertionError, ValueError, KeyError, RecursionError) as exc:
+            raise MemagentError(f"llama.cpp cannot turn the schema into a grammar: {exc}", "Simplify the schema.") from None
+        sampler: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar.encode("utf-8"), b"root")
+        if not sampler:
+            raise MemagentError(f"llama.cpp refused the grammar made from the schema: {log_reason()}", "Simplify the schema.")
+        return sampler
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
         import llama_cpp

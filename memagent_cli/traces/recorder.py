@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 from ..core.config import AgentConfig
-from ..core.events import DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, model_record
+from ..core.events import AnswerFinished, DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, model_record
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import STDIN_PATH, Source
 from .store import TraceStore
@@ -136,6 +136,10 @@ class Recorder:
         elif isinstance(event, StepFinished) and not event.replayed:
             self.steps = event.step.index
             self._write_run(lambda run_id: self.store.add_step(run_id, event.step.to_dict()))
+        elif isinstance(event, AnswerFinished) and not event.found:
+            # A reply the answer did not come out of (under --schema, the run then fails on it): kept
+            # now, so the trace has what the model wrote whatever follows.
+            self._write_run(lambda run_id: self.store.update_run(run_id, raw_answer=event.raw))
         elif isinstance(event, RunFinished):
             result = event.result
             quotes = [q.place() for q in result.quotes]

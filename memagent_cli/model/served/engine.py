@@ -124,7 +124,22 @@ def server_root(base_url: str) -> str:
     return normalize_base_url(base_url)[: -len("/v1")]
 
 
-def chat_body(model: str, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+# How a request asks for JSON matching a schema (`response_format`). vLLM, SGLang and llama-server
+# take OpenAI's form; llama-cpp-python's server (0.3.36) takes only its own, and answers OpenAI's with
+# HTTP 500. An engine starts with OpenAI's and moves to the other for good when the server refuses it.
+SCHEMA_FORMS = ("json_schema", "json_object")
+
+
+def response_format(json_schema: str, form: str) -> dict[str, Any]:
+    schema = json.loads(json_schema)
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    return {"type": "json_object", "schema": schema}
+
+
+def chat_body(
+    model: str, user_message: str, max_tokens: int, sampling: Sampling, schema_form: str = SCHEMA_FORMS[0]
+) -> dict[str, Any]:
     """The POST /chat/completions body: one user message, every sampling knob pinned."""
     body: dict[str, Any] = {
         "model": model,
@@ -139,6 +154,8 @@ def chat_body(model: str, user_message: str, max_tokens: int, sampling: Sampling
     if sampling.seed is not None:
         # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
         body["seed"] = sampling.seed & 0xFFFFFFFF
+    if sampling.json_schema is not None:
+        body["response_format"] = response_format(sampling.json_schema, schema_form)
     return body
 
 
@@ -258,6 +275,7 @@ class OpenAIEngine:
         self.base_url = normalize_base_url(base_url)
         self.connection = connection
         self._count = count_tokens
+        self.schema_form = SCHEMA_FORMS[0]  # how response_format is asked for, until the server refuses it
         self._client: httpx2.Client | None = connection.client()
         try:
             self.model = connection.model or self._first_model()
@@ -301,7 +319,7 @@ class OpenAIEngine:
         return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
 
     def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        return chat_body(self.model, user_message, max_tokens, sampling)
+        return chat_body(self.model, user_message, max_tokens, sampling, self.schema_form)
 
     def complete(
         self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
@@ -316,6 +334,9 @@ class OpenAIEngine:
                 yield from self.attempt(body, user_message, max_tokens, chain)
                 return
             except Fault as fault:
+                if self.refused_schema_form(body, fault):
+                    yield from self.complete(user_message, max_tokens, sampling, expect, chain)
+                    return
                 if not fault.transient or attempt == attempts:
                     fault.attempts = attempt
                     raise fault.error() from None
@@ -323,6 +344,22 @@ class OpenAIEngine:
                 # The text streamed so far is void: the caller drops it on this item.
                 yield Retrying(fault.reason, attempt + 1, attempts, delay)
                 time.sleep(delay)
+
+    def refused_schema_form(self, body: dict[str, Any], fault: Fault) -> bool:
+        """Whether the server refused the request's form of `response_format` (SCHEMA_FORMS): then
+        this engine uses the next from now on, and the request is to be sent again in it at once (a
+        refusal, not a transient fault: no retry is spent on it, and the next refusal is an error)."""
+        asked = body.get("response_format")
+        if asked is None or fault.status is None or fault.status < 400 or fault.status == 429:
+            return False
+        if asked["type"] != self.schema_form or self.schema_form == SCHEMA_FORMS[-1]:
+            return False
+        self.schema_form = SCHEMA_FORMS[SCHEMA_FORMS.index(self.schema_form) + 1]
+        if self.connection.log is not None:
+            self.connection.log(
+                f"The server at {self.base_url} refused response_format {asked['type']}; asking in its {self.schema_form} form"
+            )
+        return True
 
     def attempt(
         self, body: dict[str, Any], user_message: str, max_tokens: int, chain: Chain | None = None

@@ -144,7 +144,6 @@ class ServedPool:
         self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
     ) -> Iterator[Completion]:
         # `expect` is not sent: a server drafts (or not) by its own configuration.
-        body = chat_body(self.model, user_message, max_tokens, sampling)
         limit = len(self._servers) * (self.connection.retries + 1)  # attempts of one request, whatever the servers do
         failed = 0
         while True:
@@ -154,8 +153,10 @@ class ServedPool:
                 continue
             server, probe = taken
             epoch = server.epoch
+            body = chat_body(self.model, user_message, max_tokens, sampling, server.engine.schema_form)
             stream: Iterator[Completion] | None = None
             retry: Retrying | None = None
+            refused_form = False
             try:
                 if not server.checked:
                     self._check(server)
@@ -172,25 +173,29 @@ class ServedPool:
                     chain.last = server.index
                 return
             except Fault as fault:
-                if not fault.transient:
-                    raise fault.error() from None
-                failed += 1
-                wait = self._failed(server, epoch, fault)
-                if wait is None:
-                    raise self._all_failed() from None
-                if failed >= limit:
-                    fault.attempts = failed
-                    if len(self._servers) == 1:
+                refused_form = server.engine.refused_schema_form(body, fault)
+                if not refused_form:
+                    if not fault.transient:
                         raise fault.error() from None
-                    raise MemagentError(
-                        f"{fault.reason} ({failed} attempts on {len(self._servers)} servers)", fault.hint
-                    ) from None
-                retry = Retrying(self._reason(fault, wait), failed + 1, limit, wait)
+                    failed += 1
+                    wait = self._failed(server, epoch, fault)
+                    if wait is None:
+                        raise self._all_failed() from None
+                    if failed >= limit:
+                        fault.attempts = failed
+                        if len(self._servers) == 1:
+                            raise fault.error() from None
+                        raise MemagentError(
+                            f"{fault.reason} ({failed} attempts on {len(self._servers)} servers)", fault.hint
+                        ) from None
+                    retry = Retrying(self._reason(fault, wait), failed + 1, limit, wait)
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()  # a stream left early (Ctrl-C) hangs up on its server now
                 self._release(server, probe)
+            if refused_form:
+                continue  # sent again at once, in the form this server takes
             # The text streamed so far is void: the caller drops it on this item.
             assert retry is not None  # the attempt returned or raised otherwise
             yield retry
