@@ -184,10 +184,11 @@ def test_a_fact_in_a_web_pages_article(tmp_path, tokenizer):
     assert first_quote(out, path, value, out["quotes"][0]["location"])["location"].startswith("page.html")
 
 
-def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
-    """A page that is only an image (rendered here from a PDF's text, then the text thrown away)
-    is read by OCR, and the fact it shows is found."""
-    pdfium = pytest.importorskip("pypdfium2")
+def scanned_pdf_with_the_fact(tmp_path: Path, tokenizer=None) -> tuple[Path, str]:
+    """scan.pdf: one page that is only an image of three typed lines, the fact the second (rendered
+    from typed.pdf, kept beside it: the image covers the page, so typed.pdf's glyph boxes are where
+    the scan shows them); and the fact's value."""
+    import pypdfium2 as pdfium
     from fpdf import FPDF
 
     def make(rng, value):
@@ -197,7 +198,8 @@ def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
         typed.set_font("Helvetica", size=14)
         for line in lines:
             typed.cell(0, 12, line, new_x="LMARGIN", new_y="NEXT")
-        rendered = pdfium.PdfDocument(bytes(typed.output()))[0].render(scale=200 / 72).to_pil()
+        typed.output(str(tmp_path / "typed.pdf"))
+        rendered = pdfium.PdfDocument(str(tmp_path / "typed.pdf"))[0].render(scale=200 / 72).to_pil()
         image = tmp_path / "page.png"
         rendered.convert("L").save(image)
         scan = FPDF()
@@ -207,7 +209,14 @@ def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
         scan.output(str(path))
         return path
 
-    path, value = build(tmp_path, tokenizer, make)
+    return build(tmp_path, tokenizer or codeword_tokenizer(), make)
+
+
+def test_a_fact_on_a_scanned_page(tmp_path, tokenizer):
+    """A page that is only an image (rendered here from a PDF's text, then the text thrown away)
+    is read by OCR, and the fact it shows is found."""
+    pytest.importorskip("rapidocr")
+    path, value = scanned_pdf_with_the_fact(tmp_path, tokenizer)
     out = answer(path)
     assert out["answer"] == value
     assert evidence_places(out) and all(place == "scan.pdf p. 1 (OCR)" for place in evidence_places(out))

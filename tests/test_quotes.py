@@ -245,6 +245,41 @@ def test_the_pdf_comes_back_with_the_quote_highlighted(tmp_path, memagent_home):
     assert refused.returncode == 2 and "-o OUT.pdf" in refused.stderr
 
 
+def test_a_quote_on_a_scanned_page_is_highlighted_over_the_words_ocr_read(tmp_path, memagent_home):
+    """A page with no text layer: the export reads it again with OCR, as the run did, and puts the
+    highlight over the recognised words of the quote: every glyph of the fact's line (where the typed
+    page the scan was made of has them) is covered, and no glyph of the lines around it."""
+    pytest.importorskip("rapidocr")
+    import pypdf
+    import pypdfium2 as pdfium
+    from test_formats_trained import scanned_pdf_with_the_fact
+
+    path, value = scanned_pdf_with_the_fact(tmp_path)
+    done = run_memagent("ask", path.name, QUESTION, *RUN, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["answer"] == value and out["quotes"][0]["location"] == "scan.pdf p. 1 (OCR)"
+    exported = tmp_path / "marked.pdf"
+    wrote = run_memagent("traces", "export", out["trace"], "--format", "pdf", "-o", exported, cwd=tmp_path)
+    assert wrote.returncode == 0 and "(1 of 1 quotes highlighted)" in wrote.stderr, wrote.stderr
+    annots = [a.get_object() for a in pypdf.PdfReader(exported).pages[0]["/Annots"]]
+    quads = [float(v) for v in next(a for a in annots if a["/Subtype"] == "/Highlight")["/QuadPoints"]]
+    boxes = [quads[k : k + 8] for k in range(0, len(quads), 8)]
+
+    def covered(x: float, y: float) -> bool:
+        return any(q[0] <= x <= q[2] and q[5] <= y <= q[1] for q in boxes)
+
+    textpage = pdfium.PdfDocument(str(tmp_path / "typed.pdf"))[0].get_textpage()
+    text = textpage.get_text_range()
+    first = text.index(fact_sentence(value))
+    for i in range(len(text)):
+        left, bottom, right, top = textpage.get_charbox(i)
+        if right <= left or text[i].isspace():
+            continue
+        inside = first <= i < first + len(fact_sentence(value))
+        assert covered((left + right) / 2, (bottom + top) / 2) == inside, f"glyph {i} {text[i]!r}"
+
+
 def test_the_jobs_page_marks_each_runs_quote(tmp_path, memagent_home):
     """`ask --each --html`: each run's section has its quote, marked, under its location."""
     folder = tmp_path / "docs"

@@ -158,7 +158,12 @@ def run(
     except MemagentError as exc:
         fail(err, exc)
     except KeyboardInterrupt:
-        err.print(f"interrupted. Results so far are in {out}; run the same command to go on." if out else "interrupted")
+        err.print(
+            f"interrupted. Results so far are in {out}; run the same command to go on." if out else "interrupted",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(130)
     result = summary(rows)
     if json_out:
@@ -278,5 +283,5 @@ def make_niah(
         niah.write_items(items, out)
     except MemagentError as exc:
         fail(err, exc)
-    err.print(f"wrote {len(items)} items of ~{tokens:,} tokens to {out}", markup=False, highlight=False)
+    err.print(f"wrote {len(items)} items of ~{tokens:,} tokens to {out}", markup=False, highlight=False, soft_wrap=True)
     sys.stdout.flush()

@@ -117,7 +117,12 @@ def run_plan(plan: Plan, *, offline: bool, err: Console) -> tuple[str, registry.
                 soft_wrap=True,
             )
             raise typer.Exit(EXIT_INTERRUPTED) from None
-    err.print(f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}", markup=False, highlight=False)
+    err.print(
+        f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return name, record
 
 

@@ -282,7 +282,7 @@ def export(
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise MemagentError(f"Cannot write {output}: {exc.strerror}.") from None
-    SafeConsole(stderr=True).print(f"wrote {output}", markup=False)
+    SafeConsole(stderr=True).print(f"wrote {visible(str(output))}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
@@ -327,9 +327,13 @@ def _export_pdf(run: Mapping[str, Any], output: Path | None) -> None:
         destination = output / Path(path).name if output.is_dir() else output
         done, missing = highlight(Path(path), its_quotes, comment, destination)
         for text in missing:
-            _note(f'not found on its page in PDFium\'s text, so not highlighted: "{clip(" ".join(text.split()), 80)}"')
+            shown = clip(" ".join(text.split()), 80)
+            _note(f'not found on its page (in its text, or by OCR on a scan), so not highlighted: "{shown}"')
         stderr_console().print(
-            f"wrote {visible(str(destination))} ({done} of {len(its_quotes)} quotes highlighted)", markup=False
+            f"wrote {visible(str(destination))} ({done} of {len(its_quotes)} quotes highlighted)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,  # one line, whatever the path's length: piped, it is read by scripts
         )
 
 

@@ -120,6 +120,35 @@ def _recognise_page(document: Any, number: int) -> str:
         page.close()
 
 
+def page_boxes(document: Any, number: int) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """The text RapidOCR reads on page `number` (1-based) of a pypdfium2 document, box by box in the
+    order `layout` reads them, each box in the page's own space (left, bottom, right, top, in points):
+    where `traces export --format pdf` puts the highlight of a quote from a scanned page. [] for a
+    page read turned (its boxes follow the turned picture, not the page) or with nothing on it."""
+    page = document[number - 1]
+    try:
+        width, height = page.get_size()
+        scale = min(RENDER_DPI / 72, MAX_SIDE / max(width, height, 1))
+        bitmap = page.render(scale=scale, grayscale=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result, _, turns = _run(_engine(), bitmap.to_numpy())
+        finally:
+            bitmap.close()
+    finally:
+        page.close()
+    boxes, texts = getattr(result, "boxes", None), getattr(result, "txts", None)
+    if turns or boxes is None or texts is None:
+        return []
+    found = []
+    for line in _reading_lines([[(float(x), float(y)) for x, y in box] for box in boxes], list(texts)):
+        for box in line:
+            xs, ys = [x for x, _ in box.corners], [y for _, y in box.corners]
+            found.append((box.text, (min(xs) / scale, height - max(ys) / scale, max(xs) / scale, height - min(ys) / scale)))
+    return found
+
+
 def _report(context: ReadContext, done: int, total: int, seconds: float) -> None:
     if context.on_ocr is not None:
         context.on_ocr(OcrProgress(context.title, done=done, total=total, seconds=seconds))
@@ -398,12 +427,31 @@ class _Box:
     centre: float  # vertical
     height: float  # of the text line itself, not of its (possibly skewed) bounding rectangle
     text: str
+    corners: tuple[tuple[float, float], ...] = ()  # as recognised, in the picture's pixels
 
 
 def layout(boxes: Sequence[Sequence[tuple[float, float]]], texts: Sequence[str]) -> str:
     """Recognised text boxes (four corners each, clockwise from top left) as text in reading
     order: top to bottom; boxes on the same line left to right, joined by a space; a blank line
     where the gap between two lines is larger than a line."""
+    lines = _reading_lines(boxes, texts)
+    if not lines:
+        return ""
+    heights = sorted(b.height for line in lines for b in line)
+    typical = heights[len(heights) // 2]
+    out: list[str] = []
+    previous: list[_Box] | None = None
+    for line in lines:
+        if previous is not None:
+            gap = _top(line) - _bottom(previous)
+            out.append("\n\n" if gap > 0.8 * typical else "\n")
+        out.append(" ".join(b.text for b in line))
+        previous = line
+    return "".join(out)
+
+
+def _reading_lines(boxes: Sequence[Sequence[tuple[float, float]]], texts: Sequence[str]) -> list[list[_Box]]:
+    """The boxes with text in lines, top to bottom, each line's boxes left to right."""
     items = []
     for corners, text in zip(boxes, texts):
         text = " ".join(text.split())
@@ -411,9 +459,7 @@ def layout(boxes: Sequence[Sequence[tuple[float, float]]], texts: Sequence[str])
             continue
         ys = [y for _, y in corners[:4]]
         height = max(1.0, min(_distance(corners[0], corners[3]), _distance(corners[0], corners[1])))
-        items.append(_Box(min(x for x, _ in corners[:4]), (min(ys) + max(ys)) / 2, height, text))
-    if not items:
-        return ""
+        items.append(_Box(min(x for x, _ in corners[:4]), (min(ys) + max(ys)) / 2, height, text, tuple(corners[:4])))
     items.sort(key=lambda b: b.centre)
     lines: list[list[_Box]] = []
     for box in items:
@@ -424,17 +470,7 @@ def layout(boxes: Sequence[Sequence[tuple[float, float]]], texts: Sequence[str])
                 line.append(box)
                 continue
         lines.append([box])
-    heights = sorted(b.height for b in items)
-    typical = heights[len(heights) // 2]
-    out: list[str] = []
-    previous: list[_Box] | None = None
-    for line in lines:
-        if previous is not None:
-            gap = _top(line) - _bottom(previous)
-            out.append("\n\n" if gap > 0.8 * typical else "\n")
-        out.append(" ".join(b.text for b in sorted(line, key=lambda b: b.left)))
-        previous = line
-    return "".join(out)
+    return [sorted(line, key=lambda b: b.left) for line in lines]
 
 
 def _top(line: list[_Box]) -> float:

@@ -13,8 +13,10 @@ shows the highlights and lists them, and the text is what it was.
 
 A quote's text is what memagent's reader (pypdf) extracted; PDFium extracts the same page with other
 white space and ligatures ("ﬁ" as "fi"). So both are compared in NFKC form, case folded, without white
-space, each character of PDFium's text keeping its index. A quote PDFium's text does not hold that way
-is left unhighlighted and said.
+space, each character of PDFium's text keeping its index. A page without a text layer (a scan, which
+memagent read with OCR) is read again with RapidOCR, as memagent read it, and the quote is highlighted
+over the boxes of the words it recognised (`ingest.ocr.page_boxes`). A quote found neither way is left
+unhighlighted and said.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[M
         owner.extend((len(texts) - 1, i) for i in where)
     found = "".join(joined).find(wanted)
     if found < 0:
-        return []
+        return _locate_scanned(document, wanted, [(number, textpage) for number, textpage, _ in texts])
     chars = owner[found : found + len(wanted)]
     marks: list[Marked] = []
     for k, (number, textpage, _) in enumerate(texts):
@@ -81,6 +83,39 @@ def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[M
             if boxes:
                 marks.append(Marked(number, tuple(boxes)))
     return marks
+
+
+def _locate_scanned(document: Any, wanted: str, pages: Sequence[tuple[int, Any]]) -> list[Marked]:
+    """`wanted` (folded) on the pages without a text layer, over the boxes of the words OCR reads
+    there; [] where there are none, or OCR is not installed, or it reads the quote otherwise."""
+    from ..ingest.ocr import ocr_available, page_boxes
+
+    scanned = [number for number, textpage in pages if textpage.count_chars() == 0]
+    if not scanned or not ocr_available():
+        return []
+    joined: list[str] = []
+    owner: list[tuple[int, int, int]] = []  # per folded character: page, box, its index in the box
+    boxes: list[tuple[tuple[float, float, float, float], int]] = []  # each box, and its folded length
+    for number in scanned:
+        for text, box in page_boxes(document, number):
+            folded, _ = _folded(text)
+            joined.append(folded)
+            owner.extend((number, len(boxes), i) for i in range(len(folded)))
+            boxes.append((box, len(folded)))
+    found = "".join(joined).find(wanted)
+    if found < 0:
+        return []
+    spans: dict[tuple[int, int], list[int]] = {}  # (page, box): the quote's first and last character in it
+    for number, k, i in owner[found : found + len(wanted)]:
+        span = spans.setdefault((number, k), [i, i])
+        span[1] = i
+    marks: dict[int, list[tuple[float, float, float, float]]] = {}
+    for (number, k), (first, last) in spans.items():
+        (left, bottom, right, top), n = boxes[k]
+        # A box is a run of words, often a whole line: the quote's share of it, by its characters.
+        width = (right - left) / max(1, n)
+        marks.setdefault(number, []).append((left + first * width, bottom, left + (last + 1) * width, top))
+    return [Marked(number, tuple(_lines(found_boxes))) for number, found_boxes in marks.items()]
 
 
 def _lines(charboxes: Sequence[tuple[float, float, float, float]]) -> list[tuple[float, float, float, float]]:
