@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
-from codeword import NO_ANSWER, QUESTION, make_document
+from codeword import NO_ANSWER, QUESTION, fact_sentence, make_document
 from helpers import llama_server, run_memagent, whole_fact
 
 from memagent_cli.core.schema import AnswerSchema, concise_schema, parse_schema
@@ -75,6 +75,10 @@ def test_ask_answers_with_data_from_the_concise_form_and_the_json_schema_alike(t
     for record in records:
         assert record["data"] == {"code_word": value, "found": True}
         assert json.loads(record["answer"]) == record["data"]
+        # each field's value with the sentence it rests on; a boolean is no text a document has
+        assert list(record["evidence_by_field"]) == ["code_word"]
+        assert fact_sentence(value) in record["evidence_by_field"]["code_word"][0]["text"]
+        assert record["quotes"][0]["text"] == record["evidence_by_field"]["code_word"][0]["text"]
     memories = [[step["memory"] for step in record["steps"]] for record in records]
     assert memories[0] == memories[1] == memories[2]  # the schema never reaches the memory updates
     # no question: the field's name makes it, here the one the model was trained with; stdout is the JSON
@@ -207,20 +211,31 @@ def test_a_llama_cpp_python_server_answers_under_its_own_response_format(tmp_pat
     form it takes ({"type": "json_object", "schema": …}) at once, without spending a retry, and the
     served run's data equals the embedded one's."""
     path, value = document(tmp_path)
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"custom_id": "a", "sources": [str(path)], "question": QUESTION, "schema": FOUND}) + "\n")
+    items = tmp_path / "items.jsonl"
+    item = {"context": path.read_text(encoding="utf-8"), "question": QUESTION, "schema": FOUND}
+    items.write_text(json.dumps({**item, "data": {"code_word": value, "found": True}}) + "\n")
     with llama_server(MODEL, tmp_path) as base:
-        served = run_memagent(
-            "ask", path, QUESTION, "--schema", FOUND, "--engine", "openai", "--base-url", base, "--tokenizer", MODEL, *BUDGETS,
-            "--verbose", "--json",
-        )  # fmt: skip
+        engine = ["--engine", "openai", "--base-url", base, "--tokenizer", MODEL, *BUDGETS]
+        served = run_memagent("ask", path, QUESTION, "--schema", FOUND, *engine, "--verbose", "--json")
+        batch = run_memagent("batch", job, "-o", tmp_path / "out.jsonl", *engine, "--quiet")
+        scored = run_memagent("eval", items, *engine, "--json")
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["data"] == {"code_word": value, "found": True}
     assert served.stderr.count("refused response_format json_schema; asking in its json_object form") == 1
     assert "trying again" not in served.stderr
+    assert batch.returncode == 0 and scored.returncode == 0, batch.stderr + scored.stderr
+    assert json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8"))["data"] == {"code_word": value, "found": True}
+    assert json.loads(scored.stdout)["fields"] == 100.0
 
 
-def test_mcp_ask_takes_a_schema_and_returns_data(tmp_path, memagent_home):
+@pytest.mark.parametrize("served", [False, True], ids=["embedded", "served"])
+def test_mcp_ask_takes_a_schema_and_returns_data(tmp_path, memagent_home, served):
     """The MCP SDK's own client over stdio: `ask` with `schema` (a JSON Schema object) answers with
-    `data` in its structured content; a schema that cannot be used is the tool's error, in one line."""
+    `data` in its structured content, on the embedded engine and on a llama-cpp-python server; a
+    schema that cannot be used is the tool's error, in one line."""
+    import contextlib
     import os
     import sys
 
@@ -231,20 +246,22 @@ def test_mcp_ask_takes_a_schema_and_returns_data(tmp_path, memagent_home):
     from mcp.client.stdio import StdioServerParameters
 
     path, value = document(tmp_path)
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memagent_cli", "mcp", *map(str, RUN), "--threads", "1"],
-        env={"MEMAGENT_HOME": str(memagent_home), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
-        cwd=str(tmp_path),
-    )
 
-    async def main():
+    async def main(engine: list[str]):
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memagent_cli", "mcp", *map(str, engine), "--threads", "1"],
+            env={"MEMAGENT_HOME": str(memagent_home), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
+            cwd=str(tmp_path),
+        )
         async with Client(params) as client:
             typed = await client.call_tool("ask", {"sources": [path.name], "question": QUESTION, "schema": FOUND_SCHEMA})
             bad = await client.call_tool("ask", {"sources": [path.name], "schema": "name date"})
             return typed, bad
 
-    typed, bad = anyio.run(main)
+    with llama_server(MODEL, tmp_path) if served else contextlib.nullcontext() as base:
+        engine = ["--engine", "openai", "--base-url", base, "--tokenizer", MODEL, *BUDGETS] if served else RUN
+        typed, bad = anyio.run(main, engine)
     assert not typed.is_error, typed.content
     assert typed.structured_content["data"] == {"code_word": value, "found": True}
     assert bad.is_error and "Unknown type 'date' for the field name in --schema" in bad.content[0].text
