@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeVar
 
 from ..errors import MemagentError
 from .base import OcrProgress, Part, Place, ReadContext, short_reason, unreadable
@@ -37,6 +37,8 @@ OCR_INSTALL = "pip install 'memagent-cli[ocr]'"
 # DETECT_SIDE: larger, it missed the few thin lines of a sparse page (at 2500 px it found nothing
 # on a page with two lines of 12-point text), smaller (960) it began to miss 6-point print.
 RENDER_DPI = 200
+T = TypeVar("T")
+
 MAX_SIDE = 2500
 DETECT_SIDE = 1280
 
@@ -106,14 +108,20 @@ def _open_pdfium(file: BinaryIO, context: ReadContext) -> Any:
 
 
 def _recognise_page(document: Any, number: int) -> str:
+    return _with_page_picture(document, number, lambda picture, height, scale: recognise(picture))
+
+
+def _with_page_picture(document: Any, number: int, use: Callable[[Any, float, float], T]) -> T:
+    """`use(picture, page height in points, pixels a point)` on page `number` (1-based) rendered as
+    OCR reads it: grey, at RENDER_DPI, at most MAX_SIDE pixels a side."""
     page = document[number - 1]
     try:
         width, height = page.get_size()
         scale = min(RENDER_DPI / 72, MAX_SIDE / max(width, height, 1))
         bitmap = page.render(scale=scale, grayscale=True)
         try:
-            # A view of pdfium's buffer: recognised before the bitmap is closed.
-            return recognise(bitmap.to_numpy())
+            # A view of pdfium's buffer: used before the bitmap is closed.
+            return use(bitmap.to_numpy(), height, scale)
         finally:
             bitmap.close()
     finally:
@@ -125,22 +133,21 @@ def page_boxes(document: Any, number: int) -> list[tuple[str, tuple[float, float
     order `layout` reads them, each box in the page's own space (left, bottom, right, top, in points):
     where `traces export --format pdf` puts the highlight of a quote from a scanned page. [] for a
     page read turned (its boxes follow the turned picture, not the page) or with nothing on it."""
-    page = document[number - 1]
-    try:
-        width, height = page.get_size()
-        scale = min(RENDER_DPI / 72, MAX_SIDE / max(width, height, 1))
-        bitmap = page.render(scale=scale, grayscale=True)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result, _, turns = _run(_engine(), bitmap.to_numpy())
-        finally:
-            bitmap.close()
-    finally:
-        page.close()
-    boxes, texts = getattr(result, "boxes", None), getattr(result, "txts", None)
-    if turns or boxes is None or texts is None:
-        return []
+
+    def read(picture: Any, height: float, scale: float) -> list[tuple[str, tuple[float, float, float, float]]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result, _, turns = _run(_engine(), picture)
+        boxes, texts = getattr(result, "boxes", None), getattr(result, "txts", None)
+        if turns or boxes is None or texts is None:
+            return []
+        return _in_page_space(boxes, texts, height, scale)
+
+    return _with_page_picture(document, number, read)
+
+
+def _in_page_space(boxes: Any, texts: Any, height: float, scale: float) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Recognised boxes (pixels, from the top) in reading order, in PDF space (points, from the bottom)."""
     found = []
     for line in _reading_lines([[(float(x), float(y)) for x, y in box] for box in boxes], list(texts)):
         for box in line:
