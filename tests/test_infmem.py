@@ -134,3 +134,29 @@ def test_the_retrieved_block_and_the_two_stage_thinking():
     assert infmem.reply_of("<think>a</think>\n\nThe", " end ") == "<think>a</think>\n\nTheend"  # glued, as the reference does
     assert infmem.solution("<think>a</think> x </think>\n memory \n") == "memory"
     assert infmem.solution("no thinking") == "no thinking"
+
+
+def test_the_search_is_rank_bm25s_over_500_token_units_and_ties_keep_the_units_order():
+    from rank_bm25 import BM25Okapi
+
+    ids = list(range(1234))
+    units = infmem.units_of(ids, lambda part: f"unit {part[0]}-{part[-1]}")
+    assert units == ["unit 0-499", "unit 500-999", "unit 1000-1233"]  # cut every 500 tokens, the last shorter
+
+    texts = [
+        " The Code word is amber falcon.",
+        "the river ran past the mill",
+        "code word? none here",
+        "AMBER lamps in the hall",
+        "nothing at all",
+        "nothing at all",
+    ]
+    search = infmem.Search(texts)
+    reference = BM25Okapi([t.lower().split() for t in texts]).get_scores("code word amber".split())
+    best = search.top("Code WORD amber")  # the query is lower-cased and split as the units are
+    assert best[0] == 0 and len(best) == infmem.RESULTS
+    assert [round(float(reference[i]), 9) for i in best] == sorted((round(float(s), 9) for s in reference), reverse=True)[:4]
+    # units that score alike (here nothing) come in the document's order
+    assert infmem.Search(texts).top("zebra", n=6) == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError):
+        infmem.Search([])

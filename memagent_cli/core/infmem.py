@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from .memagent import THINK_END
 
@@ -270,3 +270,31 @@ def reply_of(stage_one: str, stage_two: str) -> str:
 def solution(reply: str) -> str:
     """A memory or an answer: the text after the last "</think>", stripped; else the reply as it is."""
     return reply.rsplit(THINK_END, 1)[1].strip() if THINK_END in reply else reply
+
+
+def units_of(ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> list[str]:
+    """The retrieval units: the whole input's ids cut every UNIT_TOKENS tokens, each decoded alone
+    (so units cross chunk boundaries nowhere: a chunk of 5,000 tokens holds exactly 10)."""
+    return [decode(ids[at : at + UNIT_TOKENS]) for at in range(0, len(ids), UNIT_TOKENS)]
+
+
+class Search:
+    """BM25 over the units, as the reference builds it for each question: rank_bm25's BM25Okapi at
+    its defaults (k1 1.5, b 0.75, epsilon 0.25), each unit and each query as `text.lower().split()`."""
+
+    def __init__(self, units: Sequence[str]):
+        from rank_bm25 import BM25Okapi
+
+        if not units:
+            raise ValueError("no units to search")  # BM25Okapi divides by the corpus size
+        self.units = list(units)
+        self._bm25 = BM25Okapi([unit.lower().split() for unit in self.units])
+
+    def top(self, query: str, n: int = RESULTS) -> list[int]:
+        """The indexes of the `n` best units for `query`, best first. Ties go to the earlier unit:
+        the reference's numpy argsort is unstable (its order of equal scores depends on the machine),
+        so this is the one place memagent cannot match it, and it is stable instead."""
+        import numpy as np
+
+        scores = self._bm25.get_scores(query.lower().split())
+        return [int(i) for i in np.argsort(-scores, kind="stable")[:n]]
