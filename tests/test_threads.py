@@ -92,3 +92,40 @@ def test_cpu_times_reads_the_allowed_cores_and_this_process(tmp_path, monkeypatc
 def test_this_machine_gives_a_figure_within_its_cores():
     busy = busy_now(0.05)
     assert busy is not None and 0.0 <= busy <= runtime.available_cores()
+
+
+def test_a_runs_threads_follow_the_cores_its_neighbours_leave_free(monkeypatch):
+    """Threads not given are chosen again before each reply, from the CPU clocks since the last one
+    began: a neighbour that starts mid-run takes a thread back, one that ends gives it back, and the
+    replies are what an engine with its threads fixed writes. The clocks are given, not read."""
+    from helpers import CODEWORD_MODEL, codeword_prompts, reply
+
+    from memagent_cli.model import llama
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    readings = iter(
+        [
+            CpuTimes(cores=2, busy=0, total=0, own=0),  # at load
+            CpuTimes(cores=2, busy=20, total=200, own=20),  # only this process worked: both cores free
+            CpuTimes(cores=2, busy=240, total=400, own=40),  # a neighbour kept a core busy
+            CpuTimes(cores=2, busy=440, total=600, own=60),  # still there
+            CpuTimes(cores=2, busy=460, total=800, own=80),  # gone
+        ]
+    )
+    monkeypatch.setattr(llama, "cpu_times", lambda: next(readings))
+    monkeypatch.setattr(llama, "default_threads", lambda: 2)
+    monkeypatch.setattr(llama, "available_cores", lambda: 2)
+    info = read_gguf(CODEWORD_MODEL)
+    engine = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0)
+    fixed = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=2)
+    try:
+        seen = []
+        for message in codeword_prompts(4):
+            assert reply(engine, message).text == reply(fixed, message).text
+            seen.append(engine.threads)
+        assert seen == [2, 1, 1, 2] and fixed.threads == 2
+    finally:
+        engine.close()
+        fixed.close()

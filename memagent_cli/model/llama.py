@@ -24,7 +24,7 @@ from .chat import ChatFormat
 from .engine import Completion, CompletionDone, PromptRead, Sampling, TextDelta
 from .gguf import GGUFInfo
 from .memory import available_memory, check_context_fits, model_memory
-from .runtime import available_cores, default_threads, log_reason, quiet_llama_logs
+from .runtime import available_cores, busy_cores, cpu_times, default_threads, log_reason, quiet_llama_logs, threads_for
 from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup, take_drafts
 from .tokenizer import StreamDecoder, Tokenizer
 
@@ -161,6 +161,9 @@ class LlamaEngine:
         sequences = _sequences_that_fit(info, n_ctx, sequences, self.gpu_layers, gpu_free)
         self.threads = threads or default_threads()
         self.on_gpu = bool(offload) and self.gpu_layers != 0
+        # Threads chosen here (not given) follow the cores other work leaves free, step by step:
+        # the CPU clocks when the last reply began (see _follow_free_cores).
+        self._clock = cpu_times() if threads is None and not self.on_gpu and sequences == 1 else None
         # Flash attention: measured slower on CPU (25 vs 36 tok/s at a 5,500-token context, 2 cores),
         # so only where layers run on a GPU unless asked.
         self.flash_attn = self.on_gpu if flash_attn is None else flash_attn
@@ -279,6 +282,27 @@ class LlamaEngine:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
         return chain
 
+    def _follow_free_cores(self, llm: llama_cpp.Llama) -> None:
+        """Generation threads for this reply: the cores other work left free since the last one
+        began (the CPU clocks over that time, this process's own use left out). A long run chose
+        its threads once, from 0.1 s at its start; a neighbour that started later then met two
+        threads spinning against it, which B7 measured at 0.58x of one (and in the suite, a run of
+        a 100K-token document beside another test took 60 s instead of 16). Only where the threads
+        were not given; the reply's text does not depend on them."""
+        if self._clock is None:
+            return
+        import llama_cpp
+
+        now = cpu_times()
+        busy = None if now is None else busy_cores(self._clock, now)
+        if now is None or busy is None:
+            return
+        self._clock = now
+        wanted = threads_for(now.cores, busy)
+        if wanted != self.threads:
+            llama_cpp.llama_set_n_threads(llm.ctx, wanted, max(wanted, available_cores()))
+            self.threads = wanted
+
     def _grammar(self, json_schema: str) -> llama_cpp.llama_sampler_p:
         """A sampler that allows only JSON matching `json_schema` (llama-cpp-python's conversion of
         it to a GBNF grammar, the one its own `response_format` uses), then the end of the turn."""
@@ -310,6 +334,7 @@ class LlamaEngine:
         if self._batcher is not None:
             yield from self._complete_batched(prompt, max_tokens, sampling, expected)
             return
+        self._follow_free_cores(llm)
         start = time.perf_counter()
         cached = self._reuse_prefix(prompt)
         # In parts of a physical batch (what llama.cpp decodes at once anyway), each told: the
