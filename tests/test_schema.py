@@ -191,6 +191,26 @@ def test_batch_lines_carry_their_own_schema(tmp_path):
     assert "Cannot read the field 'a b c'" in refused.stderr
 
 
+def test_batch_csv_has_a_column_per_field(tmp_path):
+    """`batch --schema … --csv`: the results file as a spreadsheet, written when the command ends, a
+    row per run and a column per field; a rerun with nothing left to do writes it again, whole."""
+    values = {}
+    lines = []
+    for k in range(2):
+        path, value = document(tmp_path, f"d{k}.txt", seed=10 * k + 1)
+        values[f"line{k}"] = value
+        lines.append({"custom_id": f"line{k}", "sources": [str(path)]})
+    job = tmp_path / "job.jsonl"
+    job.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    command = ["batch", job, "-o", "out.jsonl", "--schema", "code_word", *RUN, "--quiet", "--csv", "out.csv"]
+    for _ in range(2):  # the second finds every line done
+        done = run_memagent(*command, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        rows = list(csv.DictReader(io.StringIO((tmp_path / "out.csv").read_text(encoding="utf-8-sig"))))
+        assert list(rows[0])[:3] == ["custom_id", "question", "code_word"]
+        assert {r["custom_id"]: r["code_word"] for r in rows} == values and all(r["question"] == QUESTION for r in rows)
+
+
 def test_eval_items_with_a_schema_score_their_fields(tmp_path):
     items = []
     for k in range(3):

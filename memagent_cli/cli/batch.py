@@ -17,7 +17,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -32,6 +32,7 @@ from .textout import print_json, visible
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.jobs import Job
+    from ..core.pipeline import SourceOptions
     from ..core.schema import AnswerSchema
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
@@ -176,6 +177,15 @@ ResultsOpt = Annotated[
         show_default=False,
     ),
 ]
+CsvOpt = Annotated[
+    Optional[Path],
+    option(
+        "A spreadsheet of the results (custom_id, question, a column per --schema field, answer, evidence, trace,"
+        " error), written from RESULTS.jsonl when the command ends, so it holds every line done so far.",
+        "--csv",
+        metavar="FILE.csv",
+    ),
+]
 ParallelOpt = Annotated[
     int,
     option(
@@ -193,6 +203,7 @@ def batch(
     out: ResultsOpt,
     source_flags: SourceFlags = SourceFlags(),
     parallel: ParallelOpt = 8,
+    csv_file: CsvOpt = None,
     no_trace: NoTraceOpt = False,
     quiet: QuietOpt = False,
     json_out: JsonOpt = False,
@@ -208,10 +219,6 @@ def batch(
       memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b
       memagent batch job.jsonl -o out.jsonl --engine openai --base-url urls.txt --parallel 64
     """
-    from ..core.jobs import run_jobs
-    from .jobs import Interrupted, drive
-    from .views.jobview import JobView
-
     err = stderr_console()
     quiet_library_logs(flags.verbose)
     try:
@@ -223,6 +230,48 @@ def batch(
         sources = source_flags.settings(None)
     except MemagentError as exc:
         fail(err, exc)
+    schema = run.config.schema()
+    fields = schema.fields if schema is not None else []
+    try:
+        _run_plan(job_file, out, plan, run, store, sources, parallel, err, quiet=quiet, json_out=json_out)
+    finally:
+        if csv_file is not None:
+            write_csv(out, csv_file, fields)
+
+
+def write_csv(out: Path, path: Path, fields: Sequence[str]) -> None:
+    """The results file as a spreadsheet: a row per run (a line of several questions, a row each)."""
+    from ..core.records import written_records
+    from .jobs import Sinks
+
+    sinks = Sinks(None, path, "custom_id", fields)
+    try:
+        for _, record in written_records(out):
+            if record is None:  # a line a crash cut off: redone by the next run
+                continue
+            for row in record.get("results") or [record]:
+                sinks.add({"custom_id": record.get("custom_id"), **row})
+    finally:
+        sinks.close()
+
+
+def _run_plan(
+    job_file: Path,
+    out: Path,
+    plan: Plan,
+    run: RunSetup,
+    store: TraceStore | None,
+    sources: SourceOptions,
+    parallel: int,
+    err: Console,
+    *,
+    quiet: bool,
+    json_out: bool,
+) -> None:
+    from ..core.jobs import run_jobs
+    from .jobs import Interrupted, drive
+    from .views.jobview import JobView
+
     if plan.runs == 0:
         if json_out:
             print_json({"done": 0, "failed": 0, "skipped": len(plan.done), "out": str(out)})
