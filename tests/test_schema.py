@@ -285,3 +285,15 @@ def test_mcp_ask_takes_a_schema_and_returns_data(tmp_path, memagent_home, served
     assert not typed.is_error, typed.content
     assert typed.structured_content["data"] == {"code_word": value, "found": True}
     assert bad.is_error and "Unknown type 'date' for the field name in --schema" in bad.content[0].text
+
+
+def test_inspect_shows_the_final_prompt_with_the_schema(tmp_path):
+    """`inspect --show-prompt final`: the question its field makes, then the schema's instructions;
+    the memory steps' prompt keeps the question alone."""
+    path, _ = document(tmp_path)
+    final = run_memagent("inspect", path, "-m", MODEL, "--schema", "code_word", "--show-prompt", "final")
+    step = run_memagent("inspect", path, "-m", MODEL, "--schema", "code_word", "--show-prompt", "1", "--chunk-tokens", "64")
+    assert final.returncode == 0 and step.returncode == 0, final.stderr + step.stderr
+    schema = parse_schema("code_word")
+    assert f"<problem> \n{QUESTION}\n{schema.instructions()}\n</problem>" in final.stdout
+    assert f"<problem> \n{QUESTION}\n</problem>" in step.stdout and "JSON" not in step.stdout

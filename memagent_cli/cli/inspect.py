@@ -27,9 +27,11 @@ from .options import (
     flag_groups,
     quiet_library_logs,
 )
+from .setup import RunFlags
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
+    from ..core.config import AgentConfig
     from ..ingest.base import OcrProgress
 
 
@@ -96,7 +98,6 @@ def inspect(
     """
     from ..core.inspection import final_prompt, inspect_sources, step_prompt
     from ..traces.store import recorded_runs
-    from .setup import RunFlags
     from .views.reports import render_inspection
 
     err = stderr_console()
@@ -106,11 +107,8 @@ def inspect(
         _print_document_text(sources or [], source_flags, warn, err, model)
         return
     try:
-        answer_schema = RunFlags(schema=schema, schema_multi=schema_multi).answer_schema()
-        question = question or (answer_schema.question() if answer_schema else None)
-        step = _prompt_step(show_prompt)
-        if show_prompt is not None and not question:
-            raise MemagentError("--show-prompt needs --question (or --schema).", exit_code=EXIT_USAGE)
+        answer = _answer_config(instructions, schema, schema_multi)
+        question, step = _prompt_plan(show_prompt, question, answer)
         template = chat_template(template_file, "llama")
         report = inspect_sources(
             sources or [],
@@ -127,11 +125,7 @@ def inspect(
             recorded=recorded_runs,
         )
         if show_prompt is not None:
-            text, note = step_prompt(report, step) if step else final_prompt(report, instructions or "", answer_schema)
-            if note:
-                err.print(note, style="dim", markup=False)
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            _print_prompt(*(step_prompt(report, step) if step else final_prompt(report, answer)), err)
             return
     except MemagentError as exc:
         fail(err, exc)
@@ -139,6 +133,30 @@ def inspect(
         print_json(report.to_dict())
     else:
         SafeConsole(highlight=False).print(render_inspection(report))
+
+
+def _answer_config(instructions: str | None, schema: str | None, multi: bool) -> AgentConfig:
+    """What --instructions and --schema add to the final prompt, as the run setup reads them."""
+    from ..core.config import AgentConfig
+
+    flags = RunFlags(instructions=instructions, schema=schema, schema_multi=multi).budgets()
+    return AgentConfig(**{k: flags[k] for k in ("instructions", "answer_schema", "answer_schema_multi")})
+
+
+def _print_prompt(text: str, note: str | None, err: Console) -> None:
+    if note:
+        err.print(note, style="dim", markup=False)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _prompt_plan(show_prompt: str | None, question: str | None, answer: AgentConfig) -> tuple[str | None, int]:
+    """The question (--question, else the one --schema's fields make) and --show-prompt's step."""
+    schema = answer.schema()
+    question = question or (schema.question() if schema else None)
+    if show_prompt is not None and not question:
+        raise MemagentError("--show-prompt needs --question (or --schema).", exit_code=EXIT_USAGE)
+    return question, _prompt_step(show_prompt)
 
 
 def _prompt_step(value: str | None) -> int:

@@ -22,7 +22,6 @@ from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
 from .protocols import get as get_protocol
 from .protocols import of_model
-from .schema import AnswerSchema
 
 if TYPE_CHECKING:
     from ..model.chat import ChatFormat
@@ -345,10 +344,9 @@ def step_prompt(report: Report, k: int) -> tuple[str, str | None]:
     return report.chat.render(protocol.memory_prompt(report.question or "", memory, report.kept_chunk)), note
 
 
-def final_prompt(report: Report, instructions: str, schema: AnswerSchema | None) -> tuple[str, str | None]:
-    """The exact text sent for the final answer (the memory shown as {memory}), and a note: with
-    --instructions and --schema, what the final prompt adds to the question."""
+def final_prompt(report: Report, config: AgentConfig) -> tuple[str, str | None]:
+    """The exact text sent for the final answer (the memory shown as {memory}), and a note; `config`
+    gives what the final prompt adds to the question (--instructions, --schema)."""
     protocol = get_protocol(report.protocol)
-    added = "\n".join(part for part in (instructions.strip(), schema.instructions() if schema else "") if part)
-    text = report.chat.render(protocol.final_prompt(report.question or "", "{memory}", "boxed", added))
+    text = report.chat.render(protocol.final_prompt(report.question or "", "{memory}", config.final, config.final_instructions()))
     return text, "The memory is what the model writes at the last step; it is shown as {memory}."
