@@ -53,7 +53,8 @@ from typing import Callable, Iterator, Sequence
 
 from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying, Sampling
-from .engine import Chain, ChainEngine, OpenAIEngine, chat_body, log_request, normalize_base_url
+from .body import chat_body, log_request
+from .engine import Chain, ChainEngine, OpenAIEngine, normalize_base_url
 from .http import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
