@@ -3,10 +3,27 @@ killed at teardown, no network. What is not a fixture lives in helpers.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from helpers import shared_path
+
+
+def pytest_configure(config) -> None:
+    """Under pytest-xdist with no more workers than cores, each worker (and every process it
+    starts, which inherits the affinity) keeps to a core of its own. llama.cpp's threads wait for
+    each other by spinning, so two workers' runs each taking both cores made every run several
+    times slower than alone (a 100K-token document: 16 s alone, 60 to 161 s beside another test);
+    one core each, they cost what they cost alone on one core. Nothing is asserted on this: runs
+    choose their threads from the affinity, as on a user's machine restricted by taskset."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if 1 < count <= len(cores):
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
 
 
 @pytest.fixture(autouse=True)
