@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.text import Text
 
 from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED
-
-if TYPE_CHECKING:
-    pass
 
 app = typer.Typer(
     name="memagent",
@@ -31,24 +28,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,  # main() decides what an unexpected error looks like
 )
-
-
-def _flags_take_no_value() -> None:
-    """typer 0.29's rich help shows a flag's type as if it took a value (`--json <bool>`); a flag
-    takes none, so its type column stays empty, as click's own help has it."""
-    from typer.core import TyperOption
-
-    shown = TyperOption.display_type_rich
-
-    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
-        if self.is_flag and not self.count:
-            return None
-        return shown(self, ctx)
-
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
-
-
-_flags_take_no_value()
 
 from .ask import ask  # noqa: E402  # the commands, registered below in the order --help lists them
 from .batch import batch  # noqa: E402

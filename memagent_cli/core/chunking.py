@@ -26,8 +26,6 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypedDict, Union
 
-import numpy as np
-
 from ..ingest.base import Place
 from ..ingest.sources import Segment, Source
 from ..model.tokenizer import Tokenizer, normalizer
@@ -466,6 +464,8 @@ def iter_chunks(
 
 def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int], tokenizer: Tokenizer) -> None:
     """Attributes each token to the source its first byte belongs to."""
+    import numpy as np
+
     lengths = tokenizer.byte_lengths[np.asarray(ids, dtype=np.int64)]
     starts = block_start + np.cumsum(lengths) - lengths
     pos = block_start

@@ -26,13 +26,12 @@ import unicodedata
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
 from ..errors import MemagentError
 from .gguf import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED, GGUFInfo
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from llama_cpp import Llama
 
 # Pre-tokenizer patterns, as llama.cpp applies them for each `tokenizer.ggml.pre`.
@@ -188,6 +187,8 @@ class TiktokenTokenizer:
                 self._bytes.append(_token_bytes(tok))
             else:  # unknown, unused: never produced by encoding, never shown
                 self._bytes.append(b"")
+        import numpy as np  # deferred: a command refused before any model loads never pays for it
+
         self.byte_lengths = np.fromiter(map(len, self._bytes), dtype=np.int64, count=len(self._bytes))
 
         ranks = _ranks_from_merges(self._bytes, merges)
@@ -274,6 +275,8 @@ class LlamaTokenizer:
         for i in range(self._llm.n_vocab()):
             n = llama_cpp.llama_token_to_piece(vocab, i, buf, len(buf), 0, False)
             self._bytes.append(buf.raw[: max(n, 0)])
+        import numpy as np  # deferred: a command refused before any model loads never pays for it
+
         self.byte_lengths = np.fromiter(map(len, self._bytes), dtype=np.int64, count=len(self._bytes))
 
     def normalize(self, text: str) -> str:
