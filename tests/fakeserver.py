@@ -9,11 +9,13 @@
 
 It speaks what memagent uses: GET /v1/models, and POST /v1/chat/completions streamed as
 server-sent events (choices[0].delta.content, a last chunk with finish_reason and usage, then
-`data: [DONE]`) or, with "stream": false, one JSON completion. Each chat request waits for one of
-`slots` places (a GPU replica's batch: requests beyond it queue), holds it `latency` seconds, then
-answers `reply(request body)`. The stream's headers and first piece of text come at once, the rest
-after the latency, so a kill during the latency cuts a reply mid-stream. A reply function that
-raises `Refuse(status, message)` makes the server answer that HTTP status instead.
+`data: [DONE]`) or, with "stream": false, one JSON completion; and POST /v1/completions (a raw
+prompt: choices[0].text) alike, unless `completions=False` plays a server without it (HTTP 404).
+Each request waits for one of `slots` places (a GPU replica's batch: requests beyond it queue),
+holds it `latency` seconds, then answers `reply(request body)`. The stream's headers and first
+piece of text come at once, the rest after the latency, so a kill during the latency cuts a reply
+mid-stream. A reply function that raises `Refuse(status, message)` makes the server answer that
+HTTP status instead.
 
 Every FakeServer in a process shares one asyncio loop in one background thread: HTTP/1.1 with
 keep-alive, parsed by hand, so hundreds of connections cost little. The client under test runs in
@@ -110,6 +112,7 @@ class FakeServer:
         tokenizer: Any = None,
         dialect: str = "vllm",
         token_pieces: bool = True,
+        completions: bool = True,
     ):
         """`pieces`: the text deltas a streamed reply comes in. `set_cookie`: every chat answer sets
         a cookie, as a load balancer's stickiness would. `tokenizer` (a memagent Tokenizer): the
@@ -122,6 +125,7 @@ class FakeServer:
         self.tokenizer = tokenizer
         self.dialect = dialect
         self.token_pieces = token_pieces
+        self.completions = completions
         self.latency = latency
         self.slots = slots
         self.reply = reply
@@ -202,7 +206,7 @@ class FakeServer:
         if method == "GET" and path == "/v1/models":
             self.stats.models += 1
             _send_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake"}]})
-        elif method == "POST" and path == "/v1/chat/completions":
+        elif method == "POST" and (path == "/v1/chat/completions" or (path == "/v1/completions" and self.completions)):
             await self._chat(headers, body, writer)
         elif method == "POST" and self.tokenizer is not None and path in TOKENIZER_PATHS[self.dialect]:
             self._tokenize(path, body, writer)
@@ -254,17 +258,26 @@ class FakeServer:
             + self._cookie()
             + b"Transfer-Encoding: chunked\r\n\r\n"
         )
-        first = _event(_delta({"role": "assistant", "content": pieces[0] if pieces else ""}))
+        raw = "prompt" in request
+        head_piece = pieces[0] if pieces else ""
+        first = _event(_text(head_piece) if raw else _delta({"role": "assistant", "content": head_piece}))
         writer.write(head + _chunked(first))
         await writer.drain()
         await asyncio.sleep(self.latency)
-        rest = [_event(_delta({"content": piece})) for piece in pieces[1:]]
-        rest.append(_event(_delta({}, "stop")))
+        rest = [_event(_text(piece) if raw else _delta({"content": piece})) for piece in pieces[1:]]
+        rest.append(_event(_text("", "stop") if raw else _delta({}, "stop")))
         rest.append(_event({"object": "chat.completion.chunk", "choices": [], "usage": _usage(request, len(pieces))}))
         rest.append(b"data: [DONE]\n\n")
         writer.write(_chunked(b"".join(rest)) + b"0\r\n\r\n")
 
     def _completion(self, request: dict, text: str) -> dict:
+        if "prompt" in request:
+            return {
+                "object": "text_completion",
+                "model": self.model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+                "usage": _usage(request, len(_split(text, self.pieces))),
+            }
         return {
             "object": "chat.completion",
             "model": self.model,
@@ -432,8 +445,13 @@ def _delta(delta: dict, finish: str | None = None) -> dict:
     return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
+def _text(text: str, finish: str | None = None) -> dict:
+    return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+
+
 def _usage(request: dict, completion_tokens: int) -> dict:
     prompt = sum(len(str(m.get("content", "")).split()) for m in request.get("messages") or [])
+    prompt += len(str(request.get("prompt", "")).split())
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 

@@ -51,6 +51,7 @@ def _budget(what: str, setting: str) -> Any:
 class ProtocolChoice(str, enum.Enum):
     memagent = "memagent"
     qwenlong = "qwenlong"
+    infmem = "infmem"
 
 
 # Model: which model, and how the embedded engine runs it.
@@ -67,8 +68,9 @@ ModelOpt = Annotated[
 ProtocolOpt = Annotated[
     Optional[ProtocolChoice],
     option(
-        "The memory-agent protocol the model was trained on: [b]memagent[/] (RL-MemoryAgent) or [b]qwenlong[/]"
-        " (QwenLong-L1.5: memory and plan, 32K-token chunks). Default: the model's (its catalog entry or name), else memagent.",
+        "The memory-agent protocol the model was trained on: [b]memagent[/] (RL-MemoryAgent), [b]qwenlong[/]"
+        " (QwenLong-L1.5: memory and plan, 32K-token chunks) or [b]infmem[/] (InfMem: a search of the whole"
+        " input before each chunk, early stopping). Default: the model's (its catalog entry or name), else memagent.",
         "--protocol",
         panel="Model",
     ),
@@ -168,8 +170,27 @@ SchemaMultiOpt = Annotated[
         panel="Sampling",
     ),
 ]
-TemperatureOpt = Annotated[float, option("Sampling temperature; 0 is greedy (repeatable runs).", min=0.0, panel="Sampling")]
-TopPOpt = Annotated[float, option("Nucleus sampling, applied after temperature.", min=0.0, max=1.0, panel="Sampling")]
+
+
+def _sampled(what: str, setting: str, **settings: Any) -> Any:
+    """A sampling option: unset (None), it is the protocol's, and its help says each protocol's."""
+    defaults = ", ".join(f"{name} {getattr(get_protocol(name), setting)}" for name in PROTOCOLS)
+    return option(f"{what} Default: the protocol's ({defaults}).", panel="Sampling", **settings)
+
+
+TemperatureOpt = Annotated[
+    Optional[float], _sampled("Sampling temperature; 0 is greedy (repeatable runs).", "temperature", min=0.0)
+]
+TopPOpt = Annotated[Optional[float], _sampled("Nucleus sampling, applied after temperature.", "top_p", min=0.0, max=1.0)]
+EarlyStopOpt = Annotated[
+    int,
+    option(
+        "infmem: end the reading when the planner says STOP this many times in a row (the paper's evaluation: 3).",
+        "--early-stop",
+        min=1,
+        panel="Budgets",
+    ),
+]
 SeedOpt = Annotated[Optional[int], option("Seed for sampling.", panel="Sampling")]
 FinalOpt = Annotated[
     str,

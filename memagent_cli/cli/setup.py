@@ -24,6 +24,7 @@ from .options import (
     ChatTemplateOpt,
     ChunkOpt,
     CtxOpt,
+    EarlyStopOpt,
     EngineOpt,
     FinalOpt,
     FlashAttnOpt,
@@ -77,13 +78,14 @@ class RunFlags:
     instructions: InstructionsOpt = None
     schema: SchemaOpt = None
     schema_multi: SchemaMultiOpt = False
-    temperature: TemperatureOpt = DEFAULTS.temperature
-    top_p: TopPOpt = DEFAULTS.top_p
+    temperature: TemperatureOpt = None
+    top_p: TopPOpt = None
     seed: SeedOpt = DEFAULTS.seed
     final: FinalOpt = DEFAULTS.final
     chunk_tokens: ChunkOpt = None
     memory_tokens: MemoryOpt = None
     answer_tokens: AnswerOpt = None
+    early_stop: EarlyStopOpt = DEFAULTS.early_stop
     # In no panel: listed with the command's own options
     verbose: VerboseOpt = False
     # Served engine: a server runs the model (--engine openai)
@@ -118,6 +120,7 @@ class RunFlags:
             "seed": self.seed,
             "final": self.final,
             "instructions": self.instructions or "",
+            "early_stop": self.early_stop,
         }
 
 

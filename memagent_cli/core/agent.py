@@ -13,7 +13,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.chat import ChatFormat
-from ..model.engine import CompletionDone, Engine, PromptRead, Retrying, Sampling, TextDelta
+from ..model.engine import Completion, CompletionDone, Engine, PromptRead, RawPrompt, Retrying, Sampling, TextDelta
 from ..model.tokenizer import Tokenizer, normalizer
 from .chunking import Chunk, IngestStats
 from .config import AgentConfig
@@ -73,16 +73,21 @@ def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config
     step_fixed = len(chat.encode(tokenizer, protocol.memory_prompt(question, "", "")))
     final_fixed = len(chat.encode(tokenizer, protocol.final_prompt(question, "", config.final, config.final_instructions())))
     memory_in = MEMORY_REPROMPT_FACTOR * config.memory_tokens
-    step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + CONTEXT_MARGIN
-    final = final_fixed + memory_in + config.answer_tokens + CONTEXT_MARGIN
+    step_extra, final_extra = protocol.extra_step_tokens, protocol.extra_final_tokens
+    step = step_fixed + config.chunk_tokens + memory_in + config.memory_tokens + step_extra + CONTEXT_MARGIN
+    final = final_fixed + memory_in + config.answer_tokens + final_extra + CONTEXT_MARGIN
     why = (
         f"a memory step needs {step} tokens (prompt and question {step_fixed} + chunk {config.chunk_tokens}"
-        f" + memory {memory_in} in and {config.memory_tokens} out + {CONTEXT_MARGIN} spare)"
+        f" + memory {memory_in} in and {config.memory_tokens} out"
+        + (f" + retrieved passages and thinking {step_extra}" if step_extra else "")
+        + f" + {CONTEXT_MARGIN} spare)"
     )
     if final > step:
         why = (
             f"the final answer needs {final} tokens (prompt and question {final_fixed} + memory"
-            f" {memory_in} + answer {config.answer_tokens} + {CONTEXT_MARGIN} spare)"
+            f" {memory_in} + answer {config.answer_tokens}"
+            + (f" + thinking {final_extra}" if final_extra else "")
+            + f" + {CONTEXT_MARGIN} spare)"
         )
     return max(step, final), why
 
@@ -137,16 +142,32 @@ def _call(
     engine: Engine, message: str, max_tokens: int, sampling: Sampling, step: int, expect: str = ""
 ) -> Generator[Event, None, CompletionDone]:
     """One engine call as events (the streamed text, a served engine's retries); returns its CompletionDone."""
+    return (yield from follow(engine.complete(message, max_tokens, sampling, expect), step))
+
+
+def call_raw(
+    engine: Engine, prompt: RawPrompt, max_tokens: int, sampling: Sampling, step: int, stream: bool = True
+) -> Generator[Event, None, CompletionDone]:
+    """One raw completion (a prompt the protocol rendered) as events; `stream` False keeps its text
+    out of the events (InfMem's planner, whose decision is told instead)."""
+    return (yield from follow(engine.complete_raw(prompt, max_tokens, sampling), step, stream))
+
+
+def follow(items: Iterable[Completion], step: int, stream: bool = True) -> Generator[Event, None, CompletionDone]:
+    """An engine's stream as events: its text (when `stream`), the prompt read, a served engine's
+    retries; returns the CompletionDone that ends it."""
     done = None
-    for item in engine.complete(message, max_tokens, sampling, expect):
+    for item in items:
         if isinstance(item, TextDelta):
-            yield TokenText(step, item.text)
+            if stream:
+                yield TokenText(step, item.text)
         elif isinstance(item, PromptRead):
             yield PromptProgressed(step, item.done, item.total)
         elif isinstance(item, Retrying):
             what = f"Step {step}" if step else "The answer"
             yield Notice(f"{what}: {item.reason}; trying again ({item.attempt}/{item.attempts}) in {item.delay:.0f}s.")
-            yield ReplyRestarted(step, item.reason)
+            if stream:
+                yield ReplyRestarted(step, item.reason)
         else:
             done = item
     assert isinstance(done, CompletionDone)

@@ -127,6 +127,8 @@ class Chunk:
     spans: tuple[Span, ...]
     end_token: int  # document tokens read up to and including this chunk
     anchors: tuple[Anchor, ...] = ()  # one per piece of laid-out text in the chunk, in order
+    # the chunk's ids (InfMem cuts its retrieval units from them); not part of a chunk's identity
+    ids: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def describe(self) -> str:
         """Where the chunk's text came from, e.g. "report.pdf pp. 3–5; notes.txt chars 0–900"."""
@@ -422,6 +424,7 @@ def iter_chunks(
             _spans(placed, start, end, sources),
             tokens_done,
             _anchors(placed, start, data),
+            tuple(ids),
         )
         chunk_start = end
         placed = [p for p in placed if p.end > end]

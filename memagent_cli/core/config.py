@@ -1,7 +1,8 @@
 """The settings of one memory-agent run, with the MemAgent reference's values as defaults.
 
 The budgets' defaults are the memagent protocol's; `with_protocol` gives a protocol's own
-(qwenlong reads 32K-token chunks) to the budgets a user did not set."""
+(qwenlong reads 32K-token chunks; infmem samples greedily) to the budgets and sampling a user did
+not set."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .schema import AnswerSchema
 
 FINAL_VARIANTS = ("boxed", "answer-is")
 BUDGETS = ("chunk_tokens", "memory_tokens", "answer_tokens")
+SAMPLING = ("temperature", "top_p")  # like the budgets, the protocol's when not given
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,14 @@ class AgentConfig:
     # text answer. The final answer is generated under it and read into data (core/schema.py).
     answer_schema: str = ""
     answer_schema_multi: bool = False  # --schema-multi: the answer is a list of such objects
+    early_stop: int = 3  # infmem: the planner's STOP replies in a row that end the reading (--early-stop)
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.early_stop < 1:
+            raise ValueError("early_stop must be at least 1")
         if self.temperature < 0:
             raise ValueError("temperature must be 0 or more")
         if not 0 < self.top_p <= 1:
@@ -46,9 +51,10 @@ class AgentConfig:
 
     @classmethod
     def with_protocol(cls, protocol: str, **settings: Any) -> "AgentConfig":
-        """A config for `protocol` whose budgets not in `settings` (or None there) are the protocol's."""
+        """A config for `protocol` whose budgets and sampling not in `settings` (or None there) are
+        the protocol's."""
         chosen = get_protocol(protocol)
-        for name in BUDGETS:
+        for name in BUDGETS + SAMPLING:
             if settings.get(name) is None:
                 settings[name] = getattr(chosen, name)
         return cls(protocol=chosen.name, **settings)

@@ -129,7 +129,80 @@ class ReplyRestarted:
     reason: str
 
 
-class StepDict(TypedDict):
+@dataclass(frozen=True)
+class Retrieved:
+    """A retrieval unit an InfMem search found: its place among the input's 500-token units."""
+
+    unit: int  # 0-based: the input's ids [500 * unit, 500 * unit + 500)
+    start_token: int
+    end_token: int
+    location: str  # where its text begins, e.g. "report.pdf p. 31"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "start_token": self.start_token, "end_token": self.end_token, "location": self.location}
+
+
+@dataclass(frozen=True)
+class SearchMade:
+    """One search a planner reply asked for: the query searched, `top_k` as the model wrote it (shown
+    to the planner, not used: a search writes 4 units), and the units found, best first."""
+
+    query: str
+    top_k: Any
+    found: tuple[Retrieved, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "top_k": self.top_k, "units": [r.to_dict() for r in self.found]}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What InfMem's planner decided before a step (docs/JSON.md, "decision")."""
+
+    action: str  # "search"; "stop"; "none": no STOP and no search (the chunk is read all the same)
+    searches: tuple[SearchMade, ...]
+    stop_streak: int  # STOP replies in a row so far; the run ends at --early-stop
+    reply: str  # the planner's whole reply, thinking included: the trace keeps it, a resume replays it
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    stop_at: int = 3  # the run's --early-stop
+
+    def describe(self) -> str:
+        """The decision in words, for the views: the search and where it found, or the STOP count."""
+        if self.action == "stop":
+            return f"STOP {self.stop_streak}/{self.stop_at}"
+        if self.action == "none":
+            return "no search" + (f" (streak {self.stop_streak}/{self.stop_at})" if self.stop_streak else "")
+        parts = []
+        for search in self.searches:
+            places = list(dict.fromkeys(r.location for r in search.found))
+            parts.append(f"search {search.query!r} found {'; '.join(places) or 'nothing'}")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "searches": [s.to_dict() for s in self.searches], "stop_streak": self.stop_streak}
+
+
+@dataclass(frozen=True)
+class StepPlanned:
+    """InfMem's planner has decided what step `index` reads beside its chunk (or to stop)."""
+
+    index: int
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class ReadingStopped:
+    """The planner said STOP `streak` times in a row: the answer comes from the memory after
+    `read` of the input's `total` chunks."""
+
+    read: int
+    total: int
+    streak: int
+
+
+class _StepFields(TypedDict):
     """A step as JSON and the trace store give it (docs/JSON.md, "step")."""
 
     index: int
@@ -143,6 +216,10 @@ class StepDict(TypedDict):
     accepted_tokens: int
     finish_reason: str
     seconds: float
+
+
+class StepDict(_StepFields, total=False):
+    decision: dict[str, Any]  # InfMem's steps: what the planner decided before the step
 
 
 @dataclass(frozen=True)
@@ -160,6 +237,7 @@ class StepRecord:
     generate_seconds: float
     drafted_tokens: int = 0  # --speculate: tokens drafted for this memory, and the model's share of them
     accepted_tokens: int = 0
+    decision: Decision | None = None  # InfMem: the planner's decision before the step
 
     @property
     def seconds(self) -> float:
@@ -167,7 +245,7 @@ class StepRecord:
 
     def to_dict(self) -> StepDict:
         """The one shape of a step wherever it is printed or stored (docs/JSON.md, "step")."""
-        return {
+        record: StepDict = {
             "index": self.index,
             "tokens": self.chunk.tokens,
             "spans": [span.to_dict() for span in self.chunk.spans],
@@ -180,6 +258,9 @@ class StepRecord:
             "finish_reason": self.finish_reason,
             "seconds": round(self.seconds, 4),
         }
+        if self.decision is not None:
+            record["decision"] = self.decision.to_dict()
+        return record
 
 
 @dataclass(frozen=True)
@@ -286,4 +367,6 @@ Event = Union[
     RunFinished,
     RunFailed,
     ReplyRestarted,
+    StepPlanned,
+    ReadingStopped,
 ]

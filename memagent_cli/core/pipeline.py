@@ -46,6 +46,7 @@ from .events import (
     StepFinished,
     StepRecord,
 )
+from .infmem_loop import run_infmem
 from .memdiff import evidence_steps
 from .quotes import Quote, find_quotes
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
@@ -234,6 +235,24 @@ def open_shared_engine(
     )
 
 
+def _loop(
+    question: str,
+    chunks: Iterable[Chunk],
+    stats: IngestStats,
+    engine: Engine,
+    tokenizer: Tokenizer,
+    config: AgentConfig,
+    done_steps: Sequence[Mapping[str, Any]],
+) -> Iterator[Event]:
+    """The protocol's loop: InfMem's own (a planner, a search, early stopping), or the one every
+    other protocol shares."""
+    if config.protocol != "infmem":
+        return run_loop(question, chunks, stats, engine, tokenizer, config, done_steps)
+    if done_steps:
+        raise MemagentError("An InfMem run cannot be resumed yet.", "Run the question again.")
+    return run_infmem(question, chunks, stats, engine, tokenizer, config)
+
+
 def run_question(
     question: str,
     chunks: Iterable[Chunk],
@@ -264,7 +283,7 @@ def run_question(
             yield chunk
 
     try:
-        for event in run_loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
+        for event in _loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
                 if event.step.memory == event.step.previous_memory:
@@ -278,7 +297,7 @@ def run_question(
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
-    assert answer is not None  # run_loop's last event is AnswerFinished, or it raised
+    assert answer is not None  # the loop's last event is AnswerFinished, or it raised
     result = _result(
         prep,
         question,

@@ -4,10 +4,11 @@ A protocol owns its prompts and initial memory, its default budgets, how a reply
 memory, what of the memory the final prompt gets, and how the answer is read. The loop (agent.py),
 chunking, traces, evidence, the views and eval are the same for every protocol.
 
-Two are known: `memagent` (the RL-MemoryAgent models, memagent.py) and `qwenlong`
-(QwenLong-L1.5, qwenlong.py). Which one a run uses: the `--protocol` option; else the model's
-(its catalog entry, or "qwenlong" in its GGUF's name or file name, or the served model's name);
-else `memagent`.
+Three are known: `memagent` (the RL-MemoryAgent models, memagent.py), `qwenlong` (QwenLong-L1.5,
+qwenlong.py) and `infmem` (InfMem, infmem.py: its own loop, infmem_loop.py, with a planner, a search
+and early stopping). Which one a run uses: the `--protocol` option; else the model's (its catalog
+entry, or "qwenlong" or "infmem" in its GGUF's name or file name, or the served model's name); else
+`memagent`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MemagentError
+from . import infmem as infmem_strings
 from . import memagent as memagent_strings
 from . import qwenlong as qwenlong_strings
 
-NAMES = ("memagent", "qwenlong")
+NAMES = ("memagent", "qwenlong", "infmem")
 DEFAULT = "memagent"
 
 
@@ -33,7 +35,11 @@ class Protocol:
     chunk_tokens: int = 5000  # the reference's budgets: see AgentConfig
     memory_tokens: int = 1024
     answer_tokens: int = 1024
+    temperature: float = 0.7  # the reference evaluation's sampling
+    top_p: float = 0.95
     has_plan: bool = False  # whether a memory carries a plan beside it (shown apart)
+    extra_step_tokens: int = 0  # context a step needs beyond prompt, chunk and memory (InfMem's)
+    extra_final_tokens: int = 0
 
     def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
         return memagent_strings.memory_prompt(question, memory, chunk)
@@ -92,7 +98,46 @@ class QwenLong(Protocol):
         return qwenlong_strings.extract_answer(reply)
 
 
-PROTOCOLS: dict[str, Protocol] = {"memagent": Protocol(), "qwenlong": QwenLong()}
+@dataclass(frozen=True)
+class InfMem(Protocol):
+    """InfMem's: a planner and a search before each chunk, thinking before every reply (two stages
+    under a budget), and a run that ends at the planner's third STOP in a row. The loop is its own
+    (infmem_loop.py); these methods are what the rest of memagent asks of every protocol."""
+
+    name: str = "infmem"
+    initial_memory: str = infmem_strings.INITIAL_MEMORY
+    chunk_tokens: int = 5000
+    memory_tokens: int = 1024  # stage two's budget; stage one (the thinking) has its own 1024
+    answer_tokens: int = 1024
+    temperature: float = 0.0  # greedy, as every benchmark script of the reference sets it
+    top_p: float = 1.0
+    # what a memory write holds beyond MemAgent's: the 4 retrieved units and stage one's thinking
+    extra_step_tokens: int = infmem_strings.RESULTS * infmem_strings.UNIT_TOKENS + infmem_strings.THINKING_TOKENS
+    extra_final_tokens: int = infmem_strings.THINKING_TOKENS
+
+    def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
+        return infmem_strings.MEMORY_PROMPT.format(prompt=question.strip(), retrieve="", chunk=chunk, memory=memory)
+
+    def final_prompt(self, question: str, memory: str, variant: str = "boxed", instructions: str = "") -> str:
+        # `variant` is MemAgent's final-instruction choice; this prompt has its own ("the answer is").
+        problem = question.strip() + ("\n" + instructions.strip() if instructions.strip() else "")
+        return infmem_strings.FINAL_PROMPT.format(prompt=problem, memory=memory)
+
+    def next_memory(self, reply: str) -> str:
+        return infmem_strings.solution(reply)
+
+    def reasoning(self, reply: str) -> tuple[str, str]:
+        return qwenlong_strings.reasoning(reply)
+
+    def extract_answer(self, reply: str, variant: str = "boxed") -> tuple[str, bool]:
+        """The text after the last "the answer is" of the reply's answer (as the reference scores
+        it); the whole answer, not found, when the phrase is missing."""
+        text = infmem_strings.solution(reply)
+        found = memagent_strings.extract_answer_is(text)
+        return (found, True) if found is not None else (text.strip(), False)
+
+
+PROTOCOLS: dict[str, Protocol] = {"memagent": Protocol(), "qwenlong": QwenLong(), "infmem": InfMem()}
 
 
 def get(name: str) -> Protocol:
@@ -106,8 +151,10 @@ def get(name: str) -> Protocol:
 def guess(*names: str | Path | None) -> str:
     """The protocol a model's names make clear (its GGUF name, file name, served name); '' if none."""
     for name in names:
-        if name and "qwenlong" in re.sub(r"[^a-z0-9]", "", Path(str(name)).name.lower()):
-            return "qwenlong"
+        plain = re.sub(r"[^a-z0-9]", "", Path(str(name)).name.lower()) if name else ""
+        for known in ("qwenlong", "infmem"):
+            if known in plain:
+                return known
     return ""
 
 

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Iterator, Literal, TypeVar, Union
 
-from ..model.engine import Chained, Completion, Engine, Sampling
+from ..model.engine import Chained, Completion, Engine, RawPrompt, Sampling
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -69,9 +69,15 @@ class GatedEngine:
         self.concurrent = engine.concurrent  # the gate decides how many calls overlap
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+        return self._gated(lambda: self.engine.complete(user_message, max_tokens, sampling, expect))
+
+    def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        return self._gated(lambda: self.engine.complete_raw(prompt, max_tokens, sampling))
+
+    def _gated(self, start: Callable[[], Iterator[Completion]]) -> Iterator[Completion]:
         self.gate.acquire(self.stop)
         try:
-            stream = self.engine.complete(user_message, max_tokens, sampling, expect)
+            stream = start()
             try:
                 for item in stream:
                     if self.stop.is_set():  # checked per token, so Ctrl-C never waits for a reply

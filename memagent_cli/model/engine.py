@@ -1,5 +1,6 @@
-"""The `Engine` protocol: one chat request in, streamed text out; and the records every engine
-shares (`Sampling` in; `PromptRead`, `TextDelta`, `Retrying`, `CompletionDone` out).
+"""The `Engine` protocol: one chat request (or a prompt a protocol rendered itself) in, streamed
+text out; and the records every engine shares (`Sampling`, `RawPrompt` in; `PromptRead`,
+`TextDelta`, `Retrying`, `CompletionDone` out).
 
 The agent loop sees only this protocol (a user message, a token budget, sampling settings), so a
 served model (vLLM, llama-server: `served/`) can stand in for the embedded llama.cpp engine
@@ -20,6 +21,25 @@ class Sampling:
     # The reply is JSON matching this JSON Schema (text): a grammar on llama.cpp, `response_format`
     # on a server. Only a run's final answer under --schema has one (core/schema.py).
     json_schema: str | None = None
+
+
+@dataclass(frozen=True)
+class RawPrompt:
+    """A prompt a protocol renders itself rather than through the model's chat template (InfMem's:
+    Qwen3's turns under its own system message, and a reply continued from its first stage), as
+    pieces of text. In a `control` piece, control-token text such as `<|im_start|>` is that token;
+    in the others it is text, so a document's `<|im_end|>` never ends a turn. A served engine sends
+    the whole text to the server's raw completions endpoint."""
+
+    pieces: tuple[tuple[str, bool], ...]  # (text, control)
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.pieces)
+
+    def then(self, text: str) -> "RawPrompt":
+        """This prompt followed by `text` (a reply's first stage, which the second continues)."""
+        return RawPrompt((*self.pieces, (text, False)))
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,10 @@ class Engine(Protocol):
         """Stream the reply to a single user message; the last item is CompletionDone. `expect` is
         text the reply may repeat from its start (a memory update's previous memory): an engine may
         draft it, and its output never depends on it."""
+
+    def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        """Stream the continuation of `prompt`, rendered as it is (no chat template); the last item
+        is CompletionDone. Generation ends at the model's end of turn or at `max_tokens`."""
 
     def close(self) -> None: ...
 

@@ -21,12 +21,12 @@ from ..errors import MemagentError
 from .backends import EngineOptions, register
 from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
 from .chat import ChatFormat
-from .engine import Completion, CompletionDone, PromptRead, Sampling, TextDelta
+from .engine import Completion, CompletionDone, PromptRead, RawPrompt, Sampling, TextDelta
 from .gguf import GGUFInfo
 from .memory import available_memory, check_context_fits, model_memory
 from .runtime import available_cores, busy_cores, cpu_times, default_threads, log_reason, quiet_llama_logs, threads_for
 from .speculate import DRAFT_MAX, DraftPolicy, PromptLookup, take_drafts
-from .tokenizer import StreamDecoder, Tokenizer
+from .tokenizer import StreamDecoder, Tokenizer, encode_template
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -319,10 +319,17 @@ class LlamaEngine:
         return sampler
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
+        return self._generate(self.chat.encode(self.tokenizer, user_message), max_tokens, sampling, expect)
+
+    def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        # A second stage re-tokenizes the first stage's text after the prompt, as the reference's
+        # server does; the prompt's ids are the cache's common prefix, so they are not read again.
+        return self._generate(encode_template(self.tokenizer, prompt.pieces), max_tokens, sampling, "")
+
+    def _generate(self, prompt: list[int], max_tokens: int, sampling: Sampling, expect: str) -> Iterator[Completion]:
         import llama_cpp
 
         llm = self._model()
-        prompt = self.chat.encode(self.tokenizer, user_message)
         # An unusually long prompt shortens this reply rather than losing the run so far.
         max_tokens = min(max_tokens, self.n_ctx - len(prompt))
         if max_tokens < 1:

@@ -25,11 +25,13 @@ from ...core.events import (
     Notice,
     OcrProgressed,
     PromptProgressed,
+    ReadingStopped,
     ReplyRestarted,
     RunFinished,
     RunResult,
     RunStarted,
     StepFinished,
+    StepPlanned,
     StepStarted,
     TokenText,
 )
@@ -229,6 +231,19 @@ class LiveView:
         self.history.append(line)
         self._print(line)
 
+    def _on_StepPlanned(self, e: StepPlanned) -> None:
+        line = Text.assemble(("  plan ", "cyan"), (f"step {e.index}", "bold"), "  ", visible(e.decision.describe()))
+        self.history.append(line)
+        self._print(line)
+        if e.decision.action == "search":
+            self.phase = f"step {e.index}: writing the memory from the chunk and what the search found"
+            self._draw()
+
+    def _on_ReadingStopped(self, e: ReadingStopped) -> None:
+        line = Text(f"stopped early after {e.read} of {e.total} chunks (STOP {e.streak} times in a row)", style="bold cyan")
+        self.history.append(line)
+        self._print(line)
+
     def _on_AnswerStarted(self, e: AnswerStarted) -> None:
         self.writing = []
         self.streamed, self.streaming, self.first_piece_at = 0, True, None
@@ -380,6 +395,16 @@ class PlainProgress:
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
+            )
+        elif isinstance(event, StepPlanned):
+            self.console.print(
+                f"plan {event.index}: {visible(event.decision.describe())}", markup=False, highlight=False, soft_wrap=True
+            )
+        elif isinstance(event, ReadingStopped):
+            self.console.print(
+                f"stopped early after {event.read} of {event.total} chunks (STOP {event.streak} times in a row)",
+                markup=False,
+                highlight=False,
             )
         elif isinstance(event, RunFinished) and event.result.evidence:
             self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)

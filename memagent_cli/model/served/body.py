@@ -1,10 +1,12 @@
-"""The body of a chat request to an OpenAI-compatible server: one user message, every sampler but
-temperature and top_p off (as the reference sampled), and under --schema a `response_format` in the
-form the server takes; and the --verbose line that shows a request."""
+"""The body of a request to an OpenAI-compatible server: a chat request of one user message, or a raw
+completion of a prompt memagent rendered (InfMem's); every sampler but temperature and top_p off (as
+the references sampled), and under --schema a `response_format` in the form the server takes; and
+the --verbose line that shows a request."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..engine import Sampling
@@ -61,13 +63,39 @@ def response_format(json_schema: str, form: str) -> dict[str, Any]:
     return {"type": "json_object", "schema": schema}
 
 
+@dataclass(frozen=True)
+class Request:
+    """What one call asks a server: a chat reply to one user message (`raw` False, at
+    /chat/completions) or the continuation of a rendered prompt (`raw`, at /completions)."""
+
+    text: str  # the user message, or the whole prompt: also what is counted when a server sends no usage
+    max_tokens: int
+    sampling: Sampling
+    raw: bool = False
+
+    @property
+    def path(self) -> str:
+        return "completions" if self.raw else "chat/completions"
+
+    def body(self, model: str, schema_form: str = SCHEMA_FORMS[0]) -> dict[str, Any]:
+        if not self.raw:
+            return chat_body(model, self.text, self.max_tokens, self.sampling, schema_form)
+        return _sampled({"model": model, "prompt": self.text}, self.max_tokens, self.sampling)
+
+
 def chat_body(
     model: str, user_message: str, max_tokens: int, sampling: Sampling, schema_form: str = SCHEMA_FORMS[0]
 ) -> dict[str, Any]:
     """The POST /chat/completions body: one user message, every sampling knob pinned."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": user_message}],
+    body = _sampled({"model": model, "messages": [{"role": "user", "content": user_message}]}, max_tokens, sampling)
+    if sampling.json_schema is not None:
+        body["response_format"] = response_format(sampling.json_schema, schema_form)
+    return body
+
+
+def _sampled(body: dict[str, Any], max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+    body = {
+        **body,
         "stream": True,
         "stream_options": {"include_usage": True},  # vLLM and SGLang send usage only when asked
         "max_tokens": max_tokens,
@@ -78,12 +106,13 @@ def chat_body(
     if sampling.seed is not None:
         # llama.cpp seeds are 32-bit; the embedded engine masks the same way.
         body["seed"] = sampling.seed & 0xFFFFFFFF
-    if sampling.json_schema is not None:
-        body["response_format"] = response_format(sampling.json_schema, schema_form)
     return body
 
 
 def log_request(log: Callable[[str], None], url: str, body: dict[str, Any]) -> None:
-    """The --verbose line for a request: its body, the message shown by its length only."""
-    message = body["messages"][0]["content"]
-    log(f"POST {url} {json.dumps(dict(body, messages=f'<1 user message, {len(message)} chars>'))}")
+    """The --verbose line for a request: its body, the message or prompt shown by its length only."""
+    if "prompt" in body:
+        shown = dict(body, prompt=f"<a prompt of {len(body['prompt'])} chars>")
+    else:
+        shown = dict(body, messages=f"<1 user message, {len(body['messages'][0]['content'])} chars>")
+    log(f"POST {url} {json.dumps(shown)}")

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from ...errors import MemagentError
-from ..engine import Completion, CompletionDone, Retrying, Sampling, TextDelta
-from .body import SCHEMA_FORMS, chat_body, log_request
+from ..engine import Completion, CompletionDone, RawPrompt, Retrying, Sampling, TextDelta
+from .body import SCHEMA_FORMS, Request, log_request
 from .http import (
     Connection,
     Fault,
@@ -102,6 +102,15 @@ def wire_key(key: str) -> str:
     return "mc-" + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
+def no_raw_completions(base_url: str) -> MemagentError:
+    """A server without the raw completions endpoint, which a protocol that continues a reply needs."""
+    return MemagentError(
+        f"The server at {base_url} has no {base_url}/completions endpoint (HTTP 404): InfMem continues "
+        "each reply after its thinking, which needs raw completions",
+        "vLLM, SGLang, llama-server and llama-cpp-python's server all have it; check --base-url and --served-model.",
+    )
+
+
 class Chain:
     """One chain of calls (a MemAgent loop): its key headers, and the server of a pool that gave it
     its last reply. Used by one thread at a time, as a chain's calls come one after another."""
@@ -122,6 +131,10 @@ class ChainedEngine(Protocol):
         self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
     ) -> Iterator[Completion]: ...
 
+    def complete_raw(
+        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
+    ) -> Iterator[Completion]: ...
+
     def for_chain(self, key: str) -> ChainEngine: ...
 
 
@@ -137,6 +150,9 @@ class ChainEngine:
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
         return self.engine.complete(user_message, max_tokens, sampling, expect, chain=self.chain)
+
+    def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
+        return self.engine.complete_raw(prompt, max_tokens, sampling, chain=self.chain)
 
     def for_chain(self, key: str) -> ChainEngine:
         return self.engine.for_chain(key)
@@ -241,24 +257,36 @@ class OpenAIEngine:
         return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
 
     def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        return chat_body(self.model, user_message, max_tokens, sampling, self.schema_form)
+        return Request(user_message, max_tokens, sampling).body(self.model, self.schema_form)
 
     def complete(
         self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
     ) -> Iterator[Completion]:
         # `expect` is not sent: the server drafts (or not) by its own configuration.
-        body = self.request_body(user_message, max_tokens, sampling)
+        return self.send(Request(user_message, max_tokens, sampling), chain)
+
+    def complete_raw(
+        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
+    ) -> Iterator[Completion]:
+        # The prompt's text as it is: the server tokenizes it, control-token text included (only the
+        # embedded engine can keep a document's "<|im_end|>" as text).
+        return self.send(Request(prompt.text, max_tokens, sampling, raw=True), chain)
+
+    def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
+        body = request.body(self.model, self.schema_form)
         if self.connection.log is not None:
-            log_request(self.connection.log, f"{self.base_url}/chat/completions", body)
+            log_request(self.connection.log, f"{self.base_url}/{request.path}", body)
         attempts = self.connection.retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                yield from self.attempt(body, user_message, max_tokens, chain)
+                yield from self.attempt(body, request, chain)
                 return
             except Fault as fault:
                 if self.refused_schema_form(body, fault):
-                    yield from self.complete(user_message, max_tokens, sampling, expect, chain)
+                    yield from self.send(request, chain)
                     return
+                if request.raw and fault.status == 404:
+                    raise no_raw_completions(self.base_url) from None
                 if not fault.transient or attempt == attempts:
                     fault.attempts = attempt
                     raise fault.error() from None
@@ -283,15 +311,13 @@ class OpenAIEngine:
             )
         return True
 
-    def attempt(
-        self, body: dict[str, Any], user_message: str, max_tokens: int, chain: Chain | None = None
-    ) -> Iterator[Completion]:
-        """One request of `body` (chat_body), streamed; raises Fault when the reply is lost or
-        refused, and asks nothing again. `user_message` and `max_tokens` are the body's, for the
-        counts; `chain` adds its key headers."""
+    def attempt(self, body: dict[str, Any], request: Request, chain: Chain | None = None) -> Iterator[Completion]:
+        """One request of `body` (`request`'s, in this engine's schema form), streamed; raises
+        Fault when the reply is lost or refused, and asks nothing again. `chain` adds its key headers."""
         import httpx2
 
-        url = f"{self.base_url}/chat/completions"
+        user_message, max_tokens = request.text, request.max_tokens
+        url = f"{self.base_url}/{request.path}"
         headers = _SSE if chain is None else {**_SSE, **chain.headers}
         reply = _Reply(time.perf_counter(), max_tokens)
         try:
@@ -407,7 +433,8 @@ class OpenAIEngine:
             delta = choice.get("delta") or {}
             # Only `content` is the reply; a reasoning parser's `reasoning_content` (`reasoning` in
             # newer vLLM) is not, but its tokens are generated and spend the budget all the same.
-            text = delta.get("content")
+            # A raw completion's stream has `text` and no delta.
+            text = delta.get("content") if "delta" in choice else choice.get("text")
             if text or delta.get("reasoning_content") or delta.get("reasoning"):
                 if reply.past_budget(max_tokens):
                     # A token past the budget: the server is not keeping to max_tokens.
@@ -449,7 +476,7 @@ class OpenAIEngine:
         try:
             payload = json.loads(body)
             choice = payload["choices"][0]
-            text = (choice.get("message") or {}).get("content") or ""
+            text = ((choice.get("message") or {}).get("content") if "message" in choice else choice.get("text")) or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise Fault(
                 f"The server at {self.base_url} answered with something that is not a chat completion",

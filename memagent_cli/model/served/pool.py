@@ -52,9 +52,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from ...errors import EngineGone, MemagentError
-from ..engine import Completion, Retrying, Sampling
-from .body import chat_body, log_request
-from .engine import Chain, ChainEngine, OpenAIEngine, normalize_base_url
+from ..engine import Completion, RawPrompt, Retrying, Sampling
+from .body import Request, log_request
+from .engine import Chain, ChainEngine, OpenAIEngine, no_raw_completions, normalize_base_url
 from .http import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
@@ -145,6 +145,16 @@ class ServedPool:
         self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
     ) -> Iterator[Completion]:
         # `expect` is not sent: a server drafts (or not) by its own configuration.
+        return self.send(Request(user_message, max_tokens, sampling), chain)
+
+    def complete_raw(
+        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
+    ) -> Iterator[Completion]:
+        return self.send(Request(prompt.text, max_tokens, sampling, raw=True), chain)
+
+    def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
+        """One request on the pool's servers: on the chain's last server when it can take it, and
+        again on another (or the same, later) when an attempt fails."""
         limit = len(self._servers) * (self.connection.retries + 1)  # attempts of one request, whatever the servers do
         failed = 0
         while True:
@@ -154,7 +164,7 @@ class ServedPool:
                 continue
             server, probe = taken
             epoch = server.epoch
-            body = chat_body(self.model, user_message, max_tokens, sampling, server.engine.schema_form)
+            body = request.body(self.model, server.engine.schema_form)
             stream: Iterator[Completion] | None = None
             retry: Retrying | None = None
             refused_form = False
@@ -162,8 +172,8 @@ class ServedPool:
                 if not server.checked:
                     self._check(server)
                 if self.connection.log is not None:
-                    log_request(self.connection.log, f"{server.engine.base_url}/chat/completions", body)
-                stream = server.engine.attempt(body, user_message, max_tokens, chain)
+                    log_request(self.connection.log, f"{server.engine.base_url}/{request.path}", body)
+                stream = server.engine.attempt(body, request, chain)
                 answered = False
                 for item in stream:
                     if not answered:
@@ -175,6 +185,8 @@ class ServedPool:
                 return
             except Fault as fault:
                 refused_form = server.engine.refused_schema_form(body, fault)
+                if request.raw and fault.status == 404:
+                    raise no_raw_completions(server.engine.base_url) from None
                 if not refused_form:
                     if not fault.transient:
                         raise fault.error() from None

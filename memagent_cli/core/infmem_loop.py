@@ -1,0 +1,228 @@
+"""InfMem's loop (../shared/reference/infmem-protocol.md, rule 1): the whole input read and indexed
+before step 1; before each chunk a planner call that searches the input or says STOP; a memory write
+that sees the passages found beside the chunk; the reading ended by the planner's `early_stop`-th
+STOP in a row; then the answer from the memory. Every call thinks first, in two stages (rule 2).
+
+The strings and the rules of a reply are infmem.py's; this module only runs them over an Engine's
+raw completions (`Engine.complete_raw`: the prompts are rendered here, not by the model's chat
+template, as the reference renders them) and says what happens as events.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_right
+from typing import Generator, Iterable, Iterator, Sequence
+
+from ..errors import MemagentError
+from ..model.engine import CompletionDone, Engine, RawPrompt
+from ..model.tokenizer import Tokenizer
+from . import infmem
+from .agent import call_raw, sampling_for
+from .chunking import Chunk, IngestStats, Span
+from .config import AgentConfig
+from .events import (
+    AnswerFinished,
+    AnswerStarted,
+    Decision,
+    DocumentRead,
+    Event,
+    ReadingStopped,
+    Retrieved,
+    SearchMade,
+    StepFinished,
+    StepPlanned,
+    StepRecord,
+    StepStarted,
+    TokenText,
+)
+from .protocols import get as get_protocol
+
+_START, _END = "<|im_start|>", "<|im_end|>"
+
+
+def raw_chat(system: str | None, user: str) -> RawPrompt:
+    """infmem.chat's text as pieces: the turn markers are control tokens, the messages are text (a
+    document's `<|im_end|>` stays text: the reference's rule 4.9, chosen)."""
+    pieces: list[tuple[str, bool]] = []
+    if system is not None:
+        pieces += [(f"{_START}system\n", True), (system, False), (f"{_END}\n", True)]
+    pieces += [(f"{_START}user\n", True), (user, False), (f"{_END}\n{_START}assistant\n", True)]
+    return RawPrompt(tuple(pieces))
+
+
+class _Calls:
+    """A run's model calls, each two stages of thinking (rule 2), with the seed of each derived
+    from the run's as `sampling_for` derives it, so a call samples alike whether or not the run was
+    interrupted before it: planner of step s = 2s - 1, write of step s = 2s, the answer 0."""
+
+    def __init__(self, engine: Engine, config: AgentConfig):
+        self.engine, self.config = engine, config
+
+    def think(
+        self, prompt: RawPrompt, call: int, step: int, budget: int, stream: bool
+    ) -> Generator[Event, None, tuple[str, list[CompletionDone]]]:
+        sampling = sampling_for(self.config, call)
+        first = yield from call_raw(self.engine, prompt, infmem.THINKING_TOKENS, sampling, step, stream)
+        stage_one = infmem.closed_thinking(first.text)
+        if stream and stage_one != first.text:
+            yield TokenText(step, infmem.FORCED_CLOSE)  # the view shows what stage two continues
+        second = yield from call_raw(self.engine, prompt.then(stage_one), budget, sampling, step, stream)
+        return infmem.reply_of(stage_one, second.text), [first, second]
+
+
+def _cost(done: Sequence[CompletionDone]) -> tuple[int, int, float, float]:
+    """(prompt tokens of the first call, generated tokens, prompt seconds, generation seconds)."""
+    return (
+        done[0].prompt_tokens if done else 0,
+        sum(d.completion_tokens for d in done),
+        sum(d.prompt_seconds for d in done),
+        sum(d.generate_seconds for d in done),
+    )
+
+
+class _Units:
+    """The retrieval units (rule 1.2): the input's ids cut every 500 tokens, each decoded alone,
+    and where each begins in the sources."""
+
+    def __init__(self, chunks: Sequence[Chunk], tokenizer: Tokenizer):
+        self.chunks = chunks
+        self.starts = [c.end_token - c.tokens for c in chunks]
+        ids = [i for c in chunks for i in c.ids]
+        self.texts = infmem.units_of(ids, lambda part: tokenizer.decode_bytes(part).decode("utf-8", errors="replace"))
+        self._tokenizer = tokenizer
+        self.total = len(ids)
+
+    def retrieved(self, unit: int) -> Retrieved:
+        start = unit * infmem.UNIT_TOKENS
+        end = min(self.total, start + infmem.UNIT_TOKENS)
+        k = bisect_right(self.starts, start) - 1
+        chunk = self.chunks[k]
+        # the unit's first character in its chunk's text: the chunk's ids before it, decoded
+        before = chunk.ids[: start - self.starts[k]]
+        at = len(self._tokenizer.decode_bytes(before).decode("utf-8", errors="replace")) if before else 0
+        return Retrieved(unit, start, end, _location(chunk, at))
+
+
+def _location(chunk: Chunk, at: int) -> str:
+    """Where character `at` of a chunk's text is, in words ("report.pdf p. 31"): the chunk's span
+    that holds it, narrowed to its anchor's page (or slide, sheet…)."""
+    anchors = [a.at for a in chunk.anchors]
+    k = bisect_right(anchors, at) - 1
+    anchor = chunk.anchors[k] if k >= 0 else None
+    if anchor is None or anchor.source is None:
+        return chunk.describe()
+    for span in chunk.spans:
+        if span.source == anchor.source:
+            place = anchor.place if anchor.place is not None and anchor.place.unit is not None else None
+            offset = anchor.offset + at - anchor.at
+            return Span(span.source, span.title, place, place, offset, offset + 1, span.part, span.ocr).describe()
+    return chunk.describe()
+
+
+def run_infmem(
+    question: str,
+    chunks: Iterable[Chunk],
+    stats: IngestStats,
+    engine: Engine,
+    tokenizer: Tokenizer,
+    config: AgentConfig,
+) -> Iterator[Event]:
+    """InfMem over the whole input, then the final answer. `question` is already checked."""
+    protocol = get_protocol(config.protocol)
+    read = list(chunks)  # the search covers the whole input from step 1 (rule 6.1)
+    if not read:
+        # BM25 over no units divides by zero in the reference (its rule 4.7): refused instead
+        raise MemagentError(
+            "There is no text to read in the input.", "Check the file; scanned PDFs need OCR first, which memagent does not do."
+        )
+    total = len(read)
+    yield DocumentRead(
+        stats.document_tokens,
+        total,
+        tuple(stats.source_tokens),
+        tuple(stats.source_pages),
+        tuple(stats.source_units),
+    )
+    units = _Units(read, tokenizer)
+    search = infmem.Search(units.texts)
+    calls = _Calls(engine, config)
+    memory = protocol.initial_memory
+    history: list[tuple[str, object]] = []
+    streak = 0
+    for chunk in read:
+        s = chunk.index
+        yield StepStarted(s, chunk, total, chunk.end_token)
+        history_text = infmem.history_text(s, total, history)
+        planner = raw_chat(
+            infmem.TOOL_SYSTEM, infmem.PLANNER_PROMPT.format(prompt=question, retrieval_history=history_text, memory=memory)
+        )
+        reply, planned = yield from calls.think(planner, 2 * s - 1, s, config.memory_tokens, stream=False)
+        plan = infmem.read_plan(reply, question)
+        searches: list[SearchMade] = []
+        for query, top_k in plan.searches:
+            history.append((query, top_k))
+            searches.append(SearchMade(query, top_k, tuple(units.retrieved(u) for u in search.top(query))))
+        streak = infmem.stop_streak(streak, plan)
+        p_tokens, p_generated, p_prompt_s, p_generate_s = _cost(planned)
+        decision = Decision(
+            "stop" if plan.stop else "search" if searches else "none",
+            tuple(searches),
+            streak,
+            reply,
+            p_tokens,
+            p_generated,
+            p_prompt_s + p_generate_s,
+            config.early_stop,
+        )
+        yield StepPlanned(s, decision)
+        if streak >= config.early_stop:
+            yield ReadingStopped(s - 1, total, streak)
+            break
+        # only the last search's passages are written (rule 1.7)
+        retrieved = infmem.retrieved_block([units.texts[r.unit] for r in searches[-1].found]) if searches else ""
+        write = raw_chat(None, infmem.MEMORY_PROMPT.format(prompt=question, retrieve=retrieved, chunk=chunk.text, memory=memory))
+        reply, written = yield from calls.think(write, 2 * s, s, config.memory_tokens, stream=True)
+        new_memory = protocol.next_memory(reply)
+        w_tokens, w_generated, w_prompt_s, w_generate_s = _cost(written)
+        yield StepFinished(
+            StepRecord(
+                index=s,
+                chunk=chunk,
+                memory=new_memory,
+                previous_memory=memory,
+                memory_tokens=len(tokenizer.encode(new_memory)),
+                prompt_tokens=w_tokens,
+                cached_tokens=sum(d.cached_tokens for d in written),
+                generated_tokens=w_generated,
+                finish_reason=written[-1].finish_reason,
+                # the step's time is its planner's and its write's
+                prompt_seconds=w_prompt_s + p_prompt_s,
+                generate_seconds=w_generate_s + p_generate_s,
+                decision=decision,
+            )
+        )
+        memory = new_memory
+
+    yield AnswerStarted(len(tokenizer.encode(memory)))
+    started = time.perf_counter()
+    final = raw_chat(None, protocol.final_prompt(question, memory, config.final, config.final_instructions()))
+    reply, answered = yield from calls.think(final, 0, 0, config.answer_tokens, stream=True)
+    answer, found = protocol.extract_answer(reply, config.final)
+    yield AnswerFinished(
+        raw=reply,
+        answer=answer,
+        found=found,
+        finish_reason=answered[-1].finish_reason,
+        prompt_tokens=answered[0].prompt_tokens,
+        generated_tokens=sum(d.completion_tokens for d in answered),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def steps_range(document_tokens: int, chunk_tokens: int, early_stop: int) -> tuple[int, int]:
+    """The fewest and most memory writes a run can make: the planner may end the reading at step
+    `early_stop` (no chunk written when it is 1), or read every chunk."""
+    steps = math.ceil(document_tokens / chunk_tokens)
+    return min(steps, early_stop - 1), steps

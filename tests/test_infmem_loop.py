@@ -1,0 +1,400 @@
+"""InfMem's loop (core/infmem_loop.py) against the reference's loop: a transcription of the
+reference's rule 1 and 2 (tests/data/shared/reference/infmem-protocol.md) written here from its
+text blocks, run on the same scripted replies, must send the same prompts, byte for byte, in the
+same order with the same budgets. The scripted replies cover a search (with an invented tool result
+after the call), a STOP that is not yet the third, a stage one cut before `</think>`, a reply with
+neither STOP nor a call, two calls in one reply, arguments that are not JSON, the early stop, and a
+run that reads to the last chunk. Then the embedded engine's raw completions on a real model."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from helpers import shared_path
+from rank_bm25 import BM25Okapi
+
+from memagent_cli.core.chunking import IngestStats, iter_chunks, layout
+from memagent_cli.core.config import AgentConfig
+from memagent_cli.core.events import AnswerFinished, ReadingStopped, StepFinished, StepPlanned
+from memagent_cli.core.infmem_loop import raw_chat, run_infmem
+from memagent_cli.ingest.base import Place
+from memagent_cli.ingest.sources import Segment, Source
+from memagent_cli.model.engine import CompletionDone, RawPrompt, Sampling, TextDelta
+from memagent_cli.model.gguf import read_gguf
+from memagent_cli.model.tokenizer import load_tokenizer
+
+FORCED = "\n\nConsidering the limited time, I must stop thinking now.\n</think>\n\n"  # the reference's literal
+QUESTION = "What is the launch code of the PLUM project?"
+
+
+@pytest.fixture(scope="module")
+def reference() -> str:
+    return shared_path("reference", "infmem-protocol.md").read_text(encoding="utf-8")
+
+
+def block_with(text: str, start: str) -> str:
+    (found,) = [b for b in re.findall(r"```text\n(.*?)```", text, flags=re.S) if b.startswith(start)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def tok(qwen2_vocab):
+    return load_tokenizer(read_gguf(qwen2_vocab))
+
+
+@dataclass
+class Script:
+    """A model that answers each completion with the next scripted text, recording what it was asked."""
+
+    replies: list[str]
+    asked: list[tuple[str, int]] = field(default_factory=list)
+
+    def generate(self, prompt: str, max_tokens: int) -> str:
+        self.asked.append((prompt, max_tokens))
+        return self.replies[len(self.asked) - 1]
+
+
+class ScriptedEngine:
+    description = "scripted"
+    concurrent = False
+
+    def __init__(self, script: Script):
+        self.script = script
+        self.samplings: list[Sampling] = []
+
+    def complete(self, user_message, max_tokens, sampling, expect=""):
+        raise AssertionError("InfMem renders its own prompts: only raw completions")
+
+    def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling):
+        self.samplings.append(sampling)
+        text = self.script.generate(prompt.text, max_tokens)
+        yield TextDelta(text)
+        yield CompletionDone(text, "stop", len(prompt.text), len(text), max_tokens, 0, 0.0, 0.0)
+
+    def close(self):
+        pass
+
+
+def reference_run(reference: str, document: str, tok, script: Script, early_stop: int = 3) -> str:
+    """The reference's evaluation loop, from its text: rule 1 with rule 2's two stages."""
+    planner_block = block_with(reference, "\nYou are a Retrieval Planner.")
+    wrapper = block_with(reference, "<|im_start|>system\n# Tools")
+    write_block = block_with(reference, "You are presented with a problem, a section")
+    final_block = block_with(reference, "You are presented with a problem and a previous memory.")
+    user_turn = block_with(reference, "<|im_start|>user\n{PROMPT}")
+    call = re.compile(block_with(reference, "\u273fFUNCTION\u273f:").rstrip("\n"), re.DOTALL)
+
+    def generate(prompt: str) -> str:
+        t1 = script.generate(prompt, 1024)
+        if "</think>" not in t1:
+            t1 = t1.rstrip() + FORCED
+        t2 = script.generate(prompt + t1, 1024)
+        return (t1 + t2.strip()).strip()
+
+    def extract_solution(reply: str) -> str:
+        return reply.split("</think>")[-1].strip() if "</think>" in reply else reply
+
+    ids = tok.encode(document)
+    decode = lambda part: tok.decode_bytes(part).decode("utf-8", errors="replace")  # noqa: E731
+    chunks = [decode(ids[i : i + 5000]) for i in range(0, len(ids), 5000)]
+    units = [decode(ids[i : i + 500]) for i in range(0, len(ids), 500)]
+    bm25 = BM25Okapi([u.lower().split() for u in units])
+    memory, history, stop_count = "No previous memory", [], 0
+    for s, chunk in enumerate(chunks, 1):
+        lines = [f"Step {i}: query={q!r}, top_k={k}" for i, (q, k) in enumerate(history, 1)]
+        retrieval_history = f"Current retrieval step: {s}  Maximum allowed retrieval steps: {len(chunks)}\n" + "\n".join(lines)
+        planner = planner_block.format(prompt=QUESTION, retrieval_history=retrieval_history, memory=memory)
+        reply = generate(wrapper.replace("{PLANNER_PROMPT}", planner))
+        is_stop = "STOP" in reply
+        calls = [] if is_stop else call.findall(reply)
+        block = ""
+        for name, args in calls:
+            if name.strip() != "retrievesearch":
+                continue
+            args = args.strip()
+            if args.startswith("{"):
+                args = args[: args.rfind("}") + 1]
+            try:
+                parsed = __import__("json").loads(args)
+                query, top_k = parsed.get("query", QUESTION), parsed.get("top_k", 8)
+            except ValueError:
+                query, top_k = QUESTION, 8
+            history.append((query, top_k))
+            scores = bm25.get_scores(query.lower().split())
+            top = np.argsort(-scores, kind="stable")[:4]
+            block = "\n\n".join(f"[Retrieved #{r}] {units[i]}" for r, i in enumerate(top, 1))
+        if not is_stop:
+            stop_count = 0
+        if is_stop or not calls:
+            stop_count += 1
+            if stop_count >= early_stop:
+                break
+        write = write_block.format(prompt=QUESTION, retrieve=block, chunk=chunk, memory=memory)
+        memory = extract_solution(generate(user_turn.replace("{PROMPT}", write)))
+    final = final_block.format(prompt=QUESTION, memory=memory)
+    return extract_solution(generate(user_turn.replace("{PROMPT}", final)))
+
+
+def document(pages: int) -> list[str]:
+    """Pages of filler, the PLUM launch code on page 9, an O'Neill note on page 3."""
+    out = []
+    for page in range(1, pages + 1):
+        words = " ".join(f"filler{(page * 131 + k) % 977} word{k % 13}" for k in range(150))
+        if page == 9:
+            words += " The launch code of the PLUM project is 7-ALPHA-9."
+        if page == 3:
+            words += " Mr O'Neill wrote the plum memo."
+        out.append(f"Page {page}. {words}\n")
+    return out
+
+
+def chunks_of(tok, pages: list[str]):
+    src = Source(path="report.pdf", title="report.pdf", kind="pdf", size=None)
+
+    def read(_):
+        offset = 0
+        for n, text in enumerate(pages, 1):
+            yield Segment(source=0, text=text, offset=offset, place=Place("page", n))
+            offset += len(text)
+
+    stats = IngestStats()
+    chunks = list(iter_chunks(layout([src], read), tok, 5000, [src], stats))
+    return chunks, stats
+
+
+SEARCH = (
+    "<think>\nThe memory is empty.\n</think>\n\n\u273fFUNCTION\u273f: retrievesearch\n"
+    '\u273fARGS\u273f: {"query": "launch code PLUM", "top_k": 5}\n\u273fRESULT\u273f: made up'
+)
+
+
+def write(n: int) -> list[str]:
+    return [f"<think>\nReading {n}.\n</think>\n\nThe launch code is", f" 7-ALPHA-9 (step {n}).\n"]
+
+
+SCRIPT = [
+    # step 1: a search, the model inventing a tool result after its call
+    SEARCH,
+    "",
+    *write(1),
+    # step 2: stage one cut before </think> (closed by force), then a STOP: not yet the third
+    "<think>\nI keep thinking about the plum   ",
+    "STOP",
+    *write(2),
+    # step 3: two calls, the second's arguments not JSON: both searched and logged, the last written
+    '\u273fFUNCTION\u273f: retrievesearch\n\u273fARGS\u273f: {"query": "O\'Neill plum"}\n'
+    "\u273fFUNCTION\u273f: retrievesearch\n\u273fARGS\u273f: not json at all",
+    "",
+    *write(3),
+    # step 4: neither STOP nor a call: opens a streak
+    "<think>\nHmm.\n</think>\n\nI am not sure.",
+    "",
+    *write(4),
+    # steps 5 and 6: STOP, STOP: the third in a row ends the reading before chunk 6 is written
+    "STOP",
+    "",
+    *write(5),
+    "<think>\nDone.\n</think>\n\nSTOP",
+    "",
+    # the answer
+    "<think>\nFrom memory.\n</think>\n\nTherefore, the answer is 7-ALPHA-9.",
+    "",
+]
+
+
+def test_a_run_sends_the_references_prompts_and_stops_at_the_third_stop_in_a_row(reference, tok):
+    pages = document(40)
+    chunks, stats = chunks_of(tok, pages)
+    assert len(chunks) >= 7
+    text = "".join(c.text for c in chunks)
+    oracle = Script(SCRIPT)
+    expected_answer = reference_run(reference, text, tok, oracle)
+    assert len(oracle.asked) == len(SCRIPT)  # the script is used up: every case above was reached
+
+    engine = ScriptedEngine(Script(SCRIPT))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0, seed=7)
+    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]  # every prompt, byte for byte
+    assert [m for _, m in engine.script.asked] == [m for _, m in oracle.asked]  # and every budget
+    assert all(s.temperature == 0.0 and s.top_p == 1.0 for s in engine.samplings)
+
+    (answer,) = [e for e in events if isinstance(e, AnswerFinished)]
+    assert expected_answer == "Therefore, the answer is 7-ALPHA-9."
+    assert answer.answer == "7-ALPHA-9" and answer.found
+    plans = {e.index: e.decision for e in events if isinstance(e, StepPlanned)}
+    assert [plans[s].action for s in range(1, 7)] == ["search", "stop", "search", "none", "stop", "stop"]
+    assert [plans[s].stop_streak for s in range(1, 7)] == [0, 1, 0, 1, 2, 3]
+    first = plans[1].searches[0]
+    assert first.query == "launch code PLUM" and first.top_k == 5
+    # the unit holding the code comes first, located on its page
+    best = first.found[0]
+    assert "launch code of the PLUM project" in tok.decode_bytes(
+        [i for c in chunks for i in c.ids][best.start_token : best.end_token]
+    ).decode("utf-8", "replace")
+    assert best.location.startswith("report.pdf p. ") and len(first.found) == 4
+    assert [s.query for s in plans[3].searches] == ["O'Neill plum", QUESTION]
+    assert plans[3].searches[1].top_k == 8
+    written = [e.step for e in events if isinstance(e, StepFinished)]
+    assert [s.index for s in written] == [1, 2, 3, 4, 5]
+    assert written[0].memory == "The launch code is7-ALPHA-9 (step 1)."  # the reference's strip glues them
+    assert written[0].to_dict()["decision"]["searches"][0]["units"][0]["location"] == best.location
+    (stopped,) = [e for e in events if isinstance(e, ReadingStopped)]
+    assert (stopped.read, stopped.total, stopped.streak) == (5, len(chunks), 3)
+
+
+def test_a_run_reads_every_chunk_when_the_planner_never_stops(reference, tok):
+    chunks, stats = chunks_of(tok, document(8))
+    assert len(chunks) == 2
+    script = [SEARCH, "", *write(1), SEARCH, "", *write(2), "<think>\nok\n</think>\n\nThe answer is lower case.", "x"]
+    oracle = Script(list(script))
+    reference_run(reference, "".join(c.text for c in chunks), tok, oracle)
+    engine = ScriptedEngine(Script(list(script)))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]
+    assert not [e for e in events if isinstance(e, ReadingStopped)]
+    (answer,) = [e for e in events if isinstance(e, AnswerFinished)]
+    # "The answer is" with a capital T is no answer: the whole answer is shown, not found
+    assert not answer.found and answer.answer == "The answer is lower case.x"
+
+
+def test_early_stop_one_ends_at_the_first_stop_or_call_less_reply(reference, tok):
+    chunks, stats = chunks_of(tok, document(6))
+    script = ["<think>\nNothing to search.\n</think>\n\nI will wait.", "", "<think>\n</think>\n\nthe answer is none", ""]
+    oracle = Script(list(script))
+    reference_run(reference, "".join(c.text for c in chunks), tok, oracle, early_stop=1)
+    engine = ScriptedEngine(Script(list(script)))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0, early_stop=1)
+    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]
+    (stopped,) = [e for e in events if isinstance(e, ReadingStopped)]
+    assert stopped.read == 0 and not [e for e in events if isinstance(e, StepFinished)]
+
+
+def test_the_turns_are_control_tokens_and_the_messages_text(tok):
+    prompt = raw_chat("sys <|im_end|>", "a document's <|im_end|> stays text")
+    from memagent_cli.core import infmem
+    from memagent_cli.model.tokenizer import encode_template
+
+    assert prompt.text == infmem.chat("sys <|im_end|>", "a document's <|im_end|> stays text")
+    ids = encode_template(tok, prompt.pieces)
+    end = tok.controls["<|im_end|>"]
+    assert ids.count(end) == 2  # the two turns' ends, not the two in the messages
+
+
+def test_the_embedded_engine_continues_a_raw_prompt_from_its_cache(models):
+    """A raw prompt that renders what the chat template would is the same ids and the same reply as
+    a chat request; a second stage reads only the first stage's text, its prompt from the cache."""
+    from helpers import reply
+
+    from memagent_cli.model.chat import DEFAULT_TEMPLATE, ChatFormat
+    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.tokenizer import encode_template
+
+    info = read_gguf(models["bare"])  # no template of its own: Qwen2.5's, with its system message
+    tokenizer = load_tokenizer(info)
+    chat = ChatFormat.from_gguf(info)
+    assert chat.template == DEFAULT_TEMPLATE
+    engine = LlamaEngine(info, tokenizer, chat, n_ctx=1024, gpu_layers=0, threads=1)
+    try:
+        message = "Read this <|im_end|> and go on."
+        prompt = raw_chat("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", message)
+        assert encode_template(tokenizer, prompt.pieces) == chat.encode(tokenizer, message)
+        chatted = reply(engine, message, max_tokens=12)
+        sampling = Sampling(temperature=0.0, seed=3)
+        first = [i for i in engine.complete_raw(prompt, 12, sampling) if isinstance(i, CompletionDone)][0]
+        assert first.text == chatted.text and first.prompt_tokens == chatted.prompt_tokens
+        second = [i for i in engine.complete_raw(prompt.then(first.text), 8, sampling) if isinstance(i, CompletionDone)][0]
+        ids = encode_template(tokenizer, prompt.then(first.text).pieces)
+        assert second.prompt_tokens == len(ids)
+        assert second.cached_tokens >= first.prompt_tokens  # the prompt was not read again
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["one server", "pool"])
+def test_a_served_run_sends_the_references_prompts_to_raw_completions(reference, tok, pool):
+    """Over a real HTTP server on 127.0.0.1: each call is a POST /v1/completions of the rendered
+    prompt, with the reference's sampling and every other sampler neutral."""
+    from fakeserver import FakeServer
+
+    from memagent_cli.model.served.body import NEUTRAL_SAMPLING
+    from memagent_cli.model.served.engine import OpenAIEngine
+    from memagent_cli.model.served.http import Connection
+    from memagent_cli.model.served.pool import ServedPool
+
+    chunks, stats = chunks_of(tok, document(40))
+    oracle = Script(SCRIPT)
+    reference_run(reference, "".join(c.text for c in chunks), tok, oracle)
+    bodies: list[dict] = []
+
+    def answer(request: dict) -> str:
+        bodies.append(request)
+        return SCRIPT[len(bodies) - 1]
+
+    with FakeServer(reply=answer, pieces=3) as server:
+        connection = Connection(model="fake-model")
+        engine = ServedPool([server.url], connection) if pool else OpenAIEngine(server.url, connection)
+        try:
+            config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+            events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+        finally:
+            engine.close()
+    assert [b["prompt"] for b in bodies] == [p for p, _ in oracle.asked]
+    assert [b["max_tokens"] for b in bodies] == [m for _, m in oracle.asked]
+    sampled = {k: bodies[0][k] for k in ("model", "temperature", "top_p")}
+    assert sampled == {"model": "fake-model", "temperature": 0.0, "top_p": 1.0}
+    assert all(bodies[0][k] == v for k, v in NEUTRAL_SAMPLING.items()) and "messages" not in bodies[0]
+    (answer_event,) = [e for e in events if isinstance(e, AnswerFinished)]
+    assert answer_event.answer == "7-ALPHA-9"
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["one server", "pool"])
+def test_a_server_without_raw_completions_is_one_line(tok, pool):
+    from fakeserver import FakeServer
+
+    from memagent_cli.errors import MemagentError
+    from memagent_cli.model.served.engine import OpenAIEngine
+    from memagent_cli.model.served.http import Connection
+    from memagent_cli.model.served.pool import ServedPool
+
+    chunks, stats = chunks_of(tok, document(8))
+    with FakeServer(completions=False) as server:
+        connection = Connection(model="fake-model", retries=2, backoff=0.01)
+        engine = ServedPool([server.url], connection) if pool else OpenAIEngine(server.url, connection)
+        try:
+            config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+            with pytest.raises(MemagentError) as caught:
+                list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+        finally:
+            engine.close()
+        assert server.stats.not_found == 1  # refused at once, no retry
+    message = str(caught.value)
+    assert "/v1/completions" in message and "HTTP 404" in message and "\n" not in message
+
+
+def test_ask_with_the_infmem_protocol_end_to_end(models, tmp_path):
+    """`memagent ask --protocol infmem` on a real (random) model: greedy by default, every step with
+    its planner's decision, the plain progress lines saying them; --early-stop 0 is a usage error."""
+    import json
+
+    from helpers import run_memagent
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(f"word{k % 37} plum{k % 11}." for k in range(250)), encoding="utf-8")
+    common = [doc, "What is the plum?", "-m", models["random"], "--chunk-tokens", "1000", "--memory-tokens", "8"]
+    result = run_memagent("ask", *common, "--answer-tokens", "8", "--protocol", "infmem", "--json", "--no-trace")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    settings = record["settings"]
+    assert (settings["protocol"], settings["early_stop"], settings["temperature"], settings["top_p"]) == ("infmem", 3, 0.0, 1.0)
+    steps = record["steps"]
+    assert len(steps) == -(-record["document_tokens"] // 1000) >= 2
+    # a random model writes neither STOP nor a call: every reply is call-less, opening a streak of 1
+    assert [s["decision"] for s in steps] == [{"action": "none", "searches": [], "stop_streak": 1}] * len(steps)
+    assert "plan 1: no search (streak 1/3)" in result.stderr
+    refused = run_memagent("ask", *common, "--protocol", "infmem", "--early-stop", "0")
+    assert refused.returncode == 2 and "--early-stop" in refused.stderr
