@@ -245,6 +245,31 @@ def test_a_run_sends_the_references_prompts_and_stops_at_the_third_stop_in_a_row
     assert (stopped.read, stopped.total, stopped.streak) == (5, len(chunks), 3)
 
 
+@pytest.mark.parametrize("done", [1, 3, 5])
+def test_a_resumed_run_goes_on_from_its_stored_steps_as_the_whole_run_did(tok, done):
+    """Steps stored as a trace keeps them (JSON) replace their calls: the memory, the search history
+    and the STOP streak go on from them, and every later prompt and the answer are the whole run's."""
+    import json
+
+    chunks, stats = chunks_of(tok, document(40))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+    whole = ScriptedEngine(Script(SCRIPT))
+    events = list(run_infmem(QUESTION, chunks, stats, whole, tok, config))
+    stored = json.loads(json.dumps([e.step.to_dict() for e in events if isinstance(e, StepFinished)]))
+    calls = 4 * done  # each step: the planner's two stages, the write's two
+    resumed = ScriptedEngine(Script(SCRIPT[calls:]))
+    again = list(run_infmem(QUESTION, chunks_of(tok, document(40))[0], stats, resumed, tok, config, stored[:done]))
+    assert [p for p, _ in resumed.script.asked] == [p for p, _ in whole.script.asked[calls:]]
+    replayed = [e for e in again if isinstance(e, StepFinished) and e.replayed]
+    assert [e.step.index for e in replayed] == list(range(1, done + 1))
+    steps_now = [e.step.to_dict()["decision"] for e in again if isinstance(e, StepFinished)]
+    assert steps_now == [s["decision"] for s in stored]
+    answer = [e for e in again if isinstance(e, AnswerFinished)][0]
+    assert answer.answer == "7-ALPHA-9"
+    (stopped,) = [e for e in again if isinstance(e, ReadingStopped)]
+    assert stopped.read == 5
+
+
 def test_a_run_reads_every_chunk_when_the_planner_never_stops(reference, tok):
     chunks, stats = chunks_of(tok, document(8))
     assert len(chunks) == 2
@@ -394,7 +419,42 @@ def test_ask_with_the_infmem_protocol_end_to_end(models, tmp_path):
     steps = record["steps"]
     assert len(steps) == -(-record["document_tokens"] // 1000) >= 2
     # a random model writes neither STOP nor a call: every reply is call-less, opening a streak of 1
-    assert [s["decision"] for s in steps] == [{"action": "none", "searches": [], "stop_streak": 1}] * len(steps)
+    decisions = [{k: v for k, v in s["decision"].items() if k != "reply"} for s in steps]
+    assert decisions == [{"action": "none", "searches": [], "stop_streak": 1}] * len(steps)
+    assert all(s["decision"]["reply"] for s in steps)  # the planner's whole reply, thinking included
     assert "plan 1: no search (streak 1/3)" in result.stderr
     refused = run_memagent("ask", *common, "--protocol", "infmem", "--early-stop", "0")
     assert refused.returncode == 2 and "--early-stop" in refused.stderr
+
+
+def test_an_interrupted_infmem_run_resumes_to_the_uninterrupted_result(models, tmp_path, spawned):
+    """Ctrl-C after two steps, then --resume: the index rebuilt from the re-read sources, the history
+    and streak restored from the trace, and the run ends as the uninterrupted one did."""
+    import json
+    import signal
+
+    from helpers import run_memagent, spawn_memagent
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(f"word{k % 37} plum{k % 11}." for k in range(500)), encoding="utf-8")
+    args = [doc, "What is the plum?", "-m", models["random"], "--protocol", "infmem"]
+    args += ["--chunk-tokens", "1000", "--memory-tokens", "8", "--answer-tokens", "8"]
+    whole = run_memagent("ask", *args, "--json", "--no-trace")
+    assert whole.returncode == 0, whole.stderr
+    proc = spawn_memagent("ask", *args)
+    spawned.append(proc)
+    steps = 0
+    while steps < 2:
+        line = proc.stderr.readline()
+        assert line, proc.stderr.read()
+        steps += line.startswith("step ")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    resumed = run_memagent("ask", "--resume", "last", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    first, again = json.loads(whole.stdout), json.loads(resumed.stdout)
+    assert len(again["steps"]) == len(first["steps"]) > 2
+    assert [s["decision"] for s in again["steps"]] == [s["decision"] for s in first["steps"]]
+    assert [s["memory"] for s in again["steps"]] == [s["memory"] for s in first["steps"]]
+    assert again["answer"] == first["answer"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypedDict, Union
+from typing import Any, Mapping, Sequence, TypedDict, Union
 
 from ..ingest.sources import Source
 from .chunking import Chunk, SpanDict
@@ -181,7 +181,20 @@ class Decision:
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "searches": [s.to_dict() for s in self.searches], "stop_streak": self.stop_streak}
+        return {
+            "action": self.action,
+            "searches": [s.to_dict() for s in self.searches],
+            "stop_streak": self.stop_streak,
+            "reply": self.reply,
+        }
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any], stop_at: int) -> "Decision":
+        """A decision as a trace keeps it (to_dict), for a resumed run."""
+        searches = tuple(
+            SearchMade(s["query"], s["top_k"], tuple(Retrieved(**unit) for unit in s["units"])) for s in record["searches"]
+        )
+        return cls(record["action"], searches, record["stop_streak"], record["reply"], stop_at=stop_at)
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,17 @@ template, as the reference renders them) and says what happens as events.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from bisect import bisect_right
-from typing import Generator, Iterable, Iterator, Sequence
+from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import MemagentError
 from ..model.engine import CompletionDone, Engine, RawPrompt
 from ..model.tokenizer import Tokenizer
 from . import infmem
-from .agent import call_raw, sampling_for
+from .agent import call_raw, replayed_step, sampling_for
 from .chunking import Chunk, IngestStats, Span
 from .config import AgentConfig
 from .events import (
@@ -128,8 +129,11 @@ def run_infmem(
     engine: Engine,
     tokenizer: Tokenizer,
     config: AgentConfig,
+    done_steps: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[Event]:
-    """InfMem over the whole input, then the final answer. `question` is already checked."""
+    """InfMem over the whole input, then the final answer. `question` is already checked.
+    `done_steps` are the stored steps of an interrupted run: their chunks are re-read and checked,
+    and the memory, the search history and the STOP streak go on from their decisions."""
     protocol = get_protocol(config.protocol)
     read = list(chunks)  # the search covers the whole input from step 1 (rule 6.1)
     if not read:
@@ -153,6 +157,15 @@ def run_infmem(
     streak = 0
     for chunk in read:
         s = chunk.index
+        if s <= len(done_steps):
+            stored = done_steps[s - 1]
+            decision = Decision.from_dict(stored["decision"], config.early_stop)
+            record = dataclasses.replace(replayed_step(chunk, stored, memory), decision=decision)
+            history += [(search.query, search.top_k) for search in decision.searches]
+            streak = decision.stop_streak
+            yield StepFinished(record, replayed=True)
+            memory = record.memory
+            continue
         yield StepStarted(s, chunk, total, chunk.end_token)
         history_text = infmem.history_text(s, total, history)
         planner = raw_chat(

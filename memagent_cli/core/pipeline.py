@@ -248,9 +248,7 @@ def _loop(
     other protocol shares."""
     if config.protocol != "infmem":
         return run_loop(question, chunks, stats, engine, tokenizer, config, done_steps)
-    if done_steps:
-        raise MemagentError("An InfMem run cannot be resumed yet.", "Run the question again.")
-    return run_infmem(question, chunks, stats, engine, tokenizer, config)
+    return run_infmem(question, chunks, stats, engine, tokenizer, config, done_steps)
 
 
 def run_question(

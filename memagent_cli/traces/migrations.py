@@ -125,6 +125,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN quotes TEXT;            -- JSON list of {source, start, end, step, location}
     """,
+    # 6: an InfMem step's planner decision (its reply, its searches' queries and the places of the
+    # units found, never their text), which --resume replays; NULL for every other protocol's steps.
+    """
+    ALTER TABLE steps ADD COLUMN decision TEXT;         -- JSON {action, searches, stop_streak, reply}
+    """,
 ]
 
 

@@ -53,7 +53,7 @@ RUN_COLUMNS = (
     "answer",
     "quotes",
 )
-JSON_COLUMNS = ("sources", "model", "settings", "spans", "quotes")
+JSON_COLUMNS = ("sources", "model", "settings", "spans", "quotes", "decision")
 UPDATABLE = (
     "document_tokens",
     "steps_total",
@@ -78,6 +78,7 @@ STEP_FIELDS = (
     "accepted_tokens",
     "seconds",
     "finish_reason",
+    "decision",  # InfMem's steps only: read back only where it is
 )
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
@@ -273,6 +274,8 @@ class TraceStore:
             raise ValueError(f"step needs index and memory, may have {', '.join(STEP_FIELDS)}; got {sorted(step)}")
         values = [step.get(name) for name in STEP_FIELDS]
         values[STEP_FIELDS.index("spans")] = _json(step.get("spans") or [])
+        if step.get("decision") is not None:
+            values[STEP_FIELDS.index("decision")] = _json(step["decision"])
         updates = ", ".join(f'"{name}" = excluded."{name}"' for name in STEP_FIELDS[1:])
         with self._write() as conn:
             self._require(conn, run_id)
@@ -361,7 +364,7 @@ class TraceStore:
             run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
             if with_steps:
                 run["steps"] = [
-                    _decode(row)
+                    _step(row)
                     for row in conn.execute(f'SELECT {_STEP_READ} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))
                 ]
         return run
@@ -554,6 +557,14 @@ def _decode(row: sqlite3.Row) -> dict[str, Any]:
         if out.get(name) is not None:
             out[name] = json.loads(out[name])
     return out
+
+
+def _step(row: sqlite3.Row) -> dict[str, Any]:
+    """A step as it was recorded: a `decision` only where the step has one (an InfMem step)."""
+    step = _decode(row)
+    if step.get("decision") is None:
+        step.pop("decision", None)
+    return step
 
 
 def _icontains(haystack: str | None, needle: str) -> bool:
