@@ -458,3 +458,24 @@ def test_an_interrupted_infmem_run_resumes_to_the_uninterrupted_result(models, t
     assert [s["decision"] for s in again["steps"]] == [s["decision"] for s in first["steps"]]
     assert [s["memory"] for s in again["steps"]] == [s["memory"] for s in first["steps"]]
     assert again["answer"] == first["answer"]
+
+
+def test_inspect_gives_infmem_a_range(models, tmp_path):
+    """inspect counts a planner call and a write per step, and gives the time if the planner stops
+    at step 3 (the earliest) beside the time of reading every chunk."""
+    import json
+
+    from helpers import run_memagent
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(f"word{k % 37} plum{k % 11}." for k in range(1500)), encoding="utf-8")
+    args = ["inspect", doc, "-m", models["random"], "--protocol", "infmem", "--chunk-tokens", "1000"]
+    result = run_memagent(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["steps_total"] >= 6 and report["calls"] == 2 * report["steps_total"] + 1
+    estimate = report["estimate"]
+    assert 0 < estimate["seconds_at_earliest_stop"] < estimate["seconds"] / 2
+    shown = run_memagent(*args, env={"COLUMNS": "300"})
+    assert "if the planner stops at step 3, up to ~" in shown.stdout + shown.stderr
+    assert "(a planner call and a memory write each)" in shown.stdout + shown.stderr

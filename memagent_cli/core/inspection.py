@@ -91,6 +91,7 @@ START_SECONDS = 1.5  # imports, reading the vocabulary, making the context (B1 m
 # run-to-run spread on an idle machine (B12: one job, nothing else running, took 145 s then 189 s), and
 # what the model cannot see
 CALIBRATION_MARGIN = 0.4
+HISTORY_LINE_TOKENS = 25  # an InfMem planner prompt grows by one retrieval-history line a step (the reference: ~25 tokens)
 CALIBRATION_RUNS = 10  # the latest runs of the model on this device that calibrate the estimate
 DEFAULT_MODEL_BYTES = 4.68e9  # the default model, 7B at Q4_K_M, when only a vocabulary is given
 DEFAULT_KV_BYTES_PER_TOKEN = 57_344  # the default 7B's K and V at f16: 28 layers x 4 heads x 128 x 2 x 2 bytes
@@ -137,7 +138,7 @@ class Report:
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
             "steps_total": self.steps,
-            "calls": self.steps + 1,
+            "calls": (2 if self.protocol == "infmem" else 1) * self.steps + 1,
             "context": self.context,
             "estimate": self.estimate,
         }
@@ -208,14 +209,17 @@ def context_plan(report: Report, sequences: int) -> dict[str, Any]:
     }
 
 
-def step_shapes(report: Report) -> list[tuple[int, int]]:
+def step_shapes(report: Report, stop_after: int | None = None) -> list[tuple[int, int]]:
     """The model calls a run makes, as (prompt tokens, tokens generated at most): every memory
-    update writes its full budget, and the answer its own."""
+    update writes its full budget, and the answer its own. InfMem's: a planner and a write per
+    step, each thinking its whole budget; `stop_after`: the planner ends the reading at that step."""
     question = report.question or ""
     config = AgentConfig.with_protocol(report.protocol, chunk_tokens=report.chunk_tokens, memory_tokens=report.memory_tokens)
     protocol = get_protocol(report.protocol)
     asked = 0 if report.question else 30  # no question given: one of 30 tokens
     tokens = report.prep.tokenizer
+    if report.protocol == "infmem":
+        return _infmem_shapes(report, config, asked, stop_after)
     step_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, "", ""))) + asked
     first_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, protocol.initial_memory, ""))) + asked
     final_fixed = len(report.chat.encode(tokens, protocol.final_prompt(question, "", config.final, ""))) + asked
@@ -225,6 +229,31 @@ def step_shapes(report: Report) -> list[tuple[int, int]]:
     calls = [(prompt, report.memory_tokens) for prompt in prompts]
     if calls:
         calls.append((final_fixed + report.memory_tokens, config.answer_tokens))
+    return calls
+
+
+def _infmem_shapes(report: Report, config: AgentConfig, asked: int, stop_after: int | None) -> list[tuple[int, int]]:
+    """InfMem's calls (its prompts are rendered whole, no chat template): before step s a planner
+    reading the question, the search history (a line a step) and the memory; a write reading the
+    four units found, the chunk and the memory; both stages of thinking as one call."""
+    from . import infmem
+
+    encode = report.prep.tokenizer.encode
+    question = report.question or ""
+    memory = report.memory_tokens
+    think = infmem.THINKING_TOKENS
+    planner = len(encode(infmem.planner_text(question, infmem.history_text(1, 1, []), ""))) + asked
+    write = len(encode(infmem.memory_text(question, "", "", ""))) + asked + infmem.RESULTS * infmem.UNIT_TOKENS
+    final = len(encode(infmem.final_text(question, ""))) + asked
+    chunks = report.chunk_sizes or _even_chunks(report.stats.document_tokens, report.chunk_tokens)
+    calls: list[tuple[int, int]] = []
+    for s, chunk in enumerate(chunks, 1):
+        calls.append((planner + HISTORY_LINE_TOKENS * (s - 1) + memory, think + memory))
+        if stop_after is not None and s >= stop_after:
+            break
+        calls.append((write + chunk + memory, think + memory))
+    if calls:
+        calls.append((final + memory, think + config.answer_tokens))
     return calls
 
 
@@ -267,6 +296,8 @@ def measured_factor(
         model, settings = run.get("model") or {}, run.get("settings") or {}
         device = str(settings.get("device") or "")
         if model.get("path") != path or model.get("size") != info.file_size or "engine" in settings:
+            continue
+        if settings.get("protocol") == "infmem":  # a step's seconds there are two calls' (planner and write)
             continue
         if device.startswith("GPU") != gpu or not device:
             continue
@@ -316,8 +347,18 @@ def estimate(report: Report, runs: Sequence[Mapping[str, Any]] | None = None) ->
         source = "speeds measured on memagent's reference machine (2 cores), scaled by model size and cores"
     else:
         source = f"speeds measured in this machine's last {factor[1]} run{'s' if factor[1] > 1 else ''} of this model"
+    early: dict[str, Any] = {}
+    if report.protocol == "infmem" and report.steps >= 3:
+        from .infmem import EARLY_STOP
+
+        fewest = run_seconds(speeds, step_shapes(report, stop_after=EARLY_STOP), weights, kv)
+        seconds_early = sum(fewest) * scale + START_SECONDS + model_bytes / LOAD_BYTES_PER_SECOND
+        # the planner may end the reading at its third STOP in a row: at step 3 at the earliest
+        early = {"seconds_at_earliest_stop": round(min(seconds, seconds_early), 1)}
+        source += "; infmem: a planner call and a write per step, each thinking its whole budget"
     return {
         "seconds": round(seconds, 1),
+        **early,
         "device": "GPU" if gpu else f"CPU ({cores} cores)",
         "prompt_tokens_per_second": round(step_prompt / (one[0] * scale), 1),
         "generation_tokens_per_second": round(step_generated / (one[1] * scale), 2),

@@ -48,11 +48,18 @@ def render_inspection(report: Report) -> Group:
             ("document  ", "bold"),
             f"{report.stats.document_tokens:,} tokens → ",
             (f"{report.steps} step{'' if report.steps == 1 else 's'}", "bold"),
-            f" of {report.chunk_tokens:,} tokens + 1 final answer",
+            f" of {report.chunk_tokens:,} tokens"
+            + (" (a planner call and a memory write each)" if report.protocol == "infmem" else "")
+            + " + 1 final answer",
         ),
         _context_line(report.context),
         Text.assemble(
             ("estimate  ", "bold"),
+            (
+                f"~{_duration(est['seconds_at_earliest_stop'])} if the planner stops at step 3, "
+                if "seconds_at_earliest_stop" in est
+                else ""
+            ),
             f"up to ~{_duration(est['seconds'])} on {est['device']}",
             (f"\n          assumes {est['assumes']}", "dim"),
         ),
