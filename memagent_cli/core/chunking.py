@@ -23,6 +23,7 @@ import queue
 import re
 import threading
 import unicodedata
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypedDict, Union
 
@@ -127,8 +128,9 @@ class Chunk:
     spans: tuple[Span, ...]
     end_token: int  # document tokens read up to and including this chunk
     anchors: tuple[Anchor, ...] = ()  # one per piece of laid-out text in the chunk, in order
-    # the chunk's ids (InfMem cuts its retrieval units from them); not part of a chunk's identity
-    ids: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    # the chunk's ids (InfMem cuts its retrieval units from them), 4 bytes each: an InfMem run holds
+    # every chunk of its input; not part of a chunk's identity
+    ids: Sequence[int] = field(default=(), repr=False, compare=False)
 
     def describe(self) -> str:
         """Where the chunk's text came from, e.g. "report.pdf pp. 3–5; notes.txt chars 0–900"."""
@@ -424,7 +426,7 @@ def iter_chunks(
             _spans(placed, start, end, sources),
             tokens_done,
             _anchors(placed, start, data),
-            tuple(ids),
+            array("I", ids),
         )
         chunk_start = end
         placed = [p for p in placed if p.end > end]
