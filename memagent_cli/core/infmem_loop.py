@@ -84,7 +84,7 @@ def _cost(done: Sequence[CompletionDone]) -> tuple[int, int, float, float]:
     )
 
 
-class _Units:
+class RetrievalUnits:
     """The retrieval units (rule 1.2): the input's ids cut every 500 tokens, each decoded alone,
     and where each begins in the sources."""
 
@@ -152,7 +152,7 @@ def run_infmem(
         tuple(stats.source_pages),
         tuple(stats.source_units),
     )
-    units = _Units(read, tokenizer)
+    units = RetrievalUnits(read, tokenizer)
     search = infmem.Search(units.texts)
     calls = _Calls(engine, config)
     memory = protocol.initial_memory
