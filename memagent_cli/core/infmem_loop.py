@@ -11,7 +11,6 @@ template, as the reference renders them) and says what happens as events.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from array import array
 from bisect import bisect_right
@@ -236,9 +235,3 @@ def run_infmem(
         seconds=time.perf_counter() - started,
     )
 
-
-def steps_range(document_tokens: int, chunk_tokens: int, early_stop: int) -> tuple[int, int]:
-    """The fewest and most memory writes a run can make: the planner may end the reading at step
-    `early_stop` (no chunk written when it is 1), or read every chunk."""
-    steps = math.ceil(document_tokens / chunk_tokens)
-    return min(steps, early_stop - 1), steps
