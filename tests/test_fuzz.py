@@ -23,6 +23,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import io
 import os
@@ -32,10 +33,11 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 import traceback
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -59,8 +61,11 @@ from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_s
 VOCAB = SHARED / "fixtures" / "ggml-vocab-qwen2.gguf"
 REPRO_DIR = Path(tempfile.gettempdir()) / "memagent-fuzz"
 
-# Seconds one PDF may take to read before the test calls it a hang.
+# Seconds of CPU one PDF may take to read before the test calls it a hang: the reading thread's own
+# CPU time, so a busy machine (the suite beside two busy loops) does not make a slow read a hang; and
+# the wall-clock seconds after which a thread that waits without working is one.
 PDF_TIMEOUT = 10.0
+PDF_WALL_LIMIT = 300.0
 
 
 # For a longer hunt by hand: MEMAGENT_FUZZ_SCALE=20 multiplies the examples, and
@@ -69,10 +74,12 @@ FUZZ_SCALE = float(os.environ.get("MEMAGENT_FUZZ_SCALE", "1"))
 FUZZ_RANDOM = os.environ.get("MEMAGENT_FUZZ_RANDOM") == "1"
 
 
-def fuzz_settings(max_examples: int, deadline_s: float) -> settings:
+def fuzz_settings(max_examples: int) -> settings:
+    """No wall-clock deadline: a busy machine would fail it. An example's time is bounded in the CPU
+    time of the thread that runs it (`cpu_deadline`), or of the thread reading a PDF (read_pdf_bounded)."""
     return settings(
         max_examples=max(1, int(max_examples * FUZZ_SCALE)),
-        deadline=timedelta(seconds=deadline_s),
+        deadline=None,
         derandomize=not FUZZ_RANDOM,  # by default the same examples on every run: CI stays deterministic
         database=None,
         print_blob=False,
@@ -80,6 +87,23 @@ def fuzz_settings(max_examples: int, deadline_s: float) -> settings:
         # it, and keep their own scratch folders per example.
         suppress_health_check=[HealthCheck.function_scoped_fixture],
     )
+
+
+def cpu_deadline(seconds: float) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Fails an example that takes more than `seconds` of its thread's CPU time (a runaway parse, a
+    quadratic loop), whatever else the machine does: wall-clock time would count the neighbours too."""
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(test)
+        def bounded(*args: object, **kwargs: object) -> None:
+            started = time.thread_time()
+            test(*args, **kwargs)
+            spent = time.thread_time() - started
+            assert spent <= seconds, f"the example took {spent:.1f} s of CPU (the bound: {seconds} s)"
+
+        return bounded
+
+    return wrap
 
 
 @contextlib.contextmanager
@@ -331,11 +355,12 @@ class Trickle:
 # 1. Text files
 
 
-@fuzz_settings(max_examples=200, deadline_s=2)
+@fuzz_settings(max_examples=200)
 @given(data=text_bytes, block_size=block_sizes, sniff=st.sampled_from([5, 16, 8 * 1024]))
 @example(data=b"\r\xe2\x82abcdefg", block_size=3, sniff=8 * 1024)  # held "\r" + held bytes: BLOCK_SIZE + 2
 @example(data=codecs.BOM_UTF16_LE + b"\x00", block_size=1, sniff=8 * 1024)  # odd UTF-16 tail
 @example(data=b"ab\0", block_size=7, sniff=8 * 1024)  # binary
+@cpu_deadline(2)
 def test_text_file_streams_like_one_shot_decode(scratch, data, block_size, sniff):
     path = scratch / "doc.txt"
     path.write_bytes(data)
@@ -377,11 +402,12 @@ def test_text_file_streams_like_one_shot_decode(scratch, data, block_size, sniff
 # 2. Standard input
 
 
-@fuzz_settings(max_examples=200, deadline_s=2)
+@fuzz_settings(max_examples=200)
 @given(data=text_bytes, block_size=block_sizes, reads=st.lists(st.integers(1, 5), max_size=4))
 @example(data=codecs.BOM_UTF32_LE + "x".encode("utf-32-le"), block_size=1, reads=[1])  # BOM over 4 reads
 @example(data=b"a\r", block_size=2, reads=[1])
 @example(data=b"abcdefghijk", block_size=5, reads=[1, 1, 1, 5])  # 8 characters: BLOCK_SIZE + 3 (the docstring said + 1)
+@cpu_deadline(2)
 def test_stdin_reads_like_the_file(scratch, data, block_size, reads):
     (source,) = collect_sources([], stdin_is_piped=True, warn=lambda note: None)
     expected = reference_decode(data)
@@ -491,13 +517,14 @@ def segments_of(text: str, cuts: list[int], index: int) -> list[Segment]:
     return [Segment(index, text[a:b], a) for a, b in zip(points, points[1:])]
 
 
-@fuzz_settings(max_examples=200, deadline_s=5)
+@fuzz_settings(max_examples=200)
 @given(
     texts=st.lists(chunk_text, min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 10_000), max_size=8),
     chunk_tokens=st.integers(3, 50),
     min_block_chars=st.integers(1, 64),
 )
+@cpu_deadline(5)
 def test_streamed_chunks_equal_whole_text_tokenization(tokenizer, texts, cuts, chunk_tokens, min_block_chars):
     titles = [f"doc{i}.txt" for i in range(len(texts))]
     document = reference_document(texts, titles)
@@ -660,7 +687,7 @@ _hung: set[bytes] = set()  # PDFs whose reading did not finish: their threads ar
 
 
 def read_pdf_bounded(data: bytes, path: Path, password: str | None = None) -> tuple[list[Segment], list[str]]:
-    """collect_sources + read_source on a PDF in a worker thread, within PDF_TIMEOUT seconds.
+    """collect_sources + read_source on a PDF in a worker thread, within PDF_TIMEOUT seconds of its CPU.
 
     Returns the segments and notes, or re-raises MemagentError; any other exception, or a
     hang, fails the test with the input saved to a file. (A thread cannot be killed: a hung
@@ -686,11 +713,23 @@ def read_pdf_bounded(data: bytes, path: Path, password: str | None = None) -> tu
 
     worker = threading.Thread(target=work, daemon=True, name="fuzz-pdf")
     worker.start()
-    worker.join(PDF_TIMEOUT)
-    if worker.is_alive():
-        _hung.add(data)
-        saved = _save_reproducer(data, "hang")
-        pytest.fail(f"reading a PDF did not finish in {PDF_TIMEOUT} s; saved as {saved}")
+    started = time.monotonic()
+    clock = None
+    if hasattr(time, "pthread_getcpuclockid") and worker.ident is not None:
+        try:
+            clock = time.pthread_getcpuclockid(worker.ident)
+        except OSError:  # it has finished already
+            pass
+    while worker.is_alive():
+        worker.join(0.1)
+        try:
+            spent = time.clock_gettime(clock) if clock is not None else time.monotonic() - started
+        except OSError:  # the thread ended between the two calls: its clock went with it
+            break
+        if worker.is_alive() and (spent > PDF_TIMEOUT or time.monotonic() - started > PDF_WALL_LIMIT):
+            _hung.add(data)
+            saved = _save_reproducer(data, "hang")
+            pytest.fail(f"reading a PDF did not finish in {PDF_TIMEOUT} s of CPU; saved as {saved}")
     error = outcome.get("error")
     if isinstance(error, MemagentError):
         raise error
@@ -717,7 +756,7 @@ def check_pdf_segments(segments: list[Segment], notes: list[str]) -> str:
 
 
 @pytest.mark.filterwarnings("ignore")  # pypdf warns about the damage it meets; that is expected
-@fuzz_settings(max_examples=100, deadline_s=PDF_TIMEOUT + 5)
+@fuzz_settings(max_examples=100)
 @given(base=st.sampled_from(["plain", "compressed", "encrypted"]), ops=st.lists(mutation, min_size=1, max_size=4))
 def test_damaged_pdf_gives_text_or_memagent_error(scratch, base_pdfs, base, ops):
     data = base_pdfs[base]
@@ -817,7 +856,7 @@ unicode_dest = st.one_of(
 
 
 @pytest.mark.filterwarnings("ignore")
-@fuzz_settings(max_examples=60, deadline_s=PDF_TIMEOUT + 5)
+@fuzz_settings(max_examples=60)
 @given(dests=st.lists(unicode_dest, min_size=1, max_size=4))
 @example(dests=[b"D800"])  # pypdf decodes CMap targets with "surrogatepass": a lone surrogate
 @example(dests=[b"D83D", b"DE00"])  # the two halves of 😀 from two codes: one character
@@ -951,10 +990,11 @@ patterns = st.lists(
 )
 
 
-@fuzz_settings(max_examples=100, deadline_s=5)
+@fuzz_settings(max_examples=100)
 @given(entries=trees(), include=patterns, exclude=patterns)
 # A name that is not UTF-8 came back as a title with a lone surrogate, which crashed chunking.
 @example(entries=[(("\udc80",), "file", b"text", 0), (("b",), "file", b"more", 0)], include=[], exclude=[])
+@cpu_deadline(5)
 def test_folder_of_random_names_is_collected_in_order(scratch, entries, include, exclude):
     root = Path(tempfile.mkdtemp(dir=scratch))
     try:
@@ -989,7 +1029,7 @@ def _stays_inside(path: str) -> bool:
     return not path.startswith("/") and ".." not in path.split("/")
 
 
-@fuzz_settings(max_examples=100, deadline_s=2)
+@fuzz_settings(max_examples=100)
 @given(
     paths=st.lists(
         st.one_of(
@@ -1002,6 +1042,7 @@ def _stays_inside(path: str) -> bool:
 )
 @example(paths=["a\0b"])  # os.stat raises ValueError, not OSError, for a NUL in a path
 @example(paths=["\ud800"])  # ... and UnicodeEncodeError for a surrogate that no file name byte gives
+@cpu_deadline(2)
 def test_any_named_path_gives_sources_or_memagent_error(scratch, paths):
     folder = scratch / "named"
     (folder / "sub").mkdir(parents=True, exist_ok=True)
