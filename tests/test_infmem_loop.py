@@ -479,3 +479,33 @@ def test_inspect_gives_infmem_a_range(models, tmp_path):
     shown = run_memagent(*args, env={"COLUMNS": "300"})
     assert "if the planner stops at step 3, up to ~" in shown.stdout + shown.stderr
     assert "(a planner call and a memory write each)" in shown.stdout + shown.stderr
+
+
+def test_the_live_view_and_the_progress_lines_say_each_decision_and_the_early_stop(tok):
+    import io
+
+    from rich.console import Console
+
+    from memagent_cli.cli.views.live import LiveView, PlainProgress
+
+    chunks, stats = chunks_of(tok, document(40))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+    events = list(run_infmem(QUESTION, chunks, stats, ScriptedEngine(Script(SCRIPT)), tok, config))
+    first = [e for e in events if isinstance(e, StepPlanned)][0].decision.searches[0]
+    where = "; ".join(dict.fromkeys(r.location for r in first.found))
+    console = Console(file=io.StringIO(), record=True, force_terminal=True, width=400)
+    view = LiveView(console, fps=1000)
+    with view:
+        for event in events:
+            view.handle(event)
+    shown = console.export_text()
+    assert f"plan step 1  search 'launch code PLUM' found {where}" in shown
+    assert "plan step 2  STOP 1/3" in shown and "plan step 4  no search (streak 1/3)" in shown
+    assert f"stopped early after 5 of {len(chunks)} chunks (STOP 3 times in a row)" in shown
+    out = io.StringIO()
+    plain = PlainProgress(Console(file=out, force_terminal=False, width=400))
+    for event in events:
+        plain.handle(event)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"plan 1: search 'launch code PLUM' found {where}" and lines[1].startswith("step 1/")
+    assert lines[-1] == f"stopped early after 5 of {len(chunks)} chunks (STOP 3 times in a row)"

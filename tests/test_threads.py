@@ -121,11 +121,15 @@ def test_a_runs_threads_follow_the_cores_its_neighbours_leave_free(monkeypatch):
     engine = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0)
     fixed = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=2)
     try:
+        import llama_cpp
+
         seen = []
         for message in codeword_prompts(4):
             assert reply(engine, message).text == reply(fixed, message).text
-            seen.append(engine.threads)
-        assert seen == [2, 1, 1, 2] and fixed.threads == 2
+            ctx = engine._model().ctx
+            # the prompt is read on as many threads: a second one spun against the neighbour too
+            seen.append((llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)))
+        assert seen == [(2, 2), (1, 1), (1, 1), (2, 2)] and fixed.threads == 2
     finally:
         engine.close()
         fixed.close()

@@ -234,4 +234,3 @@ def run_infmem(
         generated_tokens=sum(d.completion_tokens for d in answered),
         seconds=time.perf_counter() - started,
     )
-

@@ -164,6 +164,10 @@ class LlamaEngine:
         # Threads chosen here (not given) follow the cores other work leaves free, step by step:
         # the CPU clocks when the last reply began (see _follow_free_cores).
         self._clock = cpu_times() if threads is None and not self.on_gpu and sequences == 1 else None
+        # Prompts are read on every core, except where threads follow the free cores: there, beside
+        # a busy neighbour, a second thread read slower than one (B7: 45.1 against 51.9 tok/s), and
+        # two memagent runs each reading on both cores spun against each other.
+        self.threads_batch = self.threads if self._clock is not None else max(self.threads, available_cores())
         # Flash attention: measured slower on CPU (25 vs 36 tok/s at a 5,500-token context, 2 cores),
         # so only where layers run on a GPU unless asked.
         self.flash_attn = self.on_gpu if flash_attn is None else flash_attn
@@ -190,7 +194,7 @@ class LlamaEngine:
                 sequences=sequences,
                 n_ctx=n_ctx,
                 threads=self.threads,
-                threads_batch=max(self.threads, available_cores()),
+                threads_batch=self.threads_batch,
                 flash_attn=self.flash_attn,
                 speculate=self.speculate,
             )
@@ -232,7 +236,7 @@ class LlamaEngine:
                     n_ubatch=PROMPT_PART,
                     n_gpu_layers=self.gpu_layers,
                     n_threads=self.threads,
-                    n_threads_batch=max(self.threads, available_cores()),
+                    n_threads_batch=self.threads_batch,
                     flash_attn=self.flash_attn,
                     verbose=True,
                 )
@@ -283,7 +287,7 @@ class LlamaEngine:
         return chain
 
     def _follow_free_cores(self, llm: llama_cpp.Llama) -> None:
-        """Generation threads for this reply: the cores other work left free since the last one
+        """Threads for this reply (generation and the prompt): the cores other work left free since the last one
         began (the CPU clocks over that time, this process's own use left out). A long run chose
         its threads once, from 0.1 s at its start; a neighbour that started later then met two
         threads spinning against it, which B7 measured at 0.58x of one (and in the suite, a run of
@@ -300,8 +304,8 @@ class LlamaEngine:
         self._clock = now
         wanted = threads_for(now.cores, busy)
         if wanted != self.threads:
-            llama_cpp.llama_set_n_threads(llm.ctx, wanted, max(wanted, available_cores()))
-            self.threads = wanted
+            llama_cpp.llama_set_n_threads(llm.ctx, wanted, wanted)
+            self.threads = self.threads_batch = wanted
 
     def _grammar(self, json_schema: str) -> llama_cpp.llama_sampler_p:
         """A sampler that allows only JSON matching `json_schema` (llama-cpp-python's conversion of
