@@ -509,3 +509,54 @@ def test_the_live_view_and_the_progress_lines_say_each_decision_and_the_early_st
     lines = out.getvalue().splitlines()
     assert lines[0] == f"plan 1: search 'launch code PLUM' found {where}" and lines[1].startswith("step 1/")
     assert lines[-1] == f"stopped early after 5 of {len(chunks)} chunks (STOP 3 times in a row)"
+
+
+def _served_infmem(request: dict) -> str:
+    """A served InfMem that behaves as the trained one should: it searches until its memory holds the
+    launch code, then says STOP; a write keeps the code where the chunk or the passages show it."""
+    prompt = request["prompt"]
+    head, _, reply = prompt.rpartition("<|im_start|>assistant\n")
+    if reply:  # stage two: the first stage closed its thinking and ended
+        return ""
+    if "You are a Retrieval Planner." in head:
+        memory = head.rpartition("CURRENT MEMORY:\n")[2]
+        if "7-ALPHA-9" in memory:
+            return "<think>\nThe memory has the code.\n</think>\n\nSTOP"
+        return '<think>\nSearch.\n</think>\n\n\u273fFUNCTION\u273f: retrievesearch\n\u273fARGS\u273f: {"query": "launch code"}'
+    if "<recurrent_chunk>" in head:
+        seen = head.partition("<retrieved_chunk>")[2].partition("<memory>")[0]
+        memory = head.rpartition("<memory>\n")[2].partition("\n</memory>")[0]
+        if "7-ALPHA-9" in seen:
+            memory = "The launch code of the PLUM project is 7-ALPHA-9."
+        return f"<think>\nUpdating.\n</think>\n\n{memory}"
+    return "<think>\nFrom memory.\n</think>\n\nTherefore, the answer is 7-ALPHA-9."
+
+
+def test_a_served_run_stops_early_and_quotes_the_passage_its_search_found(tmp_path):
+    """Over a served model (a real HTTP server on 127.0.0.1): the search finds the code on page 35 at
+    step 1, three STOPs end the reading after 3 chunks of many, and the quote is the code's sentence,
+    read only in the retrieved passage, located in the file's own text."""
+    import json
+
+    from fakeserver import FakeServer
+    from helpers import run_memagent
+
+    pages = document(40)
+    pages[34] = pages[34].rstrip("\n") + " The launch code of the PLUM project is 7-ALPHA-9.\n"
+    pages[8] = pages[8].replace(" The launch code of the PLUM project is 7-ALPHA-9.", "")
+    doc = tmp_path / "report.txt"
+    doc.write_text("".join(pages), encoding="utf-8")
+    vocab = shared_path("fixtures", "ggml-vocab-qwen2.gguf")
+    with FakeServer(reply=_served_infmem) as server:
+        args = ["--engine", "openai", "--base-url", server.url, "--tokenizer", vocab, "--protocol", "infmem"]
+        result = run_memagent("ask", doc, QUESTION, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    total = -(-record["document_tokens"] // 5000)
+    assert record["answer"] == "7-ALPHA-9" and total >= 7
+    assert [s["decision"]["action"] for s in record["steps"]] == ["search", "stop", "stop"]
+    assert f"stopped early after 3 of {total} chunks (STOP 3 times in a row)" in result.stderr
+    (quote, *_) = record["quotes"]
+    text = doc.read_text(encoding="utf-8")
+    assert "7-ALPHA-9" in quote["text"] and text[quote["start"] : quote["end"]] == quote["text"]
+    assert quote["start"] > sum(len(p) for p in pages[:34]) and quote["step"] == 1

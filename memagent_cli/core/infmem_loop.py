@@ -21,7 +21,7 @@ from ..model.engine import CompletionDone, Engine, RawPrompt
 from ..model.tokenizer import Tokenizer
 from . import infmem
 from .agent import call_raw, replayed_step, sampling_for
-from .chunking import Chunk, IngestStats, Span
+from .chunking import Anchor, Chunk, IngestStats, Span
 from .config import AgentConfig
 from .events import (
     AnswerFinished,
@@ -234,3 +234,38 @@ def run_infmem(
         generated_tokens=sum(d.completion_tokens for d in answered),
         seconds=time.perf_counter() - started,
     )
+
+
+def units_read(step: StepRecord, chunks: Sequence[Chunk], tokenizer: Tokenizer) -> list[Chunk]:
+    """The retrieved units a step's memory write read beside its chunk (its last search's), each as
+    a chunk of its own: the text it holds and the anchors that place it, numbered as the step. The
+    quotes are drawn from them as from the chunks: a run that stopped early may have found its
+    answer only there, in a part of the input it never read in order."""
+    if step.decision is None or not step.decision.searches:
+        return []
+    starts = [c.end_token - c.tokens for c in chunks]
+
+    def chars(ids: Sequence[int]) -> int:
+        return len(tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")) if ids else 0
+
+    out = []
+    for unit in step.decision.searches[-1].found:
+        k = bisect_right(starts, unit.start_token) - 1
+        if k < 0:
+            continue
+        chunk = chunks[k]
+        lo = chars(chunk.ids[: unit.start_token - starts[k]])
+        hi = chars(chunk.ids[: unit.end_token - starts[k]])
+        anchors = []
+        for a in chunk.anchors:
+            if a.at >= hi:
+                break
+            if a.at <= lo:  # the run the unit begins in: from the unit's first character
+                offset = a.offset + (lo - a.at) if a.source is not None else a.offset
+                anchors = [Anchor(0, a.source, offset, a.place)]
+            else:
+                anchors.append(Anchor(a.at - lo, a.source, a.offset, a.place))
+        out.append(
+            Chunk(step.index, chunk.text[lo:hi], unit.end_token - unit.start_token, chunk.spans, unit.end_token, tuple(anchors))
+        )
+    return out

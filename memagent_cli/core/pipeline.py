@@ -46,7 +46,7 @@ from .events import (
     StepFinished,
     StepRecord,
 )
-from .infmem_loop import run_infmem
+from .infmem_loop import run_infmem, units_read
 from .memdiff import evidence_steps
 from .quotes import Quote, find_quotes
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
@@ -284,9 +284,10 @@ def run_question(
         for event in _loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
-                if event.step.memory == event.step.previous_memory:
+                if event.step.memory == event.step.previous_memory and config.protocol != "infmem":
                     # added nothing, so it is no evidence step: its text is not kept for the quotes
-                    # (a long input's many readings that change nothing hold no memory)
+                    # (a long input's many readings that change nothing hold no memory). InfMem
+                    # holds every chunk anyway, and an evidence step may have read any of them.
                     read.pop(event.step.index, None)
             elif isinstance(event, AnswerFinished):
                 answer = event
@@ -466,6 +467,9 @@ def _result(
     read = read or {}
     form = getattr(prep.tokenizer, "normal_form", None)
     evidence_chunks = [read[i] for i in sorted(chosen) if i in read]
+    if config.protocol == "infmem":  # what its evidence steps found by searching, beside their chunks
+        ordered = [read[i] for i in sorted(read)]
+        evidence_chunks += [unit for s in evidence for unit in units_read(s, ordered, prep.tokenizer)]
 
     def quoted(said: str) -> list[Quote]:
         return find_quotes(said, memory, evidence_chunks, sources, stats.source_starts, form)
