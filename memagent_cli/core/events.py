@@ -254,7 +254,8 @@ class StepRecord:
 
     @property
     def seconds(self) -> float:
-        return self.prompt_seconds + self.generate_seconds
+        """The step's time: its memory write's, and its planner's where it has one (InfMem)."""
+        return self.prompt_seconds + self.generate_seconds + (self.decision.seconds if self.decision is not None else 0.0)
 
     def to_dict(self) -> StepDict:
         """The one shape of a step wherever it is printed or stored (docs/JSON.md, "step")."""

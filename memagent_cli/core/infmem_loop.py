@@ -124,6 +124,49 @@ def _location(chunk: Chunk, at: int) -> str:
     return chunk.describe()
 
 
+class _Reading:
+    """A run's state beside its memory (rule 1.3): the units and their index, the planner's calls,
+    the search history and the STOP streak."""
+
+    def __init__(self, chunks: Sequence[Chunk], tokenizer: Tokenizer, engine: Engine, config: AgentConfig):
+        self.units = RetrievalUnits(chunks, tokenizer)
+        self.search = infmem.Search(self.units.texts)
+        self.calls = _Calls(engine, config)
+        self.early_stop = config.early_stop
+        self.planner_budget = config.memory_tokens
+        self.history: list[tuple[str, object]] = []
+        self.streak = 0
+
+    def replayed(self, decision: Decision) -> Decision:
+        """A stored step's decision, taken into the history and the streak as if made now."""
+        self.history += [(search.query, search.top_k) for search in decision.searches]
+        self.streak = decision.stop_streak
+        return decision
+
+    def plan(self, s: int, total: int, question: str, memory: str) -> Generator[Event, None, Decision]:
+        """Step s's planner call, read (rule 1.5): its searches made and logged, the streak counted."""
+        history = infmem.history_text(s, total, self.history)
+        asked = infmem.PLANNER_PROMPT.format(prompt=question, retrieval_history=history, memory=memory)
+        reply, planned = yield from self.calls.think(
+            raw_chat(infmem.TOOL_SYSTEM, asked), 2 * s - 1, s, self.planner_budget, False
+        )
+        plan = infmem.read_plan(reply, question)
+        searches = []
+        for query, top_k in plan.searches:
+            self.history.append((query, top_k))
+            searches.append(SearchMade(query, top_k, tuple(self.units.retrieved(u) for u in self.search.top(query))))
+        self.streak = infmem.stop_streak(self.streak, plan)
+        tokens, generated, prompt_s, generate_s = _cost(planned)
+        action = "stop" if plan.stop else "search" if searches else "none"
+        return Decision(action, tuple(searches), self.streak, reply, tokens, generated, prompt_s + generate_s, self.early_stop)
+
+    def retrieved(self, decision: Decision) -> str:
+        """The block the memory write reads: the last search's units (rule 1.7), or nothing."""
+        if not decision.searches:
+            return ""
+        return infmem.retrieved_block([self.units.texts[r.unit] for r in decision.searches[-1].found])
+
+
 def run_infmem(
     question: str,
     chunks: Iterable[Chunk],
@@ -151,54 +194,26 @@ def run_infmem(
         tuple(stats.source_pages),
         tuple(stats.source_units),
     )
-    units = RetrievalUnits(read, tokenizer)
-    search = infmem.Search(units.texts)
-    calls = _Calls(engine, config)
+    reading = _Reading(read, tokenizer, engine, config)
     memory = protocol.initial_memory
-    history: list[tuple[str, object]] = []
-    streak = 0
     for chunk in read:
         s = chunk.index
         if s <= len(done_steps):
             stored = done_steps[s - 1]
-            decision = Decision.from_dict(stored["decision"], config.early_stop)
+            decision = reading.replayed(Decision.from_dict(stored["decision"], config.early_stop))
             record = dataclasses.replace(replayed_step(chunk, stored, memory), decision=decision)
-            history += [(search.query, search.top_k) for search in decision.searches]
-            streak = decision.stop_streak
             yield StepFinished(record, replayed=True)
             memory = record.memory
             continue
         yield StepStarted(s, chunk, total, chunk.end_token)
-        history_text = infmem.history_text(s, total, history)
-        planner = raw_chat(
-            infmem.TOOL_SYSTEM, infmem.PLANNER_PROMPT.format(prompt=question, retrieval_history=history_text, memory=memory)
-        )
-        reply, planned = yield from calls.think(planner, 2 * s - 1, s, config.memory_tokens, stream=False)
-        plan = infmem.read_plan(reply, question)
-        searches: list[SearchMade] = []
-        for query, top_k in plan.searches:
-            history.append((query, top_k))
-            searches.append(SearchMade(query, top_k, tuple(units.retrieved(u) for u in search.top(query))))
-        streak = infmem.stop_streak(streak, plan)
-        p_tokens, p_generated, p_prompt_s, p_generate_s = _cost(planned)
-        decision = Decision(
-            "stop" if plan.stop else "search" if searches else "none",
-            tuple(searches),
-            streak,
-            reply,
-            p_tokens,
-            p_generated,
-            p_prompt_s + p_generate_s,
-            config.early_stop,
-        )
+        decision = yield from reading.plan(s, total, question, memory)
         yield StepPlanned(s, decision)
-        if streak >= config.early_stop:
-            yield ReadingStopped(s - 1, total, streak)
+        if decision.stop_streak >= config.early_stop:
+            yield ReadingStopped(s - 1, total, decision.stop_streak)
             break
-        # only the last search's passages are written (rule 1.7)
-        retrieved = infmem.retrieved_block([units.texts[r.unit] for r in searches[-1].found]) if searches else ""
+        retrieved = reading.retrieved(decision)
         write = raw_chat(None, infmem.MEMORY_PROMPT.format(prompt=question, retrieve=retrieved, chunk=chunk.text, memory=memory))
-        reply, written = yield from calls.think(write, 2 * s, s, config.memory_tokens, stream=True)
+        reply, written = yield from reading.calls.think(write, 2 * s, s, config.memory_tokens, stream=True)
         new_memory = protocol.next_memory(reply)
         w_tokens, w_generated, w_prompt_s, w_generate_s = _cost(written)
         yield StepFinished(
@@ -212,9 +227,8 @@ def run_infmem(
                 cached_tokens=sum(d.cached_tokens for d in written),
                 generated_tokens=w_generated,
                 finish_reason=written[-1].finish_reason,
-                # the step's time is its planner's and its write's
-                prompt_seconds=w_prompt_s + p_prompt_s,
-                generate_seconds=w_generate_s + p_generate_s,
+                prompt_seconds=w_prompt_s,  # the write's; the step's `seconds` add its planner's
+                generate_seconds=w_generate_s,
                 decision=decision,
             )
         )
@@ -223,7 +237,7 @@ def run_infmem(
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
     final = raw_chat(None, protocol.final_prompt(question, memory, config.final, config.final_instructions()))
-    reply, answered = yield from calls.think(final, 0, 0, config.answer_tokens, stream=True)
+    reply, answered = yield from reading.calls.think(final, 0, 0, config.answer_tokens, stream=True)
     answer, found = protocol.extract_answer(reply, config.final)
     yield AnswerFinished(
         raw=reply,

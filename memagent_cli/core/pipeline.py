@@ -235,22 +235,6 @@ def open_shared_engine(
     )
 
 
-def _loop(
-    question: str,
-    chunks: Iterable[Chunk],
-    stats: IngestStats,
-    engine: Engine,
-    tokenizer: Tokenizer,
-    config: AgentConfig,
-    done_steps: Sequence[Mapping[str, Any]],
-) -> Iterator[Event]:
-    """The protocol's loop: InfMem's own (a planner, a search, early stopping), or the one every
-    other protocol shares."""
-    if config.protocol != "infmem":
-        return run_loop(question, chunks, stats, engine, tokenizer, config, done_steps)
-    return run_infmem(question, chunks, stats, engine, tokenizer, config, done_steps)
-
-
 def run_question(
     question: str,
     chunks: Iterable[Chunk],
@@ -281,7 +265,9 @@ def run_question(
             yield chunk
 
     try:
-        for event in _loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
+        # InfMem has a loop of its own (a planner, a search, early stopping); every other protocol shares one
+        loop = run_infmem if config.protocol == "infmem" else run_loop
+        for event in loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
                 if event.step.memory == event.step.previous_memory and config.protocol != "infmem":

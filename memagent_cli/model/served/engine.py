@@ -200,7 +200,27 @@ def count_margin(max_tokens: int) -> int:
     return max(8, max_tokens // 8)
 
 
-class OpenAIEngine:
+class Sender:
+    """The Engine calls of a served engine (one server or a pool): each a Request, sent by `send`."""
+
+    def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
+        raise NotImplementedError
+
+    def complete(
+        self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
+    ) -> Iterator[Completion]:
+        # `expect` is not sent: the server drafts (or not) by its own configuration.
+        return self.send(Request(user_message, max_tokens, sampling), chain)
+
+    def complete_raw(
+        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
+    ) -> Iterator[Completion]:
+        # The prompt's text as it is: the server tokenizes it, control-token text included (only the
+        # embedded engine can keep a document's "<|im_end|>" as text).
+        return self.send(Request(prompt.text, max_tokens, sampling, raw=True), chain)
+
+
+class OpenAIEngine(Sender):
     """A model behind an OpenAI-compatible server (vLLM, SGLang, llama-server, llama-cpp-python)."""
 
     concurrent = True  # a server queues or batches overlapping requests itself
@@ -258,19 +278,6 @@ class OpenAIEngine:
 
     def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
         return Request(user_message, max_tokens, sampling).body(self.model, self.schema_form)
-
-    def complete(
-        self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
-    ) -> Iterator[Completion]:
-        # `expect` is not sent: the server drafts (or not) by its own configuration.
-        return self.send(Request(user_message, max_tokens, sampling), chain)
-
-    def complete_raw(
-        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
-    ) -> Iterator[Completion]:
-        # The prompt's text as it is: the server tokenizes it, control-token text included (only the
-        # embedded engine can keep a document's "<|im_end|>" as text).
-        return self.send(Request(prompt.text, max_tokens, sampling, raw=True), chain)
 
     def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
         body = request.body(self.model, self.schema_form)

@@ -52,9 +52,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from ...errors import EngineGone, MemagentError
-from ..engine import Completion, RawPrompt, Retrying, Sampling
+from ..engine import Completion, Retrying
 from .body import Request, log_request
-from .engine import Chain, ChainEngine, OpenAIEngine, no_raw_completions, normalize_base_url
+from .engine import Chain, ChainEngine, OpenAIEngine, Sender, no_raw_completions, normalize_base_url
 from .http import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
@@ -74,7 +74,7 @@ class _Server:
     check_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class ServedPool:
+class ServedPool(Sender):
     """One model on several OpenAI-compatible servers (vLLM, SGLang, llama-server replicas, or routers)."""
 
     concurrent = True
@@ -140,17 +140,6 @@ class ServedPool:
     def close(self) -> None:
         for server in self._servers:
             server.engine.close()
-
-    def complete(
-        self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "", chain: Chain | None = None
-    ) -> Iterator[Completion]:
-        # `expect` is not sent: a server drafts (or not) by its own configuration.
-        return self.send(Request(user_message, max_tokens, sampling), chain)
-
-    def complete_raw(
-        self, prompt: RawPrompt, max_tokens: int, sampling: Sampling, chain: Chain | None = None
-    ) -> Iterator[Completion]:
-        return self.send(Request(prompt.text, max_tokens, sampling, raw=True), chain)
 
     def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
         """One request on the pool's servers: on the chain's last server when it can take it, and
