@@ -106,6 +106,15 @@ def plan_context(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: 
     return requested
 
 
+def no_text() -> MemagentError:
+    """The error of a run whose input holds no text at all."""
+    return MemagentError(
+        "There is no text to read in the input.",
+        "Check the file: it may be empty, or scanned with no text layer (OCR reads those with the ocr extra, "
+        "pip install 'memagent-cli[ocr]', unless --ocr never).",
+    )
+
+
 def sampling_for(config: AgentConfig, call: int) -> Sampling:
     # One seed per call, derived from the run's seed: step k samples the same way whether or
     # not the run was interrupted before it.
@@ -246,9 +255,7 @@ def run_loop(
         )
         memory = new_memory
     if steps == 0:
-        raise MemagentError(
-            "There is no text to read in the input.", "Check the file; scanned PDFs need OCR first, which memagent does not do."
-        )
+        raise no_text()
     yield from read_event()
 
     yield AnswerStarted(len(tokenizer.encode(memory)))

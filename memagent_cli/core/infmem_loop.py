@@ -16,11 +16,10 @@ from array import array
 from bisect import bisect_right
 from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import MemagentError
 from ..model.engine import CompletionDone, Engine, RawPrompt
 from ..model.tokenizer import Tokenizer
 from . import infmem
-from .agent import call_raw, replayed_step, sampling_for
+from .agent import call_raw, no_text, replayed_step, sampling_for
 from .chunking import Anchor, Chunk, IngestStats, Span
 from .config import AgentConfig
 from .events import (
@@ -183,9 +182,7 @@ def run_infmem(
     read = list(chunks)  # the search covers the whole input from step 1 (rule 6.1)
     if not read:
         # BM25 over no units divides by zero in the reference (its rule 4.7): refused instead
-        raise MemagentError(
-            "There is no text to read in the input.", "Check the file; scanned PDFs need OCR first, which memagent does not do."
-        )
+        raise no_text()
     total = len(read)
     yield DocumentRead(
         stats.document_tokens,
