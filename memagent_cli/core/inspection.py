@@ -20,8 +20,8 @@ from .chunking import IngestStats
 from .config import AgentConfig
 from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
+from .protocols import PROTOCOLS, of_model
 from .protocols import get as get_protocol
-from .protocols import of_model
 
 if TYPE_CHECKING:
     from ..model.chat import ChatFormat
@@ -138,7 +138,7 @@ class Report:
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
             "steps_total": self.steps,
-            "calls": (2 if self.protocol == "infmem" else 1) * self.steps + 1,
+            "calls": (2 if get_protocol(self.protocol).planner else 1) * self.steps + 1,
             "context": self.context,
             "estimate": self.estimate,
         }
@@ -218,7 +218,7 @@ def step_shapes(report: Report, stop_after: int | None = None) -> list[tuple[int
     protocol = get_protocol(report.protocol)
     asked = 0 if report.question else 30  # no question given: one of 30 tokens
     tokens = report.prep.tokenizer
-    if report.protocol == "infmem":
+    if protocol.planner:
         return _infmem_shapes(report, config, asked, stop_after)
     step_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, "", ""))) + asked
     first_fixed = len(report.chat.encode(tokens, protocol.memory_prompt(question, protocol.initial_memory, ""))) + asked
@@ -297,7 +297,8 @@ def measured_factor(
         device = str(settings.get("device") or "")
         if model.get("path") != path or model.get("size") != info.file_size or "engine" in settings:
             continue
-        if settings.get("protocol") == "infmem":  # a step's seconds there are two calls' (planner and write)
+        recorded = PROTOCOLS.get(str(settings.get("protocol") or ""))
+        if recorded is not None and recorded.planner:  # a step's seconds there are two calls' (planner and write)
             continue
         if device.startswith("GPU") != gpu or not device:
             continue
@@ -348,7 +349,7 @@ def estimate(report: Report, runs: Sequence[Mapping[str, Any]] | None = None) ->
     else:
         source = f"speeds measured in this machine's last {factor[1]} run{'s' if factor[1] > 1 else ''} of this model"
     early: dict[str, Any] = {}
-    if report.protocol == "infmem" and report.steps >= 3:
+    if get_protocol(report.protocol).planner and report.steps >= 3:
         from .infmem import EARLY_STOP
 
         fewest = run_seconds(speeds, step_shapes(report, stop_after=EARLY_STOP), weights, kv)

@@ -48,6 +48,7 @@ from .events import (
 )
 from .infmem_loop import run_infmem, units_read
 from .memdiff import evidence_steps
+from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
@@ -266,11 +267,11 @@ def run_question(
 
     try:
         # InfMem has a loop of its own (a planner, a search, early stopping); every other protocol shares one
-        loop = run_infmem if config.protocol == "infmem" else run_loop
+        loop = run_infmem if get_protocol(config.protocol).planner else run_loop
         for event in loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
-                if event.step.memory == event.step.previous_memory and config.protocol != "infmem":
+                if event.step.memory == event.step.previous_memory and not get_protocol(config.protocol).planner:
                     # added nothing, so it is no evidence step: its text is not kept for the quotes
                     # (a long input's many readings that change nothing hold no memory). InfMem
                     # holds every chunk anyway, and an evidence step may have read any of them.
@@ -453,7 +454,7 @@ def _result(
     read = read or {}
     form = getattr(prep.tokenizer, "normal_form", None)
     evidence_chunks = [read[i] for i in sorted(chosen) if i in read]
-    if config.protocol == "infmem":  # what its evidence steps found by searching, beside their chunks
+    if get_protocol(config.protocol).planner:  # what its evidence steps found by searching, beside their chunks
         ordered = [read[i] for i in sorted(read)]
         evidence_chunks += [unit for s in evidence for unit in units_read(s, ordered, prep.tokenizer)]
 

@@ -39,6 +39,9 @@ class Protocol:
     top_p: float = 0.95
     has_plan: bool = False  # whether a memory carries a plan beside it (shown apart)
     extra_step_tokens: int = 0  # context a step needs beyond prompt, chunk and memory (InfMem's)
+    # InfMem's shape of a run: the whole input read and indexed first, a planner call before each
+    # step (two calls a step), a run that may end early (its loop is infmem_loop.run_infmem)
+    planner: bool = False
     extra_final_tokens: int = 0
 
     def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
@@ -114,6 +117,7 @@ class InfMem(Protocol):
     # what a memory write holds beyond MemAgent's: the 4 retrieved units and stage one's thinking
     extra_step_tokens: int = infmem_strings.RESULTS * infmem_strings.UNIT_TOKENS + infmem_strings.THINKING_TOKENS
     extra_final_tokens: int = infmem_strings.THINKING_TOKENS
+    planner: bool = True
 
     def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
         return infmem_strings.MEMORY_PROMPT.format(prompt=question.strip(), retrieve="", chunk=chunk, memory=memory)

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...core.inspection import Report
+from ...core.protocols import get as get_protocol
 from ...core.provenance import describe_extent
 
 
@@ -49,7 +50,7 @@ def render_inspection(report: Report) -> Group:
             f"{report.stats.document_tokens:,} tokens → ",
             (f"{report.steps} step{'' if report.steps == 1 else 's'}", "bold"),
             f" of {report.chunk_tokens:,} tokens"
-            + (" (a planner call and a memory write each)" if report.protocol == "infmem" else "")
+            + (" (a planner call and a memory write each)" if get_protocol(report.protocol).planner else "")
             + " + 1 final answer",
         ),
         _context_line(report.context),
