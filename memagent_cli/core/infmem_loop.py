@@ -52,26 +52,6 @@ def raw_chat(system: str | None, user: str) -> RawPrompt:
     return RawPrompt(tuple(pieces))
 
 
-class _Calls:
-    """A run's model calls, each two stages of thinking (rule 2), with the seed of each derived
-    from the run's as `sampling_for` derives it, so a call samples alike whether or not the run was
-    interrupted before it: planner of step s = 2s - 1, write of step s = 2s, the answer 0."""
-
-    def __init__(self, engine: Engine, config: AgentConfig):
-        self.engine, self.config = engine, config
-
-    def think(
-        self, prompt: RawPrompt, call: int, step: int, budget: int, stream: bool
-    ) -> Generator[Event, None, tuple[str, list[CompletionDone]]]:
-        sampling = sampling_for(self.config, call)
-        first = yield from call_raw(self.engine, prompt, infmem.THINKING_TOKENS, sampling, step, stream)
-        stage_one = infmem.closed_thinking(first.text)
-        if stream and stage_one != first.text:
-            yield TokenText(step, infmem.FORCED_CLOSE)  # the view shows what stage two continues
-        second = yield from call_raw(self.engine, prompt.then(stage_one), budget, sampling, step, stream)
-        return infmem.reply_of(stage_one, second.text), [first, second]
-
-
 def _cost(done: Sequence[CompletionDone]) -> tuple[int, int, float, float]:
     """(prompt tokens of the first call, generated tokens, prompt seconds, generation seconds)."""
     return (
@@ -102,9 +82,12 @@ class RetrievalUnits:
         k = bisect_right(self.starts, start) - 1
         chunk = self.chunks[k]
         # the unit's first character in its chunk's text: the chunk's ids before it, decoded
-        before = chunk.ids[: start - self.starts[k]]
-        at = len(self._tokenizer.decode_bytes(before).decode("utf-8", errors="replace")) if before else 0
-        return Retrieved(unit, start, end, _location(chunk, at))
+        return Retrieved(unit, start, end, _location(chunk, _chars(self._tokenizer, chunk.ids[: start - self.starts[k]])))
+
+
+def _chars(tokenizer: Tokenizer, ids: Sequence[int]) -> int:
+    """The characters `ids` decode to (a character their end cuts counts as one, as in the chunk's text)."""
+    return len(tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")) if ids else 0
 
 
 def _location(chunk: Chunk, at: int) -> str:
@@ -124,17 +107,31 @@ def _location(chunk: Chunk, at: int) -> str:
 
 
 class _Reading:
-    """A run's state beside its memory (rule 1.3): the units and their index, the planner's calls,
-    the search history and the STOP streak."""
+    """A run's state beside its memory (rule 1.3): the units and their index, the search history and
+    the STOP streak; and its model calls, each two stages of thinking (rule 2)."""
 
     def __init__(self, chunks: Sequence[Chunk], tokenizer: Tokenizer, engine: Engine, config: AgentConfig):
         self.units = RetrievalUnits(chunks, tokenizer)
         self.search = infmem.Search(self.units.texts)
-        self.calls = _Calls(engine, config)
+        self.engine, self.config = engine, config
         self.early_stop = config.early_stop
         self.planner_budget = config.memory_tokens
         self.history: list[tuple[str, object]] = []
         self.streak = 0
+
+    def think(
+        self, prompt: RawPrompt, call: int, step: int, budget: int, stream: bool
+    ) -> Generator[Event, None, tuple[str, list[CompletionDone]]]:
+        """One call's two stages. Its seed is derived from the run's as `sampling_for` derives it,
+        so a call samples alike whether or not the run was interrupted before it: the planner of
+        step s is call 2s - 1, its write 2s, the answer 0."""
+        sampling = sampling_for(self.config, call)
+        first = yield from call_raw(self.engine, prompt, infmem.THINKING_TOKENS, sampling, step, stream)
+        stage_one = infmem.closed_thinking(first.text)
+        if stream and stage_one != first.text:
+            yield TokenText(step, infmem.FORCED_CLOSE)  # the view shows what stage two continues
+        second = yield from call_raw(self.engine, prompt.then(stage_one), budget, sampling, step, stream)
+        return infmem.reply_of(stage_one, second.text), [first, second]
 
     def replayed(self, decision: Decision) -> Decision:
         """A stored step's decision, taken into the history and the streak as if made now."""
@@ -146,9 +143,7 @@ class _Reading:
         """Step s's planner call, read (rule 1.5): its searches made and logged, the streak counted."""
         history = infmem.history_text(s, total, self.history)
         asked = infmem.PLANNER_PROMPT.format(prompt=question, retrieval_history=history, memory=memory)
-        reply, planned = yield from self.calls.think(
-            raw_chat(infmem.TOOL_SYSTEM, asked), 2 * s - 1, s, self.planner_budget, False
-        )
+        reply, planned = yield from self.think(raw_chat(infmem.TOOL_SYSTEM, asked), 2 * s - 1, s, self.planner_budget, False)
         plan = infmem.read_plan(reply, question)
         searches = []
         for query, top_k in plan.searches:
@@ -210,7 +205,7 @@ def run_infmem(
             break
         retrieved = reading.retrieved(decision)
         write = raw_chat(None, infmem.MEMORY_PROMPT.format(prompt=question, retrieve=retrieved, chunk=chunk.text, memory=memory))
-        reply, written = yield from reading.calls.think(write, 2 * s, s, config.memory_tokens, stream=True)
+        reply, written = yield from reading.think(write, 2 * s, s, config.memory_tokens, stream=True)
         new_memory = protocol.next_memory(reply)
         w_tokens, w_generated, w_prompt_s, w_generate_s = _cost(written)
         yield StepFinished(
@@ -234,7 +229,7 @@ def run_infmem(
     yield AnswerStarted(len(tokenizer.encode(memory)))
     started = time.perf_counter()
     final = raw_chat(None, protocol.final_prompt(question, memory, config.final, config.final_instructions()))
-    reply, answered = yield from reading.calls.think(final, 0, 0, config.answer_tokens, stream=True)
+    reply, answered = yield from reading.think(final, 0, 0, config.answer_tokens, stream=True)
     answer, found = protocol.extract_answer(reply, config.final)
     yield AnswerFinished(
         raw=reply,
@@ -255,18 +250,14 @@ def units_read(step: StepRecord, chunks: Sequence[Chunk], tokenizer: Tokenizer) 
     if step.decision is None or not step.decision.searches:
         return []
     starts = [c.end_token - c.tokens for c in chunks]
-
-    def chars(ids: Sequence[int]) -> int:
-        return len(tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")) if ids else 0
-
     out = []
     for unit in step.decision.searches[-1].found:
         k = bisect_right(starts, unit.start_token) - 1
         if k < 0:
             continue
         chunk = chunks[k]
-        lo = chars(chunk.ids[: unit.start_token - starts[k]])
-        hi = chars(chunk.ids[: unit.end_token - starts[k]])
+        lo = _chars(tokenizer, chunk.ids[: unit.start_token - starts[k]])
+        hi = _chars(tokenizer, chunk.ids[: unit.end_token - starts[k]])
         anchors = []
         for a in chunk.anchors:
             if a.at >= hi:
