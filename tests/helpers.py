@@ -60,6 +60,16 @@ def spawn_memagent(*args, env=None, cwd=None, preexec_fn=sigint_default, **popen
     )
 
 
+def wait_for_steps(proc: subprocess.Popen, steps: int) -> None:
+    """Reads a spawned `memagent ask`'s stderr (its plain progress) until `steps` step lines have
+    come, whatever other lines come between (notes, an InfMem planner's decisions)."""
+    seen = 0
+    while seen < steps:
+        line = proc.stderr.readline()
+        assert line, proc.stderr.read()
+        seen += line.startswith("step ")
+
+
 def drain_terminal(leader: int) -> bytes:
     """All a program writes to a pseudo-terminal until it closes it. Read while it draws, or it
     blocks on a full buffer; closes `leader`."""

@@ -433,7 +433,7 @@ def test_an_interrupted_infmem_run_resumes_to_the_uninterrupted_result(models, t
     import json
     import signal
 
-    from helpers import run_memagent, spawn_memagent
+    from helpers import run_memagent, spawn_memagent, wait_for_steps
 
     doc = tmp_path / "doc.txt"
     doc.write_text(" ".join(f"word{k % 37} plum{k % 11}." for k in range(500)), encoding="utf-8")
@@ -443,11 +443,7 @@ def test_an_interrupted_infmem_run_resumes_to_the_uninterrupted_result(models, t
     assert whole.returncode == 0, whole.stderr
     proc = spawn_memagent("ask", *args)
     spawned.append(proc)
-    steps = 0
-    while steps < 2:
-        line = proc.stderr.readline()
-        assert line, proc.stderr.read()
-        steps += line.startswith("step ")
+    wait_for_steps(proc, 2)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode == 130

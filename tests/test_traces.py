@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, run_memagent, spawn_memagent, wait_for_steps, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -96,11 +96,7 @@ def test_resume_of_a_folder_skips_its_unreadable_file_again(models, tmp_path):
     note = "warning: skipped docs/z.docx (it is damaged, truncated or not a Word file (File is not a zip file))"
     proc = spawn_memagent("ask", "docs", "Where?", "-m", models["random"], *SMALL, cwd=tmp_path)
     try:
-        steps = 0
-        while steps < 2:
-            line = proc.stderr.readline()
-            assert line, proc.stderr.read()
-            steps += line.startswith("step ")
+        wait_for_steps(proc, 2)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
     finally:
