@@ -42,10 +42,15 @@ def option(help: str, *names: str, panel: str | None = None, **settings: Any) ->
     return typer.Option(*names, help=help, rich_help_panel=panel, **settings)
 
 
-def _budget(what: str, setting: str) -> Any:
-    """A budget's option: unset (None), it is the protocol's, and its help says each protocol's."""
+def _protocols(what: str, setting: str, panel: str, **settings: Any) -> Any:
+    """An option whose default is the protocol's (a budget, the sampling): unset (None), it is the
+    protocol's, and its help says each protocol's."""
     defaults = ", ".join(f"{name} {getattr(get_protocol(name), setting)}" for name in PROTOCOLS)
-    return option(f"{what} Default: the protocol's ({defaults}).", panel="Budgets", min=1)
+    return option(f"{what} Default: the protocol's ({defaults}).", panel=panel, **settings)
+
+
+def _budget(what: str, setting: str) -> Any:
+    return _protocols(what, setting, "Budgets", min=1)
 
 
 class ProtocolChoice(str, enum.Enum):
@@ -172,16 +177,12 @@ SchemaMultiOpt = Annotated[
 ]
 
 
-def _sampled(what: str, setting: str, **settings: Any) -> Any:
-    """A sampling option: unset (None), it is the protocol's, and its help says each protocol's."""
-    defaults = ", ".join(f"{name} {getattr(get_protocol(name), setting)}" for name in PROTOCOLS)
-    return option(f"{what} Default: the protocol's ({defaults}).", panel="Sampling", **settings)
-
-
 TemperatureOpt = Annotated[
-    Optional[float], _sampled("Sampling temperature; 0 is greedy (repeatable runs).", "temperature", min=0.0)
+    Optional[float], _protocols("Sampling temperature; 0 is greedy (repeatable runs).", "temperature", "Sampling", min=0.0)
 ]
-TopPOpt = Annotated[Optional[float], _sampled("Nucleus sampling, applied after temperature.", "top_p", min=0.0, max=1.0)]
+TopPOpt = Annotated[
+    Optional[float], _protocols("Nucleus sampling, applied after temperature.", "top_p", "Sampling", min=0.0, max=1.0)
+]
 EarlyStopOpt = Annotated[
     int,
     option(
