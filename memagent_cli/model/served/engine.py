@@ -102,12 +102,15 @@ def wire_key(key: str) -> str:
     return "mc-" + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
-def no_raw_completions(base_url: str) -> MemagentError:
-    """A server without the raw completions endpoint, which a protocol that continues a reply needs."""
-    return MemagentError(
+def no_raw_completions(base_url: str) -> Fault:
+    """A server without the raw completions endpoint, which a protocol that continues a reply needs:
+    a refusal (not transient), so the engine and the pool end the call at once, as for any 404."""
+    return Fault(
         f"The server at {base_url} has no {base_url}/completions endpoint (HTTP 404): InfMem continues "
         "each reply after its thinking, which needs raw completions",
         "vLLM, SGLang, llama-server and llama-cpp-python's server all have it; check --base-url and --served-model.",
+        transient=False,
+        status=404,
     )
 
 
@@ -292,8 +295,6 @@ class OpenAIEngine(Sender):
                 if self.refused_schema_form(body, fault):
                     yield from self.send(request, chain)
                     return
-                if request.raw and fault.status == 404:
-                    raise no_raw_completions(self.base_url) from None
                 if not fault.transient or attempt == attempts:
                     fault.attempts = attempt
                     raise fault.error() from None
@@ -330,7 +331,8 @@ class OpenAIEngine(Sender):
         try:
             with self._http.stream("POST", url, json=body, headers=headers) as response:
                 if not response.is_success:
-                    raise status_fault(self.base_url, response, read_body(response, self.base_url, self.connection.timeout))
+                    fault = status_fault(self.base_url, response, read_body(response, self.base_url, self.connection.timeout))
+                    raise no_raw_completions(self.base_url) if request.raw and fault.status == 404 else fault
                 if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
                     # A server that ignored stream: true answers with one JSON completion.
                     answer = read_body(response, self.base_url, self.connection.timeout)

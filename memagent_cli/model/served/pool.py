@@ -54,7 +54,7 @@ from typing import Callable, Iterator, Sequence
 from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying
 from .body import Request, log_request
-from .engine import Chain, ChainEngine, OpenAIEngine, Sender, no_raw_completions, normalize_base_url
+from .engine import Chain, ChainEngine, OpenAIEngine, Sender, normalize_base_url
 from .http import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
@@ -174,8 +174,6 @@ class ServedPool(Sender):
                 return
             except Fault as fault:
                 refused_form = server.engine.refused_schema_form(body, fault)
-                if request.raw and fault.status == 404:
-                    raise no_raw_completions(server.engine.base_url) from None
                 if not refused_form:
                     if not fault.transient:
                         raise fault.error() from None
