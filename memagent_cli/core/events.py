@@ -214,6 +214,9 @@ class ReadingStopped:
     total: int
     streak: int
 
+    def describe(self) -> str:
+        return f"stopped early after {self.read} of {self.total} chunks (STOP {self.streak} times in a row)"
+
 
 class _StepFields(TypedDict):
     """A step as JSON and the trace store give it (docs/JSON.md, "step")."""

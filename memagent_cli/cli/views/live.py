@@ -240,7 +240,7 @@ class LiveView:
             self._draw()
 
     def _on_ReadingStopped(self, e: ReadingStopped) -> None:
-        line = Text(f"stopped early after {e.read} of {e.total} chunks (STOP {e.streak} times in a row)", style="bold cyan")
+        line = Text(e.describe(), style="bold cyan")
         self.history.append(line)
         self._print(line)
 
@@ -401,11 +401,7 @@ class PlainProgress:
                 f"plan {event.index}: {visible(event.decision.describe())}", markup=False, highlight=False, soft_wrap=True
             )
         elif isinstance(event, ReadingStopped):
-            self.console.print(
-                f"stopped early after {event.read} of {event.total} chunks (STOP {event.streak} times in a row)",
-                markup=False,
-                highlight=False,
-            )
+            self.console.print(event.describe(), markup=False, highlight=False)
         elif isinstance(event, RunFinished) and event.result.evidence:
             self.console.print(f"evidence: {evidence_line(event.result)}", markup=False, highlight=False, soft_wrap=True)
             for line in quote_lines(event.result):
