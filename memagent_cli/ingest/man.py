@@ -5,12 +5,13 @@ replaces sys.stdin when imported; man2text runs `man` and `groff`), and groff or
 programs memagent cannot require, so this module renders the page itself, for reading, not for
 layout: requests that only lay out (`.sp`, `.in`, `.nr`, `.ft`, fonts, sizes, motions) are
 dropped, the macros of man(7) and of BSD's mdoc(7) become what they show (`.Fl c` is "-c",
-`.Op` brackets, `.Xr ssh 1` is "ssh(1)", `.TP` and `.It` tags go on a line of their own with the
-text under them indented), escapes become their characters (ingest/troff.py) (`\\(em` is "—", `\\-` is "-"), string
-definitions (`.ds`) are expanded and conditionals (`.if`, `.ie`/`.el`) evaluated as nroff
-would. Tables (tbl) keep their rows, cells apart by " | ". Macros a page defines itself (`.de`)
-are not run: their arguments are kept as text. Each `.SH` section is a
-`Place("section", n, heading)`; the title line (`TMUX(1)`) comes first, with no place.
+`.Op` brackets, `.Xr ssh 1` is "ssh(1)": a line's callable mdoc macros are ingest/mdoc.py's;
+`.TP` and `.It` tags go on a line of their own with the text under them indented), escapes become
+their characters (ingest/troff.py: `\\(em` is "—", `\\-` is "-"), string definitions (`.ds`) are
+expanded and conditionals (`.if`, `.ie`/`.el`) evaluated as nroff would. Tables (tbl) keep their
+rows, cells apart by " | ". Macros a page defines itself (`.de`) are not run: their arguments are
+kept as text. Each `.SH` section is a `Place("section", n, heading)`; the title line (`TMUX(1)`)
+comes first, with no place.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from .base import Part, Place, ReadContext
-from .troff import STRINGS, arguments, joined, unescape
+from .mdoc import CALLABLE, Inline
+from .troff import MAX_NESTING, STRINGS, arguments, joined, unescape
 
 INDENT = "    "
 _MAX_DEPTH = 8  # .RS and list nesting shown, at most
-_MAX_NESTING = 32  # conditionals on one line, and mdoc enclosures (.Op Op …) in one, followed at most
 
 
 # A string reference in a string's definition, interpolated then (as troff's copy mode does); an
@@ -34,20 +35,6 @@ _MAX_NESTING = 32  # conditionals on one line, and mdoc enclosures (.Op Op …) 
 _STRING_REFERENCE = re.compile(r"((?<!\\)(?:\\\\)*)\\\*(\(..|\[[^\]]*\]|[^(\[])")
 _STRING_LIMIT = 4096
 
-# mdoc macros that other macros' arguments may call, and the delimiters that cling to a neighbour.
-_CALLABLE = frozenset(
-    "Ac Ad An Ao Ap Aq Ar At Bc Bo Bq Brc Bro Brq Bsx Bx Cd Cm Dc Do Dq Dv Dx Ec Em En Eo Er Es Ev Fa Fc Fl Fn Fr "
-    "Ft Fx Ic Li Lk Ms Mt Nm No Ns Nx Oc Oo Op Ox Pa Pc Pf Po Pq Qc Ql Qo Qq Sc So Sq St Sx Sy Ta Tn Ux Va Vt Xc "
-    "Xo Xr".split()
-)
-_CLOSE = frozenset(". , : ; ) ] ? !".split())
-_OPEN = frozenset("( [".split())
-_ENCLOSE = {"Op": ("[", "]"), "Pq": ("(", ")"), "Bq": ("[", "]"), "Brq": ("{", "}"), "Aq": ("⟨", "⟩"),
-            "Dq": ("“", "”"), "Qq": ('"', '"'), "Sq": ("‘", "’"), "Ql": ("‘", "’")}  # fmt: skip
-_OPENERS = {"Oo": "[", "Po": "(", "Bo": "[", "Bro": "{", "Ao": "⟨", "Do": "“", "Qo": '"', "So": "‘"}
-_CLOSERS = {"Oc": "]", "Pc": ")", "Bc": "]", "Brc": "}", "Ac": "⟩", "Dc": "”", "Qc": '"', "Sc": "’"}
-_SYSTEMS = {"Bx": "BSD", "Ox": "OpenBSD", "Nx": "NetBSD", "Fx": "FreeBSD", "Dx": "DragonFly", "Bsx": "BSD/OS",
-            "At": "AT&T UNIX", "Ux": "UNIX"}  # fmt: skip
 # Requests and macros that only lay out or set state: nothing of them is shown.
 _SILENT = frozenset(
     "ad na hy nh hw hc hla hlm hym hys ft fam ps vs ss cs ll lt in ti po pl pn ne ns rs bp mk rt ta tc lc fc "
@@ -253,7 +240,7 @@ class _Page:
             self.table, self.tab, self.row = 1, "\t", ""
             return index
         args = arguments(rest)
-        if name in _MDOC_BLOCK or name in _CALLABLE or name in _MDOC_LINE:
+        if name in _MDOC_BLOCK or name in CALLABLE or name in _MDOC_LINE:
             self.mdoc(name, args)
             return index
         self.man(name, args)
@@ -284,7 +271,7 @@ class _Page:
                 body = body[1:]
         if true:
             body = body.replace("\\}", "")
-            if body.strip() and self.nesting < _MAX_NESTING:
+            if body.strip() and self.nesting < MAX_NESTING:
                 self.nesting += 1
                 try:
                     return self.line_in(body, lines, index)
@@ -516,8 +503,9 @@ class _Page:
         elif name.startswith("%"):
             self.text(self.inline(args) + ",")
         else:
-            line = _Inline(self, [name, *args])
+            line = Inline([name, *args], self.strings, self.name)
             pieces = line.pieces()
+            self.name = line.name
             if pieces and pieces[0][1]:
                 self.glue = True
             self.text(joined(pieces))
@@ -544,107 +532,13 @@ class _Page:
 
     def inline(self, args: list[str]) -> str:
         """A line of mdoc macros and words as text."""
-        return joined(_Inline(self, args).pieces())
+        line = Inline(args, self.strings, self.name)
+        text = joined(line.pieces())
+        self.name = line.name  # a first .Nm names the page
+        return text
 
 
 _LIST_KINDS = {"tag": "tag", "hang": "tag", "ohang": "tag", "inset": "tag", "diag": "tag", "bullet": "bullet",
                "dash": "dash", "hyphen": "dash", "enum": "enum", "item": "item", "column": "column"}  # fmt: skip
 _MDOC_LINE = frozenset("Nd Dt It %A %B %C %D %I %J %N %O %P %Q %R %T %U %V".split())  # macros that only begin a line
 _MDOC_BLOCK = frozenset("Sh Ss Pp Lp Bl El Bd Ed D1 Dl Rs Re Ex Rv In Fd Bk Ek Os Dd Tg Sm Bf Ef".split())
-
-
-class _Inline:
-    """The words of one mdoc line, its callable macros applied: (text, glued to what precedes)."""
-
-    def __init__(self, page: _Page, args: list[str]) -> None:
-        self.page = page
-        self.args = args
-        self.glue_after = False  # the line ends wanting the next text glued to it (Ns, Pf)
-
-    def pieces(self, start: int = 0, end: int | None = None, depth: int = 0) -> list[tuple[str, bool]]:
-        args = self.args
-        end = len(args) if end is None else end
-        if depth > _MAX_NESTING:  # enclosures nested past reason: the rest as words
-            return [(unescape(arg, self.page.strings), False) for arg in args[start:end]]
-        out: list[tuple[str, bool]] = []
-        glue_next = False
-        index = start
-        while index < end:
-            token = args[index]
-            index += 1
-            if token not in _CALLABLE:
-                word = unescape(token, self.page.strings)
-                out.append((word, glue_next or token in _CLOSE))
-                glue_next = token in _OPEN
-                continue
-            taken, pieces, glue_after = self.macro(token, index, end, depth)
-            if pieces:
-                first, glued = pieces[0]
-                pieces[0] = (first, glued or glue_next)
-            glue_next = glue_after
-            out.extend(pieces)
-            index = taken
-        self.glue_after = glue_next
-        return out
-
-    def words(self, index: int, end: int) -> int:
-        """Where the plain words after a macro end: at the next callable macro or delimiter."""
-        while index < end and self.args[index] not in _CALLABLE and self.args[index] not in _CLOSE:
-            index += 1
-        return index
-
-    def macro(self, name: str, index: int, end: int, depth: int) -> tuple[int, list[tuple[str, bool]], bool]:
-        """Apply macro `name` to its arguments from `index`: (index after them, pieces, glue next)."""
-        page = self.page
-        args = self.args
-        if name in _ENCLOSE:
-            opener, closer = _ENCLOSE[name]
-            stop = end
-            while stop > index and args[stop - 1] in _CLOSE:
-                stop -= 1
-            inner = self.pieces(index, stop, depth + 1)
-            text = opener + joined(inner) + closer
-            return stop, [(text, False)], False
-        if name in _OPENERS:
-            return index, [(_OPENERS[name], False)], True
-        if name in _CLOSERS:
-            return index, [(_CLOSERS[name], True)], False
-        if name == "Ns":
-            return index, [], True
-        if name == "Ap":
-            return index, [("'", True)], True
-        if name == "Pf":
-            if index < end:
-                return index + 1, [(unescape(args[index], page.strings), False)], True
-            return index, [], False
-        if name == "Ta":
-            return index, [("\t", True)], True
-        if name in ("Xo", "Xc"):
-            return index, [], False
-        stop = self.words(index, end)
-        words = [unescape(arg, page.strings) for arg in args[index:stop]]
-        if name == "Fl":
-            return stop, [("-" + word, False) for word in words] or [("-", False)], not words
-        if name == "Nm":
-            if words and not page.name:
-                page.name = words[0]
-            return stop, [(" ".join(words) or page.name, False)], False
-        if name == "Ar":
-            return stop, [(" ".join(words) or "file ...", False)], False
-        if name == "Xr":
-            if len(words) >= 2:
-                return stop, [(f"{words[0]}({words[1]})", False)] + [(w, False) for w in words[2:]], False
-            return stop, [(" ".join(words), False)], False
-        if name in _SYSTEMS:
-            return stop, [(" ".join([_SYSTEMS[name], *words]), False)], False
-        if name == "St":
-            return stop, [(" ".join(w.lstrip("-") for w in words), False)], False
-        if name == "Fn":
-            if words:
-                return stop, [(f"{words[0]}({', '.join(words[1:])})", False)], False
-            return stop, [], False
-        if name == "Lk":
-            if len(words) > 1:
-                return stop, [(f"{' '.join(words[1:])} <{words[0]}>", False)], False
-            return stop, [(" ".join(words), False)], False
-        return stop, [(" ".join(words), False)] if words else [], False

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+MAX_NESTING = 32  # conditionals on one line, and mdoc enclosures (.Op Op …) in one, followed at most
+
 # Special characters (\(xx, \[name]) a manual page uses, as groff -Tutf8 shows them.
 _GLYPHS = {
     "em": "—", "en": "–", "hy": "-", "mi": "-", "-": "-", "aq": "'", "dq": '"', "lq": "“", "rq": "”",
