@@ -148,15 +148,20 @@ def test_each_refuses_stdin_for_several_questions(folder):
     assert done.returncode == 2 and "Standard input can be read once" in done.stderr
 
 
-def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_path, memagent_home, spawned):
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batched"])
+def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_path, memagent_home, spawned, batched):
+    """Batched (a GPU's default, forced here on the CPU), both runs read together, and the Ctrl-C
+    comes as the short one is said "answered": its answer and JSONL line must land all the same."""
     import sqlite3
 
     from helpers import spawn_memagent
 
-    docs = [make_document(random.Random(k + 20), 30000, where=0.9) for k in range(2)]  # thousands of steps
+    # the first ends in about 50 steps, the second would take hundreds
+    docs = [make_document(random.Random(k + 20), n, where=0.9) for k, n in enumerate((3000, 30000))]
     for k, doc in enumerate(docs):
         (tmp_path / f"big{k}.txt").write_text(doc.text, encoding="utf-8")
-    proc = spawn_memagent("ask", "big0.txt", "big1.txt", "--each", QUESTION, *RUN, "--jsonl", "out.jsonl", cwd=tmp_path)
+    batch = ["--batch", "--parallel", "2"] if batched else ["--no-batch"]
+    proc = spawn_memagent("ask", "big0.txt", "big1.txt", "--each", QUESTION, *RUN, *batch, "--jsonl", "out.jsonl", cwd=tmp_path)
     spawned.append(proc)
     assert proc.stderr.readline().startswith("[1/2] big0.txt: answered")
     db = sqlite3.connect(memagent_home / "traces.db")

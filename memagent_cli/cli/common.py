@@ -72,6 +72,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait for the block to end, then stop the run as they would have. For what
+    must land whole once it begins: a finished run's answer on stdout and its JSONL line. (Runs that
+    end together end a moment apart, and a Ctrl-C pressed as one is said "answered" on stderr landed
+    between that line and its answer: the answer was paid for and lost.) Only in the main thread,
+    where Python handles signals."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def open_store(err: Console, required: bool = False) -> TraceStore | None:
     """The trace store; when it cannot be opened, a run goes on untraced (a resume cannot)."""
     from ..traces import store as trace_store

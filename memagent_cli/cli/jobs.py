@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from ..core.events import RunFailed, RunFinished, RunStarted
 from ..core.provenance import describe_spans
 from ..errors import EXIT_USAGE, MemagentError
-from .common import sigterm_as_interrupt
+from .common import interrupts_held, sigterm_as_interrupt
 from .textout import json_text
 
 if TYPE_CHECKING:
@@ -61,6 +61,18 @@ class Unfinished:
     traces: list[str] = field(default_factory=list)
 
 
+def _handle(job: Job, event: Event, recorders: dict[int, Recorder | None], view: JobView | None) -> None:
+    """One event to its run's recorder (first, so a step is saved before it is drawn), then the view."""
+    rec = recorders.get(id(job))
+    if rec is not None:
+        if isinstance(event, RunFailed):
+            rec.stopped("failed", error_text(event.error))
+        else:
+            rec.handle(event)
+    if view is not None:
+        view.handle(job, event)
+
+
 def drive(
     events: Iterable[tuple[Job, Event]],
     *,
@@ -75,24 +87,19 @@ def drive(
     try:
         with sigterm_as_interrupt(), view if view is not None else contextlib.nullcontext():
             for job, event in events:
-                key = id(job)
-                if isinstance(event, RunStarted):
-                    recorders[key] = recorder_for(job)
-                rec = recorders.get(key)
-                if rec is not None:
-                    if isinstance(event, RunFailed):
-                        rec.stopped("failed", error_text(event.error))
-                    else:
-                        rec.handle(event)
-                if view is not None:
-                    view.handle(job, event)
                 if isinstance(event, (RunFinished, RunFailed)):
-                    recorders.pop(key, None)
-                    trace = rec.run_id if rec is not None and rec.failed_write is None else None
-                    if isinstance(event, RunFinished):
-                        finished(Finished(job, event.result, None, trace))
-                    else:
-                        finished(Finished(job, None, event.error, trace))
+                    with interrupts_held():  # its trace, its line, its answer: all or none
+                        _handle(job, event, recorders, view)
+                        rec = recorders.pop(id(job), None)
+                        trace = rec.run_id if rec is not None and rec.failed_write is None else None
+                        if isinstance(event, RunFinished):
+                            finished(Finished(job, event.result, None, trace))
+                        else:
+                            finished(Finished(job, None, event.error, trace))
+                else:
+                    if isinstance(event, RunStarted):
+                        recorders[id(job)] = recorder_for(job)
+                    _handle(job, event, recorders, view)
     except KeyboardInterrupt:
         stopped = Unfinished()
         for rec in recorders.values():
