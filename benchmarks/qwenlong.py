@@ -78,11 +78,6 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def use_more_bits(i: int, n: int) -> bool:
-    """llama.cpp's rule (llama-quant.cpp) for which layers' attn_v and ffn_down get Q6_K in Q4_K_M."""
-    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
 # --- the model ---------------------------------------------------------------------------------
 
 
@@ -192,7 +187,7 @@ def assemble(two: Path, dest: Path, n_layer: int, vocab: Path, template: str) ->
     order = ["token_embd.weight"]
     source: dict[str, str] = {"token_embd.weight": "token_embd.weight"}
     for i in range(n_layer):
-        src = 1 if use_more_bits(i, n_layer) else 0
+        src = 1 if shapes.use_more_bits(i, n_layer) else 0
         for n in LAYER_TENSORS:
             order.append(f"blk.{i}.{n}.weight")
             source[order[-1]] = f"blk.{src}.{n}.weight"
@@ -741,7 +736,7 @@ def model_record(model: Path) -> dict:
         "real_gb": REAL_Q4_K_M_GB,
         "layers": n_layer,
         "tensor_types": types,
-        "layers_with_more_bits": sum(use_more_bits(i, n_layer) for i in range(n_layer)),
+        "layers_with_more_bits": sum(shapes.use_more_bits(i, n_layer) for i in range(n_layer)),
     }
 
 

@@ -1,10 +1,17 @@
-"""Random-weight GGUFs with the exact shapes of real Qwen2.5 models, for speed benchmarks.
+"""Random-weight GGUFs with the exact shapes of real Qwen2.5 and Qwen3 models, for speed benchmarks.
 
 Speed depends on a model's shapes and quantization, not on what its weights learned, so a
-model of Qwen2.5-7B-Instruct's (or 1.5B's) exact tensor shapes, with the real Qwen2.5
-vocabulary and chat template and random weights, quantized to Q4_K_M by llama.cpp's own
+model of Qwen2.5-7B-Instruct's (or 1.5B's, or Qwen3-4B's) exact tensor shapes, with the real
+Qwen2.5 vocabulary and chat template and random weights, quantized to Q4_K_M by llama.cpp's own
 quantizer, runs at the real model's speed. Nothing is downloaded: the vocabulary is the
-converter's output in ../shared/fixtures (or --vocab), the weights are drawn here.
+converter's output in ../shared/fixtures (or --vocab), the weights are drawn here. Qwen3 adds
+four tokens to that vocabulary (<tool_response>, </tool_response>, <think>, </think>, ids 151665
+to 151668): they take the place of the converter's padding rows there, as in Qwen3's own GGUFs.
+
+`build(..., fast=True)` quantizes a 2-layer model and repeats its layers' quantized bytes, each
+layer taking layer 1's where llama.cpp's Q4_K_M rule gives that layer more bits (use_more_bits),
+layer 0's elsewhere: the same file llama.cpp's quantizer would write for every layer, in seconds
+instead of minutes (B11 and B17 use it).
 
 The output rows of the control tokens (<|endoftext|>, <|im_start|>, <|im_end|>, ...) are zero,
 so their logits are 0 where every other token's is random with a spread of several units:
@@ -29,13 +36,32 @@ DEFAULT_VOCAB = REPO.parent / "shared" / "fixtures" / "qwen2.5-vocab-llamacpp.gg
 SHAPES = {
     "qwen2.5-1.5b": {"n_embd": 1536, "n_layer": 28, "n_head": 12, "n_head_kv": 2, "n_ff": 8960, "tied": True},
     "qwen2.5-7b": {"n_embd": 3584, "n_layer": 28, "n_head": 28, "n_head_kv": 4, "n_ff": 18944, "tied": False},
+    # Qwen3-4B's config.json (InfMem-4B is a fine-tune of it): a head is 128 wide, so the queries
+    # (32 x 128) are wider than the embedding; no biases, RMS norms on q and k; 151,936 rows.
+    "qwen3-4b": {
+        "n_embd": 2560,
+        "n_layer": 36,
+        "n_head": 32,
+        "n_head_kv": 8,
+        "n_ff": 9728,
+        "tied": True,
+        "arch": "qwen3",
+        "head_dim": 128,
+        "rows": 151936,
+        "context": 40960,
+    },
 }
 FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
+QWEN3_ADDED = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
+USER_DEFINED = 4  # llama.cpp's token type of a added token that is not a control token
 
 
-def copy_tokenizer(writer, vocab: Path, rows: int | None = None, skip: tuple[str, ...] = ()) -> int:
+def copy_tokenizer(
+    writer, vocab: Path, rows: int | None = None, skip: tuple[str, ...] = (), added: dict[int, str] | None = None
+) -> int:
     """Copies every tokenizer.* key of the vocabulary GGUF but those in `skip`, its tokens and
-    their types cut to `rows` when given; returns the number of tokens written."""
+    their types cut to `rows` when given, the tokens of `added` (id -> text) in place of the
+    rows they name, typed as added tokens; returns the number of tokens written."""
     import gguf
 
     reader = gguf.GGUFReader(str(vocab))
@@ -46,6 +72,10 @@ def copy_tokenizer(writer, vocab: Path, rows: int | None = None, skip: tuple[str
         value = field.contents()
         if rows is not None and field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
             value = value[:rows]
+        if added and field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            value = list(value)
+            for i, text in added.items():
+                value[i] = text if field.name == "tokenizer.ggml.tokens" else USER_DEFINED
         if field.name == "tokenizer.ggml.tokens":
             n_tokens = len(value)
         kind = field.types[0]
@@ -60,43 +90,70 @@ def copy_tokenizer(writer, vocab: Path, rows: int | None = None, skip: tuple[str
     return n_tokens
 
 
-def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0) -> Path:
-    """Writes the random F16 model, tensor by tensor (a 7B one is 15 GB: never all in memory)."""
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's rule (llama-quant.cpp) for which layers' attn_v and ffn_down get Q6_K in Q4_K_M."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path) -> int:
+    """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers; the vocabulary's rows."""
     import gguf
-    import numpy as np
     from tinymodel import add_qwen2_hparams
 
     s = SHAPES[shape]
-    n_embd, n_layer, n_head, n_head_kv, n_ff = s["n_embd"], s["n_layer"], s["n_head"], s["n_head_kv"], s["n_ff"]
-    n_kv = n_embd // n_head * n_head_kv
+    w.add_name(f"random-{shape}")
+    w.add_file_type(file_type)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_qwen2_hparams(w, s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768))
+    if "head_dim" in s:
+        w.add_key_length(s["head_dim"])
+        w.add_value_length(s["head_dim"])
+    added = QWEN3_ADDED if s.get("arch") == "qwen3" else None
+    return copy_tokenizer(w, vocab, rows=s.get("rows"), added=added)
+
+
+def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
+    """One layer's tensors (name after "blk.N.", numpy shape, values), as the converter writes them."""
+    s = SHAPES[shape]
+    n_embd, n_ff = s["n_embd"], s["n_ff"]
+    head = s.get("head_dim", n_embd // s["n_head"])
+    n_q, n_kv = head * s["n_head"], head * s["n_head_kv"]
+    qwen3 = s.get("arch") == "qwen3"
+    out = [("attn_norm.weight", (n_embd,), "ones"), ("attn_q.weight", (n_q, n_embd), "random")]
+    out += [("attn_q_norm.weight", (head,), "ones")] if qwen3 else [("attn_q.bias", (n_q,), "random")]
+    out += [("attn_k.weight", (n_kv, n_embd), "random")]
+    out += [("attn_k_norm.weight", (head,), "ones")] if qwen3 else [("attn_k.bias", (n_kv,), "random")]
+    out += [("attn_v.weight", (n_kv, n_embd), "random")]
+    out += [] if qwen3 else [("attn_v.bias", (n_kv,), "random")]
+    out += [
+        ("attn_output.weight", (n_embd, n_q), "random"),
+        ("ffn_norm.weight", (n_embd,), "ones"),
+        ("ffn_gate.weight", (n_ff, n_embd), "random"),
+        ("ffn_up.weight", (n_ff, n_embd), "random"),
+        ("ffn_down.weight", (n_embd, n_ff), "random"),
+    ]
+    return out
+
+
+def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None) -> Path:
+    """Writes the random F16 model (`n_layer` layers, default the shape's), tensor by tensor (a 7B
+    one is 15 GB: never all in memory)."""
+    import gguf
+    import numpy as np
+
+    s = SHAPES[shape]
+    n_embd = s["n_embd"]
+    n_layer = s["n_layer"] if n_layer is None else n_layer
     rng = np.random.default_rng(seed)
     # A pool of random values read at random offsets: drawing 7.6 billion fresh normals would take
     # minutes, and speed cannot tell the difference.
     pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
 
-    w = gguf.GGUFWriter(str(dest), "qwen2")
-    w.add_name(f"random-{shape}")
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    add_qwen2_hparams(w, n_embd, n_layer, n_ff, n_head, n_head_kv)
-    n_vocab = copy_tokenizer(w, vocab)
-
+    w = gguf.GGUFWriter(str(dest), s.get("arch", "qwen2"))
+    n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab)
     tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), "random")]
     for i in range(n_layer):
-        p = f"blk.{i}."
-        tensors += [
-            (p + "attn_norm.weight", (n_embd,), "ones"),
-            (p + "attn_q.weight", (n_embd, n_embd), "random"),
-            (p + "attn_q.bias", (n_embd,), "random"),
-            (p + "attn_k.weight", (n_kv, n_embd), "random"),
-            (p + "attn_k.bias", (n_kv,), "random"),
-            (p + "attn_v.weight", (n_kv, n_embd), "random"),
-            (p + "attn_v.bias", (n_kv,), "random"),
-            (p + "attn_output.weight", (n_embd, n_embd), "random"),
-            (p + "ffn_norm.weight", (n_embd,), "ones"),
-            (p + "ffn_gate.weight", (n_ff, n_embd), "random"),
-            (p + "ffn_up.weight", (n_ff, n_embd), "random"),
-            (p + "ffn_down.weight", (n_embd, n_ff), "random"),
-        ]
+        tensors += [(f"blk.{i}.{name}", dims, kind) for name, dims, kind in _layer(shape)]
     tensors.append(("output_norm.weight", (n_embd,), "ones"))
     if not s["tied"]:
         tensors.append(("output.weight", (n_vocab, n_embd), "output"))
@@ -132,22 +189,80 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
     return dest
 
 
-def build(shape: str, folder: Path, vocab: Path = DEFAULT_VOCAB, quant: str = "q4_k_m") -> Path:
-    """The quantized model in `folder`, made once (the F16 intermediate is deleted)."""
+def assemble(shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFAULT_VOCAB) -> dict[str, int]:
+    """The `n_layer`-layer Q4_K_M from the quantized 2-layer one's bytes; the count of each type."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(two))
+    by_name = {t.name: t for t in reader.tensors}
+    layer = [name for name, _, _ in _layer(shape)]
+    order, source = ["token_embd.weight"], {"token_embd.weight": "token_embd.weight"}
+    for i in range(n_layer):
+        src = 1 if use_more_bits(i, n_layer) else 0
+        for name in layer:
+            order.append(f"blk.{i}.{name}")
+            source[order[-1]] = f"blk.{src}.{name}"
+    tail = ["output_norm.weight"] + ([] if SHAPES[shape]["tied"] else ["output.weight"])
+    order += tail
+    source.update({n: n for n in tail})
+    w = gguf.GGUFWriter(str(dest), SHAPES[shape].get("arch", "qwen2"))
+    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab)
+    types: dict[str, int] = {}
+    for name in order:
+        t = by_name[source[name]]
+        w.add_tensor_info(name, t.data.shape, t.data.dtype, int(t.n_bytes), raw_dtype=t.tensor_type)
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name in order:
+        w.write_tensor_data(by_name[source[name]].data)
+    w.close()
+    return types
+
+
+def build(
+    shape: str,
+    folder: Path,
+    vocab: Path = DEFAULT_VOCAB,
+    quant: str = "q4_k_m",
+    fast: bool = False,
+    n_layer: int | None = None,
+) -> Path:
+    """The quantized model in `folder`, made once (the F16 intermediate is deleted); `fast` (Q4_K_M
+    only) assembles it from a quantized 2-layer model, `n_layer` layers (default the shape's)."""
     sys.path.insert(0, str(REPO))
     from memagent_cli.model.convert.quantize import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"random-{shape}-{quant}.gguf"
+    n_layer = SHAPES[shape]["n_layer"] if n_layer is None else n_layer
+    layers = "" if n_layer == SHAPES[shape]["n_layer"] else f"-{n_layer}L"
+    final = folder / f"random-{shape}{layers}-{quant}.gguf"
     if final.is_file():
         return final
-    f16 = folder / f"random-{shape}-f16.gguf"
+    if fast and quant != "q4_k_m":
+        raise ValueError("fast builds make Q4_K_M only")
+    f16 = folder / f"random-{shape}{'-2L' if fast else layers}-f16.gguf"
     t0 = time.perf_counter()
     if not f16.is_file():  # written whole (an interrupted one stays .partial)
         partial = f16.with_name(f16.name + ".partial")
-        write_f16(shape, partial, vocab)
+        write_f16(shape, partial, vocab, n_layer=2 if fast else n_layer)
         partial.rename(f16)
     t1 = time.perf_counter()
+    if fast:
+        two = folder / f"random-{shape}-2L-q4_k_m.gguf"
+        if not two.is_file():
+            quantize(f16, two, quant)
+        t2 = time.perf_counter()
+        partial = final.with_name(final.name + ".partial")
+        types = assemble(shape, two, partial, n_layer, vocab)
+        partial.rename(final)
+        print(
+            f"built {final.name}: 2-layer F16 in {t1 - t0:.0f} s, quantized in {t2 - t1:.0f} s, "
+            f"{n_layer} layers assembled in {time.perf_counter() - t2:.0f} s; tensor types {types}",
+            file=sys.stderr,
+        )
+        return final
     quantize(f16, final, quant)
     f16.unlink()
     print(f"built {final.name}: F16 in {t1 - t0:.0f} s, {quant} in {time.perf_counter() - t1:.0f} s", file=sys.stderr)
@@ -160,8 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--vocab", type=Path, default=DEFAULT_VOCAB)
     parser.add_argument("--quant", default="q4_k_m")
+    parser.add_argument("--fast", action="store_true", help="assemble from a quantized 2-layer model (Q4_K_M)")
+    parser.add_argument("--layers", type=int, help="fewer layers than the shape's (quick checks)")
     args = parser.parse_args(argv)
-    print(build(args.shape, args.out, args.vocab, args.quant))
+    print(build(args.shape, args.out, args.vocab, args.quant, args.fast, args.layers))
     return 0
 
 
