@@ -112,6 +112,19 @@ def test_config_get_set_list(memagent_home):
     assert memagent("config", "get", "gpu_layers").stdout == ""
 
 
+def test_a_count_from_1_refuses_0_and_words(memagent_home):
+    """The setting threads and inspect --show-prompt's step (settings.whole_number): a usage error
+    that names the value, before any document or model is read."""
+    for value in ("0", "two"):
+        threads = memagent("config", "set", "threads", value)
+        assert threads.returncode == 2 and f"threads must be a whole number of at least 1, not '{value}'." in threads.stderr
+        step = memagent("inspect", "missing.txt", "--question", "q", "--show-prompt", value)
+        assert step.returncode == 2, step.stderr
+        assert f"--show-prompt takes a step number from 1, or final; not '{value}'." in step.stderr
+    assert memagent("config", "set", "threads", "3").returncode == 0
+    assert memagent("config", "get", "threads").stdout == "3\n"
+
+
 def test_without_a_terminal_a_missing_model_gives_the_pull_command(tmp_path):
     doc = tmp_path / "doc.txt"
     doc.write_text(words(100), encoding="utf-8")

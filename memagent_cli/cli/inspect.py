@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..install.settings import whole_number
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
 from .options import (
@@ -163,13 +164,7 @@ def _prompt_step(value: str | None) -> int:
     """--show-prompt's K (a step from 1), or 0 for `final`."""
     if value is None or value.strip().lower() == "final":
         return 0
-    try:
-        step = int(value)
-    except ValueError:
-        step = 0
-    if step < 1:
-        raise MemagentError(f"--show-prompt takes a step number from 1, or final; not {value!r}.", exit_code=EXIT_USAGE)
-    return step
+    return whole_number(value, f"--show-prompt takes a step number from 1, or final; not {value!r}.")
 
 
 def _print_document_text(

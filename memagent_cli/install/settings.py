@@ -30,21 +30,27 @@ def _gpu_layers(value: str) -> str | int:
         raise MemagentError(f"gpu_layers must be auto or a number, not {value!r}.", exit_code=EXIT_USAGE) from None
 
 
-def _positive(value: str) -> int:
+def whole_number(value: str, refusal: str) -> int:
+    """A value the user typed as a whole number of at least 1 (a count, a step); anything else,
+    0 and words included, is a usage error saying `refusal`."""
     try:
         n = int(value)
     except ValueError:
         n = 0
     if n < 1:
-        raise MemagentError(f"threads must be a whole number of at least 1, not {value!r}.", exit_code=EXIT_USAGE)
+        raise MemagentError(refusal, exit_code=EXIT_USAGE)
     return n
+
+
+def _threads(value: str) -> int:
+    return whole_number(value, f"threads must be a whole number of at least 1, not {value!r}.")
 
 
 # key -> (parse a command-line value, what it means)
 KEYS: dict[str, tuple[Callable[[str], str | int], str]] = {
     "default_model": (str, "model used when --model and MEMAGENT_MODEL are not given (an alias, a name or a path)"),
     "gpu_layers": (_gpu_layers, "layers offloaded to the GPU: auto (default), -1 (all), 0 (none) or a number"),
-    "threads": (_positive, "CPU threads for generation"),
+    "threads": (_threads, "CPU threads for generation"),
 }
 
 
