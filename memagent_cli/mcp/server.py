@@ -6,8 +6,8 @@ The SDK is imported when a server is built, never when memagent starts. `build` 
 and registers the tools a group at a time (`_add_ask`, `_add_inspect_resume`, `_add_traces`); each
 group's tools are defined inside its function with real (not postponed) annotations, because the
 SDK reads their signatures at runtime to make each tool's JSON schema (types, bounds and the Field
-descriptions below). What they share (descriptions, roots, the request's host, a tool's answer)
-is `_shared`'s, and ask's and resume's output schema `_ask_output`'s.
+descriptions below). What they share (descriptions, annotations, roots, the request's host, a
+tool's answer) is `_shared`'s, and ask's and resume's output schema `_ask_output`'s.
 """
 
 import hmac
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.mcpserver import Context, ListRoots, MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
-    from mcp_types import CallToolResult, ListRootsResult
+    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
     from pydantic import BaseModel
     from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -98,12 +98,14 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], SharedModel]":
 
 @dataclass(frozen=True)
 class _Shared:
-    """What every tool uses: the settings, a tool's description (`text`), a request's context as
-    calls.Host (`host`), the client's roots, asked for where it declares them (`declared_roots`,
-    resolved by the SDK) and joined to --allow (`roots_of`), and a tool's answer (`result`)."""
+    """What every tool uses: the settings, a tool's description (`text`), its annotations (`read_only`:
+    every tool only reads, and only this machine), a request's context as calls.Host (`host`), the
+    client's roots, asked for where it declares them (`declared_roots`, resolved by the SDK) and
+    joined to --allow (`roots_of`), and a tool's answer (`result`)."""
 
     settings: ServerSettings
     text: Callable[[str], str]
+    read_only: "ToolAnnotations"
     host: "Callable[[Context[Any, Any]], Host]"
     declared_roots: "Callable[[Context[Any, Any]], Awaitable[Optional[ListRoots]]]"
     roots_of: "Callable[[Optional[ListRootsResult]], Roots]"
@@ -114,7 +116,7 @@ def _shared(settings: ServerSettings) -> _Shared:
     """The helpers the tools share (see _Shared), on the SDK's types."""
     from mcp.server.mcpserver import Context, ListRoots
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent
+    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent, ToolAnnotations
 
     device = "served engine" if settings.engine.served else "embedded llama.cpp engine (CPU or GPU, as found)"
     rule = concurrency_rule(settings)
@@ -151,7 +153,8 @@ def _shared(settings: ServerSettings) -> _Shared:
             raise ToolError(str(exc)) from None
         return CallToolResult(content=[TextContent(type="text", text=rendered)], structured_content=structured)
 
-    return _Shared(settings, text, RequestHost, declared_roots, roots_of, result)
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    return _Shared(settings, text, read_only, RequestHost, declared_roots, roots_of, result)
 
 
 def _ask_output() -> "type[BaseModel]":
@@ -202,13 +205,12 @@ def _ask_output() -> "type[BaseModel]":
 def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
     """Registers the ask tool."""
     from mcp.server.mcpserver import Context, Resolve
-    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from mcp_types import CallToolResult, ListRootsResult
     from pydantic import Field
 
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     budget = shared.settings.config
 
-    @server.tool(name="ask", title="Ask documents", description=shared.text(ASK), annotations=read_only)
+    @server.tool(name="ask", title="Ask documents", description=shared.text(ASK), annotations=shared.read_only)
     async def ask(
         ctx: Context[Any, Any],
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
@@ -283,13 +285,12 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
 def _add_inspect_resume(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
     """Registers the inspect and resume tools."""
     from mcp.server.mcpserver import Context, Resolve
-    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from mcp_types import CallToolResult, ListRootsResult
     from pydantic import Field
 
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     budget = shared.settings.config
 
-    @server.tool(name="inspect", title="Inspect documents", description=shared.text(INSPECT), annotations=read_only)
+    @server.tool(name="inspect", title="Inspect documents", description=shared.text(INSPECT), annotations=shared.read_only)
     async def inspect(
         ctx: Context[Any, Any],
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
@@ -305,7 +306,7 @@ def _add_inspect_resume(server: "MCPServer[Any]", tools: Tools, shared: _Shared,
             tools.inspect(shared.roots_of(roots), shared.host(ctx), sources, question, chunk_tokens, include or (), exclude or ())
         )
 
-    @server.tool(name="resume", title="Resume a run", description=shared.text(RESUME), annotations=read_only)
+    @server.tool(name="resume", title="Resume a run", description=shared.text(RESUME), annotations=shared.read_only)
     async def resume(
         ctx: Context[Any, Any],
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
@@ -319,13 +320,14 @@ def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None
     import anyio.to_thread
     from mcp.server.mcpserver import Resolve
     from mcp.server.mcpserver.exceptions import ResourceError
-    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+    from mcp_types import CallToolResult, ListRootsResult
     from pydantic import Field
 
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     roots_of = shared.roots_of
 
-    @server.tool(name="traces_list", title="List recorded runs", description=shared.text(TRACES_LIST), annotations=read_only)
+    @server.tool(
+        name="traces_list", title="List recorded runs", description=shared.text(TRACES_LIST), annotations=shared.read_only
+    )
     async def traces_list(
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         status: Annotated[
@@ -337,7 +339,9 @@ def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None
     ) -> Annotated[CallToolResult, dict[str, Any]]:
         return await shared.result(anyio.to_thread.run_sync(lambda: tools.traces_list(roots_of(roots), status, source, limit)))
 
-    @server.tool(name="trace_show", title="Show a recorded run", description=shared.text(TRACE_SHOW), annotations=read_only)
+    @server.tool(
+        name="trace_show", title="Show a recorded run", description=shared.text(TRACE_SHOW), annotations=shared.read_only
+    )
     async def trace_show(
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         id: Annotated[str, Field(description='A trace id, a unique prefix of it, or "last".', min_length=1)],
