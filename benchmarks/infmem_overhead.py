@@ -43,6 +43,7 @@ def main() -> None:
     from tinymodel import LONG_TOKEN, build_vocab, write_tiny_qwen2
 
     from memagent_cli.core import infmem
+    from memagent_cli.core.agent import LoopInput
     from memagent_cli.core.chunking import IngestStats, iter_chunks, layout
     from memagent_cli.core.config import AgentConfig
     from memagent_cli.core.events import AnswerFinished
@@ -113,7 +114,7 @@ def main() -> None:
     def ours() -> float:
         read, stats = chunks()
         started = time.perf_counter()
-        events = list(run_infmem(question, read, stats, engine, tokenizer, config))
+        events = list(run_infmem(LoopInput(question, read, stats, engine, tokenizer, config)))
         assert isinstance(events[-1], AnswerFinished)
         return time.perf_counter() - started
 

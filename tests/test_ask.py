@@ -238,7 +238,7 @@ def test_a_memory_that_re_tokenizes_longer_still_fits_the_next_prompt(models, tm
 
 
 def test_a_prompt_that_leaves_little_room_shortens_the_step_not_the_run(models):
-    from memagent_cli.core.agent import run_loop
+    from memagent_cli.core.agent import LoopInput, run_loop
     from memagent_cli.core.chunking import Chunk, IngestStats
 
     info = read_gguf(models["random"])
@@ -250,12 +250,14 @@ def test_a_prompt_that_leaves_little_room_shortens_the_step_not_the_run(models):
     try:
         events = list(
             run_loop(
-                "q",
-                [chunk],
-                IngestStats(document_tokens=chunk.tokens, done=True),
-                engine,
-                tok,
-                AgentConfig(memory_tokens=200, answer_tokens=5, **GREEDY),
+                LoopInput(
+                    "q",
+                    [chunk],
+                    IngestStats(document_tokens=chunk.tokens, done=True),
+                    engine,
+                    tok,
+                    AgentConfig(memory_tokens=200, answer_tokens=5, **GREEDY),
+                )
             )
         )
     finally:

@@ -16,6 +16,7 @@ import pytest
 from helpers import shared_path
 from rank_bm25 import BM25Okapi
 
+from memagent_cli.core.agent import LoopInput
 from memagent_cli.core.chunking import IngestStats, iter_chunks, layout
 from memagent_cli.core.config import AgentConfig
 from memagent_cli.core.events import AnswerFinished, ReadingStopped, StepFinished, StepPlanned
@@ -216,7 +217,7 @@ def test_a_run_sends_the_references_prompts_and_stops_at_the_third_stop_in_a_row
 
     engine = ScriptedEngine(Script(SCRIPT))
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0, seed=7)
-    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, engine, tok, config)))
     assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]  # every prompt, byte for byte
     assert [m for _, m in engine.script.asked] == [m for _, m in oracle.asked]  # and every budget
     assert all(s.temperature == 0.0 and s.top_p == 1.0 for s in engine.samplings)
@@ -254,11 +255,11 @@ def test_a_resumed_run_goes_on_from_its_stored_steps_as_the_whole_run_did(tok, d
     chunks, stats = chunks_of(tok, document(40))
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
     whole = ScriptedEngine(Script(SCRIPT))
-    events = list(run_infmem(QUESTION, chunks, stats, whole, tok, config))
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, whole, tok, config)))
     stored = json.loads(json.dumps([e.step.to_dict() for e in events if isinstance(e, StepFinished)]))
     calls = 4 * done  # each step: the planner's two stages, the write's two
     resumed = ScriptedEngine(Script(SCRIPT[calls:]))
-    again = list(run_infmem(QUESTION, chunks_of(tok, document(40))[0], stats, resumed, tok, config, stored[:done]))
+    again = list(run_infmem(LoopInput(QUESTION, chunks_of(tok, document(40))[0], stats, resumed, tok, config, stored[:done])))
     assert [p for p, _ in resumed.script.asked] == [p for p, _ in whole.script.asked[calls:]]
     replayed = [e for e in again if isinstance(e, StepFinished) and e.replayed]
     assert [e.step.index for e in replayed] == list(range(1, done + 1))
@@ -278,7 +279,7 @@ def test_a_run_reads_every_chunk_when_the_planner_never_stops(reference, tok):
     reference_run(reference, "".join(c.text for c in chunks), tok, oracle)
     engine = ScriptedEngine(Script(list(script)))
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
-    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, engine, tok, config)))
     assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]
     assert not [e for e in events if isinstance(e, ReadingStopped)]
     (answer,) = [e for e in events if isinstance(e, AnswerFinished)]
@@ -293,7 +294,7 @@ def test_early_stop_one_ends_at_the_first_stop_or_call_less_reply(reference, tok
     reference_run(reference, "".join(c.text for c in chunks), tok, oracle, early_stop=1)
     engine = ScriptedEngine(Script(list(script)))
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0, early_stop=1)
-    events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, engine, tok, config)))
     assert [p for p, _ in engine.script.asked] == [p for p, _ in oracle.asked]
     (stopped,) = [e for e in events if isinstance(e, ReadingStopped)]
     assert stopped.read == 0 and not [e for e in events if isinstance(e, StepFinished)]
@@ -365,7 +366,7 @@ def test_a_served_run_sends_the_references_prompts_to_raw_completions(reference,
         engine = ServedPool([server.url], connection) if pool else OpenAIEngine(server.url, connection)
         try:
             config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
-            events = list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+            events = list(run_infmem(LoopInput(QUESTION, chunks, stats, engine, tok, config)))
         finally:
             engine.close()
     assert [b["prompt"] for b in bodies] == [p for p, _ in oracle.asked]
@@ -393,7 +394,7 @@ def test_a_server_without_raw_completions_is_one_line(tok, pool):
         try:
             config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
             with pytest.raises(MemagentError) as caught:
-                list(run_infmem(QUESTION, chunks, stats, engine, tok, config))
+                list(run_infmem(LoopInput(QUESTION, chunks, stats, engine, tok, config)))
         finally:
             engine.close()
         assert server.stats.not_found == 1  # refused at once, no retry
@@ -486,7 +487,7 @@ def test_the_live_view_and_the_progress_lines_say_each_decision_and_the_early_st
 
     chunks, stats = chunks_of(tok, document(40))
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
-    events = list(run_infmem(QUESTION, chunks, stats, ScriptedEngine(Script(SCRIPT)), tok, config))
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, ScriptedEngine(Script(SCRIPT)), tok, config)))
     first = [e for e in events if isinstance(e, StepPlanned)][0].decision.searches[0]
     where = "; ".join(dict.fromkeys(r.location for r in first.found))
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=400)

@@ -183,54 +183,61 @@ def follow(items: Iterable[Completion], step: int, stream: bool = True) -> Gener
     return done
 
 
-def run_loop(
-    question: str,
-    chunks: Iterable[Chunk],
-    stats: IngestStats,
-    engine: Engine,
-    tokenizer: Tokenizer,
-    config: AgentConfig,
-    done_steps: Sequence[Mapping[str, Any]] = (),
-) -> Iterator[Event]:
-    """Memory updates over every chunk, then the final answer. `question` is already checked.
-    `done_steps` are the stored steps of an interrupted run: their chunks are re-read and
-    checked, not sent to the model again, and the loop goes on from the last memory."""
-    protocol = get_protocol(config.protocol)
+@dataclasses.dataclass(frozen=True)
+class LoopInput:
+    """What a protocol's loop reads (run_loop here, infmem_loop.run_infmem for InfMem): the question,
+    already checked (check_question); the chunks, read as the loop goes, and their `stats`, which
+    fill in as they are read; the model's engine and tokenizer; the run's config; and `done_steps`,
+    the stored steps of an interrupted run: their chunks are re-read and checked, not sent to the
+    model again, and the loop goes on from their memory."""
+
+    question: str
+    chunks: Iterable[Chunk]
+    stats: IngestStats
+    engine: Engine
+    tokenizer: Tokenizer
+    config: AgentConfig
+    done_steps: Sequence[Mapping[str, Any]] = ()
+
+
+def run_loop(run: LoopInput) -> Iterator[Event]:
+    """Memory updates over every chunk, then the final answer."""
+    protocol = get_protocol(run.config.protocol)
     memory = protocol.initial_memory
     told_total = False
     steps = 0
 
     def read_event() -> Iterator[Event]:
         nonlocal told_total
-        if stats.done and not told_total:
+        if run.stats.done and not told_total:
             told_total = True
             yield DocumentRead(
-                stats.document_tokens,
-                math.ceil(stats.document_tokens / config.chunk_tokens),
-                tuple(stats.source_tokens),
-                tuple(stats.source_pages),
-                tuple(stats.source_units),
+                run.stats.document_tokens,
+                math.ceil(run.stats.document_tokens / run.config.chunk_tokens),
+                tuple(run.stats.source_tokens),
+                tuple(run.stats.source_pages),
+                tuple(run.stats.source_units),
             )
 
-    for chunk in chunks:
+    for chunk in run.chunks:
         steps += 1
         yield from read_event()
-        if chunk.index <= len(done_steps):
-            record = replayed_step(chunk, done_steps[chunk.index - 1], memory)
+        if chunk.index <= len(run.done_steps):
+            record = replayed_step(chunk, run.done_steps[chunk.index - 1], memory)
             yield StepFinished(record, replayed=True)
             memory = record.memory
             continue
-        total = math.ceil(stats.document_tokens / config.chunk_tokens) if stats.done else None
+        total = math.ceil(run.stats.document_tokens / run.config.chunk_tokens) if run.stats.done else None
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
         done = yield from _call(
-            engine,
-            protocol.memory_prompt(question, memory, chunk.text),
-            config.memory_tokens,
-            sampling_for(config, chunk.index),
+            run.engine,
+            protocol.memory_prompt(run.question, memory, chunk.text),
+            run.config.memory_tokens,
+            sampling_for(run.config, chunk.index),
             chunk.index,
             memory,  # "retain all relevant details from the previous memory": often copied whole
         )
-        if done.max_tokens < config.memory_tokens:
+        if done.max_tokens < run.config.memory_tokens:
             yield Notice(
                 f"Step {chunk.index}: the prompt ({done.prompt_tokens} tokens) left room for only "
                 f"{done.max_tokens} memory tokens; raise --ctx to avoid this."
@@ -242,7 +249,7 @@ def run_loop(
                 chunk=chunk,
                 memory=new_memory,
                 previous_memory=memory,
-                memory_tokens=len(tokenizer.encode(new_memory)),
+                memory_tokens=len(run.tokenizer.encode(new_memory)),
                 prompt_tokens=done.prompt_tokens,
                 cached_tokens=done.cached_tokens,
                 generated_tokens=done.completion_tokens,
@@ -258,17 +265,17 @@ def run_loop(
         raise no_text()
     yield from read_event()
 
-    yield AnswerStarted(len(tokenizer.encode(memory)))
+    yield AnswerStarted(len(run.tokenizer.encode(memory)))
     started = time.perf_counter()
-    prompt = protocol.final_prompt(question, memory, config.final, config.final_instructions())
-    schema = config.schema()
+    prompt = protocol.final_prompt(run.question, memory, run.config.final, run.config.final_instructions())
+    schema = run.config.schema()
     if schema is None:
-        done = yield from _call(engine, prompt, config.answer_tokens, sampling_for(config, 0), 0)
+        done = yield from _call(run.engine, prompt, run.config.answer_tokens, sampling_for(run.config, 0), 0)
         raw = done.text
-        answer, found = protocol.extract_answer(raw, config.final)
+        answer, found = protocol.extract_answer(raw, run.config.final)
         data = None
     else:
-        done, data = yield from _answer_as_data(engine, prompt, config, schema, retry_call=steps + 1)
+        done, data = yield from _answer_as_data(run.engine, prompt, run.config, schema, retry_call=steps + 1)
         raw = answer = done.text.strip()
         found = True
     yield AnswerFinished(

@@ -14,13 +14,13 @@ import dataclasses
 import time
 from array import array
 from bisect import bisect_right
-from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Generator, Iterator, Sequence
 
 from ..model.engine import CompletionDone, Engine, RawPrompt
 from ..model.tokenizer import Tokenizer
 from . import infmem
-from .agent import call_raw, no_text, replayed_step, sampling_for
-from .chunking import Anchor, Chunk, IngestStats, Span
+from .agent import LoopInput, call_raw, no_text, replayed_step, sampling_for
+from .chunking import Anchor, Chunk, Span
 from .config import AgentConfig
 from .events import (
     AnswerFinished,
@@ -161,51 +161,44 @@ class _Reading:
         return infmem.retrieved_block([self.units.texts[r.unit] for r in decision.searches[-1].found])
 
 
-def run_infmem(
-    question: str,
-    chunks: Iterable[Chunk],
-    stats: IngestStats,
-    engine: Engine,
-    tokenizer: Tokenizer,
-    config: AgentConfig,
-    done_steps: Sequence[Mapping[str, Any]] = (),
-) -> Iterator[Event]:
-    """InfMem over the whole input, then the final answer. `question` is already checked.
-    `done_steps` are the stored steps of an interrupted run: their chunks are re-read and checked,
-    and the memory, the search history and the STOP streak go on from their decisions."""
-    protocol = get_protocol(config.protocol)
-    read = list(chunks)  # the search covers the whole input from step 1 (rule 6.1)
+def run_infmem(run: LoopInput) -> Iterator[Event]:
+    """InfMem over the whole input, then the final answer. A resumed run's memory, search history
+    and STOP streak go on from its stored steps' decisions."""
+    protocol = get_protocol(run.config.protocol)
+    read = list(run.chunks)  # the search covers the whole input from step 1 (rule 6.1)
     if not read:
         # BM25 over no units divides by zero in the reference (its rule 4.7): refused instead
         raise no_text()
     total = len(read)
     yield DocumentRead(
-        stats.document_tokens,
+        run.stats.document_tokens,
         total,
-        tuple(stats.source_tokens),
-        tuple(stats.source_pages),
-        tuple(stats.source_units),
+        tuple(run.stats.source_tokens),
+        tuple(run.stats.source_pages),
+        tuple(run.stats.source_units),
     )
-    reading = _Reading(read, tokenizer, engine, config)
+    reading = _Reading(read, run.tokenizer, run.engine, run.config)
     memory = protocol.initial_memory
     for chunk in read:
         s = chunk.index
-        if s <= len(done_steps):
-            stored = done_steps[s - 1]
-            decision = reading.replayed(Decision.from_dict(stored["decision"], config.early_stop))
+        if s <= len(run.done_steps):
+            stored = run.done_steps[s - 1]
+            decision = reading.replayed(Decision.from_dict(stored["decision"], run.config.early_stop))
             record = dataclasses.replace(replayed_step(chunk, stored, memory), decision=decision)
             yield StepFinished(record, replayed=True)
             memory = record.memory
             continue
         yield StepStarted(s, chunk, total, chunk.end_token)
-        decision = yield from reading.plan(s, total, question, memory)
+        decision = yield from reading.plan(s, total, run.question, memory)
         yield StepPlanned(s, decision)
-        if decision.stop_streak >= config.early_stop:
+        if decision.stop_streak >= run.config.early_stop:
             yield ReadingStopped(s - 1, total, decision.stop_streak)
             break
         retrieved = reading.retrieved(decision)
-        write = raw_chat(None, infmem.MEMORY_PROMPT.format(prompt=question, retrieve=retrieved, chunk=chunk.text, memory=memory))
-        reply, written = yield from reading.think(write, 2 * s, s, config.memory_tokens, stream=True)
+        write = raw_chat(
+            None, infmem.MEMORY_PROMPT.format(prompt=run.question, retrieve=retrieved, chunk=chunk.text, memory=memory)
+        )
+        reply, written = yield from reading.think(write, 2 * s, s, run.config.memory_tokens, stream=True)
         new_memory = protocol.next_memory(reply)
         w_tokens, w_generated, w_prompt_s, w_generate_s = _cost(written)
         yield StepFinished(
@@ -214,7 +207,7 @@ def run_infmem(
                 chunk=chunk,
                 memory=new_memory,
                 previous_memory=memory,
-                memory_tokens=len(tokenizer.encode(new_memory)),
+                memory_tokens=len(run.tokenizer.encode(new_memory)),
                 prompt_tokens=w_tokens,
                 cached_tokens=sum(d.cached_tokens for d in written),
                 generated_tokens=w_generated,
@@ -226,11 +219,11 @@ def run_infmem(
         )
         memory = new_memory
 
-    yield AnswerStarted(len(tokenizer.encode(memory)))
+    yield AnswerStarted(len(run.tokenizer.encode(memory)))
     started = time.perf_counter()
-    final = raw_chat(None, protocol.final_prompt(question, memory, config.final, config.final_instructions()))
-    reply, answered = yield from reading.think(final, 0, 0, config.answer_tokens, stream=True)
-    answer, found = protocol.extract_answer(reply, config.final)
+    final = raw_chat(None, protocol.final_prompt(run.question, memory, run.config.final, run.config.final_instructions()))
+    reply, answered = yield from reading.think(final, 0, 0, run.config.answer_tokens, stream=True)
+    answer, found = protocol.extract_answer(reply, run.config.final)
     yield AnswerFinished(
         raw=reply,
         answer=answer,

@@ -30,7 +30,7 @@ from ..model.engine import Engine
 from ..model.gguf import GGUFInfo, read_gguf
 from ..model.llama import EmbeddedOptions, LlamaEngine
 from ..model.tokenizer import NormalForm, Tokenizer, load_tokenizer, normal_form
-from .agent import check_question, plan_context, run_loop
+from .agent import LoopInput, check_question, plan_context, run_loop
 from .chunking import Chunk, IngestStats, Piece, ReadAhead, iter_chunks, layout, normalized
 from .config import AgentConfig
 from .events import (
@@ -268,7 +268,7 @@ def run_question(
     try:
         # InfMem has a loop of its own (a planner, a search, early stopping); every other protocol shares one
         loop = run_infmem if get_protocol(config.protocol).planner else run_loop
-        for event in loop(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps):
+        for event in loop(LoopInput(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps)):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
                 if event.step.memory == event.step.previous_memory and not get_protocol(config.protocol).planner:
