@@ -266,13 +266,14 @@ def _pretokenize(text: str) -> list[str]:
 @dataclass
 class TinyVocab:
     tokens: list[bytes]  # raw bytes of every token, id order (specials as UTF-8 text)
-    token_types: list[int]  # llama.cpp token types: 1 normal, 3 control
+    token_types: list[int]  # llama.cpp token types: 1 normal, 3 control, 4 user-defined (an added token)
     merges: list[tuple[bytes, bytes]]  # BPE merges in rank order (raw bytes)
     special: dict[str, int]  # "<|endoftext|>", "<|im_start|>", "<|im_end|>" -> id
 
     def gguf_tokens(self) -> list[str]:
-        """Token strings as written to ``tokenizer.ggml.tokens``."""
-        return [tok.decode("utf-8") if ttype == 3 else _render(tok) for tok, ttype in zip(self.tokens, self.token_types)]
+        """Token strings as written to ``tokenizer.ggml.tokens``: control and added tokens as their
+        text (llama.cpp reads them so), the others in bytes-to-unicode rendering."""
+        return [tok.decode("utf-8") if ttype in (3, 4) else _render(tok) for tok, ttype in zip(self.tokens, self.token_types)]
 
     def gguf_merges(self) -> list[str]:
         """Merges as written to ``tokenizer.ggml.merges`` ("A B")."""
