@@ -529,10 +529,12 @@ def _served_infmem(request: dict) -> str:
     return "<think>\nFrom memory.\n</think>\n\nTherefore, the answer is 7-ALPHA-9."
 
 
-def test_a_served_run_stops_early_and_quotes_the_passage_its_search_found(tmp_path):
+@pytest.mark.parametrize("chunk", [5000, 128])
+def test_a_served_run_stops_early_and_quotes_the_passage_its_search_found(tmp_path, chunk):
     """Over a served model (a real HTTP server on 127.0.0.1): the search finds the code on page 35 at
     step 1, three STOPs end the reading after 3 chunks of many, and the quote is the code's sentence,
-    read only in the retrieved passage, located in the file's own text."""
+    read only in the retrieved passage, located in the file's own text. With 128-token chunks each
+    500-token unit runs over four or five of them, and its passage is still the whole unit."""
     import json
 
     from fakeserver import FakeServer
@@ -546,10 +548,11 @@ def test_a_served_run_stops_early_and_quotes_the_passage_its_search_found(tmp_pa
     vocab = shared_path("fixtures", "ggml-vocab-qwen2.gguf")
     with FakeServer(reply=_served_infmem) as server:
         args = ["--engine", "openai", "--base-url", server.url, "--tokenizer", vocab, "--protocol", "infmem"]
+        args += ["--chunk-tokens", str(chunk)]
         result = run_memagent("ask", doc, QUESTION, *args, "--json")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
-    total = -(-record["document_tokens"] // 5000)
+    total = -(-record["document_tokens"] // chunk)
     assert record["answer"] == "7-ALPHA-9" and total >= 7
     assert [s["decision"]["action"] for s in record["steps"]] == ["search", "stop", "stop"]
     assert f"stopped early after 3 of {total} chunks (STOP 3 times in a row)" in result.stderr

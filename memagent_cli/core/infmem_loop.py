@@ -239,7 +239,9 @@ def units_read(step: StepRecord, chunks: Sequence[Chunk], tokenizer: Tokenizer) 
     """The retrieved units a step's memory write read beside its chunk (its last search's), each as
     a chunk of its own: the text it holds and the anchors that place it, numbered as the step. The
     quotes are drawn from them as from the chunks: a run that stopped early may have found its
-    answer only there, in a part of the input it never read in order."""
+    answer only there, in a part of the input it never read in order. A unit is the input's ids cut
+    every 500 tokens, so with chunks that are not a multiple of 500 (--chunk-tokens 128, 2048) it
+    runs over several chunks: its text is their parts in turn."""
     if step.decision is None or not step.decision.searches:
         return []
     starts = [c.end_token - c.tokens for c in chunks]
@@ -248,19 +250,23 @@ def units_read(step: StepRecord, chunks: Sequence[Chunk], tokenizer: Tokenizer) 
         k = bisect_right(starts, unit.start_token) - 1
         if k < 0:
             continue
-        chunk = chunks[k]
-        lo = _chars(tokenizer, chunk.ids[: unit.start_token - starts[k]])
-        hi = _chars(tokenizer, chunk.ids[: unit.end_token - starts[k]])
-        anchors = []
-        for a in chunk.anchors:
-            if a.at >= hi:
-                break
-            if a.at <= lo:  # the run the unit begins in: from the unit's first character
-                offset = a.offset + (lo - a.at) if a.source is not None else a.offset
-                anchors = [Anchor(0, a.source, offset, a.place)]
-            else:
-                anchors.append(Anchor(a.at - lo, a.source, a.offset, a.place))
-        out.append(
-            Chunk(step.index, chunk.text[lo:hi], unit.end_token - unit.start_token, chunk.spans, unit.end_token, tuple(anchors))
-        )
+        text, anchors, spans = "", list[Anchor](), list[Span]()
+        while k < len(chunks) and starts[k] < unit.end_token:
+            chunk = chunks[k]
+            lo = _chars(tokenizer, chunk.ids[: max(0, unit.start_token - starts[k])])
+            hi = _chars(tokenizer, chunk.ids[: unit.end_token - starts[k]])
+            part: list[Anchor] = []
+            for a in chunk.anchors:
+                if a.at >= hi:
+                    break
+                if a.at <= lo:  # the run the part begins in: from the part's first character
+                    offset = a.offset + (lo - a.at) if a.source is not None else a.offset
+                    part = [Anchor(len(text), a.source, offset, a.place)]
+                else:
+                    part.append(Anchor(len(text) + a.at - lo, a.source, a.offset, a.place))
+            anchors += part
+            spans += [span for span in chunk.spans if span not in spans]
+            text += chunk.text[lo:hi]
+            k += 1
+        out.append(Chunk(step.index, text, unit.end_token - unit.start_token, tuple(spans), unit.end_token, tuple(anchors)))
     return out
