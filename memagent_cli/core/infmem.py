@@ -273,8 +273,12 @@ def solution(reply: str) -> str:
 
 
 def units_of(ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> list[str]:
-    """The retrieval units: the whole input's ids cut every UNIT_TOKENS tokens, each decoded alone
-    (so units cross chunk boundaries nowhere: a chunk of 5,000 tokens holds exactly 10)."""
+    """The retrieval units: the whole input's ids cut every UNIT_TOKENS tokens, each decoded alone.
+    Rule 1.2 says both "inside each chunk" and "the whole id list cut every 500 tokens": at the
+    protocol's 5,000-token chunks they are the same (10 units a chunk). Where --chunk-tokens is not
+    a multiple of 500 they part, and memagent keeps every unit 500 tokens (so one may run over two
+    chunks): the planner was trained to read four passages of that size beside a chunk, where cutting
+    inside 128-token chunks would give it 128-token fragments, and a 2,048-token chunk a 48-token one."""
     return [decode(ids[at : at + UNIT_TOKENS]) for at in range(0, len(ids), UNIT_TOKENS)]
 
 
