@@ -560,3 +560,49 @@ def test_a_served_run_stops_early_and_quotes_the_passage_its_search_found(tmp_pa
     text = doc.read_text(encoding="utf-8")
     assert "7-ALPHA-9" in quote["text"] and text[quote["start"] : quote["end"]] == quote["text"]
     assert quote["start"] > sum(len(p) for p in pages[:34]) and quote["step"] == 1
+
+
+def test_the_planner_thinks_aloud_apart_from_the_memory(tok):
+    """The planner's two stages stream as planning text (minutes on a CPU, where the view sat on
+    "reading" with nothing moving): the live view's panel is the planner's while it thinks and the
+    phase says so; the decision clears it for the memory's write. A --each row says "planning" and
+    keeps the planner's text out of the memory it shows."""
+    import io
+
+    from rich.console import Console
+
+    from memagent_cli.cli.views.live import LiveView
+    from memagent_cli.cli.views.rows import Row
+    from memagent_cli.core.events import TokenText
+
+    chunks, stats = chunks_of(tok, document(40))
+    config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
+    events = list(run_infmem(LoopInput(QUESTION, chunks, stats, ScriptedEngine(Script(SCRIPT)), tok, config)))
+    planned_at = [k for k, e in enumerate(events) if isinstance(e, StepPlanned)]
+    texts = [e for e in events if isinstance(e, TokenText)]
+    step1 = [e for e in events[: planned_at[0]] if isinstance(e, TokenText)]
+    assert step1 and all(e.planning and e.step == 1 for e in step1)
+    assert "".join(e.text for e in step1) == SEARCH  # stage one's text, then stage two's (empty)
+    step2 = [e.text for e in events[planned_at[0] : planned_at[1]] if isinstance(e, TokenText) and e.planning]
+    assert "".join(step2).startswith("<think>\nI keep thinking about the plum") and FORCED in "".join(step2)
+    assert [e.text for e in texts if not e.planning][:2] == write(1)  # the write streams as before
+
+    console = Console(file=io.StringIO(), record=True, force_terminal=True, width=200)
+    view = LiveView(console, fps=1000)
+    row = Row()
+    with view:
+        for event in events[: planned_at[0]]:
+            view.handle(event)
+            row.follow(event)
+        thinking = Console(file=io.StringIO(), record=True, width=200)
+        thinking.print(view.memory_panel())
+        panel = thinking.export_text()
+        assert "Planner" in panel and "step 1: planning (search the whole input, or stop)" in panel
+        assert row.where().endswith("· planning") and row.latest() == ""
+        view.handle(events[planned_at[0]])
+        row.follow(events[planned_at[0]])
+        after = Console(file=io.StringIO(), record=True, width=200)
+        after.print(view.memory_panel())
+        panel = after.export_text()
+        assert "Planner" not in panel and "writing the memory from the chunk and what the search found" in panel
+        assert not row.where().endswith("planning")

@@ -235,3 +235,39 @@ def test_the_stand_in_reads_its_reasoning_as_qwen3_does(tmp_path):
             at, to = ids.index(think), ids.index(end)
             read.setdefault(name, []).append([decode(tok, part) for part in (ids[:at], ids[at + 1 : to], ids[to + 1 :])])
     assert read["stand-in"] == read["qwen3"]
+
+
+def test_an_mcp_host_is_told_each_plan(tmp_path):
+    """Over MCP (`memagent mcp`, stdio, the SDK's own client) the host's log gets each step's decision
+    as the live view says it: the search that found the fact, then the STOPs."""
+    import os
+    import sys
+
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("mcp")
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    doc = whole_fact(DOC_TOKENS, 0, where=0.85)
+    (tmp_path / "doc.txt").write_text(doc.text)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memagent_cli", "mcp", *map(str, RUN)],
+        env={"MEMAGENT_HOME": str(tmp_path / "home"), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
+        cwd=str(tmp_path),
+    )
+    logs = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def main():
+        async with Client(params, logging_callback=on_log, log_level="info") as client:
+            return await client.call_tool("ask", {"sources": ["doc.txt"], "question": QUESTION})
+
+    done = anyio.run(main)
+    assert not done.is_error, done.content
+    assert done.structured_content["answer"] == doc.value
+    plans = [entry.data for entry in logs if str(entry.data).startswith("plan ")]
+    assert plans[0].startswith(f"plan 1: search '{QUERY}' found doc.txt chars ")
+    assert plans[1:] == ["plan 2: STOP 1/3", "plan 3: STOP 2/3", "plan 4: STOP 3/3"]

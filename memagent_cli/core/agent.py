@@ -155,21 +155,23 @@ def _call(
 
 
 def call_raw(
-    engine: Engine, prompt: RawPrompt, max_tokens: int, sampling: Sampling, step: int, stream: bool = True
+    engine: Engine, prompt: RawPrompt, max_tokens: int, sampling: Sampling, step: int, planning: bool = False
 ) -> Generator[Event, None, CompletionDone]:
-    """One raw completion (a prompt the protocol rendered) as events; `stream` False keeps its text
-    out of the events (InfMem's planner, whose decision is told instead)."""
-    return (yield from follow(engine.complete_raw(prompt, max_tokens, sampling), step, stream))
+    """One raw completion (a prompt the protocol rendered) as events; `planning` marks its text as
+    InfMem's planner's (see TokenText)."""
+    return (yield from follow(engine.complete_raw(prompt, max_tokens, sampling), step, planning=planning))
 
 
-def follow(items: Iterable[Completion], step: int, stream: bool = True) -> Generator[Event, None, CompletionDone]:
+def follow(
+    items: Iterable[Completion], step: int, stream: bool = True, planning: bool = False
+) -> Generator[Event, None, CompletionDone]:
     """An engine's stream as events: its text (when `stream`), the prompt read, a served engine's
     retries; returns the CompletionDone that ends it."""
     done = None
     for item in items:
         if isinstance(item, TextDelta):
             if stream:
-                yield TokenText(step, item.text)
+                yield TokenText(step, item.text, planning)
         elif isinstance(item, PromptRead):
             yield PromptProgressed(step, item.done, item.total)
         elif isinstance(item, Retrying):

@@ -105,10 +105,12 @@ class StepStarted:
 
 @dataclass(frozen=True)
 class TokenText:
-    """A piece of text as the model writes it. step 0 is the final answer."""
+    """A piece of text as the model writes it. step 0 is the final answer. `planning`: InfMem's
+    planner thinking before the step's write (the memory is not being written yet)."""
 
     step: int
     text: str
+    planning: bool = False
 
 
 @dataclass(frozen=True)

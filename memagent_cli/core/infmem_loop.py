@@ -120,17 +120,18 @@ class _Reading:
         self.streak = 0
 
     def think(
-        self, prompt: RawPrompt, call: int, step: int, budget: int, stream: bool
+        self, prompt: RawPrompt, call: int, step: int, budget: int, planning: bool = False
     ) -> Generator[Event, None, tuple[str, list[CompletionDone]]]:
-        """One call's two stages. Its seed is derived from the run's as `sampling_for` derives it,
-        so a call samples alike whether or not the run was interrupted before it: the planner of
-        step s is call 2s - 1, its write 2s, the answer 0."""
+        """One call's two stages, streamed (`planning`: the planner's, which the views show apart
+        from the memory: on a CPU it thinks for minutes). Its seed is derived from the run's as
+        `sampling_for` derives it, so a call samples alike whether or not the run was interrupted
+        before it: the planner of step s is call 2s - 1, its write 2s, the answer 0."""
         sampling = sampling_for(self.config, call)
-        first = yield from call_raw(self.engine, prompt, infmem.THINKING_TOKENS, sampling, step, stream)
+        first = yield from call_raw(self.engine, prompt, infmem.THINKING_TOKENS, sampling, step, planning)
         stage_one = infmem.closed_thinking(first.text)
-        if stream and stage_one != first.text:
-            yield TokenText(step, infmem.FORCED_CLOSE)  # the view shows what stage two continues
-        second = yield from call_raw(self.engine, prompt.then(stage_one), budget, sampling, step, stream)
+        if stage_one != first.text:
+            yield TokenText(step, infmem.FORCED_CLOSE, planning)  # the view shows what stage two continues
+        second = yield from call_raw(self.engine, prompt.then(stage_one), budget, sampling, step, planning)
         return infmem.reply_of(stage_one, second.text), [first, second]
 
     def replayed(self, decision: Decision) -> Decision:
@@ -143,7 +144,8 @@ class _Reading:
         """Step s's planner call, read (rule 1.5): its searches made and logged, the streak counted."""
         history = infmem.history_text(s, total, self.history)
         asked = infmem.PLANNER_PROMPT.format(prompt=question, retrieval_history=history, memory=memory)
-        reply, planned = yield from self.think(raw_chat(infmem.TOOL_SYSTEM, asked), 2 * s - 1, s, self.planner_budget, False)
+        prompt = raw_chat(infmem.TOOL_SYSTEM, asked)
+        reply, planned = yield from self.think(prompt, 2 * s - 1, s, self.planner_budget, planning=True)
         plan = infmem.read_plan(reply, question)
         searches = []
         for query, top_k in plan.searches:
@@ -198,7 +200,7 @@ def run_infmem(run: LoopInput) -> Iterator[Event]:
         write = raw_chat(
             None, infmem.MEMORY_PROMPT.format(prompt=run.question, retrieve=retrieved, chunk=chunk.text, memory=memory)
         )
-        reply, written = yield from reading.think(write, 2 * s, s, run.config.memory_tokens, stream=True)
+        reply, written = yield from reading.think(write, 2 * s, s, run.config.memory_tokens)
         new_memory = protocol.next_memory(reply)
         w_tokens, w_generated, w_prompt_s, w_generate_s = _cost(written)
         yield StepFinished(
@@ -222,7 +224,7 @@ def run_infmem(run: LoopInput) -> Iterator[Event]:
     yield AnswerStarted(len(run.tokenizer.encode(memory)))
     started = time.perf_counter()
     final = raw_chat(None, protocol.final_prompt(run.question, memory, run.config.final, run.config.final_instructions()))
-    reply, answered = yield from reading.think(final, 0, 0, run.config.answer_tokens, stream=True)
+    reply, answered = yield from reading.think(final, 0, 0, run.config.answer_tokens)
     answer, found = protocol.extract_answer(reply, run.config.final)
     yield AnswerFinished(
         raw=reply,

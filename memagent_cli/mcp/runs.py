@@ -33,6 +33,7 @@ from ..core.events import (
     RunResult,
     RunStarted,
     StepFinished,
+    StepPlanned,
     StepStarted,
 )
 from ..core.jobs import Job
@@ -274,6 +275,8 @@ class _Tracker:
             self.tell(Told(self.index, "prompt", event.step, self.total, self.tokens, read=(event.done, event.total)))
         elif isinstance(event, AnswerStarted):
             self.tell(Told(self.index, "answer", self.total or 0, self.total, self.tokens))
+        elif isinstance(event, StepPlanned):  # InfMem: each step's search or STOP, as the live view says it
+            self.tell(Told(self.index, "note", event.index, self.total, text=f"plan {event.index}: {event.decision.describe()}"))
 
 
 def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, Any]:

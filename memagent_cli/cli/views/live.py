@@ -92,6 +92,7 @@ class LiveView:
         self.tokens_read = 0
         self.document_tokens: int | None = None
         self.writing: list[str] = []  # the reply being streamed
+        self.planning = False  # the reply streamed is InfMem's planner's
         self.streamed = 0  # pieces streamed in the current reply, for the live generation rate
         self.first_piece_at: float | None = None  # when its first piece came: the prompt was read by then
         self.streaming = False
@@ -177,7 +178,7 @@ class LiveView:
         self.step = e.index
         self.total_steps = e.total_steps or self.total_steps
         self.tokens_read = e.tokens_read
-        self.writing = []
+        self.writing, self.planning = [], False
         self.streamed, self.streaming, self.first_piece_at = 0, True, None
         self.step_started, self.prompt_read = time.perf_counter(), None
         where = visible(e.chunk.describe())
@@ -189,6 +190,9 @@ class LiveView:
         self._draw()
 
     def _on_TokenText(self, e: TokenText) -> None:
+        if e.planning != self.planning:  # InfMem's planner thinks first: its text is not the memory
+            self.planning = e.planning
+            self.phase = f"step {e.step}: planning (search the whole input, or stop)"
         self.writing.append(e.text)
         self.streamed += 1
         if self.first_piece_at is None:
@@ -235,9 +239,11 @@ class LiveView:
         line = Text.assemble(("  plan ", "cyan"), (f"step {e.index}", "bold"), "  ", visible(e.decision.describe()))
         self.history.append(line)
         self._print(line)
-        if e.decision.action == "search":
-            self.phase = f"step {e.index}: writing the memory from the chunk and what the search found"
-            self._draw()
+        self.planning, self.writing = False, []  # the write's own reply comes next
+        self.streamed, self.first_piece_at = 0, None
+        found = " and what the search found" if e.decision.action == "search" else ""
+        self.phase = f"step {e.index}: writing the memory from the chunk{found}"
+        self._draw()
 
     def _on_ReadingStopped(self, e: ReadingStopped) -> None:
         line = Text(e.describe(), style="bold cyan")
@@ -245,7 +251,7 @@ class LiveView:
         self._print(line)
 
     def _on_AnswerStarted(self, e: AnswerStarted) -> None:
-        self.writing = []
+        self.writing, self.planning = [], False
         self.streamed, self.streaming, self.first_piece_at = 0, True, None
         self.prompt_read = None
         self.phase = "answering from the memory"
@@ -344,7 +350,9 @@ class LiveView:
             shown = "…" + shown[-MEMORY_CHARS:]
         answering = self.phase.startswith("answer") or self.phase.startswith("done")
         title = "Answer" if answering and self.writing else ("Memory · being rewritten" if self.writing else "Memory")
-        if thinking:
+        if self.planning:
+            title = "Planner" + (" · thinking" if thinking else "")
+        elif thinking:
             title = ("Answer" if answering else "Memory") + " · thinking"
         memory = Panel(
             Text(visible(shown), style="dim" if thinking else ""),

@@ -21,6 +21,7 @@ from ...core.events import (
     PromptProgressed,
     ReplyRestarted,
     StepFinished,
+    StepPlanned,
     StepStarted,
     TokenText,
 )
@@ -40,31 +41,37 @@ class Row:
     writing: list[str] = field(default_factory=list)
     answer: str | None = None
     prompt: tuple[int, int] | None = None  # (read, of) tokens of the prompt being read, before writing
+    planning: bool = False  # InfMem's planner is thinking (before the step's write)
 
     def follow(self, event: Event) -> None:
         """Moves the row on by one of its run's events, up to its answer (whose end each view shows its own way)."""
         if isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepStarted):
-            self.step, self.state, self.writing = event.index, "reading", []
+            self.step, self.state, self.writing, self.planning = event.index, "reading", [], False
             self.total = event.total_steps or self.total
         elif isinstance(event, PromptProgressed):
             self.prompt = (event.done, event.total) if event.done < event.total else None
         elif isinstance(event, TokenText):
             self.prompt = None
-            self.writing.append(event.text)
+            if event.planning:  # InfMem's planner: where() says so; its text is not the memory
+                self.planning = True
+            else:
+                self.writing.append(event.text)
+        elif isinstance(event, StepPlanned):
+            self.planning = False
         elif isinstance(event, ReplyRestarted):
             self.writing = []  # the reply is asked for again, from its start
         elif isinstance(event, StepFinished):
             self.memory = event.step.memory
         elif isinstance(event, AnswerStarted):
-            self.state, self.writing, self.prompt = "answering", [], None
+            self.state, self.writing, self.prompt, self.planning = "answering", [], None, False
 
     def where(self) -> str:
         if self.state != "reading":
             return self.state
         read = f" · prompt {self.prompt[0]:,}/{self.prompt[1]:,}" if self.prompt is not None else ""
-        return f"step {self.step}/{self.total or '?'}{read}"
+        return f"step {self.step}/{self.total or '?'}{read}{' · planning' if self.planning else ''}"
 
     def share_done(self) -> float:
         """How much of its run is done, 0 to 1: its finished steps, the current step's prompt read
