@@ -182,31 +182,10 @@ def assemble(two: Path, dest: Path, n_layer: int, vocab: Path, template: str) ->
     """The `n_layer`-layer Q4_K_M from the quantized 2-layer one's bytes; the count of each type."""
     import gguf
 
-    reader = gguf.GGUFReader(str(two))
-    by_name = {t.name: t for t in reader.tensors}
-    order = ["token_embd.weight"]
-    source: dict[str, str] = {"token_embd.weight": "token_embd.weight"}
-    for i in range(n_layer):
-        src = 1 if shapes.use_more_bits(i, n_layer) else 0
-        for n in LAYER_TENSORS:
-            order.append(f"blk.{i}.{n}.weight")
-            source[order[-1]] = f"blk.{src}.{n}.weight"
-    order += ["output_norm.weight", "output.weight"]
-    source.update({n: n for n in order[-2:]})
     w = gguf.GGUFWriter(str(dest), "qwen3moe")
     _add_header(w, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab, template)
-    types: dict[str, int] = {}
-    for name in order:
-        t = by_name[source[name]]
-        w.add_tensor_info(name, t.data.shape, t.data.dtype, int(t.n_bytes), raw_dtype=t.tensor_type)
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for name in order:
-        w.write_tensor_data(by_name[source[name]].data)
-    w.close()
-    return types
+    layer = [f"{n}.weight" for n in LAYER_TENSORS]
+    return shapes.repeat_layers(two, w, layer, n_layer, ["output_norm.weight", "output.weight"])
 
 
 def chat_template() -> str:

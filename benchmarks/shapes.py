@@ -193,20 +193,28 @@ def assemble(shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFA
     """The `n_layer`-layer Q4_K_M from the quantized 2-layer one's bytes; the count of each type."""
     import gguf
 
+    w = gguf.GGUFWriter(str(dest), SHAPES[shape].get("arch", "qwen2"))
+    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab)
+    tail = ["output_norm.weight"] + ([] if SHAPES[shape]["tied"] else ["output.weight"])
+    return repeat_layers(two, w, [name for name, _, _ in _layer(shape)], n_layer, tail)
+
+
+def repeat_layers(two: Path, w, layer: list[str], n_layer: int, tail: list[str]) -> dict[str, int]:
+    """Writes to `w` (its header added) the quantized 2-layer model's tensors with `n_layer` layers
+    of the tensors named in `layer` (after "blk.N."), each from layer 1 where use_more_bits says so,
+    else from layer 0, the embedding first and `tail` last; closes it; the count of each type."""
+    import gguf
+
     reader = gguf.GGUFReader(str(two))
     by_name = {t.name: t for t in reader.tensors}
-    layer = [name for name, _, _ in _layer(shape)]
     order, source = ["token_embd.weight"], {"token_embd.weight": "token_embd.weight"}
     for i in range(n_layer):
         src = 1 if use_more_bits(i, n_layer) else 0
         for name in layer:
             order.append(f"blk.{i}.{name}")
             source[order[-1]] = f"blk.{src}.{name}"
-    tail = ["output_norm.weight"] + ([] if SHAPES[shape]["tied"] else ["output.weight"])
     order += tail
     source.update({n: n for n in tail})
-    w = gguf.GGUFWriter(str(dest), SHAPES[shape].get("arch", "qwen2"))
-    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab)
     types: dict[str, int] = {}
     for name in order:
         t = by_name[source[name]]
