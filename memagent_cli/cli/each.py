@@ -141,7 +141,7 @@ def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, er
             "Save it to a file and name the file.",
             exit_code=EXIT_USAGE,
         )
-    return [Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title) for d in documents for q in questions]
+    return [Job.each(d, q) for d in documents for q in questions]
 
 
 def _interrupted(ids: list[str], err: Console) -> NoReturn:

@@ -201,6 +201,11 @@ class LoopInput:
     config: AgentConfig
     done_steps: Sequence[Mapping[str, Any]] = ()
 
+    def document_read(self, steps: int) -> DocumentRead:
+        """The event that says the whole input is read: its size, and its `steps`."""
+        s = self.stats
+        return DocumentRead(s.document_tokens, steps, tuple(s.source_tokens), tuple(s.source_pages), tuple(s.source_units))
+
 
 def run_loop(run: LoopInput) -> Iterator[Event]:
     """Memory updates over every chunk, then the final answer."""
@@ -213,13 +218,7 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
         nonlocal told_total
         if run.stats.done and not told_total:
             told_total = True
-            yield DocumentRead(
-                run.stats.document_tokens,
-                math.ceil(run.stats.document_tokens / run.config.chunk_tokens),
-                tuple(run.stats.source_tokens),
-                tuple(run.stats.source_pages),
-                tuple(run.stats.source_units),
-            )
+            yield run.document_read(math.ceil(run.stats.document_tokens / run.config.chunk_tokens))
 
     for chunk in run.chunks:
         steps += 1

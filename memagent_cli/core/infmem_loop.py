@@ -26,7 +26,6 @@ from .events import (
     AnswerFinished,
     AnswerStarted,
     Decision,
-    DocumentRead,
     Event,
     ReadingStopped,
     Retrieved,
@@ -172,13 +171,7 @@ def run_infmem(run: LoopInput) -> Iterator[Event]:
         # BM25 over no units divides by zero in the reference (its rule 4.7): refused instead
         raise no_text()
     total = len(read)
-    yield DocumentRead(
-        run.stats.document_tokens,
-        total,
-        tuple(run.stats.source_tokens),
-        tuple(run.stats.source_pages),
-        tuple(run.stats.source_units),
-    )
+    yield run.document_read(total)
     reading = _Reading(read, run.tokenizer, run.engine, run.config)
     memory = protocol.initial_memory
     for chunk in read:

@@ -73,6 +73,12 @@ class Job:
     instructions: str | None = None
     schema: AnswerSchema | None = None
 
+    @classmethod
+    def each(cls, document: Source, question: str) -> Job:
+        """`--each`'s run of `question` over one document (the CLI's and the MCP ask tool's): keyed
+        by the document's title and the question, so both find the same stored run again."""
+        return cls(key=f"{document.title}\n{question}", question=question, sources=(document,), title=document.title)
+
     @property
     def chain_key(self) -> str:
         """The key sent with every request of this run: stable across reruns, ASCII, and saying

@@ -136,7 +136,7 @@ class Tools:
             several = len(questions) > 1
             return [
                 Planned(
-                    Job(key=f"{d.title}\n{q}", question=q, sources=(d,), title=d.title),
+                    Job.each(d, q),
                     config,
                     f"{d.title} · Q{questions.index(q) + 1}" if several else d.title,
                 )
