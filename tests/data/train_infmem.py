@@ -506,9 +506,6 @@ def warm_start(model, vocab, path: Path, data: Samples) -> int:
 
 
 def train(cfg: TrainConfig, out: Path) -> dict:
-    import torch
-    from torch.nn import functional as F
-
     train_codeword.seed_everything(cfg)
     vocab = make_vocab(cfg)
     data = Samples(cfg, vocab, random.Random(cfg.seed))
@@ -519,37 +516,21 @@ def train(cfg: TrainConfig, out: Path) -> dict:
     model = train_qwenlong.build_model(cfg, len(vocab.tokens))
     if cfg.warm_start:
         print(f"from {cfg.warm_start}: {warm_start(model, vocab, HERE / cfg.warm_start, data)} tokens carried over", flush=True)
-    opt = train_codeword.optimizer(model, cfg)
     fixed = len(data.prompt_ids(planner_prompt(1, 1, [], "")))
     print(f"vocabulary {len(vocab.tokens)} tokens, planner prompt {fixed} tokens, ", end="")
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
-    t0 = time.time()
-    for step in range(1, cfg.steps + 1):
-        lr = train_codeword.set_learning_rate(opt, cfg, step)
-        batches = [[data.planner_sample() for _ in range(cfg.planner_batch)]]
-        batches += [[data.search_sample()] for _ in range(cfg.search_batch)]  # one at a time: lengths differ
-        batches += [[data.write_sample() for _ in range(cfg.write_batch)], [data.final_sample() for _ in range(cfg.final_batch)]]
-        total, count = torch.zeros(()), 0
-        for batch in batches:
-            logits, targets, _ = train_qwenlong.reply_logits(model, batch)
-            total = total + F.cross_entropy(logits, targets, reduction="sum")
-            count += len(targets)
-        loss = total / count  # the mean over every reply token of the step
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
-        if step % cfg.check_every == 0 or step == cfg.steps:
-            model.eval()
-            print(f"step {step} held-out exact replies: {train_qwenlong.check(model, held_out)}", flush=True)
-            model.train()
-    model.eval()
+
+    def batches() -> list[list]:
+        out = [[data.planner_sample() for _ in range(cfg.planner_batch)]]
+        out += [[data.search_sample()] for _ in range(cfg.search_batch)]  # one at a time: lengths differ
+        out.append([data.write_sample() for _ in range(cfg.write_batch)])
+        return out + [[data.final_sample() for _ in range(cfg.final_batch)]]
+
+    loss, seconds = train_qwenlong.fit(model, cfg, batches, held_out)
     record = {
         "config": asdict(cfg),
-        "train_seconds": round(time.time() - t0),
-        "final_loss": round(loss.item(), 5),
+        "train_seconds": seconds,
+        "final_loss": loss,
         "held_out": train_qwenlong.check(model, held_out),
         "held_out_samples": len(held_out),
         "n_vocab": len(vocab.tokens),

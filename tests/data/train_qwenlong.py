@@ -34,6 +34,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -300,9 +301,6 @@ def check(model, held_out) -> dict[str, float]:
 
 
 def train(cfg: TrainConfig, out: Path) -> dict:
-    import torch
-    from torch.nn import functional as F
-
     train_codeword.seed_everything(cfg)
     vocab = make_vocab(cfg)
     data = Samples(cfg, vocab, random.Random(cfg.seed))
@@ -311,19 +309,46 @@ def train(cfg: TrainConfig, out: Path) -> dict:
     model = build_model(cfg, len(vocab.tokens))
     if cfg.warm_start:
         print(f"from {cfg.warm_start}: {warm_start(model, vocab, HERE / cfg.warm_start)} tokens carried over", flush=True)
-    opt = train_codeword.optimizer(model, cfg)
     fixed = len(data.enc.encode_ordinary(MEMORY_PROMPT))
     print(f"vocabulary {len(vocab.tokens)} tokens, memory prompt {fixed} tokens, ", end="")
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
+
+    def batches() -> list[list]:
+        return [[data.memory_sample() for _ in range(cfg.batch)], [data.final_sample() for _ in range(cfg.final_batch)]]
+
+    loss, seconds = fit(model, cfg, batches, held_out)
+    record = {
+        "config": asdict(cfg),
+        "train_seconds": seconds,
+        "final_loss": loss,
+        "held_out": check(model, held_out),
+        "held_out_samples": len(held_out),
+        "n_vocab": len(vocab.tokens),
+        "memory_prompt_tokens": fixed,
+    }
+    train_codeword.save(model, cfg, vocab, out, chat_template=CHAT_TEMPLATE, name=NAME)
+    return record
+
+
+def fit(model, cfg, batches: Callable[[], list[list]], held_out: list) -> tuple[float, int]:
+    """The training loop of the protocol stand-ins (this one's and train_infmem.py's): each step
+    the batches `batches()` draws (each batch samples of one kind: their lengths differ tenfold, so
+    no padding across kinds), the loss the mean over every reply token of the step (as one mixed
+    batch would give), AdamW with clipped gradients; the loss every 10 steps and the held-out exact
+    replies every `check_every`. Leaves the model in eval mode; returns the last loss and the seconds."""
+    import torch
+    from torch.nn import functional as F
+
+    opt = train_codeword.optimizer(model, cfg)
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
         lr = train_codeword.set_learning_rate(opt, cfg, step)
         total, count = torch.zeros(()), 0
-        for batch in ([data.memory_sample() for _ in range(cfg.batch)], [data.final_sample() for _ in range(cfg.final_batch)]):
+        for batch in batches():
             logits, targets, _ = reply_logits(model, batch)
             total = total + F.cross_entropy(logits, targets, reduction="sum")
             count += len(targets)
-        loss = total / count  # the mean over every reply token of the step, as one mixed batch gives
+        loss = total / count
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -335,17 +360,7 @@ def train(cfg: TrainConfig, out: Path) -> dict:
             print(f"step {step} held-out exact replies: {check(model, held_out)}", flush=True)
             model.train()
     model.eval()
-    record = {
-        "config": asdict(cfg),
-        "train_seconds": round(time.time() - t0),
-        "final_loss": round(loss.item(), 5),
-        "held_out": check(model, held_out),
-        "held_out_samples": len(held_out),
-        "n_vocab": len(vocab.tokens),
-        "memory_prompt_tokens": fixed,
-    }
-    train_codeword.save(model, cfg, vocab, out, chat_template=CHAT_TEMPLATE, name=NAME)
-    return record
+    return round(loss.item(), 5), round(time.time() - t0)
 
 
 def build_model(cfg: TrainConfig, n_vocab: int):
