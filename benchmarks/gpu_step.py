@@ -278,7 +278,7 @@ def engine_vs_bare(
 
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)
@@ -300,12 +300,8 @@ def engine_vs_bare(
             tok,
             chat,
             n_ctx=n_ctx,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            flash_attn=flash_attn,
-            speculate=False,
             sequences=n,
-            batch=n > 1,
+            options=EmbeddedOptions(gpu_layers=gpu_layers, threads=threads, flash_attn=flash_attn, speculate=False, batch=n > 1),
         )
         assert engine.sequences == n, engine.description
         # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several

@@ -52,7 +52,7 @@ def main() -> None:
     from memagent_cli.ingest.sources import Segment, Source
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import quiet_llama_logs
     from memagent_cli.model.tokenizer import encode_template, load_tokenizer
 
@@ -77,7 +77,13 @@ def main() -> None:
     config = AgentConfig.with_protocol("infmem", chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=8)
     n_ctx = 16384
     # no drafts: the bare loop has none, and this model's one repeated token makes them nearly free
-    engine = LlamaEngine(info, tokenizer, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=0, threads=1, speculate=False)
+    engine = LlamaEngine(
+        info,
+        tokenizer,
+        ChatFormat.from_gguf(info),
+        n_ctx=n_ctx,
+        options=EmbeddedOptions(gpu_layers=0, threads=1, speculate=False),
+    )
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=1, n_threads_batch=1, verbose=False)
 
     def generate(prompt_ids: list[int], budget: int) -> str:

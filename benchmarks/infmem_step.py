@@ -86,7 +86,7 @@ def infmem_prompts(tok, memory_tokens: int) -> list:
 def engine(model: Path, n_ctx: int, gpu: bool, threads: int | None):
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)
@@ -96,10 +96,7 @@ def engine(model: Path, n_ctx: int, gpu: bool, threads: int | None):
         tok,
         ChatFormat.from_gguf(info),
         n_ctx=n_ctx,
-        gpu_layers=-1 if gpu else 0,
-        threads=threads,
-        speculate=False,
-        batch=False,
+        options=EmbeddedOptions(gpu_layers=-1 if gpu else 0, threads=threads, speculate=False, batch=False),
     )
     return eng, tok
 

@@ -382,7 +382,7 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import available_cores
     from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -396,7 +396,9 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     out["memory_before_load"] = memory()
     t0 = time.perf_counter()
     # memagent's own choices: threads (one for generation on this 2-core CPU: B7), flash attention
-    engine = LlamaEngine(info, tok, chat, n_ctx=n_ctx, gpu_layers=gpu_layers, speculate=False, batch=False)
+    engine = LlamaEngine(
+        info, tok, chat, n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=False, batch=False)
+    )
     out["load_seconds"] = round(time.perf_counter() - t0, 1)
     out["engine"] = engine.description
     out["flash_attn"] = engine.flash_attn
@@ -586,7 +588,7 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     encode, decode = task.tokenizer()
@@ -603,7 +605,7 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     chat = ChatFormat.from_gguf(info)
     variants = {"plain": (False, "memory"), "memory": (True, "memory"), "reply": (True, "reply")}
     engines = {
-        v: LlamaEngine(info, tok, chat, n_ctx=2048, gpu_layers=gpu_layers, speculate=s, batch=False)
+        v: LlamaEngine(info, tok, chat, n_ctx=2048, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=s, batch=False))
         for v, (s, _) in variants.items()
     }
     runs: dict[str, list[dict]] = {v: [] for v in variants}

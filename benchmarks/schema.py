@@ -36,11 +36,13 @@ FIELDS = "code_word, found bool"
 def engine(path: Path):
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(path)
-    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=2048, gpu_layers=0, threads=1)
+    return LlamaEngine(
+        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=2048, options=EmbeddedOptions(gpu_layers=0, threads=1)
+    )
 
 
 def per_token(eng, prompt: str, json_schema: str | None) -> tuple[float, int, str]:

@@ -71,12 +71,14 @@ GPU_LAYERS = 0  # --gpu-layers: 0 measures this CPU; -1 put every layer on the H
 def engine(model: Path, speculate: bool, n_ctx: int):
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)
     tok = load_tokenizer(info)
-    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, gpu_layers=GPU_LAYERS, speculate=speculate), tok
+    return LlamaEngine(
+        info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=GPU_LAYERS, speculate=speculate)
+    ), tok
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:

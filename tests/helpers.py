@@ -203,15 +203,16 @@ CODEWORD_MODEL = Path(__file__).resolve().parent / "data" / "codeword.gguf"
 CODEWORD_FACT = "The code word is amber falcon."
 
 
-def codeword_engine(**kw):
+def codeword_engine(sequences: int = 1, **options):
     """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(CODEWORD_MODEL)
-    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=1, **kw)
+    settings = EmbeddedOptions(gpu_layers=0, threads=1, **options)
+    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, sequences=sequences, options=settings)
 
 
 # `ask` on the code-word model with the section size it was trained on, and small budgets.

@@ -218,7 +218,7 @@ def test_inspect_sizes_the_context_llama_cpp_makes_for_n_sequences(tmp_path):
 
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import llama_log_listener
     from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -235,7 +235,12 @@ def test_inspect_sizes_the_context_llama_cpp_makes_for_n_sequences(tmp_path):
     lines: list[str] = []
     with llama_log_listener(lines.append):
         eng = LlamaEngine(
-            info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=per, gpu_layers=0, threads=1, sequences=3, batch=True
+            info,
+            load_tokenizer(info),
+            ChatFormat.from_gguf(info),
+            n_ctx=per,
+            sequences=3,
+            options=EmbeddedOptions(gpu_layers=0, threads=1, batch=True),
         )
     try:
         assert eng.cells() == (context["tokens"], per)

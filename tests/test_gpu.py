@@ -329,11 +329,13 @@ def test_flash_attention_reaches_llama_cpp_and_is_off_on_a_cpu_by_default(tiny, 
     import llama_cpp
 
     from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(tiny)
-    engine = LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=256, gpu_layers=0, flash_attn=flag)
+    engine = LlamaEngine(
+        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=256, options=EmbeddedOptions(gpu_layers=0, flash_attn=flag)
+    )
     try:
         assert engine.flash_attn is expected
         want = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if expected else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED

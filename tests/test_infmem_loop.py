@@ -317,14 +317,14 @@ def test_the_embedded_engine_continues_a_raw_prompt_from_its_cache(models):
     from helpers import reply
 
     from memagent_cli.model.chat import DEFAULT_TEMPLATE, ChatFormat
-    from memagent_cli.model.llama import LlamaEngine
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import encode_template
 
     info = read_gguf(models["bare"])  # no template of its own: Qwen2.5's, with its system message
     tokenizer = load_tokenizer(info)
     chat = ChatFormat.from_gguf(info)
     assert chat.template == DEFAULT_TEMPLATE
-    engine = LlamaEngine(info, tokenizer, chat, n_ctx=1024, gpu_layers=0, threads=1)
+    engine = LlamaEngine(info, tokenizer, chat, n_ctx=1024, options=EmbeddedOptions(gpu_layers=0, threads=1))
     try:
         message = "Read this <|im_end|> and go on."
         prompt = raw_chat("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", message)

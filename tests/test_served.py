@@ -23,7 +23,7 @@ from memagent_cli.ingest.base import Source
 from memagent_cli.model.chat import ChatFormat
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
-from memagent_cli.model.llama import LlamaEngine
+from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
 from memagent_cli.model.served.body import NEUTRAL_SAMPLING
 from memagent_cli.model.served.engine import OpenAIEngine, count_margin, normalize_base_url
 from memagent_cli.model.served.http import DEFAULT_TIMEOUT, Connection, longest_wait
@@ -58,7 +58,9 @@ def server(clean_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def embedded(local):
     info, tokenizer = local
-    engine = LlamaEngine(info, tokenizer, ChatFormat.from_gguf(info), n_ctx=2048, gpu_layers=0, threads=1)
+    engine = LlamaEngine(
+        info, tokenizer, ChatFormat.from_gguf(info), n_ctx=2048, options=EmbeddedOptions(gpu_layers=0, threads=1)
+    )
     yield engine
     engine.close()
 

@@ -118,8 +118,12 @@ def test_a_runs_threads_follow_the_cores_its_neighbours_leave_free(monkeypatch):
     monkeypatch.setattr(llama, "default_threads", lambda: 2)
     monkeypatch.setattr(llama, "available_cores", lambda: 2)
     info = read_gguf(CODEWORD_MODEL)
-    engine = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0)
-    fixed = llama.LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, gpu_layers=0, threads=2)
+    engine = llama.LlamaEngine(
+        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, options=llama.EmbeddedOptions(gpu_layers=0)
+    )
+    fixed = llama.LlamaEngine(
+        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, options=llama.EmbeddedOptions(gpu_layers=0, threads=2)
+    )
     try:
         import llama_cpp
 

@@ -103,19 +103,7 @@ class EmbeddedOptions(EngineOptions):
     ) -> LlamaEngine:
         if info is None or chat is None:
             raise MemagentError("The embedded engine needs a GGUF model.", "Pass one with --model.")
-        return LlamaEngine(
-            info,
-            tokenizer,
-            chat,
-            n_ctx=n_ctx,
-            gpu_layers=self.gpu_layers,
-            threads=self.threads,
-            flash_attn=self.flash_attn,
-            speculate=self.speculate,
-            sequences=sequences,
-            batch=self.batch,
-            verbose=self.verbose,
-        )
+        return LlamaEngine(info, tokenizer, chat, n_ctx=n_ctx, sequences=sequences, options=self)
 
 
 PROMPT_PART = 512  # prompt tokens read between two PromptRead: llama.cpp's physical batch (n_ubatch)
@@ -133,28 +121,27 @@ class LlamaEngine:
         chat: ChatFormat,
         *,
         n_ctx: int,
-        gpu_layers: int | None = None,
-        threads: int | None = None,
-        flash_attn: bool | None = None,
-        speculate: bool | None = None,
         sequences: int = 1,
-        batch: bool | None = None,
-        verbose: bool = False,
+        options: EmbeddedOptions | None = None,
     ):
         import llama_cpp
 
+        # The settings stay one value, as the user gave them (None is auto throughout); n_ctx is the
+        # context decided from them (options.n_ctx is only the request), sequences how many runs may share it.
+        options = options or EmbeddedOptions()
+        gpu_layers, threads = options.gpu_layers, options.threads
         if not info.has_weights:
             raise MemagentError(
                 f"{info.path} holds only a vocabulary, no weights.",
                 "It can count tokens (memagent inspect) but not answer; pass a full model to --model.",
             )
-        quiet_llama_logs(verbose)
+        quiet_llama_logs(options.verbose)
         self.info = info
         self.tokenizer = tokenizer
         self.chat = chat
         self.n_ctx = n_ctx
         offload = llama_cpp.llama_supports_gpu_offload()
-        if not (default_batch(bool(offload) and gpu_layers != 0) if batch is None else batch):
+        if not (default_batch(bool(offload) and gpu_layers != 0) if options.batch is None else options.batch):
             sequences = 1
         n_layer = info.arch_get("block_count", 0)
         sequences, gpu_free = self._plan_layers(gpu_layers, sequences, bool(offload))
@@ -170,7 +157,7 @@ class LlamaEngine:
         self.threads_batch = self.threads if self._clock is not None else max(self.threads, available_cores())
         # Flash attention: measured slower on CPU (25 vs 36 tok/s at a 5,500-token context, 2 cores),
         # so only where layers run on a GPU unless asked.
-        self.flash_attn = self.on_gpu if flash_attn is None else flash_attn
+        self.flash_attn = self.on_gpu if options.flash_attn is None else options.flash_attn
         fa = ", flash attention" if self.flash_attn else ""
         if self.on_gpu:
             layers = n_layer if self.gpu_layers < 0 else min(self.gpu_layers, n_layer)
@@ -180,7 +167,7 @@ class LlamaEngine:
         self._llm: llama_cpp.Llama | None = None  # None once closed
         self._llm = self._load(n_ctx if sequences == 1 else 64)
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
-        self.speculate = default_speculate(self.on_gpu) if speculate is None else speculate
+        self.speculate = default_speculate(self.on_gpu) if options.speculate is None else options.speculate
         self.draft_policy = DraftPolicy()  # what checking drafts costs on this machine, learnt as it runs
         self._batch = llama_cpp.llama_batch_init(DRAFT_MAX + 1, 0, 1)
         self.sequences = sequences
