@@ -248,3 +248,29 @@ def test_the_missing_model_message_says_what_getting_it_costs(files):
         assert "memagent models pull memagent-7b:q4_k_m (downloads 14.2 GiB" in line
         assert "of free disk at its peak" in line and "takes about" in line
         assert line.endswith("Or use a GGUF file you have: --model FILE.gguf")
+
+
+def test_inspect_finds_its_model_as_a_run_does(files, tmp_path, memagent_home):
+    """`inspect` without -m counts in MEMAGENT_MODEL's vocabulary, else the configured default's; a
+    catalog model not installed gets the same one line as a run (no download offered to count tokens),
+    and a missing file is said before it."""
+
+    def counted(done) -> tuple[str, int]:
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        return report["model"]["path"], report["document_tokens"]
+
+    given = counted(run_memagent("inspect", files["doc"], "-m", CODEWORD_MODEL, "--json"))
+    assert given[0] == str(CODEWORD_MODEL) and given[1] > 0
+    by_env = run_memagent("inspect", files["doc"], "--json", env={"MEMAGENT_MODEL": str(CODEWORD_MODEL)})
+    assert counted(by_env) == given
+    assert run_memagent("config", "set", "default_model", CODEWORD_MODEL).returncode == 0
+    assert counted(run_memagent("inspect", files["doc"], "--json")) == given
+    assert run_memagent("config", "set", "default_model", MISSING).returncode == 0
+    missing = run_memagent("inspect", files["doc"], input="")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.startswith("error: The model memagent-7b:q4_k_m is not installed.")
+    assert "memagent models pull memagent-7b:q4_k_m (downloads" in missing.stderr and "Traceback" not in missing.stderr
+    typo = run_memagent("inspect", tmp_path / "report.pdf", input="")
+    assert typo.returncode == 1 and "report.pdf: no such file or folder" in typo.stderr
+    assert "not installed" not in typo.stderr

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import fail, open_store, sigterm_as_interrupt, stderr_console
+from .common import check_paths, fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
 from .options import DEFAULTS, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
 from .setup import RunFlags, RunSetup, setup
@@ -166,7 +166,7 @@ def ask(
             paths, questions = list(resumed_paths(run)), [run["question"]]
         else:
             paths, questions = _questions(args, question, questions_file, each, traced.warn, schema=flags.schema is not None)
-            _check_paths(paths)  # a missing file is said before a missing model: nothing is fetched for it
+            check_paths(paths)  # a missing file is said before a missing model: nothing is fetched for it
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
         sources = source_flags.settings(traced.stdin)
@@ -273,18 +273,6 @@ def _questions(
     if not args:
         raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
     return args[:-1], [args[-1]]
-
-
-def _check_paths(paths: list[str]) -> None:
-    """Each named source exists (and may be opened), or the error that reading it would give."""
-    from ..ingest.base import STDIN_PATH, open_error
-
-    for path in paths:
-        if path != STDIN_PATH:
-            try:
-                os.stat(path)
-            except (OSError, ValueError) as exc:
-                raise open_error(path, exc) from None
 
 
 def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: _Output, *, served: bool) -> None:

@@ -4,6 +4,7 @@ and the guard that turns a MemagentError into them."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, ParamSpec, TypeVar
@@ -93,6 +94,19 @@ def interrupts_held() -> Iterator[None]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     if caught:
         raise KeyboardInterrupt
+
+
+def check_paths(paths: list[str]) -> None:
+    """Each named source exists (and may be opened), or the error that reading it would give: said
+    before anything about the model, so that nothing is fetched or loaded for a mistyped name."""
+    from ..ingest.base import STDIN_PATH, open_error
+
+    for path in paths:
+        if path != STDIN_PATH:
+            try:
+                os.stat(path)
+            except (OSError, ValueError) as exc:
+                raise open_error(path, exc) from None
 
 
 def open_store(err: Console, required: bool = False) -> TraceStore | None:

@@ -12,7 +12,7 @@ from rich.console import Console
 from ..errors import EXIT_USAGE, MemagentError
 from ..install.settings import whole_number
 from ..model.runtime import MAX_SEQUENCES
-from .common import fail, stderr_console
+from .common import check_paths, fail, stderr_console
 from .options import (
     ChatTemplateOpt,
     ChunkOpt,
@@ -99,6 +99,7 @@ def inspect(
     """
     from ..core.inspection import final_prompt, inspect_sources, step_prompt
     from ..traces.store import recorded_runs
+    from .models import installed_model
     from .views.reports import render_inspection
 
     err = stderr_console()
@@ -111,9 +112,10 @@ def inspect(
         answer = _answer_config(instructions, schema, schema_multi)
         question, step = _prompt_plan(show_prompt, question, answer)
         template = chat_template(template_file, "llama")
+        check_paths(sources or [])  # a missing file is said before a missing model
         report = inspect_sources(
             sources or [],
-            model=model,
+            model=installed_model(model),
             question=question,
             chunk_tokens=chunk_tokens,
             memory_tokens=memory_tokens,

@@ -404,6 +404,18 @@ def model_for_run(model: str | None, err: Console, offline: bool) -> str:
         return record["path"]
 
 
+def installed_model(model: str | None) -> str:
+    """The model file for a command that only reads its vocabulary (`inspect`): --model,
+    MEMAGENT_MODEL, the configured default, else the catalog's; nothing is offered for download (a
+    15 GB checkpoint to count tokens), and a catalog model not yet pulled gets `missing_model`'s message."""
+    from ..install.registry import NotInstalled, resolve_model
+
+    try:
+        return str(resolve_model(model))
+    except NotInstalled as missing:
+        raise missing_model(missing.name) from None
+
+
 def missing_model(name: str) -> MemagentError:
     """The one message for a catalog model that is not installed, wherever it is met (piped, on a
     terminal, offline, over MCP): what getting it costs, the command, and --model for a GGUF at hand."""
