@@ -98,6 +98,18 @@ def test_resolution_order(models, monkeypatch):
         registry.resolve_model("missing.gguf")
 
 
+def test_path_and_info_of_a_catalog_model_not_pulled_say_how_to_get_it(memagent_home):
+    """A catalog name is not an unknown one: `path` and `info` say it is not installed and give the
+    pull command; a name that is neither stays "no installed model"."""
+    for sub in ("path", "info"):
+        done = memagent("models", sub, "memagent-7b")
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert "memagent-7b:q4_k_m is not installed" in done.stderr
+        assert "memagent models pull memagent-7b:q4_k_m" in done.stderr
+        other = memagent("models", sub, "zzz")
+        assert other.returncode == 2 and "No installed model is called 'zzz'" in other.stderr
+
+
 def test_config_get_set_list(memagent_home):
     assert memagent("config", "set", "gpu_layers", "12").returncode == 0
     assert memagent("config", "get", "gpu_layers").stdout == "12\n"
