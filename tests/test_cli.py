@@ -120,6 +120,11 @@ def test_directory_and_pdf_sources(tmp_path, models):
         (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
+        # A source where the question goes, or a blank question: said before the model is looked for.
+        (["ask", "doc.txt"], 2, 'doc.txt, names a source. Put the question last: memagent ask doc.txt "QUESTION"'),
+        (["ask", "a b.txt", "doc.txt"], 2, "memagent ask 'a b.txt' doc.txt \"QUESTION\" (or give it with -q)"),
+        (["ask", "-"], 2, "No question given: the last argument, -, names a source."),
+        (["ask", "doc.txt", "  "], 2, "The question is empty."),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(doc, models, args, code, message):

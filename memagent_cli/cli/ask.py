@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -272,7 +273,18 @@ def _questions(
         return list(args or []), [""]
     if not args:
         raise MemagentError("No question given.", 'Usage: memagent ask [SOURCE ...] "QUESTION"', exit_code=EXIT_USAGE)
-    return args[:-1], [args[-1]]
+    last = args[-1]
+    if last == "-" or os.path.lexists(last):  # a source where the question goes: it was left out
+        raise MemagentError(
+            f"No question given: the last argument, {last}, names a source.",
+            f'Put the question last: memagent ask {shlex.join(args)} "QUESTION" (or give it with -q).',
+            exit_code=EXIT_USAGE,
+        )
+    if not last.strip():
+        from ..core.agent import empty_question
+
+        raise empty_question()
+    return args[:-1], [last]
 
 
 def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: _Output, *, served: bool) -> None:

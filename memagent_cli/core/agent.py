@@ -43,6 +43,13 @@ CONTEXT_MARGIN = 64
 MEMORY_REPROMPT_FACTOR = 2
 
 
+def empty_question() -> MemagentError:
+    """The error of a question with nothing in it (said before a model is looked for, where the CLI can)."""
+    return MemagentError(
+        "The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"', exit_code=EXIT_USAGE
+    )
+
+
 def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
     """The question as the prompts carry it: stripped, and normalized as the model's tokenizer
     normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts."""
@@ -54,9 +61,7 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> 
     if normalize is not None:
         question = normalize(question)
     if not question:
-        raise MemagentError(
-            "The question is empty.", 'Ask something, e.g. memagent ask report.pdf "Who signed it?"', exit_code=EXIT_USAGE
-        )
+        raise empty_question()
     n = len(tokenizer.encode(question))
     if n > config.question_tokens:
         raise MemagentError(
