@@ -277,6 +277,11 @@ def test_unreadable_or_empty_input_is_reported_before_the_model_loads(tmp_path, 
     assert locked.returncode == 1 and "locked.pdf is encrypted. Pass --password PASSWORD" in locked.stderr
     blank = memagent("ask", tmp_path / "blank.txt", "q", "-m", broken)
     assert blank.returncode == 1 and "There is no text to read" in blank.stderr
+    # stdin alone and empty (a script's stdin left empty): said of stdin, not of a file
+    for empty in ([], ["-"]):
+        nothing = memagent("ask", *empty, "q", "-m", broken, input="")
+        assert nothing.returncode == 1 and "error: Nothing came in on standard input." in nothing.stderr
+        assert 'Pipe text in (cat build.log | memagent ask "QUESTION")' in nothing.stderr and "Traceback" not in nothing.stderr
 
 
 def test_llama_cpp_log_only_with_verbose(doc, models):

@@ -47,8 +47,10 @@ def test_latin1_text_is_read_with_a_warning(tmp_path, models):
 def test_empty_stdin_and_empty_file(tmp_path, models):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    for proc in (run("ask", "q", "-m", models["random"], input=""), run("ask", empty, "q", "-m", models["random"])):
-        assert proc.returncode == 1 and "There is no text to read" in proc.stderr and "Traceback" not in proc.stderr
+    stdin = run("ask", "q", "-m", models["random"], input="")
+    assert stdin.returncode == 1 and "Nothing came in on standard input" in stdin.stderr and "Traceback" not in stdin.stderr
+    proc = run("ask", empty, "q", "-m", models["random"])
+    assert proc.returncode == 1 and "There is no text to read" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_an_architecture_this_llama_cpp_cannot_load(doc, models, tmp_path):

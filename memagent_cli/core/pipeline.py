@@ -392,9 +392,15 @@ def ask_many_events(
             yield from notices()
         if chunks.peek() is None:
             yield from notices()
+            if all(source.kind == "stdin" for source in prep.sources):  # a script's stdin left empty, a failed pipe
+                raise MemagentError(
+                    "Nothing came in on standard input.",
+                    'Pipe text in (cat build.log | memagent ask "QUESTION"), or name the files to read.',
+                )
             raise MemagentError(
                 "There is no text to read in the input.",
-                "Check the file; the notes above say what was skipped and why.",
+                "Check the files: they may be empty, or scans with no text layer; "
+                "notes above, if any, say what was skipped and why.",
             )
         shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=len(questions))
         for i in range(len(questions)):
