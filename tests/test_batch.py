@@ -6,6 +6,7 @@ answers one-at-a-time runs give."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 
@@ -57,6 +58,23 @@ def test_batch_lines_of_every_kind_and_a_rerun_redoes_only_the_failed(tmp_path):
 
     third = run_memagent("batch", job, "-o", "out.jsonl", *RUN, cwd=tmp_path)
     assert third.returncode == 0 and "Nothing to do: all 4 lines" in third.stderr
+
+
+def test_results_kept_in_a_folder_a_line_asks_are_not_read_by_the_next_line(tmp_path):
+    """-o inside the folder the job asks: the second line's walk (after the first line's result is
+    in the file) skips it with a note, so both lines read the same two documents."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, seed in (("a.txt", 1), ("b.txt", 40)):
+        (docs / name).write_text(whole_fact(300, seed).text, encoding="utf-8")
+    job = write_job(tmp_path / "job.jsonl", [{"custom_id": n, "sources": ["docs"], "question": QUESTION} for n in ("one", "two")])
+    done = run_memagent("batch", job, "-o", "docs/results.jsonl", *RUN, "--parallel", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "skipped docs/results.jsonl (written by this command)" in done.stderr
+    got = results(docs / "results.jsonl")
+    assert [r["custom_id"] for r in got] == ["one", "two"]
+    assert got[0]["document_tokens"] == got[1]["document_tokens"]
+    assert [s["path"] for s in got[1]["sources"]] == [os.path.join("docs", "a.txt"), os.path.join("docs", "b.txt")]
 
 
 @pytest.mark.parametrize(

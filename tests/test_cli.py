@@ -136,6 +136,38 @@ def test_errors_are_one_line_with_exit_codes(doc, models, args, code, message):
     assert proc.stdout == ""
 
 
+def test_an_output_file_that_is_an_input_or_dash_is_refused_before_anything_runs(tmp_path):
+    """A results file named as the job or data file, a source, a link to one, or another output, or
+    `-`: one usage line before any model is looked for, the input untouched and no file called "-"."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The code word is kite.", encoding="utf-8")
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"custom_id": "a", "sources": ["doc.txt"], "question": "q"}) + "\n", encoding="utf-8")
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "1", "context": "c", "input": "q", "answers": ["a"]}) + "\n", encoding="utf-8")
+    os.link(job, tmp_path / "hard.jsonl")
+    (tmp_path / "soft.jsonl").symlink_to(job)
+    before = {p.name: p.read_bytes() for p in (doc, job, data)}
+    cases = [
+        (["batch", "job.jsonl", "-o", "job.jsonl"], "--out job.jsonl names a file this command reads (job.jsonl)"),
+        (["batch", "job.jsonl", "-o", "hard.jsonl"], "--out hard.jsonl names a file this command reads (job.jsonl)"),
+        (["batch", "job.jsonl", "-o", "soft.jsonl"], "--out soft.jsonl names a file this command reads (job.jsonl)"),
+        (["batch", "job.jsonl", "-o", "-"], "--out takes a file name: - is not standard output here."),
+        (["batch", "job.jsonl", "-o", "r.jsonl", "--csv", "./r.jsonl"], "--out and --csv name the same file, r.jsonl."),
+        (["eval", "data.jsonl", "-o", "data.jsonl"], "--out data.jsonl names a file this command reads (data.jsonl)"),
+        (["ask", "doc.txt", "--each", "-q", "q", "--csv", "doc.txt"], "--csv doc.txt names a file this command reads"),
+        (["ask", ".", "--each", "-q", "q", "--jsonl", "-"], "--jsonl takes a file name"),
+        (["ask", "doc.txt", "q", "--svg", "-"], "--svg takes a file name"),
+    ]
+    for args, message in cases:
+        done = memagent(*args, cwd=tmp_path)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("error: ") and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert "not installed" not in done.stderr and done.stdout == ""
+    assert {p.name: p.read_bytes() for p in (doc, job, data)} == before
+    assert not (tmp_path / "-").exists() and not (tmp_path / "r.jsonl").exists()
+
+
 def test_model_from_environment(doc, models):
     proc = memagent("ask", doc, "q", "--quiet", *FAST, env={"MEMAGENT_MODEL": str(models["stop"])})
     assert proc.returncode == 0 and proc.stdout == "\n"

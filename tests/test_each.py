@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import re
 import zipfile
@@ -100,6 +101,23 @@ def test_each_files_csv_reads_back_and_jsonl_has_a_line_per_run(folder):
     assert [(x["document"], x["question"], x["answer"]) for x in lines] == [
         (r["document"], r["question"], r["answer"]) for r in rows
     ]
+
+
+def test_a_rerun_does_not_read_its_own_files_kept_in_the_folder_it_asks(folder):
+    """--csv and --jsonl inside the folder being asked: the second run skips the files it writes (with
+    a note) instead of asking them as two more documents; a file it does not write is still read."""
+    cwd, values = folder
+    args = ["ask", "docs", "--each", "-q", QUESTION, *RUN, "--csv", "docs/out.csv", "--jsonl", "docs/out.jsonl"]
+    first = run_memagent(*args, cwd=cwd)
+    assert first.returncode == 0 and "runs 3/3" in first.stderr, first.stderr
+    again = run_memagent(*args, cwd=cwd)
+    assert again.returncode == 0 and "runs 3/3" in again.stderr, again.stderr
+    for name in ("out.csv", "out.jsonl"):
+        assert f"skipped {os.path.join('docs', name)} (written by this command)" in again.stderr
+    rows = list(csv.DictReader(io.StringIO((cwd / "docs" / "out.csv").read_text(encoding="utf-8-sig"))))
+    assert {r["document"]: r["answer"] for r in rows} == values
+    kept = run_memagent("ask", "docs", "--each", "-q", QUESTION, *RUN, "--csv", "docs/other.csv", cwd=cwd)
+    assert kept.returncode == 0 and "runs 5/5" in kept.stderr, kept.stderr  # out.csv and out.jsonl are documents now
 
 
 def test_each_csv_opens_in_a_spreadsheet_library(folder):

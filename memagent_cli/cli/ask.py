@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import check_paths, fail, open_store, sigterm_as_interrupt, stderr_console
+from .common import check_outputs, check_paths, fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
 from .options import DEFAULTS, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
 from .setup import RunFlags, RunSetup, setup
@@ -168,9 +168,11 @@ def ask(
         else:
             paths, questions = _questions(args, question, questions_file, each, traced.warn, schema=flags.schema is not None)
             check_paths(paths)  # a missing file is said before a missing model: nothing is fetched for it
+        written = {"--jsonl": jsonl, "--csv": csv_file, "--html": html, "--svg": svg}
+        check_outputs(written, inputs=[*paths, *([questions_file] if questions_file else [])])
         setup_ = setup(flags, err, stored=run)
         traced.setup = setup_
-        sources = source_flags.settings(traced.stdin)
+        sources = source_flags.settings(traced.stdin, written=written.values())
         if run is not None:  # a file the run found in a folder is skipped again if it cannot be read
             sources = replace(sources, found=resumed_found(run))
         if each:

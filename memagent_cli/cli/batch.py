@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .common import fail, open_store, stderr_console
+from .common import check_outputs, fail, open_store, stderr_console
 from .options import JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
 from .setup import RunFlags, RunSetup, setup
 from .textout import print_json, visible
@@ -222,12 +222,13 @@ def batch(
     err = stderr_console()
     quiet_library_logs(flags.verbose)
     try:
+        check_outputs({"--out": out, "--csv": csv_file}, inputs=[job_file])
         plan = _plan(job_file, out, flags.schema is not None)
         run = setup(flags, err)
         store = None if no_trace else open_store(err)
         if store is not None:
             plan.resumable = _resumable(store, os.path.abspath(out), run.config, err)
-        sources = source_flags.settings(None)
+        sources = source_flags.settings(None, written=(out, csv_file))
     except MemagentError as exc:
         fail(err, exc)
     schema = run.config.schema()

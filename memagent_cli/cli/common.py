@@ -7,13 +7,14 @@ import contextlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, ParamSpec, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import MemagentError
+from ..errors import EXIT_USAGE, MemagentError
 from .textout import SafeConsole, visible
 
 if TYPE_CHECKING:
@@ -107,6 +108,44 @@ def check_paths(paths: list[str]) -> None:
                 os.stat(path)
             except (OSError, ValueError) as exc:
                 raise open_error(path, exc) from None
+
+
+def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[str | Path] = ()) -> None:
+    """The files a command writes (flag -> file), checked before anything runs: none is `-` (it
+    would make a file of that name where standard output was meant), none is one of the inputs
+    (results would be mixed into a job file, or a source written over), no two are the same."""
+    written: dict[tuple[int, int] | str, str] = {}
+    given = {_identity(Path(path)): str(path) for path in inputs if str(path) != "-"}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        if str(path) == "-":
+            raise MemagentError(
+                f"{flag} takes a file name: - is not standard output here.",
+                "Name a file to write (--json prints JSON on standard output).",
+                exit_code=EXIT_USAGE,
+            )
+        key = _identity(path)
+        if key in given:
+            raise MemagentError(
+                f"{flag} {path} names a file this command reads ({given[key]}), which it would write into.",
+                "Name another file to write.",
+                exit_code=EXIT_USAGE,
+            )
+        if key in written:
+            raise MemagentError(
+                f"{written[key]} and {flag} name the same file, {path}.", "Give each its own file.", exit_code=EXIT_USAGE
+            )
+        written[key] = flag
+
+
+def _identity(path: Path) -> tuple[int, int] | str:
+    """One file however it is named (links, relative paths): its device and inode, or where it would be made."""
+    try:
+        st = path.stat()
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        return os.path.realpath(path)
 
 
 def open_store(err: Console, required: bool = False) -> TraceStore | None:

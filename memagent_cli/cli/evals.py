@@ -16,7 +16,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
-from .common import fail, stderr_console
+from .common import check_outputs, fail, stderr_console
 from .options import flag_groups, quiet_library_logs
 from .setup import RunFlags, setup
 from .textout import SafeConsole
@@ -123,6 +123,7 @@ def run(
             raise MemagentError(
                 f"{data} is not a file.", "Give a JSONL data set, or make one: memagent eval make-niah", exit_code=EXIT_USAGE
             )
+        check_outputs({"--out": out}, inputs=[data])
         setup_ = setup(flags, err)
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]

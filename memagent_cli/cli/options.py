@@ -17,7 +17,7 @@ import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import typer
 
@@ -381,8 +381,14 @@ class SourceFlags:
     password: PasswordOpt = None
     ocr: OcrOpt = OcrChoice.auto
 
-    def settings(self, stdin: ByteStream | None, on_ocr: Callable[[OcrProgress], None] | None = None) -> SourceOptions:
-        """What to read and how, for the pipeline; `stdin`: where - reads from."""
+    def settings(
+        self,
+        stdin: ByteStream | None,
+        on_ocr: Callable[[OcrProgress], None] | None = None,
+        written: Iterable[Path | None] = (),
+    ) -> SourceOptions:
+        """What to read and how, for the pipeline; `stdin`: where - reads from; `written`: the
+        files the command writes, which a folder's walk skips."""
         from ..core.pipeline import SourceOptions
 
         return SourceOptions(
@@ -393,6 +399,7 @@ class SourceFlags:
             stdin=stdin,
             stdin_is_piped=stdin_piped(),
             on_ocr=on_ocr,
+            written=frozenset(str(path) for path in written if path is not None),
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 from ..errors import MemagentError
 from ..ingest.base import OcrMode, OcrProgress
-from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source
+from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source, without_written
 from ..install.registry import resolve_model
 from ..model.backends import EngineOptions
 from ..model.chat import ChatFormat
@@ -63,6 +63,7 @@ class SourceOptions:
     stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
     found: frozenset[str] = frozenset()  # files named that a resumed run found in a folder (collect_sources)
+    written: frozenset[str] = frozenset()  # files the command writes, skipped in folders (collect_sources)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def prepare(
 
 def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
     """The documents the paths name (folders and archives expanded), as `ask` reads them."""
-    return collect_sources(
+    found = collect_sources(
         paths,
         include=sources.include,
         exclude=sources.exclude,
@@ -100,6 +101,7 @@ def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[s
         found=sources.found,
         warn=warn,
     )
+    return without_written(found, sources.written, warn)
 
 
 def prepare_model(model: str | Path | None, engine: EngineOptions = EmbeddedOptions()) -> Prepared:
