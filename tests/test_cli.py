@@ -158,6 +158,7 @@ def test_an_output_file_that_is_an_input_or_dash_is_refused_before_anything_runs
         (["ask", "doc.txt", "--each", "-q", "q", "--csv", "doc.txt"], "--csv doc.txt names a file this command reads"),
         (["ask", ".", "--each", "-q", "q", "--jsonl", "-"], "--jsonl takes a file name"),
         (["ask", "doc.txt", "q", "--svg", "-"], "--svg takes a file name"),
+        (["eval", "make-niah", "--tokens", "300", "-o", "-"], "--out takes a file name"),
     ]
     for args, message in cases:
         done = memagent(*args, cwd=tmp_path)

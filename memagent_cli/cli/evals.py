@@ -272,6 +272,7 @@ def make_niah(
 
     err = stderr_console()
     try:
+        check_outputs({"--out": out})
         count: Callable[[str], int] | None = None
         if model is not None:
             from ..install.registry import resolve_model
