@@ -204,6 +204,11 @@ def test_traces_commands(doc, models, tmp_path):
     lines = memagent("traces", "export", first["trace"], "--format", "jsonl").stdout.splitlines()
     assert json.loads(lines[0])["type"] == "run" and len(lines) == 1 + len(first["steps"])
     assert "## Step 1" in memagent("traces", "export", first["trace"], "--format", "markdown").stdout
+    # the short names, and - as standard output (where a text export goes anyway); never a file called -
+    short = memagent("traces", "export", first["trace"], "-f", "md", "-o", "-", cwd=tmp_path)
+    assert short.stdout == memagent("traces", "export", first["trace"], "--format", "markdown").stdout
+    dash = memagent("traces", "export", first["trace"], "-f", "pdf", "-o", "-", cwd=tmp_path, check=False)
+    assert dash.returncode == 2 and "--output takes a file name" in dash.stderr and not (tmp_path / "-").exists()
     assert memagent("traces", "export", first["trace"], "--format", "docx", check=False).returncode == 2
     # a text source: no PDF to highlight, said in one line
     pdf = memagent("traces", "export", first["trace"], "--format", "pdf", check=False)

@@ -122,7 +122,7 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[str | Pat
         if str(path) == "-":
             raise MemagentError(
                 f"{flag} takes a file name: - is not standard output here.",
-                "Name a file to write (--json prints JSON on standard output).",
+                "Name a file to write.",
                 exit_code=EXIT_USAGE,
             )
         key = _identity(path)

@@ -22,7 +22,7 @@ from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
 from ..core.quotes import QUOTE_FIELDS, describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
-from .common import run_guard, stderr_console
+from .common import check_outputs, run_guard, stderr_console
 from .textout import SafeConsole, clip, print_json, visible
 
 if TYPE_CHECKING:
@@ -267,9 +267,13 @@ def export(
     from ..traces.export import export as render
     from ..traces.quoting import stored_quotes
 
+    fmt = {"md": "markdown", "htm": "html", "json": "jsonl"}.get(fmt.lower(), fmt.lower())
     if fmt == "pdf":
+        check_outputs({"--output": output})  # PDFs are files (one per source): not standard output
         _export_pdf(_store().get_run(run_ref), output)
         return
+    if output is not None and str(output) == "-":  # the usual spelling of standard output, where this writes by default
+        output = None
     if fmt not in FORMATS:
         raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}, pdf.", exit_code=EXIT_USAGE)
     run = _store().get_run(run_ref)
