@@ -114,8 +114,13 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[str | Pat
     """The files a command writes (flag -> file), checked before anything runs: none is `-` (it
     would make a file of that name where standard output was meant), none is one of the inputs
     (results would be mixed into a job file, or a source written over), no two are the same."""
+    from ..ingest.sources import file_id
+
+    def identity(path: str | Path) -> tuple[int, int] | str:  # a file not made yet: where it would be
+        return file_id(path) or os.path.realpath(path)
+
     written: dict[tuple[int, int] | str, str] = {}
-    given = {_identity(Path(path)): str(path) for path in inputs if str(path) != "-"}
+    given = {identity(path): str(path) for path in inputs if str(path) != "-"}
     for flag, path in outputs.items():
         if path is None:
             continue
@@ -125,7 +130,7 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[str | Pat
                 "Name a file to write.",
                 exit_code=EXIT_USAGE,
             )
-        key = _identity(path)
+        key = identity(path)
         if key in given:
             raise MemagentError(
                 f"{flag} {path} names a file this command reads ({given[key]}), which it would write into.",
@@ -137,15 +142,6 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[str | Pat
                 f"{written[key]} and {flag} name the same file, {path}.", "Give each its own file.", exit_code=EXIT_USAGE
             )
         written[key] = flag
-
-
-def _identity(path: Path) -> tuple[int, int] | str:
-    """One file however it is named (links, relative paths): its device and inode, or where it would be made."""
-    try:
-        st = path.stat()
-        return (st.st_dev, st.st_ino)
-    except OSError:
-        return os.path.realpath(path)
 
 
 def open_store(err: Console, required: bool = False) -> TraceStore | None:

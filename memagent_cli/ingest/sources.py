@@ -100,22 +100,24 @@ def without_written(sources: list[Source], written: Collection[str], warn: Warn)
     """`sources` less the files the command itself writes (results, a spreadsheet) that a folder's
     walk met, each with a note: a rerun over the folder does not read its own earlier results as
     documents. Compared by device and inode, so a link or another spelling of the path is the same file."""
-    ids = {key for key in map(_file_id, written) if key is not None}
+    ids = {key for key in map(file_id, written) if key is not None}
     if not ids:
         return sources
     kept = []
     for source in sources:
-        if source.found and _file_id(source.path) in ids:
+        if source.found and file_id(source.path) in ids:
             warn(f"skipped {printable(source.title)} (written by this command)")
         else:
             kept.append(source)
     return kept
 
 
-def _file_id(path: str) -> tuple[int, int] | None:
+def file_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """One file however it is named (links, relative paths): its device and inode; None where no
+    file is there (not made yet, or a member of an archive)."""
     try:
         info = os.stat(path)
-    except (OSError, ValueError):  # not made yet, or a member of an archive
+    except (OSError, ValueError):
         return None
     return (info.st_dev, info.st_ino)
 
