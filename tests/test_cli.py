@@ -118,6 +118,8 @@ def test_directory_and_pdf_sources(tmp_path, models):
         (["ask", "doc.txt", "q"], 2, "is not installed. Get it with: memagent models pull memagent-7b:q4_k_m"),
         (["ask", "missing.txt", "q", "-m", "MODEL"], 1, "missing.txt"),
         (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "not a GGUF model file"),
+        (["ask", "doc.txt", "q", "-m", "doc.txt"], 1, "make one from a Hugging Face checkpoint folder with: memagent models"),
+        (["ask", "doc.txt", "q", "-m", "."], 2, "is a directory, not a model file. Pass a .gguf file to --model; a Hugging Face"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
         # A source where the question goes, or a blank question: said before the model is looked for.

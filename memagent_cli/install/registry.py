@@ -168,6 +168,12 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
     path = Path(chosen).expanduser()
     if path.is_file():
         return path
+    if path.is_dir():
+        raise MemagentError(
+            f"{path} is a directory, not a model file.",
+            "Pass a .gguf file to --model; a Hugging Face checkpoint folder becomes one with: memagent models convert FOLDER",
+            exit_code=EXIT_USAGE,
+        )
     entries = load()
     for name in (chosen, catalog.canonical(chosen)):
         if name in entries:

@@ -150,7 +150,10 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     except FileNotFoundError:
         raise MemagentError(f"Model file not found: {path}", "Check the path given to --model or MEMAGENT_MODEL.") from None
     except IsADirectoryError:
-        raise MemagentError(f"{path} is a directory, not a model file.", "Pass a .gguf file to --model.") from None
+        raise MemagentError(
+            f"{path} is a directory, not a model file.",
+            "Pass a .gguf file to --model; a Hugging Face checkpoint folder becomes one with: memagent models convert FOLDER",
+        ) from None
     except PermissionError:
         raise MemagentError(f"Permission denied reading {path}.") from None
 
@@ -159,7 +162,8 @@ def _parse(path: Path, buf: Any, size: int) -> GGUFInfo:
     if bytes(buf[:4]) != MAGIC:
         raise MemagentError(
             f"{path} is not a GGUF model file.",
-            "memagent runs GGUF models (llama.cpp's format); convert others with llama.cpp's convert_hf_to_gguf.py.",
+            "memagent runs GGUF models (llama.cpp's format); make one from a Hugging Face checkpoint folder "
+            "with: memagent models convert FOLDER",
         )
     cur = _Cursor(buf)
     cur.pos = 4
