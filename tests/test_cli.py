@@ -122,6 +122,7 @@ def test_directory_and_pdf_sources(tmp_path, models):
         (["ask", "doc.txt", "q", "-m", "."], 2, "is a directory, not a model file. Pass a .gguf file to --model; a Hugging Face"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--ctx", "500"], 2, "--ctx 500 is too small"),
         (["ask", "doc.txt", "q", "-m", "MODEL", "--final", "maybe"], 2, "final must be one of"),
+        (["ask", "doc.txt", "q", "-m", "MODEL", "--gpu-layers", "-2"], 2, "gpu_layers must be auto, -1 (all), 0 (none)"),
         # A source where the question goes, or a blank question: said before the model is looked for.
         (["ask", "doc.txt"], 2, 'doc.txt, names a source. Put the question last: memagent ask doc.txt "QUESTION"'),
         (["ask", "a b.txt", "doc.txt"], 2, "memagent ask 'a b.txt' doc.txt \"QUESTION\" (or give it with -q)"),

@@ -120,6 +120,10 @@ def test_config_get_set_list(memagent_home):
     bad = memagent("config", "set", "colour", "blue")
     assert bad.returncode == 2 and "Unknown setting 'colour'" in bad.stderr
     assert memagent("config", "set", "gpu_layers", "lots").returncode == 2
+    assert memagent("config", "set", "gpu_layers", "-1").returncode == 0  # every layer: a value, not an option
+    assert memagent("config", "get", "gpu_layers").stdout == "-1\n"
+    below = memagent("config", "set", "gpu_layers", "-2")  # below -1 means nothing
+    assert below.returncode == 2 and "gpu_layers must be auto, -1 (all), 0 (none) or a number of layers" in below.stderr
     assert memagent("config", "set", "gpu_layers", "--unset").returncode == 0
     assert memagent("config", "get", "gpu_layers").stdout == ""
 

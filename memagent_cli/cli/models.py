@@ -303,7 +303,8 @@ def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(sett
         print(value)
 
 
-@config_app.command("set")
+# A value may start with "-" (gpu_layers -1): taken as the value, not as an unknown option.
+@config_app.command("set", context_settings={"ignore_unknown_options": True})
 @run_guard
 def config_set(
     key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")],

@@ -25,9 +25,14 @@ def _gpu_layers(value: str) -> str | int:
     if value == "auto":
         return value
     try:
-        return int(value)
+        layers = int(value)
     except ValueError:
-        raise MemagentError(f"gpu_layers must be auto or a number, not {value!r}.", exit_code=EXIT_USAGE) from None
+        layers = -2
+    if layers < -1:
+        raise MemagentError(
+            f"gpu_layers must be auto, -1 (all), 0 (none) or a number of layers, not {value!r}.", exit_code=EXIT_USAGE
+        )
+    return layers
 
 
 def whole_number(value: str, refusal: str) -> int:
