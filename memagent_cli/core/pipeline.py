@@ -90,6 +90,20 @@ def prepare(
     return prep
 
 
+def _nothing_read(sources: Sequence[Source]) -> MemagentError:
+    """The error of a run whose sources held no text at all: said of standard input where that was
+    all it read (a script's stdin left empty, a pipe whose writer failed)."""
+    if all(source.kind == "stdin" for source in sources):
+        return MemagentError(
+            "Nothing came in on standard input.",
+            'Pipe text in (cat build.log | memagent ask "QUESTION"), or name the files to read.',
+        )
+    return MemagentError(
+        "There is no text to read in the input.",
+        "Check the files: they may be empty, or scans with no text layer; notes above, if any, say what was skipped and why.",
+    )
+
+
 def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
     """The documents the paths name (folders and archives expanded), as `ask` reads them."""
     found = collect_sources(
@@ -394,16 +408,7 @@ def ask_many_events(
             yield from notices()
         if chunks.peek() is None:
             yield from notices()
-            if all(source.kind == "stdin" for source in prep.sources):  # a script's stdin left empty, a failed pipe
-                raise MemagentError(
-                    "Nothing came in on standard input.",
-                    'Pipe text in (cat build.log | memagent ask "QUESTION"), or name the files to read.',
-                )
-            raise MemagentError(
-                "There is no text to read in the input.",
-                "Check the files: they may be empty, or scans with no text layer; "
-                "notes above, if any, say what was skipped and why.",
-            )
+            raise _nothing_read(prep.sources)
         shared = open_shared_engine(prep, n_ctx, engine, parallel, stop, jobs=len(questions))
         for i in range(len(questions)):
             yield i, shared.loaded()
