@@ -60,6 +60,26 @@ def test_batch_lines_of_every_kind_and_a_rerun_redoes_only_the_failed(tmp_path):
     assert third.returncode == 0 and "Nothing to do: all 4 lines" in third.stderr
 
 
+def test_a_rerun_with_another_model_or_budget_refuses_the_results_it_did_not_make(tmp_path):
+    """Finished lines are kept by a rerun only where it would make them the same way: another
+    --chunk-tokens or another model is one usage line and the file untouched, where it said "Nothing
+    to do" and kept the first setup's answers as the second's."""
+    doc = tmp_path / "a.txt"
+    doc.write_text(whole_fact(300, 1).text, encoding="utf-8")
+    job = write_job(tmp_path / "job.jsonl", [{"custom_id": "a", "sources": [str(doc)], "question": QUESTION}])
+    out = tmp_path / "out.jsonl"
+    assert run_memagent("batch", job, "-o", out, *RUN).returncode == 0
+    kept = out.read_bytes()
+    other = run_memagent("batch", job, "-o", out, *RUN, "--chunk-tokens", "128")
+    assert other.returncode == 2 and "out.jsonl holds results made with --chunk-tokens 64; this run has 128." in other.stderr
+    schema_model = CODEWORD_ASK[1].with_name("schema.gguf")
+    moved = run_memagent("batch", job, "-o", out, *RUN, "-m", schema_model)
+    assert moved.returncode == 2 and "holds results made with --model" in moved.stderr and "schema.gguf" in moved.stderr
+    assert out.read_bytes() == kept
+    same = run_memagent("batch", job, "-o", out, *RUN, "--parallel", "2")  # how it runs is not what it makes
+    assert same.returncode == 0 and "Nothing to do" in same.stderr and out.read_bytes() == kept
+
+
 def test_results_kept_in_a_folder_a_line_asks_are_not_read_by_the_next_line(tmp_path):
     """-o inside the folder the job asks: the second line's walk (after the first line's result is
     in the file) skips it with a note, so both lines read the same two documents."""
