@@ -40,6 +40,13 @@ def test_make_niah_then_eval_with_out_file_and_rerun(models, tmp_path):
     ids = [json.loads(line)["id"] for line in lines]
     assert ids[:2] == [d["id"] for d in done] and ids[2] == rows[2]["id"]  # only the third was run
     assert again.stderr.count(": wrong") + again.stderr.count(": right") == 1
+    # each row says what made it, as ask --json does; a rerun made another way keeps none of them
+    last = json.loads(lines[-1])
+    assert last["model"]["path"] == str(models["random"]) and last["settings"]["chunk_tokens"] == 128
+    kept = out.read_bytes()
+    other = run_memagent("eval", items, "-m", models["random"], *BUDGETS, "--chunk-tokens", "64", "--out", out)
+    assert other.returncode == 2 and "results.jsonl holds results made with --chunk-tokens 128; this run has 64" in other.stderr
+    assert out.read_bytes() == kept
 
 
 def test_an_item_runs_as_ask_runs_its_question(models, tmp_path):
@@ -67,8 +74,11 @@ def test_an_item_runs_as_ask_runs_its_question(models, tmp_path):
     assert set(row) == {"id", "question", "answers", "prediction", "found", "raw", "sub_em", "em", "f1", "steps"} | {
         "document_tokens",
         "seconds",
+        "model",
+        "settings",
     }
     assert row["raw"] == alone.raw_answer and row["steps"] == len(alone.steps)
+    assert (row["model"], row["settings"]) == (alone.to_dict()["model"], alone.to_dict()["settings"])  # one shape
     assert row["document_tokens"] == alone.document_tokens
     assert row["prediction"] == (alone.answer if row["found"] else "")
 

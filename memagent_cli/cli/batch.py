@@ -26,7 +26,7 @@ from rich.text import Text
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import check_outputs, fail, open_store, stderr_console
 from .options import JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
-from .setup import RunFlags, RunSetup, setup
+from .setup import RunFlags, RunSetup, check_same_setup, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def batch(
         check_outputs({"--out": out, "--csv": csv_file}, inputs=[job_file])
         plan = _plan(job_file, out, flags.schema is not None)
         run = setup(flags, err)
-        _check_same_setup(out, run)
+        check_same_setup(out, run)
         store = None if no_trace else open_store(err)
         if store is not None:
             plan.resumable = _resumable(store, os.path.abspath(out), run.config, err)
@@ -449,50 +449,6 @@ class _Tally:
             self.failed += 1
             if not self.first:
                 self.first = f"{line['custom_id']}: {line['error']}"
-
-
-# What a finished result keeps that decides its answer (a line's own instructions and schema aside).
-_DECIDING = (
-    "protocol",
-    "chunk_tokens",
-    "memory_tokens",
-    "answer_tokens",
-    "question_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "final",
-    "early_stop",
-)
-
-
-def _check_same_setup(out: Path, run: RunSetup) -> None:
-    """A rerun goes on from the results file only where it would make its lines the same way: lines
-    finished with another model or other protocol settings are not this job's, and keeping them as
-    done would mix two setups in one file without a word."""
-    from ..core.records import written_records
-
-    want = run.config.to_dict()
-    model = os.path.realpath(run.model) if run.model and not run.engine.served else None
-    for _, record in written_records(out):
-        if record is None or record.get("error"):
-            continue  # redone anyway
-        for row in record.get("results") or [record]:
-            settings = row.get("settings") or {}
-            for name in _DECIDING:
-                if name in settings and settings[name] != want.get(name):
-                    raise _other_setup(out, "--" + name.replace("_", "-"), want.get(name), settings[name])
-            path = (row.get("model") or {}).get("path")
-            if model is not None and path and os.path.realpath(path) != model:
-                raise _other_setup(out, "--model", run.model, path)
-
-
-def _other_setup(out: Path, option: str, value: object, stored: object) -> MemagentError:
-    return MemagentError(
-        f"{out} holds results made with {option} {stored}; this run has {value}.",
-        "Give the options it was made with to go on from it, or write to a new file with -o.",
-        exit_code=EXIT_USAGE,
-    )
 
 
 def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 from ..errors import EXIT_USAGE, MemagentError
 from .common import check_outputs, fail, stderr_console
 from .options import flag_groups, quiet_library_logs
-from .setup import RunFlags, setup
+from .setup import RunFlags, check_same_setup, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ def run(
             )
         check_outputs({"--out": out}, inputs=[data])
         setup_ = setup(flags, err)
+        check_same_setup(out, setup_)
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]
         failures: list[tuple[str, MemagentError]] = []

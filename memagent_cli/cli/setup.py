@@ -7,6 +7,7 @@ URLs in their normal form."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, TypedDict
@@ -252,3 +253,50 @@ def _served_options(flags: RunFlags, err: Console, stored: Mapping[str, Any] | N
     if hint is not None:
         err.print(f"note: {hint}", style="dim", markup=False, highlight=False, soft_wrap=True)
     return served
+
+
+# What a finished result keeps that decides its answer (a line's own instructions and schema aside).
+_DECIDING = (
+    "protocol",
+    "chunk_tokens",
+    "memory_tokens",
+    "answer_tokens",
+    "question_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "final",
+    "early_stop",
+)
+
+
+def check_same_setup(out: Path | None, run: RunSetup) -> None:
+    """A rerun (`batch`, `eval`) goes on from its results file only where it would make its lines the
+    same way: lines finished with another model or other protocol settings are not this job's, and
+    keeping them as done would mix two setups in one file without a word. Lines that keep no
+    settings (an older file) are taken as they are."""
+    from ..core.records import written_records
+
+    if out is None:
+        return
+    want = run.config.to_dict()
+    model = os.path.realpath(run.model) if run.model and not run.engine.served else None
+    for _, record in written_records(out):
+        if record is None or record.get("error"):
+            continue  # redone anyway
+        for row in record.get("results") or [record]:
+            settings = row.get("settings") or {}
+            for name in _DECIDING:
+                if name in settings and settings[name] != want.get(name):
+                    raise _other_setup(out, "--" + name.replace("_", "-"), want.get(name), settings[name])
+            path = (row.get("model") or {}).get("path")
+            if model is not None and path and os.path.realpath(path) != model:
+                raise _other_setup(out, "--model", run.model, path)
+
+
+def _other_setup(out: Path, option: str, value: object, stored: object) -> MemagentError:
+    return MemagentError(
+        f"{out} holds results made with {option} {stored}; this run has {value}.",
+        "Give the options it was made with to go on from it, or write to a new file with -o.",
+        exit_code=EXIT_USAGE,
+    )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..core.config import AgentConfig
-from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult
+from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult, model_record
 from ..core.jobs import Job, run_jobs
 from ..core.records import json_records, written_records
 from ..core.schema import AnswerSchema, parse_schema
@@ -162,6 +162,9 @@ def _row(item: Item, result: RunResult, found: bool, seconds: float, metric: str
         "steps": len(result.steps),
         "document_tokens": result.document_tokens,
         "seconds": round(seconds, 3),
+        # what made it, as `ask --json` says it: a rerun keeps the row only where it would make it again
+        "model": model_record(result.model, result.model_path, result.servers),
+        "settings": result.config.to_dict(),
         **({"quote_hit": float(quote_hit(item.needle, result))} if item.needle else {}),
         **({"data": result.data} if result.config.answer_schema else {}),
         **({"fields": fields_right(item.data, result.data)} if item.data is not None else {}),
