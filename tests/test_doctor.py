@@ -146,6 +146,27 @@ def test_reinstall_hints_per_platform():
     assert "-DGGML_VULKAN=on" in cmd and "Vulkan SDK" in note
     cmd, _ = doctor.reinstall_hint(system="Linux", has_nvidia_smi=False, has_rocm_smi=True, pip=pip)
     assert "-DGGML_HIP=on" in cmd
+    # a server with no GPU at all: the CPU build is what it needs, said before any reinstall
+    _, note = doctor.reinstall_hint(system="Linux", has_nvidia_smi=False, has_rocm_smi=False, pip=pip, any_gpu=False)
+    assert note.startswith("No GPU is visible on this machine") and "the CPU build is the one it needs" in note
+
+
+def test_a_gpu_is_visible_by_its_device_nodes(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor.platform, "system", lambda: "Linux")
+    assert doctor.gpu_visible(tmp_path) is False  # no /dev/dri at all: a VM or a container without one
+    (tmp_path / "dri").mkdir()
+    (tmp_path / "dri" / "card0").touch()
+    assert doctor.gpu_visible(tmp_path) is False  # a display-only card node is not a GPU that computes
+    (tmp_path / "dri" / "renderD128").touch()
+    assert doctor.gpu_visible(tmp_path) is True
+    for node in ("nvidia0", "kfd"):  # NVIDIA's device, ROCm's: each alone is enough
+        dev = tmp_path / f"dev-{node}"
+        dev.mkdir()
+        assert doctor.gpu_visible(dev) is False
+        (dev / node).touch()
+        assert doctor.gpu_visible(dev) is True
+    monkeypatch.setattr(doctor.platform, "system", lambda: "Darwin")
+    assert doctor.gpu_visible(tmp_path) is None
 
 
 def test_reinstall_uses_the_pip_of_this_interpreter(monkeypatch, tmp_path):

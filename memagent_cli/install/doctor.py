@@ -50,8 +50,21 @@ def _pip() -> str:
     return shlex.quote(exe) + " -m pip"
 
 
+def gpu_visible(dev: Path = Path("/dev")) -> bool | None:
+    """Whether Linux shows a GPU here at all: a render node (/dev/dri/renderD*: Intel, AMD, NVIDIA
+    with their drivers), NVIDIA's or ROCm's device; None off Linux, where this is not known."""
+    if platform.system() != "Linux":
+        return None
+    return any((dev / "dri").glob("renderD*")) or (dev / "nvidia0").exists() or (dev / "kfd").exists()
+
+
 def reinstall_hint(
-    *, system: str | None = None, has_nvidia_smi: bool | None = None, has_rocm_smi: bool | None = None, pip: str | None = None
+    *,
+    system: str | None = None,
+    has_nvidia_smi: bool | None = None,
+    has_rocm_smi: bool | None = None,
+    pip: str | None = None,
+    any_gpu: bool | None = None,
 ) -> tuple[str, str]:
     """(command, note) that rebuilds llama-cpp-python with a GPU backend for this platform.
     The keyword arguments default to this machine; tests pass them."""
@@ -61,6 +74,8 @@ def reinstall_hint(
         has_nvidia_smi = shutil.which("nvidia-smi") is not None
     if has_rocm_smi is None:
         has_rocm_smi = shutil.which("rocm-smi") is not None
+    if any_gpu is None and system == "Linux":
+        any_gpu = gpu_visible()
     if system == "Darwin":
         return (
             f"{pip} {_PIP_FLAGS}",
@@ -71,6 +86,15 @@ def reinstall_hint(
         flags, note = "-DGGML_CUDA=on", "nvidia-smi found: build with CUDA (needs the CUDA toolkit, nvcc)."
     elif has_rocm_smi:
         flags, note = "-DGGML_HIP=on", "rocm-smi found: build with ROCm/HIP (needs the ROCm toolkit)."
+    elif any_gpu is False:  # a server or VM with no GPU: the CPU build is the right one
+        flags, note = (
+            "-DGGML_VULKAN=on",
+            (
+                "No GPU is visible on this machine (no render device, no NVIDIA or ROCm device), so the CPU build "
+                "is the one it needs. Where one is fitted, install its driver first; Vulkan (needs the Vulkan SDK) "
+                "works with most GPUs, -DGGML_CUDA=on with NVIDIA's."
+            ),
+        )
     else:
         flags, note = (
             "-DGGML_VULKAN=on",
@@ -198,6 +222,7 @@ def diagnose(
     }
     if not offload:
         gpu_section["reinstall"], gpu_section["reinstall_note"] = reinstall_hint()
+        gpu_section["gpu_visible"] = gpu_visible()
         # GPUs the driver sees although this build cannot use them: why the reinstall helps
         seen = gpu.nvidia_smi_devices()
         if seen:

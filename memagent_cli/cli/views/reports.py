@@ -130,7 +130,8 @@ def render_doctor(report: Mapping[str, Any]) -> Group:
             g.add_row("present", f"{d.get('name')} ({format_bytes(d.get('total'))}), unused by this build")
     parts.append(g)
     if not gpu.get("offload_supported") and gpu.get("reinstall"):
-        parts.append(Text("To enable it, reinstall llama-cpp-python with a GPU backend:"))
+        lead = "For a GPU fitted later" if gpu.get("gpu_visible") is False else "To enable it"
+        parts.append(Text(f"{lead}, reinstall llama-cpp-python with a GPU backend:"))
         # Wrapped at spaces when the terminal is narrower (cropping would hide part of it);
         # --json carries it on one line.
         parts.append(Text("  " + gpu["reinstall"], style="bold"))
