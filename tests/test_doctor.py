@@ -54,6 +54,11 @@ def test_report_on_this_build(offload):
         assert PIP_TAIL in report["gpu"]["reinstall"] and report["gpu"]["reinstall_note"]
         if platform.system() != "Darwin":
             assert "CMAKE_ARGS" in report["gpu"]["reinstall"]
+        assert report["gpu"]["gpu_visible"] is doctor.gpu_visible()
+        # what the view leads the reinstall with follows whether a GPU is there to enable
+        for visible, lead in ((False, "For a GPU fitted later, reinstall"), (True, "To enable it, reinstall")):
+            shown = rendered({**report, "gpu": {**report["gpu"], "gpu_visible": visible}})
+            assert lead in shown and report["gpu"]["reinstall"] in shown
     else:  # pragma: no cover - GPU builds
         assert report["gpu"]["reinstall"] is None
 
