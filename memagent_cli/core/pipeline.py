@@ -63,7 +63,7 @@ class SourceOptions:
     stdin: ByteStream | None = None  # read for "-", or when no source is named and stdin is piped
     stdin_is_piped: bool = False
     found: frozenset[str] = frozenset()  # files named that a resumed run found in a folder (collect_sources)
-    written: frozenset[str] = frozenset()  # files the command writes, skipped in folders (collect_sources)
+    written: frozenset[str] = frozenset()  # files the command writes, skipped in folders (without_written)
 
 
 @dataclass

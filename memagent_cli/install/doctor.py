@@ -86,23 +86,19 @@ def reinstall_hint(
         flags, note = "-DGGML_CUDA=on", "nvidia-smi found: build with CUDA (needs the CUDA toolkit, nvcc)."
     elif has_rocm_smi:
         flags, note = "-DGGML_HIP=on", "rocm-smi found: build with ROCm/HIP (needs the ROCm toolkit)."
-    elif any_gpu is False:  # a server or VM with no GPU: the CPU build is the right one
-        flags, note = (
-            "-DGGML_VULKAN=on",
-            (
+    else:
+        flags = "-DGGML_VULKAN=on"
+        if any_gpu is False:  # a server or VM with no GPU: the CPU build is the right one
+            note = (
                 "No GPU is visible on this machine (no render device, no NVIDIA or ROCm device), so the CPU build "
                 "is the one it needs. Where one is fitted, install its driver first; Vulkan (needs the Vulkan SDK) "
                 "works with most GPUs, -DGGML_CUDA=on with NVIDIA's."
-            ),
-        )
-    else:
-        flags, note = (
-            "-DGGML_VULKAN=on",
-            (
+            )
+        else:
+            note = (
                 "No NVIDIA driver found: Vulkan works with most GPUs (needs the Vulkan SDK); "
                 "with an NVIDIA GPU install its driver and use -DGGML_CUDA=on instead."
-            ),
-        )
+            )
     if system == "Windows":  # PowerShell: VAR=value before a command is POSIX shell syntax only
         return f'$env:CMAKE_ARGS="{flags}"; {pip} {_PIP_FLAGS}', note
     return f'CMAKE_ARGS="{flags}" {pip} {_PIP_FLAGS}', note
@@ -221,8 +217,8 @@ def diagnose(
         "reinstall_note": None,
     }
     if not offload:
-        gpu_section["reinstall"], gpu_section["reinstall_note"] = reinstall_hint()
-        gpu_section["gpu_visible"] = gpu_visible()
+        gpu_section["gpu_visible"] = visible = gpu_visible()
+        gpu_section["reinstall"], gpu_section["reinstall_note"] = reinstall_hint(any_gpu=visible)
         # GPUs the driver sees although this build cannot use them: why the reinstall helps
         seen = gpu.nvidia_smi_devices()
         if seen:

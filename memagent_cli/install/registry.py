@@ -127,9 +127,12 @@ def remove(name: str) -> Record | None:
 def get(name: str) -> NamedRecord:
     """An installed model's record; NotInstalled (with the pull command) for a catalog model not yet pulled."""
     entries = load()
-    if catalog.lookup(name) is not None and not any(n in entries for n in (name, catalog.canonical(name))):
-        raise NotInstalled(name)
-    key = _known(name, entries)
+    try:
+        key = _known(name, entries)
+    except MemagentError:
+        if catalog.lookup(name) is not None:
+            raise NotInstalled(name) from None
+        raise
     return {"name": key, **entries[key]}
 
 

@@ -25,10 +25,10 @@ def _gpu_layers(value: str) -> str | int:
     if value == "auto":
         return value
     try:
-        layers = int(value)
+        layers: int | None = int(value)
     except ValueError:
-        layers = -2
-    if layers < -1:
+        layers = None
+    if layers is None or layers < -1:
         raise MemagentError(
             f"gpu_layers must be auto, -1 (all), 0 (none) or a number of layers, not {value!r}.", exit_code=EXIT_USAGE
         )
