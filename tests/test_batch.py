@@ -49,7 +49,7 @@ def test_batch_lines_of_every_kind_and_a_rerun_redoes_only_the_failed(tmp_path):
     (tmp_path / "b.txt").write_text(b.text, encoding="utf-8")
     again = run_memagent("batch", job, "-o", "out.jsonl", *RUN, "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout) == {"schema": 1, "done": 1, "failed": 0, "skipped": 3, "out": "out.jsonl"}
+    assert json.loads(again.stdout) == {"schema": 1, "done": 1, "failed": 0, "skipped": 3, "reused": 0, "out": "out.jsonl"}
     rows = results(tmp_path / "out.jsonl")
     assert [r["custom_id"] for r in rows] == ["from-file", "inline", "two", "later"]  # one line per id: the error went
     assert rows[:3] == list(got.values())[:3] and rows[3]["answer"] == b.value

@@ -265,7 +265,7 @@ def test_svg_picture_without_a_terminal(doc, models, tmp_path):
     assert proc.returncode == 0 and proc.stderr == ""
     svg = picture.read_text(encoding="utf-8")
     assert svg.startswith("<svg") and "step&#160;1" in svg
-    bad = memagent("ask", doc, "q", "-m", models["random"], "--quiet", "--svg", tmp_path / "no" / "x.svg", *FAST)
+    bad = memagent("ask", doc, "q", "-m", models["random"], "--quiet", "--fresh", "--svg", tmp_path / "no" / "x.svg", *FAST)
     assert bad.returncode == 0 and bad.stdout.strip() and "could not save" in bad.stderr
 
 
@@ -324,7 +324,7 @@ def test_llama_cpp_log_only_with_verbose(doc, models):
     plain = memagent("ask", doc, "q", "-m", models["random"], *FAST)
     assert plain.returncode == 0
     assert not any(marker in plain.stderr for marker in ("llama_model_loader", "llama_context", "ggml_", "load_tensors"))
-    verbose = memagent("ask", doc, "q", "-m", models["random"], "--verbose", *FAST)
+    verbose = memagent("ask", doc, "q", "-m", models["random"], "--verbose", "--fresh", *FAST)
     assert verbose.returncode == 0 and "llama_model_loader" in verbose.stderr
 
 

@@ -227,14 +227,14 @@ def test_a_gpu_this_build_cannot_use_is_said_once_per_machine(tmp_path, models, 
     assert quiet.returncode == 0 and "NVIDIA" not in quiet.stderr  # never in --quiet output, and not spent there
     refused = run_memagent("ask", "/dev/zero", *args[2:], "--json", env=env)
     assert refused.returncode == 2 and refused.stdout == ""  # a run that never answered does not spend it either
-    first = run_memagent(*args, "--json", env=env)
+    first = run_memagent(*args, "--json", "--fresh", env=env)  # read: an answer given again loads no model
     hint = json.loads(first.stdout)["gpu"]["hint"]
     assert hint.startswith("NVIDIA H100 80GB HBM3 is here, but this llama-cpp-python runs on the CPU only. To use the GPU: ")
     assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in hint and "--force-reinstall" in hint
     again = run_memagent(*args, env=env)
     assert again.returncode == 0 and "NVIDIA" not in again.stderr  # once per machine
     (memagent_home / "gpu-hint-shown").unlink()
-    plain = run_memagent(*args, env=env)
+    plain = run_memagent(*args, "--fresh", env=env)
     assert f"note: {hint}" in plain.stderr
 
 

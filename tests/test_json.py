@@ -113,7 +113,8 @@ def test_each_and_batch_records_are_asks_with_their_names(outputs):
     one, two = outputs["batch_lines"]
     assert list(one)[0] == "custom_id" and set(one) == ask | {"custom_id"}
     assert set(two) == {"custom_id", "results"} and [set(r) for r in two["results"]] == [ask, ask]
-    assert outputs["batch"] == {"schema": 1, "done": 2, "failed": 0, "skipped": 0, "out": outputs["batch"]["out"]}
+    summary = {"schema": 1, "done": 2, "failed": 0, "skipped": 0, "reused": 0, "out": outputs["batch"]["out"]}
+    assert outputs["batch"] == summary
     job = outputs["batch_run"]["settings"]["job"]
     assert job["key"] == "one" and job["file"].endswith("results.jsonl")
 

@@ -73,7 +73,17 @@ def test_server_gone_mid_run_fails_clearly_and_resumes(clean, doc, tmp_path):
         expected = json.loads(whole.stdout)
         port = base.split(":")[2].split("/")[0]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memagent_cli", *args[:1], *_served(base, "--tokenizer", str(clean)), *args[1:], "--json"],
+            # --fresh: the answer above would be given again, reading nothing
+            [
+                sys.executable,
+                "-m",
+                "memagent_cli",
+                *args[:1],
+                *_served(base, "--tokenizer", str(clean)),
+                *args[1:],
+                "--json",
+                "--fresh",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -315,7 +315,7 @@ def test_ask_reports_drafts_per_step_and_answers_the_same(tmp_path, steady_timin
     doc = codeword_document(tmp_path / "doc.txt", 3)
     home = {"MEMAGENT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
     common = ["ask", str(doc), QUESTION, *map(str, CODEWORD_ASK)]
-    common += ["--temperature", "0", "--threads", "1", "--json"]
+    common += ["--temperature", "0", "--threads", "1", "--json", "--fresh"]  # both read: drafting decides no answer
     runs = {}
     for flag in ("--speculate", "--no-speculate"):
         done = CliRunner().invoke(app, [*common, flag], env=home)

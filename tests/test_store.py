@@ -188,6 +188,59 @@ def test_upgrade_from_migration_2_adds_run_owners(tmp_path):
         assert [r["id"] for r in s.list_runs()] == [new] and fts_consistent(s)
 
 
+def test_upgrade_from_migration_6_keeps_every_run_readable_and_finds_none_again(tmp_path):
+    """Runs recorded before answers were found again have no keys: they stay readable and resumable,
+    are never given as another run's answer, and a step of theirs has the shape of a new one."""
+    path = tmp_path / "traces.db"
+    conn = database_at(path, 6)
+    conn.executescript(
+        "INSERT INTO runs (id, started_at, ended_at, status, question, sources, model, settings, answer, quotes) VALUES"
+        " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', '2024-01-02T00:01:00.000000+00:00', 'complete',"
+        " 'Where did the otter swim?', '[]', '{}', '{}', 'Downstream past the weir', '[]');"
+        'INSERT INTO steps (run_id, "index", spans, tokens, memory, generated_tokens) VALUES'
+        " ('0123456789ab', 1, '[]', 10, 'The otter swam by the granary', 7);"
+    )
+    conn.close()
+
+    with TraceStore(path) as s:
+        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        old = s.get_run("0123456789ab")
+        assert (old["continued_from"], old["reuses"], old["reused_at"], old["answer"]) == (
+            None,
+            0,
+            None,
+            "Downstream past the weir",
+        )
+        assert set(old["steps"][0]) == set(step(1))  # no copied_from, no digest: the shape of every step
+        assert s.stored_result("0123456789ab") is None and s.continuable("x" * 64) is None
+        new = s.create_run(question="q", sources=[], model={}, settings={}, keys={"answer": "a" * 64, "lineage": "b" * 64})
+        s.add_step(new, {**step(1), "digest": "c" * 64})
+        s.finish_run(new, "complete", answer="weir", result={"answer": "weir", "quotes": []})
+        found = s.answered("a" * 64)
+        assert found is not None and found["id"] == new and found["result"] == {"answer": "weir", "quotes": []}
+        assert s.continuable("b" * 64) == (new, [{**step(1), "digest": "c" * 64}])
+        s.mark_reused(new)
+        assert [r["id"] for r in s.list_runs(reused=True)] == [new] and s.get_run(new)["reuses"] == 1
+        with pytest.raises(ValueError, match="place, not its text"):
+            s.finish_run(new, "complete", result={"quotes": [{"text": "the weir"}]})
+
+
+def test_answer_lookup_uses_its_index(store):
+    """The key look-up reads one row of an index, whatever the number of runs (benchmarks/reuse.py times it)."""
+    plan = store._conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE answer_key = ? AND status = 'complete' AND result IS NOT NULL"
+        " ORDER BY ended_at DESC LIMIT 1",
+        ("a" * 64,),
+    ).fetchall()
+    assert any("runs_answer_key" in row[-1] for row in plan), plan
+    plan = store._conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE lineage_key = ? AND status = 'complete' ORDER BY ended_at DESC LIMIT 1",
+        ("a" * 64,),
+    ).fetchall()
+    assert any("runs_lineage_key" in row[-1] for row in plan), plan
+
+
 def test_database_from_a_newer_memagent_is_refused(tmp_path):
     path = tmp_path / "traces.db"
     TraceStore(path).close()
@@ -236,9 +289,13 @@ def test_run_round_trip(store):
         "raw_answer",
         "answer",
         "quotes",
+        "continued_from",
+        "reuses",
+        "reused_at",
         "step_count",
         "steps",
     }
+    assert (run["continued_from"], run["reuses"], run["reused_at"]) == (None, 0, None)
     assert run["quotes"] is None  # a run finished without quotes
     assert "steps" not in store.get_run(run_id, with_steps=False)
 

@@ -20,12 +20,14 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import check_outputs, check_paths, fail, open_store, sigterm_as_interrupt, stderr_console
 from .many import resume_hint, run_many
-from .options import DEFAULTS, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
+from .options import FreshOpt, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
+from .reuse import Lookup, record_text, show_reused
 from .setup import RunFlags, RunSetup, setup
-from .textout import SafeConsole, cited, print_json
+from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
+    from ..core.reuse import AnswerKey
     from ..traces.recorder import HashingReader, Recorder
     from ..traces.store import TraceStore
     from .views.live import LiveView, PlainProgress
@@ -118,6 +120,7 @@ def ask(
     source_flags: SourceFlags = SourceFlags(),
     resume: ResumeOpt = None,
     no_trace: NoTraceOpt = False,
+    fresh: FreshOpt = False,
     question: QuestionOpt = None,
     questions_file: QuestionsFileOpt = None,
     each: EachOpt = False,
@@ -135,6 +138,8 @@ def ask(
     """Answer a question about documents.
 
     Every run is recorded (see [b]memagent traces[/]); Ctrl-C stops it and prints how to resume.
+    The same question about the same unchanged text is answered from the record at once (--fresh reads
+    again), and a document that grew at its end is read from where it changed.
 
     [dim]Examples:[/]
       memagent ask report.pdf "Who signed the 2019 amendment?"
@@ -145,7 +150,7 @@ def ask(
       memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
-    from ..core.pipeline import ask_events, ask_many_events
+    from ..core.pipeline import ask_events, ask_many_events, found_sources
     from ..traces.recorder import resume_plan, resumed_found, resumed_paths
 
     err = stderr_console()
@@ -175,19 +180,64 @@ def ask(
         sources = source_flags.settings(traced.stdin, written=written.values())
         if run is not None:  # a file the run found in a folder is skipped again if it cannot be read
             sources = replace(sources, found=resumed_found(run))
+        lookup = Lookup(store if run is None else None, setup_, sources, fresh, traced.warn)
         if each:
             from .each import EachOutput, run_each
 
             output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, jsonl=jsonl, csv=csv_file, html=html)
-            run_each(paths, questions, setup_, sources, parallel, store, traced.recorder if store else None, err, output)
+            run_each(paths, questions, setup_, sources, parallel, lookup, traced.recorder if store else None, err, output)
         elif len(questions) > 1:
-            events = ask_many_events(questions, paths, **setup_.args(), sources=sources, parallel=parallel)
-            recorders = [traced.recorder() if store is not None else None for _ in questions]
-            run_many(events, questions, err, recorders, quiet=quiet, json_out=json_out, raw=raw, cite=cite)
+            found = found_sources(paths, sources)
+            keys = [lookup.key(q, found.sources) for q in questions]
+            reused = {i: r for i, key in enumerate(keys) if (r := lookup.reused(key, found.sources)) is not None}
+            asked = [i for i in range(len(questions)) if i not in reused]
+            if not asked:
+                for note in found.notes:
+                    traced.warn(note)
+            events = ask_many_events(
+                [questions[i] for i in asked],
+                paths,
+                **setup_.args(),
+                sources=sources,
+                parallel=parallel,
+                found=found,
+                continued=[lookup.continued(keys[i]) for i in asked],
+            )
+            recorders = [traced.recorder(key=keys[i]) if store is not None else None for i in asked]
+            run_many(
+                events if asked else iter(()),
+                questions,
+                err,
+                recorders,
+                quiet=quiet,
+                json_out=json_out,
+                raw=raw,
+                cite=cite,
+                asked=asked,
+                reused=reused,
+            )
         else:
-            recorder = traced.recorder(run) if store is not None else None
+            named = found_sources(paths, sources) if run is None else None
+            key = lookup.key(questions[0], named.sources) if named is not None else None
+            reused_one = lookup.reused(key, named.sources) if named is not None else None
+            if named is not None and reused_one is not None:
+                for note in named.notes:
+                    traced.warn(note)
+                if svg is not None:
+                    traced.warn(f"{svg} is not saved: nothing was read, so there is no live view to draw (--fresh reads again).")
+                show_reused(reused_one, err, quiet=quiet, json_out=json_out, raw=raw, cite=cite)
+                return
+            recorder = traced.recorder(run, key) if store is not None else None
             steps = run["steps"] if run else ()
-            one = ask_events(questions[0], paths, **setup_.args(), sources=sources, done_steps=steps)
+            one = ask_events(
+                questions[0],
+                paths,
+                **setup_.args(),
+                sources=sources,
+                done_steps=steps,
+                found=named,
+                continued=lookup.continued(key),
+            )
             _show_one(one, err, recorder, out, served=setup_.engine.served)
     except MemagentError as exc:
         if recorder is not None:
@@ -230,13 +280,19 @@ class _Traced:
     def warn(self, message: str) -> None:
         self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
 
-    def recorder(self, resume: dict[str, Any] | None = None) -> Recorder:
+    def recorder(self, resume: dict[str, Any] | None = None, key: AnswerKey | None = None) -> Recorder:
         from ..traces.recorder import Recorder
 
         assert self.store is not None and self.setup is not None
         s = self.setup
         return Recorder(
-            self.store, warn=self.warn, resume=resume, stdin=self.hashing, engine=s.engine_record, chat_template=s.template_record
+            self.store,
+            warn=self.warn,
+            resume=resume,
+            stdin=self.hashing,
+            engine=s.engine_record,
+            chat_template=s.template_record,
+            key=key,
         )
 
 
@@ -291,7 +347,6 @@ def _questions(
 
 def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: _Output, *, served: bool) -> None:
     """One run through the views to its answer on stdout (or its JSON record)."""
-    from .textout import visible
 
     gpu_hint = None
     if not served and not out.quiet:
@@ -301,19 +356,16 @@ def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, 
     result = _consume(events, err, recorder, quiet=out.quiet, svg=out.svg, gpu_hint=None if out.json_out else gpu_hint)
     if gpu_hint:
         remember_gpu_hint(gpu_hint)
+    record = result.to_dict()
     if out.json_out:
-        record = result.to_dict()
         if gpu_hint:
             record["gpu"]["hint"] = gpu_hint
         if recorder is not None and recorder.failed_write is None:
             record["trace"] = recorder.run_id
         print_json(record)
     else:
-        answer = result.raw_answer if out.raw else result.answer
-        if out.cite:
-            answer += "\n" + cited(result)
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
-        print(visible(answer) if sys.stdout.isatty() else answer)
+        print(record_text(record, raw=out.raw, cite=out.cite, tty=sys.stdout.isatty()))
 
 
 def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunFlags) -> None:
@@ -338,13 +390,14 @@ def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunF
                 "Drop them, or start a new run.",
                 exit_code=EXIT_USAGE,
             )
+    from ..core.reuse import differences
+
     settings = run["settings"]
     given = {**flags.budgets(), "protocol": flags.protocol.value if flags.protocol else None, "instructions": flags.instructions}
-    for name, value in given.items():
-        stored = settings.get(name, getattr(DEFAULTS, name, None))  # a trace older than the setting has its default
-        flag = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}.get(name, name)
-        if given_here(flag) and value != stored:
-            refuse("--" + flag.replace("_", "-"), value, stored)
+    flag_of = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}
+    wanted = {**settings, **{name: value for name, value in given.items() if given_here(flag_of.get(name, name))}}
+    for differs in differences(settings, wanted):
+        refuse(differs.option, differs.wanted, differs.stored)
     if given_here("model") and flags.model is not None:
         from ..install.registry import resolve_model
 

@@ -8,7 +8,9 @@ its own run on one loaded model (or pool of servers), and each line's result is 
 results file, keyed by its custom_id, as it finishes. A rerun skips the ids already there, redoes
 the lines that ended in an error, and resumes a run that was interrupted from its last recorded
 step, through the trace store (each run's trace names the results file and its key). The whole file
-is checked before any model loads.
+is checked before any model loads. A run whose answer the trace store has (the same question,
+text, model and settings, from this job or any other) reads nothing: it is written from the store
+before the model loads, and only the rest load it (cli/reuse.py).
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import check_outputs, fail, open_store, stderr_console
-from .options import JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
-from .setup import RunFlags, RunSetup, check_same_setup, setup
+from .options import FreshOpt, JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
+from .reuse import Lookup
+from .setup import RunFlags, check_same_setup, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.jobs import Job
-    from ..core.pipeline import SourceOptions
+    from ..core.reuse import AnswerKey
     from ..core.schema import AnswerSchema
     from ..traces.recorder import Recorder
+    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
     from .jobs import Finished
     from .views.jobview import JobView
@@ -206,6 +210,7 @@ def batch(
     parallel: ParallelOpt = 8,
     csv_file: CsvOpt = None,
     no_trace: NoTraceOpt = False,
+    fresh: FreshOpt = False,
     quiet: QuietOpt = False,
     json_out: JsonOpt = False,
     flags: RunFlags = RunFlags(),
@@ -215,6 +220,8 @@ def batch(
     Results go to RESULTS.jsonl as each line finishes. Ctrl-C keeps everything: run the same command again to go on.
 
     A rerun skips the finished lines, redoes those that failed, and resumes interrupted runs from their last step.
+
+    A run whose answer is in the trace store (the same question, text, model and settings) is written from it at once.
 
     [dim]Examples:[/]
       memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b
@@ -235,8 +242,9 @@ def batch(
         fail(err, exc)
     schema = run.config.schema()
     fields = schema.fields if schema is not None else []
+    lookup = Lookup(store, run, sources, fresh, lambda message: _warn(err, message))
     try:
-        _run_plan(job_file, out, plan, run, store, sources, parallel, err, quiet=quiet, json_out=json_out)
+        _run_plan(job_file, out, plan, lookup, parallel, err, quiet=quiet, json_out=json_out)
     finally:
         if csv_file is not None:
             write_csv(out, csv_file, fields)
@@ -258,13 +266,15 @@ def write_csv(out: Path, path: Path, fields: Sequence[str]) -> None:
         sinks.close()
 
 
+def _warn(err: Console, message: str) -> None:
+    err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+
 def _run_plan(
     job_file: Path,
     out: Path,
     plan: Plan,
-    run: RunSetup,
-    store: TraceStore | None,
-    sources: SourceOptions,
+    lookup: Lookup,
     parallel: int,
     err: Console,
     *,
@@ -277,7 +287,7 @@ def _run_plan(
 
     if plan.runs == 0:
         if json_out:
-            print_json({"done": 0, "failed": 0, "skipped": len(plan.done), "out": str(out)})
+            print_json({"done": 0, "failed": 0, "skipped": len(plan.done), "reused": 0, "out": str(out)})
         else:
             err.print(
                 f"Nothing to do: all {len(plan.done)} lines of {job_file} have results in {out}.", markup=False, soft_wrap=True
@@ -286,19 +296,27 @@ def _run_plan(
     if plan.done and not quiet:
         resumed = f", resuming {len(plan.resumable)} interrupted run(s)" if plan.resumable else ""
         err.print(f"{len(plan.done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
-    lines = _Lines(out, err, plan, run, store)
-    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
+    lines = _Lines(out, err, plan, lookup)
+    runs = plan.runs
+    view = None if quiet else JobView(err, runs, live=err.is_terminal, several=False)
     try:
         try:
+            left = lines.look_up(job_file)
             events = run_jobs(
                 lines.jobs(job_file),
-                **run.args(),
-                sources=sources,
+                **lookup.setup.args(),
+                sources=lookup.sources,
                 parallel=parallel,
-                count=plan.runs,
+                count=left,
                 stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
             )
-            drive(events, view=view, recorder_for=lines.recorder_for, finished=lines.finished)
+            drive(
+                events if left else iter(()),
+                view=view,
+                recorder_for=lines.recorder_for,
+                finished=lines.finished,
+                first=lambda: lines.answered_before(view),
+            )
         finally:
             lines.sinks.close()
     except Interrupted as stop:
@@ -348,8 +366,9 @@ class _Lines:
     """The job's runs as they start and finish: each line's jobs, its runs' recorders, and its
     results appended to the results file (a line of several questions once all are in)."""
 
-    def __init__(self, out: Path, err: Console, plan: Plan, run: RunSetup, store: TraceStore | None):
-        self.err, self.plan, self.run, self.store = err, plan, run, store
+    def __init__(self, out: Path, err: Console, plan: Plan, lookup: Lookup):
+        self.err, self.plan, self.lookup = err, plan, lookup
+        self.run, self.store = lookup.setup, lookup.store
         self.results = os.path.abspath(out)
         self.tally = _Tally()
         from .jobs import Sinks
@@ -357,34 +376,93 @@ class _Lines:
         self.sinks = Sinks(out, None, "custom_id")
         self.counts: dict[str, int] = {}  # lines with several questions that are in flight
         self.partial: dict[str, dict[int, dict[str, Any]]] = {}  # their results, until all are in
+        self.keys: dict[str, AnswerKey] = {}  # a run's answer key, by its key in the job
+        self.reused: dict[str, tuple[Job, Reused]] = {}  # the runs the store answers, by their key in the job
 
-    def jobs(self, job_file: Path) -> Iterator[Job]:
-        """The file again, now one line at a time: only runs in flight are held."""
+    def _lines(self, job_file: Path) -> Iterator[tuple[Line, list[Job]]]:
+        """The lines not done yet, each with its runs' jobs."""
         from ..core.jobs import Job
 
         flag_schema = self.run.config.schema()
         for line in read_lines(job_file, flag_schema is not None):
             if line.custom_id in self.plan.done:
                 continue
-            if line.several:
-                self.counts[line.custom_id] = len(line.questions)
             schema = line.schema or flag_schema
+            jobs = []
             for n, question in enumerate(line.questions):
                 # Left out under a schema: the one its fields make, so a rerun finds the stored run by it.
                 question = question.strip() or (schema.question() if schema else question)
                 key = run_key(line, n)
                 stored = self.plan.resumable.get(key)
                 steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
-                yield Job(
-                    key=key,
-                    question=question,
-                    paths=line.sources,
-                    context=line.context,
-                    title=line.custom_id,
-                    done_steps=steps,
-                    instructions=line.instructions,
-                    schema=line.schema,
+                jobs.append(
+                    Job(
+                        key=key,
+                        question=question,
+                        paths=line.sources,
+                        context=line.context,
+                        title=line.custom_id,
+                        done_steps=steps,
+                        instructions=line.instructions,
+                        schema=line.schema,
+                    )
                 )
+            yield line, jobs
+
+    def look_up(self, job_file: Path) -> int:
+        """Finds each run's keys, and the answers the trace store has (before any model loads);
+        the runs left to read."""
+        from ..core.jobs import job_config
+        from ..core.pipeline import found_sources
+        from ..ingest.sources import Source
+
+        left = 0
+        for line, jobs in self._lines(job_file):
+            if line.several:
+                self.counts[line.custom_id] = len(line.questions)
+            for job in jobs:
+                config = job_config(job, self.run.config)
+                if job.context is not None:
+                    documents: tuple[Source, ...] = (Source(path=job.title, title=job.title, kind="text", size=None),)
+                    key = self.lookup.key(job.question, documents, config, text=job.context)
+                else:
+                    try:
+                        documents = found_sources(job.paths, self.lookup.sources).sources
+                    except MemagentError:  # said when the run starts, as it would have been
+                        left += 1
+                        continue
+                    key = self.lookup.key(job.question, documents, config)
+                if key is None:
+                    left += 1
+                    continue
+                self.keys[job.key] = key
+                found = None if job.done_steps else self.lookup.reused(key, documents, job.context)
+                if found is not None:
+                    self.reused[job.key] = (job, found)
+                else:
+                    left += 1
+        return left
+
+    def answered_before(self, view: JobView | None) -> None:
+        """The runs the store answers, as if they had just finished."""
+        for job, found in self.reused.values():
+            if view is not None:
+                view.answered(job, found.record, found.note())
+            self.tally.reused += 1
+            self._finished(job, {"custom_id": job.title, **found.record})
+
+    def jobs(self, job_file: Path) -> Iterator[Job]:
+        """The file again, now one line at a time: only runs in flight are held."""
+        from ..core.jobs import job_config
+
+        for _, jobs in self._lines(job_file):
+            for job in jobs:
+                if job.key in self.reused:
+                    continue
+                key = self.keys.get(job.key)
+                if key is not None and not job.done_steps:
+                    job = dataclasses.replace(job, continued=self.lookup.continued(key, job_config(job, self.run.config)))
+                yield job
 
     def recorder_for(self, job: Job) -> Recorder | None:
         from ..traces.recorder import Recorder
@@ -393,17 +471,20 @@ class _Lines:
             return None
         return Recorder(
             self.store,
-            warn=lambda message: self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True),
+            warn=lambda message: _warn(self.err, message),
             resume=self.plan.resumable.get(job.key) if job.done_steps else None,
             engine=self.run.engine_record,
             chat_template=self.run.template_record,
             job={"file": self.results, "key": job.key},
+            key=self.keys.get(job.key),
         )
 
     def finished(self, run: Finished) -> None:
-        custom_id = run.job.title
-        record = run.record(custom_id=custom_id)
-        key = run.job.key
+        self._finished(run.job, run.record(custom_id=run.job.title))
+
+    def _finished(self, job: Job, record: dict[str, Any]) -> None:
+        custom_id = job.title
+        key = job.key
         if key == custom_id:  # one question: the line is the run's record
             self.tally.add(record)
             self.sinks.add(record)
@@ -423,7 +504,8 @@ class _Lines:
 
 def _report(tally: _Tally, plan: Plan, out: Path, view: JobView | None, err: Console, *, json_out: bool) -> None:
     if json_out:
-        print_json({"done": tally.lines, "failed": tally.failed, "skipped": len(plan.done), "out": str(out)})
+        summary = {"done": tally.lines, "failed": tally.failed, "skipped": len(plan.done), "reused": tally.reused}
+        print_json({**summary, "out": str(out)})
     elif view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if tally.failed:
@@ -441,6 +523,7 @@ def _report(tally: _Tally, plan: Plan, out: Path, view: JobView | None, err: Con
 class _Tally:
     lines: int = 0
     failed: int = 0
+    reused: int = 0  # runs answered from the trace store
     first: str = ""
 
     def add(self, line: dict[str, Any]) -> None:
@@ -453,7 +536,9 @@ class _Tally:
 
 def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -> dict[str, dict[str, Any]]:
     """This job's interrupted runs that can go on: same settings, sources unchanged."""
-    from ..traces.recorder import resume_plan, resumed_config
+    from ..core.reuse import differences
+    from ..traces.recorder import resume_plan
+    from .setup import LINE_OWN
 
     found: dict[str, dict[str, Any]] = {}
     for key, run_id in store.unfinished_job_runs(results).items():
@@ -462,15 +547,8 @@ def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -
         except MemagentError as exc:
             err.print(f"warning: {exc} It starts over.", style="yellow", markup=False, soft_wrap=True)
             continue
-        stored = resumed_config(run["settings"])
         # A line's own instructions and schema are in its run's settings; they shape the answer, not the steps.
-        own = dataclasses.replace(
-            stored,
-            instructions=config.instructions,
-            answer_schema=config.answer_schema,
-            answer_schema_multi=config.answer_schema_multi,
-        )
-        if own != config:
+        if differences(run["settings"], config.to_dict(), ignore=LINE_OWN):
             continue  # other budgets, sampling or protocol: its steps are not this job's
         if run["steps"]:
             found[key] = run

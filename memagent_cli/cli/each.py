@@ -1,9 +1,14 @@
 """`memagent ask --each`: every document the sources name (each file, each file in folders and
 archives) times every question, each its own run with its own memory and trace, on one loaded
-model; answers as they land, a table on a terminal, and the job's files (--jsonl, --csv, --html)."""
+model; answers as they land, a table on a terminal, and the job's files (--jsonl, --csv, --html).
+
+A document whose answer is in the trace store (the same question, text, model and settings) reads
+nothing: its row comes first, from the store; the model is loaded only for the others, and a
+document that grew is continued from its earlier run (cli/reuse.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +22,15 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
 from .common import fail
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
-from .textout import cited, print_json, visible
+from .reuse import Lookup, record_text
+from .textout import print_json, visible
 
 if TYPE_CHECKING:
     from ..core.jobs import Job
     from ..core.pipeline import SourceOptions
+    from ..core.reuse import AnswerKey
     from ..traces.recorder import Recorder
+    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
     from .setup import RunSetup
 
@@ -46,8 +54,8 @@ def run_each(
     run: RunSetup,
     sources: SourceOptions,
     parallel: int,
-    store: TraceStore | None,
-    recorder: Callable[[], Recorder] | None,
+    lookup: Lookup,
+    recorder: Callable[..., Recorder] | None,
     err: Console,
     output: EachOutput,
 ) -> None:
@@ -56,7 +64,8 @@ def run_each(
     from ..core.jobs import run_jobs
     from .views.jobview import JobView
 
-    jobs = _jobs(paths, questions, sources, err)
+    store = lookup.store
+    jobs, keys, reused = _planned(_jobs(paths, questions, sources, err), lookup)
     number = {id(job): questions.index(job.question) + 1 for job in jobs}
     order = {id(job): k for k, job in enumerate(jobs)}
     several = len(questions) > 1
@@ -65,40 +74,57 @@ def run_each(
     stdout_tty = sys.stdout.isatty()
     late: list[str] = []  # a terminal's answers wait for the table to close; piped ones go at once
     schema = run.config.schema()
-    sinks = Sinks(output.jsonl, output.csv, "document", schema.fields if schema else ())
+    sinks = Sinks(output.jsonl, output.csv, "document", schema.fields if schema else (), append=False)
 
-    def finished(done: Finished) -> None:
-        record = done.record(document=done.job.title)
+    def answered(job: Job, record: dict[str, Any]) -> None:
         sinks.add(record)
         if output.json_out or output.html is not None:
-            records.append((order[id(done.job)], record))
-        if done.result is None:
-            failures.append(done)
-            return
+            records.append((order[id(job)], record))
         if output.json_out:
             return
-        answer = done.result.raw_answer if output.raw else done.result.answer
-        if output.cite:
-            answer += "\n" + cited(done.result)
-        head = f"{done.job.title} · Q{number[id(done.job)]}: {done.job.question}" if several else done.job.title
-        text = f"{visible(head)}\n{visible(answer)}\n" if stdout_tty else f"{head}\n{answer}\n"
+        answer = record_text(record, raw=output.raw, cite=output.cite, tty=stdout_tty)
+        head = f"{job.title} · Q{number[id(job)]}: {job.question}" if several else job.title
+        text = f"{visible(head) if stdout_tty else head}\n{answer}\n"
         if stdout_tty and not output.quiet and err.is_terminal:
             late.append(text)
         else:
             print(text, flush=True)
 
+    def finished(done: Finished) -> None:
+        record = done.record(document=done.job.title)
+        if done.result is None:
+            sinks.add(record)
+            if output.json_out or output.html is not None:
+                records.append((order[id(done.job)], record))
+            failures.append(done)
+            return
+        answered(done.job, record)
+
     view = None if output.quiet else JobView(err, len(jobs), live=err.is_terminal, several=several)
+    to_run = [job for job in jobs if id(job) not in reused]
     events = run_jobs(
-        jobs,
+        to_run,
         **run.args(),
         sources=sources,
         parallel=parallel,
         questions=questions,
-        count=len(jobs),
+        count=len(to_run),
         stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
     )
+
+    def recorder_for(job: Job) -> Recorder | None:
+        return recorder(key=keys.get(id(job))) if recorder is not None else None
+
+    def answered_before() -> None:
+        for job in jobs:  # what the store answers comes first: the model loads only for the rest
+            found = reused.get(id(job))
+            if found is not None:
+                if view is not None:
+                    view.answered(job, found.record, found.note())
+                answered(job, {"document": job.title, **found.record})
+
     try:
-        drive(events, view=view, recorder_for=lambda job: recorder() if recorder is not None else None, finished=finished)
+        drive(events if to_run else iter(()), view=view, recorder_for=recorder_for, finished=finished, first=answered_before)
     except Interrupted as stop:
         sinks.close()
         for text in late:
@@ -121,6 +147,25 @@ def run_each(
         err.print(Text.assemble(("error: ", "bold red"), visible(f"{done.job.title}: {error_text(done.error)}")), soft_wrap=True)
     if failures:
         raise typer.Exit(1)
+
+
+def _planned(jobs: list[Job], lookup: Lookup) -> tuple[list[Job], dict[int, AnswerKey], dict[int, Reused]]:
+    """The jobs, each with the earlier run it continues where there is one; their keys, and the
+    answers the store has for them (by the job's id)."""
+    planned: list[Job] = []
+    keys: dict[int, AnswerKey] = {}
+    reused: dict[int, Reused] = {}
+    for job in jobs:
+        key = lookup.key(job.question, job.sources)
+        found = lookup.reused(key, job.sources)
+        if found is None and key is not None:
+            job = dataclasses.replace(job, continued=lookup.continued(key))
+        planned.append(job)
+        if key is not None:
+            keys[id(job)] = key
+        if found is not None:
+            reused[id(job)] = found
+    return planned, keys, reused
 
 
 def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, err: Console) -> list[Job]:

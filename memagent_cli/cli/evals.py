@@ -16,15 +16,19 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
-from .common import check_outputs, fail, stderr_console
+from .common import check_outputs, fail, open_store, stderr_console
 from .options import flag_groups, quiet_library_logs
-from .setup import RunFlags, check_same_setup, setup
+from .reuse import Lookup
+from .setup import RunFlags, RunSetup, check_same_setup, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from ..core.events import Event
+    from ..core.jobs import Job
+    from ..traces.recorder import Recorder
+    from ..traces.store import TraceStore
 
 
 class MetricChoice(str, enum.Enum):
@@ -86,6 +90,15 @@ ParallelOpt = Annotated[
     ),
 ]
 LimitOpt = Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")]
+ReuseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--reuse",
+        help="Score an item from the answer the trace store has for it (the same question, context, model and"
+        " settings) instead of reading it again, and record the runs it makes so that the next --reuse finds"
+        " them. Without it eval reads every item: it measures.",
+    ),
+]
 MetricOpt = Annotated[
     MetricChoice,
     typer.Option(
@@ -109,6 +122,7 @@ def run(
     parallel: ParallelOpt = 8,
     limit: LimitOpt = None,
     metric: MetricOpt = MetricChoice.auto,
+    reuse: ReuseOpt = False,
     json_out: EvalJsonOpt = False,
     flags: RunFlags = RunFlags(final="answer-is"),  # a score is compared with the paper's table, which was made with it
 ) -> None:
@@ -118,6 +132,7 @@ def run(
 
     err = stderr_console()
     quiet_library_logs(flags.verbose)
+    traced: _Traced | None = None
     try:
         if not data.is_file():
             raise MemagentError(
@@ -126,6 +141,9 @@ def run(
         check_outputs({"--out": out}, inputs=[data])
         setup_ = setup(flags, err)
         check_same_setup(out, setup_)
+        if reuse:
+            store = open_store(err)
+            traced = _Traced(store, setup_, err) if store is not None else None
         previous = done_ids(out)
         rows = [r for r in previous.values() if "sub_em" in r]
         failures: list[tuple[str, MemagentError]] = []
@@ -140,6 +158,8 @@ def run(
                     skip=set(previous),
                     limit=limit,
                     metric=metric.value,
+                    answered=traced.answered if traced is not None else None,
+                    observe=traced.observe if traced is not None else None,
                 ):
                     if isinstance(event, ItemScored):
                         rows.append(event.row)
@@ -160,6 +180,8 @@ def run(
     except MemagentError as exc:
         fail(err, exc)
     except KeyboardInterrupt:
+        if traced is not None:
+            traced.interrupted()
         err.print(
             f"interrupted. Results so far are in {out}; run the same command to go on." if out else "interrupted",
             markup=False,
@@ -181,6 +203,62 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(1)
+
+
+class _Traced:
+    """`eval --reuse`: each item's answer looked up in the trace store, and each run recorded."""
+
+    def __init__(self, store: TraceStore, run: RunSetup, err: Console):
+        from ..core.pipeline import SourceOptions
+
+        self.store, self.run, self.err = store, run, err
+        self.lookup = Lookup(store, run, SourceOptions(), fresh=False, warn=self.warn)
+        self.recorders: dict[int, Recorder] = {}
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    def answered(self, job: Job) -> dict[str, Any] | None:
+        """The item's stored answer (its record, with `reused_from`), or None; keeps its key."""
+        from ..core.jobs import job_config
+        from ..ingest.sources import Source
+
+        stand_in = [Source(path=job.title, title=job.title, kind="text", size=None)]
+        key = self.lookup.key(job.question, stand_in, job_config(job, self.run.config), text=job.context)
+        found = self.lookup.reused(key, stand_in, job.context)
+        return found.record if found is not None else None
+
+    def observe(self, job: Job, event: Event) -> None:
+        """A run's event to its recorder, made when it starts with the run's keys."""
+        from ..core.events import RunFailed, RunFinished, RunStarted
+        from ..core.jobs import job_config
+        from ..ingest.sources import Source
+        from ..traces.recorder import Recorder
+
+        if isinstance(event, RunStarted):
+            stand_in = [Source(path=job.title, title=job.title, kind="text", size=None)]
+            key = self.lookup.key(job.question, stand_in, job_config(job, self.run.config), text=job.context)
+            self.recorders[id(job)] = Recorder(
+                self.store,
+                warn=self.warn,
+                engine=self.run.engine_record,
+                chat_template=self.run.template_record,
+                key=key,
+            )
+        recorder = self.recorders.get(id(job))
+        if recorder is None:
+            return
+        if isinstance(event, RunFailed):
+            recorder.stopped("failed", str(event.error))
+            del self.recorders[id(job)]
+            return
+        recorder.handle(event)
+        if isinstance(event, RunFinished):
+            del self.recorders[id(job)]
+
+    def interrupted(self) -> None:
+        for recorder in self.recorders.values():
+            recorder.stopped("interrupted")
 
 
 def _print_table(data: Path, result: dict[str, Any]) -> None:

@@ -79,13 +79,17 @@ def drive(
     view: JobView | None,
     recorder_for: Callable[[Job], Recorder | None],
     finished: Callable[[Finished], None],
+    first: Callable[[], None] | None = None,
 ) -> None:
     """Feeds each run's events to its recorder (first, so a step is saved before it is drawn) and
-    to the view, and hands each run that ends to `finished`. Ctrl-C or SIGTERM raises
-    KeyboardInterrupt with every run in flight recorded as interrupted (see `Interrupted`)."""
+    to the view, and hands each run that ends to `finished`; `first` is called once the view is up,
+    before any event (to show what needs no run). Ctrl-C or SIGTERM raises KeyboardInterrupt with
+    every run in flight recorded as interrupted (see `Interrupted`)."""
     recorders: dict[int, Recorder | None] = {}
     try:
         with sigterm_as_interrupt(), view if view is not None else contextlib.nullcontext():
+            if first is not None:
+                first()
             for job, event in events:
                 if isinstance(event, (RunFinished, RunFailed)):
                     with interrupts_held():  # its trace, its line, its answer: all or none
@@ -140,12 +144,15 @@ def cell(value: Any) -> str:
 
 
 class Sinks:
-    """The files records go to as runs finish: JSON lines (appended), CSV (one row per run, with a
-    header; what a spreadsheet opens). Each is flushed per record, so what finished is on disk
-    whatever happens next. Under --schema (`fields`: its top-level fields) the CSV has a column per
-    field after the question, and with --schema-multi a row per item of each answer."""
+    """The files records go to as runs finish: JSON lines (appended where `append`, else written
+    anew), CSV (one row per run, with a header; what a spreadsheet opens). Each is flushed per
+    record, so what finished is on disk whatever happens next. Under --schema (`fields`: its
+    top-level fields) the CSV has a column per field after the question, and with --schema-multi a
+    row per item of each answer."""
 
-    def __init__(self, jsonl: Path | None, csv_path: Path | None, name_field: str, fields: Sequence[str] = ()):
+    def __init__(
+        self, jsonl: Path | None, csv_path: Path | None, name_field: str, fields: Sequence[str] = (), *, append: bool = True
+    ):
         self._fields = list(fields)
         self._files: list[IO[str]] = []
         self._jsonl: IO[str] | None = None
@@ -154,7 +161,7 @@ class Sinks:
         self._name = name_field
         try:
             if jsonl is not None:
-                self._jsonl = self._open(jsonl, "a")
+                self._jsonl = self._open(jsonl, "a" if append else "w")
             if csv_path is not None:
                 self._csv_file = self._open(csv_path, "w", newline="")
                 self._csv = csv.writer(self._csv_file)

@@ -343,6 +343,20 @@ def base_urls(given: Sequence[str] | str | None) -> list[str]:
     return urls
 
 
+FreshOpt = Annotated[
+    bool,
+    option(
+        "Read again: give no answer found in the trace store (the same question, text, model and settings),"
+        " and continue no earlier run over an earlier version of the text. The new run is the one found next"
+        " time. Also MEMAGENT_FRESH=1.",
+        "--fresh",
+        envvar="MEMAGENT_FRESH",
+        show_envvar=False,
+        panel="Traces",
+    ),
+]
+
+
 def agent_config(
     protocol: ProtocolChoice | str | None, model_path: str | None, served_model: str | None = None, **settings: Any
 ) -> AgentConfig:

@@ -255,19 +255,8 @@ def _served_options(flags: RunFlags, err: Console, stored: Mapping[str, Any] | N
     return served
 
 
-# What a finished result keeps that decides its answer (a line's own instructions and schema aside).
-_DECIDING = (
-    "protocol",
-    "chunk_tokens",
-    "memory_tokens",
-    "answer_tokens",
-    "question_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "final",
-    "early_stop",
-)
+# What a result line may set for itself (a batch line's, an eval item's): not the job's setup.
+LINE_OWN = ("instructions", "answer_schema", "answer_schema_multi")
 
 
 def check_same_setup(out: Path | None, run: RunSetup) -> None:
@@ -276,6 +265,7 @@ def check_same_setup(out: Path | None, run: RunSetup) -> None:
     keeping them as done would mix two setups in one file without a word. Lines that keep no
     settings (an older file) are taken as they are."""
     from ..core.records import written_records
+    from ..core.reuse import differences
 
     if out is None:
         return
@@ -285,10 +275,9 @@ def check_same_setup(out: Path | None, run: RunSetup) -> None:
         if record is None or record.get("error"):
             continue  # redone anyway
         for row in record.get("results") or [record]:
-            settings = row.get("settings") or {}
-            for name in _DECIDING:
-                if name in settings and settings[name] != want.get(name):
-                    raise _other_setup(out, "--" + name.replace("_", "-"), want.get(name), settings[name])
+            settings = row.get("settings")
+            for differs in differences(settings, want, ignore=LINE_OWN) if settings else ():
+                raise _other_setup(out, differs.option, differs.wanted, differs.stored)
             path = (row.get("model") or {}).get("path")
             if model is not None and path and os.path.realpath(path) != model:
                 raise _other_setup(out, "--model", run.model, path)

@@ -6,16 +6,13 @@ CLI has one place to take them from."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping, TypeVar, overload
+from typing import Any, Iterable, Mapping, TypeVar, overload
 
 from rich.console import Console, Group
 from rich.text import Text, TextType
 
 from ..core.display import SCHEMA, clip, json_controls_escaped, visible
 from ..core.quotes import NO_QUOTE, describe_quotes
-
-if TYPE_CHECKING:
-    from ..core.events import RunResult
 
 __all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
 
@@ -70,8 +67,8 @@ def _safe(obj: object) -> object:
     return obj
 
 
-def cited(result: RunResult) -> str:
-    """The quotes under an answer (--cite): one numbered line each, or one line saying there is none."""
-    if not result.quotes:
-        return f"[no quote: {NO_QUOTE}]"
-    return "\n".join(describe_quotes(q.to_dict() for q in result.quotes))
+def cited(quotes: Iterable[Mapping[str, Any]]) -> str:
+    """The quotes under an answer (--cite), as records give them (docs/JSON.md, "quote"): one
+    numbered line each, or one line saying there is none."""
+    lines = describe_quotes(quotes)
+    return "\n".join(lines) if lines else f"[no quote: {NO_QUOTE}]"

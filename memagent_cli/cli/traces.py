@@ -78,23 +78,33 @@ def list_runs(
         Optional[str], typer.Option(help="Only runs whose source paths contain this text.", show_default=False)
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first.", min=1)] = 20,
+    reused: Annotated[
+        bool,
+        typer.Option(
+            "--reused",
+            help="Only runs whose answer was given again (the same question about the same text), the last given first.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Recorded runs, newest first."""
-    runs = _store().list_runs(status=status, source=source, limit=limit)
-    if _said_in_brief(runs, "runs", json_out, "No runs recorded yet. Run memagent ask to make one."):
+    runs = _store().list_runs(status=status, source=source, limit=limit, reused=reused)
+    none = "No answer has been given again yet." if reused else "No runs recorded yet. Run memagent ask to make one."
+    if _said_in_brief(runs, "runs", json_out, none):
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("id", "when", "status", "steps", "question", "sources", "answer"):
-        table.add_column(name, overflow="ellipsis", no_wrap=name in ("id", "when", "status", "steps"))
+    columns = ("id", "when", "status", "steps", *(("reused",) if reused else ()), "question", "sources", "answer")
+    for name in columns:
+        table.add_column(name, overflow="ellipsis", no_wrap=name in ("id", "when", "status", "steps", "reused"))
     for r in runs:
         total = f"/{r['steps_total']}" if r.get("steps_total") else ""
         sources = ", ".join(s["path"] for s in r["sources"][:2]) + (" …" if len(r["sources"]) > 2 else "")
         table.add_row(
             r["id"][:8],
-            _when(r["started_at"]),
+            _when(r["reused_at"] if reused else r["started_at"]),
             r["status"],
             f"{r['step_count']}{total}",
+            *((f"{r['reuses']}×",) if reused else ()),
             clip(r["question"], 40),
             visible(sources),
             clip(r.get("answer"), 30),
@@ -170,6 +180,13 @@ def _header(run: Mapping[str, Any]) -> Text:
         text.append_text(Text.assemble(("  protocol ", "dim"), visible(protocol)))
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
+    continued = run.get("continued_from")
+    if continued:
+        taken = "step 1" if continued["step"] == 1 else f"steps 1–{continued['step']}"
+        text.append_text(Text(f"\ncontinued run {continued['run'][:8]}: {taken} taken from it", style="dim"))
+    if run.get("reuses"):
+        times = "once" if run["reuses"] == 1 else f"{run['reuses']} times"
+        text.append_text(Text(f"\nanswer given again {times}, last {_when(run.get('reused_at'))}", style="dim"))
     return text
 
 
@@ -211,7 +228,10 @@ def _step_panel(s: Mapping[str, Any], previous: str, evidence: bool, plain: bool
     if s["finish_reason"] == "length":
         stats += " · cut at the limit"
     title = Text.assemble(
-        (f"step {s['index']}", "bold"), f"  {visible(describe_spans(s['spans']))}", ("  ★ evidence", "yellow") if evidence else ""
+        (f"step {s['index']}", "bold"),
+        f"  {visible(describe_spans(s['spans']))}",
+        ("  ★ evidence", "yellow") if evidence else "",
+        (f"  from run {s['copied_from'][:8]}", "dim") if s.get("copied_from") else "",
     )
     return Panel(body, title=title, title_align="left", subtitle=stats, subtitle_align="right", border_style="blue")
 

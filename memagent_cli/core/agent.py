@@ -31,6 +31,7 @@ from .events import (
     TokenText,
 )
 from .protocols import get as get_protocol
+from .reuse import Continued
 from .schema import AnswerSchema
 
 # Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from
@@ -196,7 +197,9 @@ class LoopInput:
     already checked (check_question); the chunks, read as the loop goes, and their `stats`, which
     fill in as they are read; the model's engine and tokenizer; the run's config; and `done_steps`,
     the stored steps of an interrupted run: their chunks are re-read and checked, not sent to the
-    model again, and the loop goes on from their memory."""
+    model again, and the loop goes on from their memory. `continued`: the steps of an earlier run
+    whose chunks are the same as this run's first ones are taken likewise (and recorded as this
+    run's, marked as copied), up to the first chunk that differs (run_loop; InfMem reads anew)."""
 
     question: str
     chunks: Iterable[Chunk]
@@ -205,6 +208,7 @@ class LoopInput:
     tokenizer: Tokenizer
     config: AgentConfig
     done_steps: Sequence[Mapping[str, Any]] = ()
+    continued: Continued | None = None  # an earlier run over an earlier version of the text, to go on from
 
     def document_read(self, steps: int) -> DocumentRead:
         """The event that says the whole input is read: its size, and its `steps`."""
@@ -218,6 +222,9 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
     memory = protocol.initial_memory
     told_total = False
     steps = 0
+    # A memory agent's state after step k is its memory: where the first k chunks are the same
+    # token ids as an earlier run's, that run's memory after step k is this run's.
+    earlier = run.continued if run.continued is not None and not run.done_steps else None
 
     def read_event() -> Iterator[Event]:
         nonlocal told_total
@@ -233,6 +240,16 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
             yield StepFinished(record, replayed=True)
             memory = record.memory
             continue
+        if earlier is not None:
+            stored = earlier.steps[chunk.index - 1] if chunk.index <= len(earlier.steps) else None
+            if stored is not None and stored.get("digest") == chunk.digest:
+                record = replayed_step(chunk, stored, memory)
+                yield StepFinished(record, replayed=True, copied_from=earlier.run)
+                memory = record.memory
+                continue
+            if chunk.index > 1:
+                yield Notice(_continued_note(earlier.run, chunk.index - 1) + f"; reading from step {chunk.index}.", "info")
+            earlier = None  # this chunk differs: from here on the model reads
         total = math.ceil(run.stats.document_tokens / run.config.chunk_tokens) if run.stats.done else None
         yield StepStarted(chunk.index, chunk, total, chunk.end_token)
         done = yield from _call(
@@ -269,6 +286,8 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
         memory = new_memory
     if steps == 0:
         raise no_text()
+    if earlier is not None:  # every chunk was the earlier run's (its text grew by white space alone, say)
+        yield Notice(_continued_note(earlier.run, steps) + "; only the answer is written.", "info")
     yield from read_event()
 
     yield AnswerStarted(len(run.tokenizer.encode(memory)))
@@ -294,6 +313,11 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
         generated_tokens=done.completion_tokens,
         seconds=time.perf_counter() - started,
     )
+
+
+def _continued_note(run: str, steps: int) -> str:
+    taken = "step 1" if steps == 1 else f"steps 1–{steps}"
+    return f"Continued run {run[:8]}: {taken} read the same text then, so they are taken from it"
 
 
 def _answer_as_data(

@@ -19,8 +19,10 @@ it and the spans' character offsets (counted in each source's normalized text) a
 from __future__ import annotations
 
 import enum
+import hashlib
 import queue
 import re
+import sys
 import threading
 import unicodedata
 from array import array
@@ -135,6 +137,15 @@ class Chunk:
     def describe(self) -> str:
         """Where the chunk's text came from, e.g. "report.pdf pp. 3–5; notes.txt chars 0–900"."""
         return describe_spans(span.to_dict() for span in self.spans)
+
+    @property
+    def digest(self) -> str:
+        """What the chunk says, as a digest of its token ids (sha256 of them as little-endian 32-bit
+        numbers): a later run whose chunk has the same digest reads the same text (reuse.Continued)."""
+        ids = array("I", self.ids)
+        if sys.byteorder == "big":
+            ids.byteswap()
+        return hashlib.sha256(ids.tobytes()).hexdigest()
 
 
 @dataclass

@@ -285,7 +285,8 @@ class StepRecord:
 @dataclass(frozen=True)
 class StepFinished:
     step: StepRecord
-    replayed: bool = False  # done before an interruption, taken from the trace, not run again
+    replayed: bool = False  # not run again: done before an interruption, or by the run in `copied_from`
+    copied_from: str | None = None  # the earlier run (over an earlier version of the text) it was taken from
 
 
 @dataclass(frozen=True)
@@ -326,6 +327,7 @@ class RunResult:
     servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
     data: Any = None  # under --schema: the answer as data (AnswerFinished.data); None otherwise
     evidence_by_field: dict[str, list[Quote]] = field(default_factory=dict)  # under --schema: each field's quotes
+    continued_from: dict[str, Any] | None = None  # {"run", "step"}: the first steps were taken from that run
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
@@ -354,6 +356,8 @@ class RunResult:
                 else {}
             ),
             "timings": self.timings,
+            "continued_from": self.continued_from,
+            "reused_from": None,  # a run that read; an answer found in the store says which run it was
         }
 
 

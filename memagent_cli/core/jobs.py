@@ -44,6 +44,7 @@ from .pipeline import (
     run_question,
 )
 from .protocols import of_model
+from .reuse import Continued
 from .scheduler import RunError, run_all
 from .schema import AnswerSchema
 
@@ -59,9 +60,10 @@ class Job:
     of `--each`): a served pool's chain key is derived from it, and a trace is found again by it.
     The input is `sources` (found already), else `paths` (found when the run starts, as `ask`
     finds them), else `context` (text given inline). `title` is what views call the job.
-    `done_steps` are an interrupted run's stored steps: it goes on from there. `instructions` and
-    `schema`, when given, say how this job's answer is written, over the config's (see
-    AgentConfig.instructions and .answer_schema)."""
+    `done_steps` are an interrupted run's stored steps: it goes on from there; `continued`, an
+    earlier run over an earlier version of its documents, whose steps it takes where their chunks
+    are the same (reuse.Continued). `instructions` and `schema`, when given, say how this job's
+    answer is written, over the config's (see AgentConfig.instructions and .answer_schema)."""
 
     key: str
     question: str
@@ -72,6 +74,7 @@ class Job:
     done_steps: tuple[Mapping[str, Any], ...] = ()
     instructions: str | None = None
     schema: AnswerSchema | None = None
+    continued: Continued | None = None
 
     @classmethod
     def each(cls, document: Source, question: str) -> Job:
@@ -258,6 +261,7 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
             config,
             done_steps=tuple(job.done_steps),
             started=started,
+            continued=job.continued,
         )
         for event in events:
             yield from _drain(notes)

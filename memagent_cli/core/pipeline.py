@@ -50,6 +50,7 @@ from .infmem_loop import run_infmem, units_read
 from .memdiff import evidence_steps
 from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
+from .reuse import Continued
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
 
@@ -80,13 +81,36 @@ class Prepared:
     servers: tuple[str, ...] = ()  # a served model's servers
 
 
+@dataclass(frozen=True)
+class Found:
+    """The documents the paths name, found before a run (to look its answer up first, reuse.py):
+    the run reads these, and says the notes finding them gave."""
+
+    sources: tuple[Source, ...]
+    notes: tuple[str, ...] = ()
+
+
+def found_sources(paths: Sequence[str], sources: SourceOptions) -> Found:
+    """`find_sources`, its notes kept for the run (or the caller) to say."""
+    notes: list[str] = []
+    return Found(tuple(find_sources(paths, sources, notes.append)), tuple(notes))
+
+
 def prepare(
-    model: str | Path | None, paths: Sequence[str], sources: SourceOptions, engine: EngineOptions = EmbeddedOptions()
+    model: str | Path | None,
+    paths: Sequence[str],
+    sources: SourceOptions,
+    engine: EngineOptions = EmbeddedOptions(),
+    found: Found | None = None,
 ) -> Prepared:
     """For a served engine, `model` names the GGUF whose vocabulary chunks the text (any
-    quantization, or a vocabulary-only file); None asks the server to tokenize."""
+    quantization, or a vocabulary-only file); None asks the server to tokenize. `found`: the
+    documents, already found."""
     prep = prepare_model(model, engine)
-    prep.sources = find_sources(paths, sources, prep.notices.append)
+    if found is None:
+        prep.sources = find_sources(paths, sources, prep.notices.append)
+    else:
+        prep.sources, prep.notices = list(found.sources), [*found.notes, *prep.notices]
     return prep
 
 
@@ -262,6 +286,7 @@ def run_question(
     *,
     done_steps: Sequence[Mapping[str, Any]] = (),
     started: float | None = None,
+    continued: Continued | None = None,
 ) -> Iterator[Event]:
     """One run of the agent loop over a chunk stream on a shared engine: its events, then
     RunFinished with its RunResult. What `ask` runs per question and `eval` per item.
@@ -269,12 +294,15 @@ def run_question(
     `question` is already checked (agent.check_question); `prep.sources` are the sources the
     chunks are read from, and `stats` fills in as they are; `done_steps` make it a resumed run
     (see ask_events); `started` (a time.perf_counter() value, default now) is when the run began,
-    for its total time. The chunk stream is closed when the run ends, however it ends."""
+    for its total time; `continued`, an earlier run over an earlier version of the text, whose
+    steps are taken where their chunks are the same (agent.LoopInput). The chunk stream is closed
+    when the run ends, however it ends."""
     if started is None:
         started = time.perf_counter()
     steps: list[StepRecord] = []
     answer: AnswerFinished | None = None
     read: dict[int, Chunk] = {}  # the text each step read, for the quotes: a chunk is ~20K characters
+    copied = 0  # steps taken from `continued`
 
     def kept(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
         for chunk in chunks:
@@ -284,9 +312,11 @@ def run_question(
     try:
         # InfMem has a loop of its own (a planner, a search, early stopping); every other protocol shares one
         loop = run_infmem if get_protocol(config.protocol).planner else run_loop
-        for event in loop(LoopInput(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps)):
+        given = LoopInput(question, kept(chunks), stats, shared.engine, prep.tokenizer, config, done_steps, continued)
+        for event in loop(given):
             if isinstance(event, StepFinished):
                 steps.append(event.step)
+                copied += event.copied_from is not None
                 if event.step.memory == event.step.previous_memory and not get_protocol(config.protocol).planner:
                     # added nothing, so it is no evidence step: its text is not kept for the quotes
                     # (a long input's many readings that change nothing hold no memory). InfMem
@@ -314,6 +344,8 @@ def run_question(
         read,
     )
     result.gpu = {"layers": shared.gpu_layers, "reason": shared.gpu_reason}
+    if copied and continued is not None:
+        result.continued_from = {"run": continued.run, "step": copied}
     yield RunFinished(result)
 
 
@@ -326,13 +358,25 @@ def ask_events(
     engine: EngineOptions = EmbeddedOptions(),
     sources: SourceOptions = SourceOptions(),
     done_steps: Sequence[Mapping[str, Any]] = (),
+    continued: Continued | None = None,
+    found: Found | None = None,
 ) -> Iterator[Event]:
     """Run one question over the sources, yielding events; the last is RunFinished.
 
     `done_steps`, the stored steps of an interrupted run (see traces/store.py), make this a
-    resumed run: those chunks are re-read and checked but not sent to the model again."""
+    resumed run: those chunks are re-read and checked but not sent to the model again.
+    `continued`, an earlier run over an earlier version of the sources, is gone on from where
+    their chunks are the same (reuse.Continued). `found`: the documents the paths name, found already."""
     for _, event in ask_many_events(
-        [question], paths, model=model, config=config, engine=engine, sources=sources, done_steps=[done_steps]
+        [question],
+        paths,
+        model=model,
+        config=config,
+        engine=engine,
+        sources=sources,
+        done_steps=[done_steps],
+        continued=[continued],
+        found=found,
     ):
         if isinstance(event, RunFailed):
             raise event.error
@@ -349,15 +393,17 @@ def ask_many_events(
     sources: SourceOptions = SourceOptions(),
     done_steps: Sequence[Sequence[Mapping[str, Any]]] = (),
     parallel: int = 1,
+    continued: Sequence[Continued | None] = (),
+    found: Found | None = None,
 ) -> Iterator[tuple[int | None, Event]]:
     """Run several questions over the same sources, read once: each is its own memory stream.
 
     Yields (question index, event); index None marks a notice about the whole input. A
     question that fails yields RunFailed and the others go on. At most `parallel` model calls
     are in flight (the embedded engine takes one at a time: the questions advance step by
-    step in turn)."""
+    step in turn). `done_steps` and `continued` are per question, as ask_events takes them."""
     t0 = time.perf_counter()
-    prep = prepare(model, paths, sources, engine)
+    prep = prepare(model, paths, sources, engine, found)
     questions = [check_question(q, prep.tokenizer, config) for q in questions]
     served = engine.served
     # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
@@ -416,8 +462,11 @@ def ask_many_events(
 
         def job(i: int) -> Callable[[], Iterator[Event]]:
             replay = done_steps[i] if i < len(done_steps) else ()
+            earlier = continued[i] if i < len(continued) else None
             # The reader is made in the worker, when the run starts.
-            return lambda: run_question(questions[i], tee.reader(i), stats, prep, shared, config, done_steps=replay, started=t0)
+            return lambda: run_question(
+                questions[i], tee.reader(i), stats, prep, shared, config, done_steps=replay, started=t0, continued=earlier
+            )
 
         for i, event in run_all([job(i) for i in range(len(questions))], workers=len(questions), stop=stop):
             yield from notices()

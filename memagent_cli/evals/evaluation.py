@@ -21,10 +21,10 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..core.config import AgentConfig
-from ..core.events import AnswerFinished, Event, RunFailed, RunFinished, RunResult, model_record
+from ..core.events import AnswerFinished, Event, RunFailed, RunFinished
 from ..core.jobs import Job, run_jobs
 from ..core.records import json_records, written_records
 from ..core.schema import AnswerSchema, parse_schema
@@ -146,28 +146,31 @@ class ItemScored:
     row: dict[str, Any]
 
 
-def _row(item: Item, result: RunResult, found: bool, seconds: float, metric: str) -> dict[str, Any]:
-    """An item's line in --out, from the RunResult of its run: an answer not in the expected form
-    (`found` False) predicts nothing. MRCR grades the answer as the protocol reads it (qwenlong:
-    the whole reply after its reasoning, stripped; memagent: the boxed or "answer is" text)."""
-    prediction = result.answer if found else ""
+def _row(item: Item, record: Mapping[str, Any], found: bool, seconds: float, metric: str) -> dict[str, Any]:
+    """An item's line in --out, from its run's record (`ask --json`'s: RunResult.to_dict(), or a
+    stored answer's): an answer not in the expected form (`found` False) predicts nothing. MRCR
+    grades the answer as the protocol reads it (qwenlong: the whole reply after its reasoning,
+    stripped; memagent: the boxed or "answer is" text)."""
+    prediction = str(record["answer"]) if found else ""
+    settings = record["settings"]
     return {
         "id": item.id,
         "question": item.question,
         "answers": item.answers,
         "prediction": prediction,
         "found": found,
-        "raw": result.raw_answer,
+        "raw": record["raw_answer"],
         **score(prediction, item.answers, random_string_to_prepend=item.random_string_to_prepend, metric=metric),
-        "steps": len(result.steps),
-        "document_tokens": result.document_tokens,
+        "steps": len(record["steps"]),
+        "document_tokens": record["document_tokens"],
         "seconds": round(seconds, 3),
         # what made it, as `ask --json` says it: a rerun keeps the row only where it would make it again
-        "model": model_record(result.model, result.model_path, result.servers),
-        "settings": result.config.to_dict(),
-        **({"quote_hit": float(quote_hit(item.needle, result))} if item.needle else {}),
-        **({"data": result.data} if result.config.answer_schema else {}),
-        **({"fields": fields_right(item.data, result.data)} if item.data is not None else {}),
+        "model": record["model"],
+        "settings": settings,
+        **({"quote_hit": float(quote_hit(item.needle, record["quotes"]))} if item.needle else {}),
+        **({"data": record.get("data")} if settings.get("answer_schema") else {}),
+        **({"fields": fields_right(item.data, record.get("data"))} if item.data is not None else {}),
+        **({"reused_from": record["reused_from"]} if record.get("reused_from") else {}),
     }
 
 
@@ -191,10 +194,10 @@ def fields_right(expected: Any, got: Any) -> float:
     return float(same(expected, got))
 
 
-def quote_hit(needle: str, result: RunResult) -> bool:
-    """Whether one of the run's quotes holds the needle sentence (white space aside)."""
+def quote_hit(needle: str, quotes: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether one of the run's quotes (records, with their text) holds the needle sentence (white space aside)."""
     wanted = " ".join(needle.split())
-    return any(wanted in " ".join(q.text.split()) for q in result.quotes)
+    return any(wanted in " ".join(str(q["text"]).split()) for q in quotes)
 
 
 def evaluate_events(
@@ -207,40 +210,46 @@ def evaluate_events(
     skip: set[str],
     limit: int | None = None,
     metric: str = "auto",
+    answered: Callable[[Job], Mapping[str, Any] | None] | None = None,
+    observe: Callable[[Job, Event], None] | None = None,
 ) -> Iterator[tuple[Item, Event | ItemScored]]:
     """Runs every item not in `skip`; yields (item, event) while it runs (ending with RunFinished)
     and (item, ItemScored) when it is scored. A failed item yields RunFailed and is left for the
     next run. Items are read as they are started: only those in flight are held. The runs go
     through core.jobs, the scheduler `ask --each` and `batch` use; an item's instructions reach
-    its run's final prompt (Job.instructions). `metric`: scoring.METRICS."""
+    its run's final prompt (Job.instructions). `metric`: scoring.METRICS.
+
+    `answered` (`eval --reuse`) gives an item's stored answer (a record, as `ask --json`'s, with
+    `reused_from`), or None: those items are scored first, from it, and read nothing; the model
+    is loaded only for the rest. `observe` is shown every event of the runs, with its job (to
+    record them)."""
     if metric not in METRICS:
         raise MemagentError(f"Unknown metric {metric!r}.", f"Use one of {', '.join(METRICS)}.", exit_code=EXIT_USAGE)
     # Only the items in flight, by their job (ids in a data set may repeat): a context may be megabytes.
     running: dict[int, tuple[Item, float]] = {}
     found: dict[int, bool] = {}
+    skip = set(skip)
+    if answered is not None:
+        for item in _chosen(data, skip, limit):
+            stored = answered(_job(item))
+            if stored is not None:
+                skip.add(item.id)
+                limit = None if limit is None else limit - 1
+                yield item, ItemScored(_stored_row(item, stored, metric))
 
     def wanted() -> Iterator[Job]:
-        count = 0
-        for item in read_items(data):
-            if item.id in skip:
-                continue
-            if limit is not None and count >= limit:
-                return
-            count += 1
-            job = Job(
-                key=item.id,
-                question=item.question,
-                context=item.context,
-                title=f"item {item.id}",
-                instructions=item.instructions,
-                schema=item.schema,
-            )
+        for item in _chosen(data, skip, limit):
+            job = _job(item)
             running[id(job)] = (item, time.perf_counter())
             yield job
 
+    if limit is not None and limit <= 0:
+        return
     # The embedded engine batches up to `parallel` items (no more than --limit asks for).
     for job, event in run_jobs(wanted(), model=model, config=config, engine=engine, parallel=parallel, count=limit):
         item, started = running[id(job)]
+        if observe is not None:
+            observe(job, event)
         if isinstance(event, AnswerFinished):
             found[id(job)] = event.found
         elif isinstance(event, RunFailed):
@@ -249,5 +258,43 @@ def evaluate_events(
         yield item, event
         if isinstance(event, RunFinished):
             del running[id(job)]
-            row = _row(item, event.result, found.pop(id(job), False), time.perf_counter() - started, metric)
+            row = _row(item, event.result.to_dict(), found.pop(id(job), False), time.perf_counter() - started, metric)
             yield item, ItemScored(row)
+
+
+def _chosen(data: Path, skip: set[str], limit: int | None) -> Iterator[Item]:
+    """The data set's items not in `skip`, at most `limit` of them."""
+    count = 0
+    for item in read_items(data):
+        if item.id in skip:
+            continue
+        if limit is not None and count >= limit:
+            return
+        count += 1
+        yield item
+
+
+def _job(item: Item) -> Job:
+    """An item's run: its question over its context."""
+    return Job(
+        key=item.id,
+        question=item.question,
+        context=item.context,
+        title=f"item {item.id}",
+        instructions=item.instructions,
+        schema=item.schema,
+    )
+
+
+def _stored_row(item: Item, stored: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """An item's row from its stored answer: whether the reply had the expected form is read from
+    it again, as the run read it (a schema's answer is always in its form)."""
+    from ..core.protocols import get as get_protocol
+
+    settings = stored["settings"]
+    if settings.get("answer_schema"):
+        found = True
+    else:
+        _, found = get_protocol(settings.get("protocol", "memagent")).extract_answer(str(stored["raw_answer"]), settings["final"])
+    seconds = float((stored.get("timings") or {}).get("total_seconds") or 0.0)
+    return _row(item, stored, found, seconds, metric)

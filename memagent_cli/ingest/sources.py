@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import hashlib
 import os
 import posixpath
 import stat
+import threading
 import zipfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +38,7 @@ from .base import STDIN_PATH, OcrMode, Segment, Source, Warn, open_error, os_rea
 from .reading import read_source
 from .text import SNIFF_SIZE, ByteStream
 
-__all__ = ["ByteStream", "Segment", "Source", "Warn", "collect_sources", "read_source", "STDIN_PATH", "SNIFF_SIZE"]
+__all__ = ["ByteStream", "Segment", "Source", "Warn", "collect_sources", "file_sha256", "read_source", "STDIN_PATH", "SNIFF_SIZE"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,6 +122,31 @@ def file_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return (info.st_dev, info.st_ino)
+
+
+# A file's digest by its stat identity: a command that asks about a file several times (an answer
+# looked up, then the run's trace, then its quotes read again; `watch`, for hours) reads its bytes
+# once until it changes. ctime too: a write restoring the size and mtime still moves it.
+_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
+_DIGESTS_LOCK = threading.Lock()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes (hex), read once per version of the file in this process."""
+    info = os.stat(path)
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    with _DIGESTS_LOCK:
+        known = _DIGESTS.get(key)
+    if known is not None:
+        return known
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            sha.update(block)
+    digest = sha.hexdigest()
+    with _DIGESTS_LOCK:
+        _DIGESTS[key] = digest
+    return digest
 
 
 def _stdin_source() -> Source:

@@ -42,12 +42,14 @@ class Host(Protocol):
 @dataclass(frozen=True)
 class Planned:
     """One run a call asks for: its job and settings, what names it to the host (`label`, for a
-    call of several runs), and the stored run it continues (`resume`), if any."""
+    call of several runs), the stored run it continues (`resume`), if any, and whether it reads
+    again whatever the traces hold (`fresh`)."""
 
     job: Job
     config: AgentConfig
     label: str = ""
     resume: Mapping[str, Any] | None = None
+    fresh: bool = False  # read again: no answer from the traces, no earlier run continued
 
 
 class Queue:
@@ -110,7 +112,9 @@ class Queue:
 
         def work() -> dict[str, Any] | None:
             try:
-                return self.engine.run_one(plan.job, plan.config, index=index, cancel=cancel, tell=told.put, resume=plan.resume)
+                return self.engine.run_one(
+                    plan.job, plan.config, index=index, cancel=cancel, tell=told.put, resume=plan.resume, fresh=plan.fresh
+                )
             finally:
                 ended.set()
 

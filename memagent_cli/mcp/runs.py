@@ -6,7 +6,9 @@ Recorder (so the run is traced, step by step, and resumable) and turned into wha
 told as it goes (`Told`: a step done, the memory's text, a note); a cancelled call sets its
 `cancel` event, and the run's event generator is closed at the next event (every token is one),
 recorded as interrupted. A new run with the same question, documents (unchanged), model and
-settings as an interrupted one continues it instead of starting over.
+settings as an interrupted one continues it instead of starting over; as a finished one, its
+answer is given again, reading nothing (unless the call asks `fresh`); as a finished one over an
+earlier version of the documents, it goes on from where they changed (core/reuse.py).
 
 How many runs go at once is the engine's (`SharedModel.slots`): one on the embedded engine on a CPU,
 several where it batches (a GPU) or on a served engine; server.py queues the others in order.
@@ -44,8 +46,10 @@ from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..core.jobs import JobRunner
+    from ..core.reuse import AnswerKey
     from ..ingest.sources import Source
     from ..traces.recorder import Recorder
+    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
 
 REPLAY_TELL_SECONDS = 0.5  # steps taken from an interrupted run go fast: tell of them at most this often
@@ -119,21 +123,37 @@ class SharedModel:
         cancel: threading.Event,
         tell: Callable[[Told], None],
         resume: Mapping[str, Any] | None = None,
+        fresh: bool = False,
     ) -> dict[str, Any] | None:
         """One run to its record (see `record`); None when `cancel` stopped it (recorded as
-        interrupted). Raises MemagentError when it fails (recorded as failed)."""
+        interrupted). Raises MemagentError when it fails (recorded as failed). Unless `fresh`, an
+        answer the traces have is given again, and an earlier run over an earlier version of the
+        documents is gone on from."""
+        from ..core.protocols import get as get_protocol
+        from ..traces.reuse import continuation, reused_answer
         from ..traces.store import TraceStore
 
         runner = self.runner()
         store = TraceStore()
         claimed: str | None = None
+
+        def warn(message: str) -> None:
+            tell(Told(index, "note", text=message, level="warning"))
+
         try:
+            key = self._key(job, config) if resume is None else None
+            found = reused_answer(store, key, job.sources, warn) if key is not None and not fresh else None
+            if found is not None:
+                tell(Told(index, "note", text=found.note(), level="info"))
+                return reused_record(found, job, runner)
             if resume is None:
                 resume = self._interrupted_like(store, job, config, runner)
             if resume is not None:
                 claimed = self._claim(resume["id"])
                 job = dataclasses.replace(job, done_steps=tuple(resume["steps"]))
-            recorder = self._recorder(store, resume, lambda message: tell(Told(index, "note", text=message, level="warning")))
+            elif key is not None and not fresh and not get_protocol(config.protocol).planner:
+                job = dataclasses.replace(job, continued=continuation(store, key))
+            recorder = self._recorder(store, resume, warn, key)
             result = _drive(runner, job, config, recorder, cancel, _Tracker(index, tell))
             if result is None:
                 return None
@@ -152,11 +172,23 @@ class SharedModel:
             self._busy.add(run_id)
         return run_id
 
-    def _recorder(self, store: TraceStore, resume: Mapping[str, Any] | None, warn: Callable[[str], None]) -> Recorder:
+    def _recorder(
+        self, store: TraceStore, resume: Mapping[str, Any] | None, warn: Callable[[str], None], key: AnswerKey | None
+    ) -> Recorder:
         from ..traces.recorder import Recorder
 
         s = self.settings
-        return Recorder(store, warn=warn, resume=resume, engine=s.engine_record, chat_template=s.template_record)
+        return Recorder(store, warn=warn, resume=resume, engine=s.engine_record, chat_template=s.template_record, key=key)
+
+    def _key(self, job: Job, config: AgentConfig) -> AnswerKey | None:
+        """The run's keys (core/reuse.py); None where a document cannot be read to hash it (the run says why)."""
+        from ..core.reuse import answer_key
+
+        s = self.settings
+        try:
+            return answer_key(job.question, config, model=s.model, engine=s.engine, sources=job.sources, ocr=s.ocr)
+        except OSError:
+            return None
 
     def _interrupted_like(self, store: TraceStore, job: Job, config: AgentConfig, runner: JobRunner) -> dict[str, Any] | None:
         """The newest interrupted run this run would repeat (same question, documents, model and
@@ -183,9 +215,11 @@ class SharedModel:
     def same_setup(self, run: Mapping[str, Any], config: AgentConfig | None, runner: JobRunner) -> bool:
         """Whether a stored run was made with this server's model and engine (and, given
         `config`, these settings), so this server can continue it."""
+        from ..core.reuse import differences
+
         settings = run.get("settings") or {}
         s = self.settings
-        if config is not None and any(settings.get(k) != v for k, v in config.to_dict().items()):
+        if config is not None and differences(settings, config.to_dict()):
             return False
         if settings.get("engine") != (dict(s.engine_record) if s.engine_record else None):
             return False
@@ -302,7 +336,69 @@ def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, 
         "document_tokens": result.document_tokens,
         "seconds": result.timings.get("total_seconds"),
         "resumed_steps": resumed,
+        "reused_from": None,
+        "continued_from": result.continued_from,
     }
+
+
+def reused_record(found: Reused, job: Job, runner: JobRunner) -> dict[str, Any]:
+    """An answer the traces had, as the `ask` tool returns a run (`record`), with `reused_from`."""
+    stored = found.record
+    titles = {s["path"]: str(s.get("title") or s["path"]) for s in stored.get("sources") or []}
+    quotes = stored.get("quotes") or []
+    evidence = (
+        [
+            {"step": q["step"], "source": titles.get(q["source"], q["source"]), "location": q["location"], "excerpt": q["text"]}
+            for q in quotes
+        ]
+        if quotes
+        else _cited_again(stored, job, runner)
+    )
+    return {
+        "question": stored["question"],
+        "answer": stored["answer"],
+        **({"data": stored.get("data")} if (stored.get("settings") or {}).get("answer_schema") else {}),
+        "evidence": evidence,
+        "quotes": quotes,
+        "steps": len(stored.get("steps") or []),
+        "trace": found.run,
+        "document_tokens": stored.get("document_tokens"),
+        "seconds": (stored.get("timings") or {}).get("total_seconds"),
+        "resumed_steps": 0,
+        "reused_from": stored["reused_from"],
+        "continued_from": stored.get("continued_from"),
+    }
+
+
+def _cited_again(stored: Mapping[str, Any], job: Job, runner: JobRunner) -> list[dict[str, Any]]:
+    """A reused answer's evidence excerpts (excerpt.cite), where it has no quotes: the documents
+    are cut into the same chunks again (their text is the stored run's) up to the last evidence
+    step; nothing is sent to the model."""
+    from ..core.events import StepRecord
+    from ..core.pipeline import chunk_stream
+    from ..core.protocols import get as get_protocol
+
+    wanted = {int(e["step"]) for e in stored.get("evidence") or []}
+    if not wanted:
+        return []
+    memories = {int(s["index"]): str(s["memory"]) for s in stored.get("steps") or []}
+    initial = get_protocol(str((stored.get("settings") or {}).get("protocol") or "memagent")).initial_memory
+    prep = dataclasses.replace(runner.prep, sources=list(job.sources))
+    chunks, _ = chunk_stream(prep, int(stored["chunk_tokens"]), runner.sources, lambda _: None)
+    cited = []
+    try:
+        for chunk in chunks:
+            if chunk.index in wanted:
+                memory, before = memories[chunk.index], memories.get(chunk.index - 1, initial)
+                step = StepRecord(chunk.index, chunk, memory, before, 0, 0, 0, 0, "", 0.0, 0.0)
+                cited.append(cite(step))
+            if chunk.index >= max(wanted):
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return cited
 
 
 def stored_job(run: Mapping[str, Any], sources: list[Source]) -> Job:

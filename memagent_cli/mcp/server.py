@@ -194,6 +194,16 @@ def _ask_output() -> "type[BaseModel]":
         document_tokens: Optional[int] = None
         seconds: Optional[float] = None
         resumed_steps: Optional[int] = Field(None, description="Steps taken over from the interrupted run it continued.")
+        reused_from: Optional[dict[str, str]] = Field(
+            None,
+            description="{run, at}: answered from that earlier run (the same question, documents, model and settings),"
+            " reading nothing; null when it read. `fresh` reads again.",
+        )
+        continued_from: Optional[dict[str, Any]] = Field(
+            None,
+            description="{run, step}: its first steps were that earlier run's, which read an earlier version of the"
+            " same documents up to there; null when it read from the start.",
+        )
         error: Optional[str] = Field(None, description="Why this run failed (the others went on).")
 
     class AskOutput(Run):
@@ -257,6 +267,13 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
+        fresh: Annotated[
+            bool,
+            Field(
+                description="Read again: give no answer found in the traces (the same question, documents, model and"
+                " settings), and continue no earlier run over an earlier version of the documents."
+            ),
+        ] = False,
     ) -> Annotated[CallToolResult, AskOutput]:
         asked = ([question] if question else []) + list(questions or [])
         budgets = {
@@ -278,6 +295,7 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
                 model=model,
                 schema=schema,
                 schema_multi=schema_multi,
+                fresh=fresh,
             )
         )
 

@@ -50,9 +50,11 @@ class Tools:
         model: str | None = None,
         schema: Mapping[str, Any] | str | None = None,
         schema_multi: bool = False,
+        fresh: bool = False,
     ) -> tuple[dict[str, Any], str]:
         """The answer (or answers) with evidence, and its text; see server.ASK. With `schema`, the
-        answer is data too, and the question may be left out (its fields make one)."""
+        answer is data too, and the question may be left out (its fields make one). An answer the
+        traces have (the same question, documents, model and settings) is given at once, unless `fresh`."""
         questions = [q.strip() for q in questions if q and q.strip()]
         budgets = {**(budgets or {}), **_answer_schema(schema, schema_multi)}
         if not questions and budgets.get("answer_schema"):
@@ -73,7 +75,7 @@ class Tools:
         for note in notes:
             await host.log("warning", note)
         several = each or len(questions) > 1
-        planned = self._plan(documents, questions, config, each)
+        planned = [dataclasses.replace(plan, fresh=fresh) for plan in self._plan(documents, questions, config, each)]
         records = await self.queue.run(planned, host, several=several)
         if not several:
             return records[0], render(records[0])

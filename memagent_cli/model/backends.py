@@ -69,6 +69,13 @@ class EngineOptions:
         beyond the model file."""
         return None
 
+    def decides(self) -> dict[str, Any]:
+        """What of this engine decides an answer, beside the model file and the agent's settings
+        (core/reuse.py): the backend, and what it sends the model that the settings do not say.
+        How it runs (threads, GPU layers, batching, a server's address where the model is named)
+        is left out: it changes the time an answer takes, not the answer."""
+        return {"kind": self.kind}
+
 
 _Options = TypeVar("_Options", bound=type[EngineOptions])
 _REGISTRY: dict[str, type[EngineOptions]] = {}

@@ -15,7 +15,7 @@ import contextlib
 import io
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import MemagentError
 from .backends import EngineOptions, register
@@ -104,6 +104,12 @@ class EmbeddedOptions(EngineOptions):
         if info is None or chat is None:
             raise MemagentError("The embedded engine needs a GGUF model.", "Pass one with --model.")
         return LlamaEngine(info, tokenizer, chat, n_ctx=n_ctx, sequences=sequences, options=self)
+
+    def decides(self) -> dict[str, Any]:
+        import hashlib
+
+        template = self.chat_template
+        return {"kind": self.kind, "chat_template": hashlib.sha256(template.encode()).hexdigest() if template else None}
 
 
 PROMPT_PART = 512  # prompt tokens read between two PromptRead: llama.cpp's physical batch (n_ubatch)

@@ -130,6 +130,23 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE steps ADD COLUMN decision TEXT;         -- JSON {action, searches, stop_streak, reply}
     """,
+    # 7: answers found again (core/reuse.py). A run's keys: `answer_key` finds a finished answer to
+    # the same question over the same text, `lineage_key` an earlier run over an earlier version of
+    # the same files, to continue where their chunks' token ids (a step's `digest`) are the same.
+    # `result` is the rest of the run's `ask --json` record (data, device, timings, quotes'
+    # places by field), so a reused answer prints as it did. NULL in runs recorded before: never reused.
+    """
+    ALTER TABLE runs ADD COLUMN answer_key TEXT;        -- sha256 of what decides the answer; NULL: stdin
+    ALTER TABLE runs ADD COLUMN lineage_key TEXT;       -- the same, the files by place instead of content
+    ALTER TABLE runs ADD COLUMN result TEXT;            -- JSON: ask --json's record less steps, quotes as places
+    ALTER TABLE runs ADD COLUMN continued_from TEXT;    -- JSON {run, step}: its first steps were that run's
+    ALTER TABLE runs ADD COLUMN reuses INTEGER NOT NULL DEFAULT 0;  -- times its answer was given again
+    ALTER TABLE runs ADD COLUMN reused_at TEXT;         -- the last of those
+    ALTER TABLE steps ADD COLUMN digest TEXT;           -- sha256 of the chunk's token ids
+    ALTER TABLE steps ADD COLUMN copied_from TEXT;      -- the run this step was taken from (continued)
+    CREATE INDEX runs_answer_key ON runs (answer_key, ended_at) WHERE status = 'complete';
+    CREATE INDEX runs_lineage_key ON runs (lineage_key, ended_at) WHERE status = 'complete';
+    """,
 ]
 
 

@@ -10,12 +10,13 @@ read from standard input is said in one line, and its quotes are left out.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+import unicodedata
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from ..core.pipeline import SourceOptions, find_sources, source_text
 from ..errors import MemagentError
-from ..ingest.base import STDIN_PATH
-from .recorder import file_sha256
+from ..ingest.base import STDIN_PATH, OcrMode
+from ..ingest.sources import Source, file_sha256
 
 CONTEXT_CHARS = 300  # of a quote's paragraph shown on each side of it, at most (HTML, Markdown)
 
@@ -45,6 +46,48 @@ def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None], context: 
                 "step": place.get("step"),
                 "pages": place.get("pages"),
                 **(paragraph(text, place["start"], place["end"]) if context else {}),
+            }
+        )
+    return quotes
+
+
+def reused_quotes(
+    places: Sequence[Mapping[str, Any]],
+    sources: Sequence[Source],
+    ocr: str,
+    warn: Callable[[str], None],
+    text: str | None = None,
+) -> list[dict[str, Any]]:
+    """Quote records (docs/JSON.md, "quote") of a reused answer's stored `places`, their text read
+    from `sources`, the documents found now (whose content is the stored run's: its answer key
+    matched), or from `text`, the one document given inline (a `batch` line's context)."""
+    texts: dict[int, str | None] = {}
+    if text is not None and places:  # laid out alone, as `source_text` lays a file out: stripped, normalized
+        form = places[0].get("form")
+        texts[0] = unicodedata.normalize(form, text.strip()) if form else text.strip()
+    quotes = []
+    options = SourceOptions(ocr=cast(OcrMode, ocr))  # the run's --ocr, checked when it was given
+    for place in places:
+        index = int(place["source"])
+        if index >= len(sources):
+            continue
+        if index not in texts:
+            try:
+                texts[index] = source_text(sources[index], options, lambda _: None, place.get("form"))
+            except MemagentError as exc:
+                warn(f"{sources[index].title} could not be read again ({exc.message}); its quotes are not shown.")
+                texts[index] = None
+        read = texts[index]
+        if read is None:
+            continue
+        quotes.append(
+            {
+                "text": read[place["start"] : place["end"]],
+                "source": sources[index].path,
+                "location": place.get("location"),
+                "start": place["start"],
+                "end": place["end"],
+                "step": place.get("step"),
             }
         )
     return quotes

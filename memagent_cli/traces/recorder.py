@@ -16,9 +16,20 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 from ..core.config import AgentConfig
-from ..core.events import AnswerFinished, DocumentRead, Event, ModelLoaded, RunFinished, RunStarted, StepFinished, model_record
+from ..core.events import (
+    AnswerFinished,
+    DocumentRead,
+    Event,
+    ModelLoaded,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepFinished,
+    model_record,
+)
+from ..core.reuse import AnswerKey
 from ..errors import EXIT_USAGE, MemagentError
-from ..ingest.sources import STDIN_PATH, Source
+from ..ingest.sources import STDIN_PATH, Source, file_sha256
 from .store import TraceStore
 
 
@@ -44,14 +55,6 @@ class HashingReader:
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
-
-
-def file_sha256(path: str) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def fingerprint(source: Source) -> dict[str, Any]:
@@ -92,6 +95,7 @@ class Recorder:
         engine: Mapping[str, Any] | None = None,
         chat_template: Mapping[str, str] | None = None,
         job: Mapping[str, str] | None = None,
+        key: AnswerKey | None = None,
     ):
         self.store = store
         self.warn = warn
@@ -105,6 +109,7 @@ class Recorder:
         self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
         self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
         self.job = job  # a run of a job (`batch`): its results file and key, so a rerun finds the run again
+        self.key = key  # what finds the run's answer again, and the run to continue (core/reuse.py)
 
     def _write(self, action: Callable[[], object]) -> None:
         if self.failed_write is not None:
@@ -133,9 +138,13 @@ class Recorder:
             self._write_run(lambda run_id: self.store.update_run(run_id, settings=self.settings))
         elif isinstance(event, DocumentRead):
             self._document_read(event)
-        elif isinstance(event, StepFinished) and not event.replayed:
+        elif isinstance(event, StepFinished) and (not event.replayed or event.copied_from is not None):
+            # a step taken from an earlier run is this run's too: its trace holds every step it has
             self.steps = event.step.index
-            self._write_run(lambda run_id: self.store.add_step(run_id, event.step.to_dict()))
+            step: dict[str, Any] = {**event.step.to_dict(), "digest": event.step.chunk.digest}
+            if event.copied_from is not None:
+                step["copied_from"] = event.copied_from
+            self._write_run(lambda run_id: self.store.add_step(run_id, step))
         elif isinstance(event, AnswerFinished) and not event.found:
             # A reply the answer did not come out of (under --schema, the run then fails on it): kept
             # now, so the trace has what the model wrote whatever follows.
@@ -143,9 +152,16 @@ class Recorder:
         elif isinstance(event, RunFinished):
             result = event.result
             quotes = [q.place() for q in result.quotes]
+            kept = stored_result(result)
             self._write_run(
                 lambda run_id: self.store.finish_run(
-                    run_id, "complete", answer=result.answer, raw_answer=result.raw_answer, quotes=quotes
+                    run_id,
+                    "complete",
+                    answer=result.answer,
+                    raw_answer=result.raw_answer,
+                    quotes=quotes,
+                    result=kept,
+                    continued_from=result.continued_from,
                 )
             )
 
@@ -164,8 +180,12 @@ class Recorder:
         }
         model = model_record(e.model, e.model_path, e.servers)
 
+        keys = self.key.to_dict() if self.key is not None else None
+
         def create() -> None:
-            self.run_id = self.store.create_run(question=e.question, sources=self.sources, model=model, settings=self.settings)
+            self.run_id = self.store.create_run(
+                question=e.question, sources=self.sources, model=model, settings=self.settings, keys=keys
+            )
 
         self._write(create)
 
@@ -192,6 +212,17 @@ class Recorder:
         run_id = self.run_id
         if run_id is not None:
             self._write(lambda: self.store.finish_run(run_id, status, error=error))
+
+
+def stored_result(result: RunResult) -> dict[str, Any]:
+    """What the store keeps of a finished run's `ask --json` record beside its columns and steps
+    (migration 7): the record less its steps, and its quotes as places, never their text."""
+    record = result.to_dict()
+    del record["steps"]
+    record["quotes"] = [q.place() for q in result.quotes]
+    if "evidence_by_field" in record:
+        record["evidence_by_field"] = {name: [q.place() for q in found] for name, found in result.evidence_by_field.items()}
+    return record
 
 
 def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:

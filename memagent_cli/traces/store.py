@@ -52,8 +52,11 @@ RUN_COLUMNS = (
     "raw_answer",
     "answer",
     "quotes",
+    "continued_from",
+    "reuses",
+    "reused_at",
 )
-JSON_COLUMNS = ("sources", "model", "settings", "spans", "quotes", "decision")
+JSON_COLUMNS = ("sources", "model", "settings", "spans", "quotes", "decision", "continued_from", "result")
 UPDATABLE = (
     "document_tokens",
     "steps_total",
@@ -65,6 +68,8 @@ UPDATABLE = (
     "answer",
     "ended_at",
     "quotes",
+    "result",
+    "continued_from",
 )
 STEP_FIELDS = (
     "index",
@@ -79,12 +84,16 @@ STEP_FIELDS = (
     "seconds",
     "finish_reason",
     "decision",  # InfMem's steps only: read back only where it is
+    "copied_from",  # a continued run's steps taken from an earlier run: read back only where it is
+    "digest",  # the chunk's token ids' sha256: read back only by `continuable`
 )
 _RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 # Read back as 0 from steps recorded before migration 4, so a step has one shape whatever its age.
 _STEP_READ = ", ".join(
-    f'COALESCE("{name}", 0) AS "{name}"' if name in ("drafted_tokens", "accepted_tokens") else f'"{name}"' for name in STEP_FIELDS
+    f'COALESCE("{name}", 0) AS "{name}"' if name in ("drafted_tokens", "accepted_tokens") else f'"{name}"'
+    for name in STEP_FIELDS
+    if name != "digest"
 )
 OWNER_COLUMNS = ("pid", "host", "pid_started")  # internal: not in the run records reads return
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -255,15 +264,28 @@ class TraceStore:
         model: Mapping[str, Any],
         settings: Mapping[str, Any],
         started_at: str | None = None,
+        keys: Mapping[str, str | None] | None = None,
     ) -> str:
+        """A new running run; `keys` ({"answer", "lineage"}: reuse.AnswerKey) find it again once complete."""
+        keys = keys or {}
         with self._write() as conn:
             run_id = secrets.token_hex(6)
             while conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = secrets.token_hex(6)  # 1 in 2**48 per existing run; cheap to be sure
             conn.execute(
-                "INSERT INTO runs (id, started_at, status, question, sources, model, settings, pid, host, pid_started)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, _timestamp(started_at), question, _json(sources), _json(model), _json(settings), *this_process()),
+                "INSERT INTO runs (id, started_at, status, question, sources, model, settings, answer_key, lineage_key,"
+                " pid, host, pid_started) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    _timestamp(started_at),
+                    question,
+                    _json(sources),
+                    _json(model),
+                    _json(settings),
+                    keys.get("answer"),
+                    keys.get("lineage"),
+                    *this_process(),
+                ),
             )
         return run_id
 
@@ -314,14 +336,22 @@ class TraceStore:
         raw_answer: str | None = None,
         error: str | None = None,
         quotes: list[dict[str, Any]] | None = None,
+        result: dict[str, Any] | None = None,
+        continued_from: dict[str, Any] | None = None,
     ) -> None:
-        """Ends a run. `quotes` are places ({source, start, end, step, location}), never text."""
+        """Ends a run. `quotes` are places ({source, start, end, step, location}), never text;
+        `result`, the rest of its record (see migration 7), keeps no quote's text either."""
         if status not in STATUSES or status == "running":
             raise ValueError("a run finishes complete, interrupted or failed")
         if quotes is not None and any("text" in q for q in quotes):
             raise ValueError("the trace store keeps a quote's place, not its text")
-        given = {"answer": answer, "raw_answer": raw_answer, "error": error, "quotes": quotes}
-        self.update_run(run_id, status=status, ended_at=_timestamp(None), **{k: v for k, v in given.items() if v is not None})
+        if result is not None and any("text" in q for q in _quotes_of(result)):
+            raise ValueError("the trace store keeps a quote's place, not its text")
+        given = {"answer": answer, "raw_answer": raw_answer, "error": error, "quotes": quotes, "result": result}
+        fields = {k: v for k, v in given.items() if v is not None}
+        if continued_from is not None:
+            fields["continued_from"] = continued_from
+        self.update_run(run_id, status=status, ended_at=_timestamp(None), **fields)
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         # A run can vanish mid-way when `memagent traces delete` runs from another terminal.
@@ -369,8 +399,11 @@ class TraceStore:
                 ]
         return run
 
-    def list_runs(self, *, status: str | None = None, source: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
-        """Runs newest first; `source` keeps those with a source path containing the text."""
+    def list_runs(
+        self, *, status: str | None = None, source: str | None = None, limit: int | None = 20, reused: bool = False
+    ) -> list[dict[str, Any]]:
+        """Runs newest first; `source` keeps those with a source path containing the text; `reused`
+        those whose answer was given again, the last given first."""
         where: list[str] = []
         params: list[str] = []
         if status is not None:
@@ -383,11 +416,13 @@ class TraceStore:
                 "EXISTS (SELECT 1 FROM json_each(runs.sources) AS s WHERE icontains(json_extract(s.value, '$.path'), ?))"
             )
             params.append(source)
+        if reused:
+            where.append("reuses > 0")
         self._reap()  # so that a run whose process died is not listed as running
         sql = f"SELECT {_RUN_SELECT} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY started_at DESC, rowid DESC LIMIT ?"
+        sql += f" ORDER BY {'reused_at DESC, ' if reused else ''}started_at DESC, rowid DESC LIMIT ?"
         rows = self._db.execute(sql, [*params, -1 if limit is None else limit])
         return [_decode(row) for row in rows]
 
@@ -402,6 +437,46 @@ class TraceStore:
             (job,),
         )
         return {str(key): str(run_id) for run_id, key in rows if key is not None}
+
+    # Answers found again (core/reuse.py) ------------------------------------------------
+
+    def answered(self, answer_key: str) -> dict[str, Any] | None:
+        """The newest complete run with this answer key, with its steps and `result`; None if none."""
+        row = self._db.execute(
+            "SELECT id FROM runs WHERE answer_key = ? AND status = 'complete' AND result IS NOT NULL"
+            " ORDER BY ended_at DESC LIMIT 1",
+            (answer_key,),
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            run = self.get_run(row[0])
+        except MemagentError:  # removed since: as if never found
+            return None
+        run["result"] = self.stored_result(run["id"])
+        return run
+
+    def stored_result(self, run_id: str) -> dict[str, Any] | None:
+        """The rest of a run's `ask --json` record (see migration 7); None before it finished."""
+        row = self._db.execute("SELECT result FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row is not None and row[0] is not None else None
+
+    def continuable(self, lineage_key: str) -> tuple[str, list[dict[str, Any]]] | None:
+        """The newest complete run with this lineage key, and its steps with each one's `digest`
+        (their chunks' token ids), to continue; None if none."""
+        row = self._db.execute(
+            "SELECT id FROM runs WHERE lineage_key = ? AND status = 'complete' ORDER BY ended_at DESC LIMIT 1",
+            (lineage_key,),
+        ).fetchone()
+        if row is None:
+            return None
+        rows = self._db.execute(f'SELECT {_STEP_READ}, digest FROM steps WHERE run_id = ? ORDER BY "index"', (row[0],))
+        return str(row[0]), [_step(r) for r in rows]
+
+    def mark_reused(self, run_id: str) -> None:
+        """Counts one more answer given again from a run (runs list it with `reuses`, `reused_at`)."""
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET reuses = reuses + 1, reused_at = ? WHERE id = ?", (_timestamp(None), run_id))
 
     def search(self, text: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Runs and steps whose memory, question or answer holds every word of `text`."""
@@ -562,9 +637,16 @@ def _decode(row: sqlite3.Row) -> dict[str, Any]:
 def _step(row: sqlite3.Row) -> dict[str, Any]:
     """A step as it was recorded: a `decision` only where the step has one (an InfMem step)."""
     step = _decode(row)
-    if step.get("decision") is None:
-        step.pop("decision", None)
+    for name in ("decision", "copied_from"):
+        if step.get(name) is None:
+            step.pop(name, None)
     return step
+
+
+def _quotes_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every quote a stored result holds: its own and each field's."""
+    by_field = result.get("evidence_by_field") or {}
+    return [*(result.get("quotes") or []), *(q for found in by_field.values() for q in found)]
 
 
 def _icontains(haystack: str | None, needle: str) -> bool:

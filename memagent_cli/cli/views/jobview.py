@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from rich.console import Console, Group
 from rich.text import Text
@@ -46,6 +47,7 @@ class JobView(RowsView):
         self.started = time.perf_counter()
         self.done = 0
         self.failed = 0
+        self.reused = 0  # of `done`: answered from the trace store, reading nothing
         self.tokens = 0
 
     def _name(self, row: _Row) -> str:
@@ -100,6 +102,20 @@ class JobView(RowsView):
             self._say(f"[{self._count()}] {visible(self._name(row))} failed: {visible(str(event.error))}")
         self._draw()
 
+    def answered(self, job: Job, record: Mapping[str, Any], note: str) -> None:
+        """A run answered from the trace store (`note` says which run): done, reading nothing."""
+        self.done += 1
+        self.reused += 1
+        row = _Row(name=job.title or job.key, question=job.question, state="reused", answer=str(record.get("answer") or ""))
+        quotes = record.get("quotes") or []
+        evidence = record.get("evidence") or []
+        first = str(quotes[0].get("location") or "") if quotes else None
+        row.evidence = first if first is not None else describe_spans(evidence[0]["spans"]) if evidence else ""
+        self.finished.append(row)
+        if self.live is None:
+            self._say(f"[{self._count()}] {visible(self._name(row))}: {note}")
+        self._draw()
+
     def _count(self) -> str:
         return f"{self.done}/{self.total}" if self.total is not None else str(self.done)
 
@@ -107,13 +123,16 @@ class JobView(RowsView):
         """Runs done of the total, tokens read, failures and the time left, in one line."""
         elapsed = time.perf_counter() - self.started
         parts = [f"runs {self._count()}", f"{self.tokens:,} tokens read"]
+        if self.reused:
+            parts.append(f"{self.reused} answered before")
         if self.failed:
             parts.append(f"{self.failed} failed")
         # Runs in flight count for the share of their steps done, so the estimate moves between answers;
-        # an estimate that has run out is not said (never "ETA 0:00" with a run still going).
-        progress = self.done + sum(r.share_done() for r in self.rows.values())
+        # an estimate that has run out is not said (never "ETA 0:00" with a run still going). Answers
+        # given again took no time: the estimate is of the runs that read.
+        progress = self.done - self.reused + sum(r.share_done() for r in self.rows.values())
         if self.total is not None and progress > 0 and self.done < self.total:
-            left = elapsed / progress * (self.total - progress)
+            left = elapsed / progress * (self.total - self.reused - progress)
             if left >= 1:
                 parts.append(f"ETA {duration_text(left)}")
         parts.append(f"elapsed {duration_text(elapsed)}")
@@ -133,5 +152,5 @@ class JobView(RowsView):
                 said = Text(clip(row.answer or "", 200), style="bold green")
                 if row.evidence:
                     said.append(f"  ({clip(row.evidence, 80)})", style="dim")
-                table.add_row(Text(clip(self._name(row), 48), style="bold"), Text("done"), said)
+                table.add_row(Text(clip(self._name(row), 48), style="bold"), Text(row.state), said)
         return Group(Text(self.summary(), style="cyan"), table)

@@ -58,6 +58,14 @@ def evidence_line(result: RunResult) -> str:
     return visible(" · ".join(f"step {s.index} ({s.chunk.describe()})" for s in result.evidence))
 
 
+def _replayed(event: StepFinished) -> str:
+    """What a step not run now says of where it comes from: the trace (a resumed run), or the
+    earlier run a continued one took it from."""
+    if event.copied_from is not None:
+        return f" (from run {event.copied_from[:8]})"
+    return " (from the trace)" if event.replayed else ""
+
+
 def ocr_line(title: str, done: int, total: int, seconds: float) -> str:
     """'OCR scan.pdf: page 3 of 6 · 0.42 pages/s', for every view."""
     rate = f" · {done / seconds:.2f} pages/s" if seconds > 0 else ""
@@ -225,7 +233,7 @@ class LiveView:
             (f"−{_words(dropped)}", "red"),
             f" words  {s.memory_tokens} tok memory  {s.seconds:.1f}s",
             (f"  drafted {s.drafted_tokens}, {s.accepted_tokens} taken" if s.drafted_tokens else "", "magenta"),
-            (" (from the trace)" if e.replayed else "", "dim"),
+            (_replayed(e), "dim"),
             (" (cut at the token limit)" if s.finish_reason == "length" else "", "yellow"),
         )
         if added:
@@ -395,9 +403,11 @@ class PlainProgress:
         elif isinstance(event, DocumentRead):
             self.total = event.steps
         elif isinstance(event, StepFinished):
+            if event.copied_from is not None:  # the notice that ends them says which, in one line
+                return
             s = event.step
             where = visible(s.chunk.describe())
-            again = " (from the trace)" if event.replayed else ""
+            again = _replayed(event)
             self.console.print(
                 f"step {s.index}/{self.total or '?'} {where}: {s.memory_tokens} memory tokens, {s.seconds:.2f}s{again}",
                 markup=False,

@@ -51,6 +51,11 @@ class MultiView(RowsView):
             self._say(f"Q{index + 1} failed: {visible(str(event.error))}")
         self._draw()
 
+    def answered(self, index: int, question: str, answer: str) -> None:
+        """A question answered from the trace store: it reads nothing."""
+        row = self.rows[index]
+        row.question, row.state, row.answer = question, "answered before", answer
+
     def _render(self) -> Table:
         table = rows_table()
         for i, row in enumerate(self.rows):

@@ -116,3 +116,8 @@ class ServedOptions(EngineOptions):
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind, "servers": list(self.servers), "served_model": self.served_model, "tokenizer": self.tokenizer}
+
+    def decides(self) -> dict[str, Any]:
+        # The model by its name on the servers; where none was named, the servers stand for it.
+        named = {"served_model": self.served_model} if self.served_model else {"servers": sorted(self.servers)}
+        return {"kind": self.kind, **named}
