@@ -204,6 +204,12 @@ def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | No
     """The job's page: the table, each answer's evidence, each run's memory timeline."""
     from ..traces.report import each_report_html
 
+    atomic_write(path, each_report_html(html_rows(records), stored_runs(records, store)))
+    err.print(f"wrote {path}", style="dim", markup=False, soft_wrap=True)
+
+
+def stored_runs(records: list[dict[str, Any]], store: TraceStore | None) -> dict[str, Mapping[str, Any]]:
+    """The stored run of each record that has one (the page draws its memory timeline)."""
     runs: dict[str, Mapping[str, Any]] = {}
     for record in records:
         trace = record.get("trace")
@@ -212,7 +218,12 @@ def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | No
                 runs[trace] = store.get_run(trace)
             except MemagentError:  # removed meanwhile: the row stays, without its timeline
                 continue
-    rows = [
+    return runs
+
+
+def html_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's rows (traces/report.py) of the job's records."""
+    return [
         {
             "document": r.get("document") or r.get("custom_id") or "",
             "question": r.get("question", ""),
@@ -225,5 +236,3 @@ def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | No
         }
         for r in records
     ]
-    atomic_write(path, each_report_html(rows, runs))
-    err.print(f"wrote {path}", style="dim", markup=False, soft_wrap=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ..core.events import RunFailed, RunFinished, RunStarted
 from ..core.provenance import describe_spans
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ..core.events import Event, RunResult
     from ..core.jobs import Job
     from ..traces.recorder import Recorder
-    from .views.jobview import JobView
 
 
 @dataclass
@@ -61,11 +61,15 @@ class Unfinished:
     traces: list[str] = field(default_factory=list)
 
 
-def _handle(job: Job, event: Event, recorders: dict[int, Recorder | None], view: JobView | None) -> None:
+def _handle(job: Job, event: Event, recorders: dict[int, Recorder | None], view: RunsView | None) -> None:
     """One event to its run's recorder (first, so a step is saved before it is drawn), then the view."""
+    from ..core.jobs import Cancelled
+
     rec = recorders.get(id(job))
     if rec is not None:
-        if isinstance(event, RunFailed):
+        if isinstance(event, RunFailed) and isinstance(event.error, Cancelled):  # stopped on purpose: resumable
+            rec.stopped("interrupted")
+        elif isinstance(event, RunFailed):
             rec.stopped("failed", error_text(event.error))
         else:
             rec.handle(event)
@@ -73,10 +77,20 @@ def _handle(job: Job, event: Event, recorders: dict[int, Recorder | None], view:
         view.handle(job, event)
 
 
+class RunsView(Protocol):
+    """What `drive` shows runs in (JobView; `watch` its own): entered while they run."""
+
+    def handle(self, job: Job, event: Event) -> None: ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> object: ...
+
+
 def drive(
     events: Iterable[tuple[Job, Event]],
     *,
-    view: JobView | None,
+    view: RunsView | None,
     recorder_for: Callable[[Job], Recorder | None],
     finished: Callable[[Finished], None],
     first: Callable[[], None] | None = None,
@@ -218,13 +232,61 @@ class Sinks:
         self._files = []
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """`text` to `path` whole or not at all (a temporary file beside it, then renamed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_records(
+    records: Iterable[dict[str, Any]], *, jsonl: Path | None, csv_path: Path | None, name_field: str, fields: Sequence[str]
+) -> None:
+    """`records` as the files of Sinks, each written whole and put in place at once (a file beside
+    it, renamed over it): a reader never sees part of a table (`watch` rewrites them at every change)."""
+    temps = {path: _beside(path) for path in (jsonl, csv_path) if path is not None}
+    sinks = Sinks(
+        temps[jsonl] if jsonl is not None else None,
+        temps[csv_path] if csv_path is not None else None,
+        name_field,
+        fields,
+        append=False,
+    )
     try:
-        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
+        for record in records:
+            sinks.add(record)
+        sinks.close()
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise MemagentError(f"Cannot write the results: {exc.strerror}.", "Free some disk space and run it again.") from None
+    finally:
+        sinks.close()
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _beside(path: Path) -> Path:
+    """A hidden file of its own beside `path`, with its suffix (Sinks writes a .csv with a byte-order mark)."""
+    return path.with_name(f".{path.stem}.{secrets.token_hex(6)}.tmp{path.suffix}")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """`text` to `path` whole or not at all: a reader (a spreadsheet, a script polling the file)
+    sees the old file or the new one, never part of it."""
+    with atomic_file(path) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, newline: str | None = None, encoding: str = "utf-8") -> Iterator[IO[str]]:
+    """A text file written beside `path` under a name of its own (unique per call, whatever the
+    process or thread), renamed over `path` once the block ends without error, else removed."""
+    # Made with the permissions any new file gets here (mkstemp's would be the owner's alone).
+    tmp = _beside(path)
+    try:
+        with open(tmp, "x", encoding=encoding, errors="backslashreplace", newline=newline) as f:
+            yield f
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise MemagentError(f"Cannot write {path}: {exc.strerror}.", "Name a file in a folder you can write to.") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

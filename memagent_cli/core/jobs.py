@@ -173,30 +173,50 @@ def run_jobs(jobs: Iterable[Job], *, stream_text: bool = True, **opening: Unpack
     (KeyboardInterrupt) stops every run; what each recorded is the caller's to keep. When the
     engine is gone for good (EngineGone) the whole job stops with it."""
     runner: JobRunner | None = None
-    running: dict[int, Job] = {}  # only the jobs in flight
     try:
         runner = JobRunner(**opening)
-        opened = runner
-
-        def start() -> Iterator[Callable[[], Iterator[Event]]]:
-            for k, job in enumerate(jobs):
-                running[k] = job
-                yield functools.partial(opened.run, job) if stream_text else functools.partial(_without_text, opened, job)
-
-        for index, event in run_all(start(), workers=runner.slots, stop=runner.stop):
-            job = running[index]
-            if isinstance(event, RunError):
-                if isinstance(event.error, EngineGone):  # every run to come would fail alike: the job stops
-                    raise event.error
-                del running[index]
-                yield job, RunFailed(event.error)
-                continue
-            if isinstance(event, RunFinished):
-                del running[index]
-            yield job, event
+        yield from run_on(runner, jobs, stream_text=stream_text)
     finally:
         if runner is not None:
             runner.close()
+
+
+class Cancelled(Exception):
+    """A run stopped from outside before its end, for a reason of the caller's (`watch`: its
+    document changed while it was read): its RunFailed carries this, and its trace is resumable."""
+
+
+def run_on(
+    runner: JobRunner,
+    jobs: Iterable[Job],
+    *,
+    stream_text: bool = True,
+    cancels: Mapping[int, threading.Event] | None = None,
+) -> Iterator[tuple[Job, Event]]:
+    """`run_jobs` on a runner already open, which stays open (a caller that keeps its model between
+    batches of runs: `watch`). `cancels`, by a job's id: setting one stops that run at its next
+    event (RunFailed with Cancelled), the others going on."""
+    running: dict[int, Job] = {}  # only the jobs in flight
+    runner.stop.clear()  # a batch before this one ended by setting it
+
+    def start() -> Iterator[Callable[[], Iterator[Event]]]:
+        for k, job in enumerate(jobs):
+            running[k] = job
+            run = functools.partial(runner.run, job) if stream_text else functools.partial(_without_text, runner, job)
+            cancel = cancels.get(id(job)) if cancels is not None else None
+            yield run if cancel is None else functools.partial(_cancellable, run, cancel)
+
+    for index, event in run_all(start(), workers=runner.slots, stop=runner.stop):
+        job = running[index]
+        if isinstance(event, RunError):
+            if isinstance(event.error, EngineGone):  # every run to come would fail alike: the job stops
+                raise event.error
+            del running[index]
+            yield job, RunFailed(event.error)
+            continue
+        if isinstance(event, RunFinished):
+            del running[index]
+        yield job, event
 
 
 def _without_text(runner: JobRunner, job: Job) -> Iterator[Event]:
@@ -206,6 +226,21 @@ def _without_text(runner: JobRunner, job: Job) -> Iterator[Event]:
             if not isinstance(event, TokenText):
                 yield event
     finally:  # now, not when collected: the run's reading thread and engine call end with it
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def _cancellable(run: Callable[[], Iterator[Event]], cancel: threading.Event) -> Iterator[Event]:
+    """A run's events until `cancel` is set: then its generator is closed (the engine call in flight
+    ends at once) and Cancelled raised."""
+    events = run()
+    try:
+        for event in events:
+            if cancel.is_set():
+                raise Cancelled("stopped: its document changed while it was read")
+            yield event
+    finally:
         close = getattr(events, "close", None)
         if close is not None:
             close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.events import StepDict
 from ..core.reuse import AnswerKey, Continued
 from ..errors import MemagentError
 from ..ingest.sources import Source
@@ -23,20 +24,7 @@ from .quoting import reused_quotes
 from .store import TraceStore
 
 # The keys of a step as `ask --json` gives it (events.StepRecord.to_dict), in that order.
-STEP_KEYS = (
-    "index",
-    "tokens",
-    "spans",
-    "memory",
-    "memory_tokens",
-    "prompt_tokens",
-    "generated_tokens",
-    "drafted_tokens",
-    "accepted_tokens",
-    "finish_reason",
-    "seconds",
-    "decision",
-)
+STEP_KEYS = tuple(StepDict.__annotations__)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,192 @@
+"""`memagent watch` as a user runs it: a real process over a real folder, watched by the file system's
+events (inotify here) or by polling, with the trained code-word model (tests/data/codeword.gguf). A
+file written in two parts is read once, after it settled; an edit changes its row, a deletion takes
+it away; a reader polling the CSV all along never sees part of a file; SIGINT exits 130 with whole
+outputs; a restart reads nothing already answered. Waits are for what the process says, with
+deadlines wide enough for a machine busy with other work."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import signal
+import sqlite3
+import threading
+import time
+
+import pytest
+from codeword import QUESTION
+from helpers import CODEWORD_ASK, run_memagent, spawn_memagent, whole_fact
+
+RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
+DEADLINE = 120  # seconds a step of a test may take on a busy machine
+
+
+class Watching:
+    """A `memagent watch` process, its stderr lines collected as they come."""
+
+    def __init__(self, spawned, cwd, *args: str):
+        self.proc = spawn_memagent("watch", *args, *RUN, cwd=cwd)
+        spawned.append(self.proc)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, text: str, count: int = 1) -> None:
+        deadline = time.monotonic() + DEADLINE
+        while sum(text in line for line in self.lines) < count:
+            assert self.proc.poll() is None, "\n".join(self.lines)
+            assert time.monotonic() < deadline, f"waited for {text!r}:\n" + "\n".join(self.lines)
+            time.sleep(0.05)
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=DEADLINE)
+        self.reader.join(timeout=10)  # stderr is this reader's: read to its end
+        assert self.proc.stdout is not None
+        return self.proc.returncode, self.proc.stdout.read()
+
+
+def table(path) -> dict[str, dict[str, str]]:
+    rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8-sig"))))
+    return {r["document"]: r for r in rows}
+
+
+def runs_of(home, name: str) -> int:
+    with sqlite3.connect(home / "traces.db") as db:
+        return int(db.execute("SELECT count(*) FROM runs WHERE sources LIKE ?", (f'%"{name}"%',)).fetchone()[0])
+
+
+@pytest.fixture
+def folder(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    a = whole_fact(300, 1)
+    (docs / "a.txt").write_text(a.text, encoding="utf-8")
+    return tmp_path, a
+
+
+def test_watch_keeps_the_table_current(folder, spawned, memagent_home):
+    cwd, a = folder
+    out = cwd / "out.csv"
+    seen_partial: list[str] = []
+    reading = threading.Event()
+
+    def poll_the_table() -> None:  # a spreadsheet's view of the file, all along
+        while not reading.is_set():
+            try:
+                text = out.read_text(encoding="utf-8-sig")
+            except FileNotFoundError:
+                continue
+            rows = list(csv.reader(io.StringIO(text)))
+            if not text.endswith("\n") or not rows or rows[0][:2] != ["document", "question"] or any(len(r) != 8 for r in rows):
+                seen_partial.append(text)
+
+    poller = threading.Thread(target=poll_the_table, daemon=True)
+    poller.start()
+    watching = Watching(spawned, cwd, "docs", "-q", QUESTION, "--csv", "out.csv", "--json")
+    watching.wait_for("docs/a.txt: answered in")
+    assert table(out)["docs/a.txt"]["answer"] == a.value
+
+    # written in two parts a second apart: read once, when it has settled (2 s after the second)
+    b = whole_fact(300, 40)
+    half = len(b.text) // 2
+    (cwd / "docs" / "b.txt").write_text(b.text[:half], encoding="utf-8")
+    time.sleep(1)
+    with open(cwd / "docs" / "b.txt", "a", encoding="utf-8") as f:
+        f.write(b.text[half:])
+    watching.wait_for("docs/b.txt: answered in")
+    assert table(out)["docs/b.txt"]["answer"] == b.value and runs_of(memagent_home, "docs/b.txt") == 1
+
+    # an edit: another code word; its row follows
+    edited = whole_fact(300, 80)
+    (cwd / "docs" / "b.txt").write_text(edited.text, encoding="utf-8")
+    watching.wait_for("docs/b.txt: answered in", count=2)
+    assert table(out)["docs/b.txt"]["answer"] == edited.value
+
+    # a deletion: its row leaves
+    (cwd / "docs" / "a.txt").unlink()
+    watching.wait_for("docs/a.txt: gone")
+    assert list(table(out)) == ["docs/b.txt"]
+
+    code, stdout = watching.stop()
+    reading.set()
+    poller.join(timeout=10)
+    assert code == 130 and any("interrupted" in line for line in watching.lines)
+    assert not seen_partial, seen_partial[:1]
+    assert list(table(out)) == ["docs/b.txt"]  # the outputs whole after Ctrl-C
+    printed = [json.loads(line) for line in stdout.splitlines()]  # --json: a line per answer, as it came
+    assert [(r["document"], r["answer"]) for r in printed] == [
+        ("docs/a.txt", a.value),
+        ("docs/b.txt", b.value),
+        ("docs/b.txt", edited.value),
+    ]
+
+    # a restart reads nothing it has answered
+    before = runs_of(memagent_home, "docs/b.txt")
+    again = Watching(spawned, cwd, "docs", "-q", QUESTION, "--csv", "out.csv")
+    again.wait_for("docs/b.txt: answered before")
+    code, _ = again.stop()
+    assert code == 130 and runs_of(memagent_home, "docs/b.txt") == before
+    assert not any("answered in" in line for line in again.lines)
+
+
+def test_watch_by_polling_and_a_grown_file_continued(folder, spawned):
+    cwd, a = folder
+    log = cwd / "docs" / "a.txt"
+    watching = Watching(spawned, cwd, "docs", "-q", QUESTION, "--jsonl", "out.jsonl", "--poll", "0.3", "--settle", "0.5")
+    watching.wait_for("docs/a.txt: answered in")
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("\nThe night guard waits near the old well.")
+    watching.wait_for("docs/a.txt: answered in", count=2)
+    code, _ = watching.stop()
+    assert code == 130
+    (row,) = [json.loads(line) for line in (cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert row["answer"] == a.value and row["continued_from"] is not None  # only its last chunk was read again
+
+
+def test_watch_refuses_what_it_cannot_watch(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for args, said in (
+        (["nowhere", "-q", QUESTION], "nowhere: no such file or folder."),
+        (["-", "-q", QUESTION], "standard input cannot be watched"),
+        (["docs"], "No question given."),
+        (["docs", "-q", QUESTION, "--csv", "-"], "--csv takes a file name"),
+    ):
+        done = run_memagent("watch", *args, *RUN, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
+
+
+def test_a_file_changed_while_it_is_read_is_read_again_once_settled(tmp_path, spawned, memagent_home):
+    """The run over it stops (recorded interrupted, resumable), and the file is read again once it
+    has settled: its row is the answer to its last version."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    long = whole_fact(30_000, 3)  # ~500 steps: long enough to change it mid-way
+    (docs / "long.txt").write_text(long.text, encoding="utf-8")
+    watching = Watching(spawned, tmp_path, "docs", "-q", QUESTION, "--csv", "out.csv", "--settle", "0.5")
+    deadline = time.monotonic() + DEADLINE
+    while True:  # until its run has recorded some steps
+        assert time.monotonic() < deadline and watching.proc.poll() is None, "\n".join(watching.lines)
+        try:
+            with sqlite3.connect(memagent_home / "traces.db") as db:
+                if db.execute("SELECT count(*) FROM steps").fetchone()[0] >= 5:
+                    break
+        except sqlite3.Error:  # not made yet
+            pass
+        time.sleep(0.05)
+    short = whole_fact(300, 41)
+    (docs / "long.txt").write_text(short.text, encoding="utf-8")
+    watching.wait_for("docs/long.txt: changed while it was read")
+    watching.wait_for("docs/long.txt: answered in")
+    code, _ = watching.stop()
+    assert code == 130 and table(tmp_path / "out.csv")["docs/long.txt"]["answer"] == short.value
+    with sqlite3.connect(memagent_home / "traces.db") as db:
+        statuses = [row[0] for row in db.execute("SELECT status FROM runs ORDER BY started_at")]
+    assert statuses == ["interrupted", "complete"]
