@@ -151,22 +151,24 @@ def answer_key(
         "engine": engine.decides(),
         "reading": {**reading, "password": password},
     }
-    several = len(sources) > 1
     if text is not None:
-        inline = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         places: list[list[Any]] = [["text", s.title] for s in sources]
-        contents: list[list[Any]] | None = [["text", inline]]
+        contents: list[list[Any]] | None = [["text", hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()]]
     else:
         places = [[os.path.abspath(s.path) if s.path != STDIN_PATH else STDIN_PATH, list(s.member)] for s in sources]
-        contents = []
-    for s in sources if text is None else ():
-        if s.path == STDIN_PATH or contents is None:
-            contents = None
-            continue
-        # One document is its text alone: its name is not read, so a renamed file is the same document.
-        contents.append([s.title if several else None, file_sha256(s.path), list(s.member)])
+        contents = _contents(sources)
     answer = None if contents is None else _digest({**common, "documents": contents})
     return AnswerKey(answer, _digest({**common, "places": places}))
+
+
+def _contents(sources: Sequence[Source]) -> list[list[Any]] | None:
+    """The documents by content, in order; None where one is standard input (known only once read).
+    One document is its text alone: its name is not read, so a renamed file is the same document;
+    of several, the model reads each one's title before its text."""
+    several = len(sources) > 1
+    if any(s.path == STDIN_PATH for s in sources):
+        return None
+    return [[s.title if several else None, file_sha256(s.path), list(s.member)] for s in sources]
 
 
 def _digest(parts: Mapping[str, Any]) -> str:
