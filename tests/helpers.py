@@ -304,3 +304,14 @@ def whole_fact(n_tokens: int, seed: int = 0, where: float = 0.5):
         if not cut_by_boundary(doc, encode, decode, 64):
             return doc
     raise AssertionError("no seed gave a whole fact")  # pragma: no cover
+
+
+def mcp_stdio(home: Path, cwd: Path, *args):
+    """The MCP SDK's parameters for `memagent mcp ARGS` as a client starts it over stdio, with this
+    test's trace store (the SDK passes a few variables on, not PYTHONPATH: the code under test too)."""
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {"MEMAGENT_HOME": str(home), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "memagent_cli", "mcp", *map(str, args)], env=env, cwd=str(cwd)
+    )

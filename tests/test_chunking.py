@@ -6,7 +6,8 @@ import random
 import pytest
 
 from memagent_cli.core import chunking
-from memagent_cli.core.chunking import IngestStats, ReadAhead, iter_chunks, layout
+from memagent_cli.core.chunking import IngestStats, iter_chunks, layout
+from memagent_cli.core.readahead import ReadAhead
 from memagent_cli.ingest.base import Place
 from memagent_cli.ingest.sources import Segment, Source
 from memagent_cli.model.gguf import read_gguf

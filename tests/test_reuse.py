@@ -15,11 +15,10 @@ import random
 import re
 import shutil
 import sqlite3
-import sys
 
 import anyio
 from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
-from helpers import CODEWORD_ASK, CODEWORD_MODEL, codeword_tokenizer, run_memagent, whole_fact
+from helpers import CODEWORD_ASK, CODEWORD_MODEL, codeword_tokenizer, mcp_stdio, run_memagent, whole_fact
 
 from memagent_cli.core.config import AgentConfig
 from memagent_cli.core.reuse import answer_key, deciding, differences
@@ -111,8 +110,11 @@ def test_the_same_question_is_answered_from_the_store_at_once(tmp_path, memagent
     assert first["answer"] == doc.value and first["reused_from"] is None and first["continued_from"] is None
     steps = stored_steps(memagent_home)
     again, said = ask_json("doc.txt", QUESTION, cwd=tmp_path)
-    # the stored run's record, whole: its quotes read again from the document
-    assert without(again, "reused_from") == without(first, "reused_from")
+    # the stored run's record, whole: its quotes read again from the document; asked anew, it begins a
+    # conversation of its own (so that `ask -c` goes on from this answer)
+    assert without(again, "reused_from", "conversation") == without(first, "reused_from", "conversation")
+    assert first["conversation"] == {"id": first["trace"], "turn": 1}
+    assert again["conversation"]["turn"] == 1 and again["conversation"]["id"] != first["trace"]
     assert again["reused_from"]["run"] == first["trace"] and again["reused_from"]["at"].endswith("+00:00")
     assert NOTE.fullmatch(said.strip()).group(1) == first["trace"][:8]
     assert stored_steps(memagent_home) == steps  # nothing was read, nothing added
@@ -160,7 +162,7 @@ def test_what_decides_the_answer_reads_again_and_what_does_not_reuses(tmp_path):
         "code_word": doc.value,
         "found": True,
     }
-    assert without(again, "reused_from") == without(schema, "reused_from")
+    assert without(again, "reused_from", "conversation") == without(schema, "reused_from", "conversation")
 
 
 def test_several_questions_are_each_found_on_their_own(tmp_path):
@@ -365,17 +367,11 @@ def test_batch_finds_answers_across_results_files(tmp_path, memagent_home):
 
 def test_mcp_ask_gives_a_stored_answer_unless_fresh(tmp_path, memagent_home):
     from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
 
     doc = whole_fact(300, 61)
     (tmp_path / "a.txt").write_text(doc.text, encoding="utf-8")
     first, _ = ask_json("a.txt", QUESTION, cwd=tmp_path)  # asked on the command line first
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memagent_cli", "mcp", *map(str, RUN)],
-        env={"MEMAGENT_HOME": str(memagent_home), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
-        cwd=str(tmp_path),
-    )
+    params = mcp_stdio(memagent_home, tmp_path, *RUN)
 
     async def main():
         async with Client(params) as client:

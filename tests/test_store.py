@@ -293,9 +293,12 @@ def test_run_round_trip(store):
         "reuses",
         "reused_at",
         "step_count",
+        "conversation",
+        "turn",
         "steps",
     }
     assert (run["continued_from"], run["reuses"], run["reused_at"]) == (None, 0, None)
+    assert (run["conversation"], run["turn"]) == (run_id, 1)  # a run of its own begins a conversation
     assert run["quotes"] is None  # a run finished without quotes
     assert "steps" not in store.get_run(run_id, with_steps=False)
 

@@ -31,12 +31,14 @@ app = typer.Typer(
 
 from .ask import ask  # noqa: E402  # the commands, registered below in the order --help lists them
 from .batch import batch  # noqa: E402
+from .chat import chat  # noqa: E402
 from .inspect import inspect  # noqa: E402
 from .watch import watch  # noqa: E402
 
 app.command(no_args_is_help=True)(ask)
 app.command(no_args_is_help=True)(batch)
 app.command(no_args_is_help=True)(watch)
+app.command(no_args_is_help=True)(chat)
 app.command(no_args_is_help=False)(inspect)
 
 

@@ -3,14 +3,11 @@ resume and the JSON record; what it prints and how its errors map to exit codes.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shlex
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterable, NoReturn, Optional, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -18,19 +15,18 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import check_outputs, check_paths, fail, open_store, sigterm_as_interrupt, stderr_console
+from .common import check_outputs, check_paths, fail, open_store, stderr_console
+from .conversation import Conversation, FollowFlags, changed_since, find_conversation, turn_setup
 from .many import resume_hint, run_many
 from .options import FreshOpt, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
-from .reuse import Lookup, record_text, show_reused
+from .reuse import Lookup, show_reused
 from .setup import RunFlags, RunSetup, setup
-from .textout import SafeConsole, print_json
+from .single import Output, Traced, given_flags, show_one, turn_of_reused
 
 if TYPE_CHECKING:
-    from ..core.events import Event, RunResult
-    from ..core.reuse import AnswerKey
-    from ..traces.recorder import HashingReader, Recorder
+    from ..core.pipeline import SourceOptions
+    from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
-    from .views.live import LiveView, PlainProgress
 
 
 QuestionArgs = Annotated[
@@ -121,6 +117,7 @@ def ask(
     resume: ResumeOpt = None,
     no_trace: NoTraceOpt = False,
     fresh: FreshOpt = False,
+    follow: FollowFlags = FollowFlags(),
     question: QuestionOpt = None,
     questions_file: QuestionsFileOpt = None,
     each: EachOpt = False,
@@ -146,154 +143,235 @@ def ask(
       memagent ask notes/ --include "*.md" "What did we decide about pricing?"
       cat build.log | memagent ask "Why did the build fail?"
       memagent ask contract.pdf -q "Who signed it?" -q "When does it end?"
+      memagent ask -c "And when does it end?"
       memagent ask contracts/ --each -q "Who signed it?" --csv signed.csv
       memagent ask --engine openai --base-url http://gpu-box:8000/v1 report.pdf "Who signed it?"
       memagent ask --resume last
     """
-    from ..core.pipeline import ask_events, ask_many_events, found_sources
-    from ..traces.recorder import resume_plan, resumed_found, resumed_paths
-
     err = stderr_console()
     quiet_library_logs(flags.verbose)
-    out = _Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=svg.resolve() if svg else None)  # resumed runs move
-    recorder: Recorder | None = None
+    out = Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=svg.resolve() if svg else None)  # resumed runs move
+    one = _One()
     try:
         _check_together(each=each, resume=resume, svg=svg, each_files=(jsonl, csv_file, html))
-        store = None if no_trace else open_store(err, required=bool(resume))
-        traced = _Traced(err, store)
-        run = None
-        if resume:
-            if store is None:
-                raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
-            run = resume_plan(store, resume)
-            _refuse_changed_options(ctx, run, flags)
-            _enter(run["settings"].get("cwd"))
-            source_flags = replace(source_flags, ocr=OcrChoice(run["settings"].get("ocr", "auto")))
-            paths, questions = list(resumed_paths(run)), [run["question"]]
+        _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=bool(question or questions_file))
+        store = None if no_trace else open_store(err, required=bool(resume) or follow.following)
+        traced = Traced(err, store)
+        plan = _Plan(store, traced)
+        if follow.following:
+            plan.follow(find_conversation(plan.given_store(), follow.ref), _follow_question(args), follow.standalone)
+            source_flags = replace(source_flags, ocr=OcrChoice(plan.ocr))
+        elif resume:
+            plan.resume(resume)
+            _refuse_changed_options(ctx, plan.stored, flags)
+            source_flags = replace(source_flags, ocr=OcrChoice(plan.ocr))
         else:
-            paths, questions = _questions(args, question, questions_file, each, traced.warn, schema=flags.schema is not None)
-            check_paths(paths)  # a missing file is said before a missing model: nothing is fetched for it
+            plan.paths, plan.questions = _questions(
+                args, question, questions_file, each, traced.warn, schema=flags.schema is not None
+            )
+            check_paths(plan.paths)  # a missing file is said before a missing model: nothing is fetched for it
         written = {"--jsonl": jsonl, "--csv": csv_file, "--html": html, "--svg": svg}
-        check_outputs(written, inputs=[*paths, *([questions_file] if questions_file else [])])
-        setup_ = setup(flags, err, stored=run)
-        traced.setup = setup_
-        sources = source_flags.settings(traced.stdin, written=written.values())
-        if run is not None:  # a file the run found in a folder is skipped again if it cannot be read
-            sources = replace(sources, found=resumed_found(run))
-        lookup = Lookup(store if run is None else None, setup_, sources, fresh, traced.warn)
+        check_outputs(written, inputs=[*plan.paths, *([questions_file] if questions_file else [])])
+        plan.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), fresh)
         if each:
             from .each import EachOutput, run_each
 
             output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, jsonl=jsonl, csv=csv_file, html=html)
-            run_each(paths, questions, setup_, sources, parallel, lookup, traced.recorder if store else None, err, output)
-        elif len(questions) > 1:
-            found = found_sources(paths, sources)
-            keys = [lookup.key(q, found.sources) for q in questions]
-            reused = {i: r for i, key in enumerate(keys) if (r := lookup.reused(key, found.sources)) is not None}
-            asked = [i for i in range(len(questions)) if i not in reused]
-            if not asked:
-                for note in found.notes:
-                    traced.warn(note)
-            events = ask_many_events(
-                [questions[i] for i in asked],
-                paths,
-                **setup_.args(),
-                sources=sources,
-                parallel=parallel,
-                found=found,
-                continued=[lookup.continued(keys[i]) for i in asked],
-            )
-            recorders = [traced.recorder(key=keys[i]) if store is not None else None for i in asked]
-            run_many(
-                events if asked else iter(()),
-                questions,
+            run_each(
+                plan.paths,
+                plan.questions,
+                plan.run,
+                plan.sources,
+                parallel,
+                plan.lookup,
+                traced.recorder if store else None,
                 err,
-                recorders,
-                quiet=quiet,
-                json_out=json_out,
-                raw=raw,
-                cite=cite,
-                asked=asked,
-                reused=reused,
+                output,
             )
+        elif len(plan.questions) > 1:
+            _ask_several(plan, err, parallel, out)
         else:
-            named = found_sources(paths, sources) if run is None else None
-            key = lookup.key(questions[0], named.sources) if named is not None else None
-            reused_one = lookup.reused(key, named.sources) if named is not None else None
-            if named is not None and reused_one is not None:
-                for note in named.notes:
-                    traced.warn(note)
-                if svg is not None:
-                    traced.warn(f"{svg} is not saved: nothing was read, so there is no live view to draw (--fresh reads again).")
-                show_reused(reused_one, err, quiet=quiet, json_out=json_out, raw=raw, cite=cite)
-                return
-            recorder = traced.recorder(run, key) if store is not None else None
-            steps = run["steps"] if run else ()
-            one = ask_events(
-                questions[0],
-                paths,
-                **setup_.args(),
-                sources=sources,
-                done_steps=steps,
-                found=named,
-                continued=lookup.continued(key),
-            )
-            _show_one(one, err, recorder, out, served=setup_.engine.served)
+            _ask_one(plan, err, out, one)
     except MemagentError as exc:
-        if recorder is not None:
-            recorder.stopped("failed", str(exc))
-        fail(err, exc, resume_hint(recorder))
+        if one.recorder is not None:
+            one.recorder.stopped("failed", str(exc))
+        fail(err, exc, resume_hint(one.recorder))
     except KeyboardInterrupt:
-        if recorder is not None:
-            recorder.stopped("interrupted")
-        err.print(Text.assemble(("interrupted", "yellow"), resume_hint(recorder) or ""), soft_wrap=True)
+        if one.recorder is not None:
+            one.recorder.stopped("interrupted")
+        err.print(Text.assemble(("interrupted", "yellow"), resume_hint(one.recorder) or ""), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: the run is kept as failed (resumable), main() reports it
-        if recorder is not None:
-            recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
+        if one.recorder is not None:
+            one.recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
         raise
 
 
-@dataclass(frozen=True)
-class _Output:
-    """How one run's result is shown: the live view or progress, and what stdout gets."""
+@dataclass
+class _One:
+    """The recorder of a single run, for ask's handlers: a run stopped is kept as such."""
 
-    quiet: bool
-    json_out: bool
-    raw: bool
-    cite: bool
-    svg: Path | None
+    recorder: Recorder | None = None
 
 
-class _Traced:
-    """Standard input (fingerprinted when runs are traced) and a recorder for each run."""
+@dataclass
+class _Plan:
+    """What ask runs: the sources and questions (named; a stored run's, to resume; a conversation's,
+    to follow up), then the run setup, how the sources are read and the store's answers."""
 
-    def __init__(self, err: Console, store: TraceStore | None):
-        from ..traces.recorder import HashingReader
+    store: TraceStore | None
+    traced: Traced
+    paths: list[str] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    stored: dict[str, Any] = field(default_factory=dict)  # a run to resume
+    conversation: Conversation | None = None  # a conversation to follow up in
+    standalone: bool = False
+    changed: dict[str, Any] = field(default_factory=dict)  # what a follow-up gives over the conversation's settings
+    run: RunSetup = field(init=False)
+    sources: SourceOptions = field(init=False)
+    lookup: Lookup = field(init=False)
 
-        self.err, self.store = err, store
-        self.setup: RunSetup | None = None
-        raw: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
-        self.hashing = HashingReader(raw) if store is not None and raw is not None else None
-        self.stdin: HashingReader | BinaryIO | None = self.hashing or raw
+    def given_store(self) -> TraceStore:
+        assert self.store is not None  # required where this is called
+        return self.store
 
-    def warn(self, message: str) -> None:
-        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+    @property
+    def ocr(self) -> str:
+        settings = (self.conversation.first if self.conversation is not None else self.stored).get("settings") or {}
+        return str(settings.get("ocr", "auto"))
 
-    def recorder(self, resume: dict[str, Any] | None = None, key: AnswerKey | None = None) -> Recorder:
-        from ..traces.recorder import Recorder
+    def follow(self, conversation: Conversation, question: str, standalone: bool) -> None:
+        self.conversation, self.standalone = conversation, standalone
+        self.paths, self.questions = conversation.paths, [question]
+        _enter(conversation.cwd)
 
-        assert self.store is not None and self.setup is not None
-        s = self.setup
-        return Recorder(
-            self.store,
-            warn=self.warn,
-            resume=resume,
-            stdin=self.hashing,
-            engine=s.engine_record,
-            chat_template=s.template_record,
-            key=key,
+    def resume(self, ref: str) -> None:
+        from ..traces.recorder import resume_plan, resumed_paths
+
+        if self.store is None:
+            raise MemagentError("--resume needs the trace store.", "Drop --no-trace.", exit_code=EXIT_USAGE)
+        self.stored = resume_plan(self.store, ref)
+        _enter(self.stored["settings"].get("cwd"))
+        self.paths, self.questions = list(resumed_paths(self.stored)), [self.stored["question"]]
+
+    def prepare(self, ctx: typer.Context, flags: RunFlags, err: Console, sources: SourceOptions, fresh: bool) -> None:
+        """The run setup (a conversation's first run's, a stored run's, or the flags'), and the rest."""
+        from ..traces.recorder import resumed_found
+
+        if self.conversation is not None:
+            self.run, self.changed = turn_setup(flags, given_flags(ctx), err, self.conversation.first)
+        else:
+            self.run = setup(flags, err, stored=self.stored or None)
+        self.traced.setup = self.run
+        if self.stored:  # a file the run found in a folder is skipped again if it cannot be read
+            sources = replace(sources, found=resumed_found(self.stored))
+        self.sources = sources
+        self.lookup = Lookup(self.store if not self.stored else None, self.run, sources, fresh, self.traced.warn)
+
+
+def _ask_several(plan: _Plan, err: Console, parallel: int, out: Output) -> None:
+    """Several questions over one reading; each looked up in the store on its own."""
+    from ..core.pipeline import ask_many_events, found_sources
+
+    lookup, questions = plan.lookup, plan.questions
+    found = found_sources(plan.paths, plan.sources)
+    keys = [lookup.key(q, found.sources) for q in questions]
+    reused = {i: r for i, key in enumerate(keys) if (r := lookup.reused(key, found.sources)) is not None}
+    asked = [i for i in range(len(questions)) if i not in reused]
+    if not asked:
+        for note in found.notes:
+            plan.traced.warn(note)
+    events = ask_many_events(
+        [questions[i] for i in asked],
+        plan.paths,
+        **plan.run.args(),
+        sources=plan.sources,
+        parallel=parallel,
+        found=found,
+        continued=[lookup.continued(keys[i]) for i in asked],
+    )
+    recorders = [plan.traced.recorder(key=keys[i]) if plan.store is not None else None for i in asked]
+    run_many(
+        events if asked else iter(()),
+        questions,
+        err,
+        recorders,
+        quiet=out.quiet,
+        json_out=out.json_out,
+        raw=out.raw,
+        cite=out.cite,
+        asked=asked,
+        reused=reused,
+    )
+
+
+def _ask_one(plan: _Plan, err: Console, out: Output, one: _One) -> None:
+    """One question: its answer from the store, or a reading (a resumed run's goes on from its steps)."""
+    from ..core.pipeline import ask_events, found_sources
+
+    question, conversation, traced = plan.questions[0], plan.conversation, plan.traced
+    named = found_sources(plan.paths, plan.sources) if not plan.stored else None
+    history = conversation.history if conversation is not None and not plan.standalone else []
+    if conversation is not None and named is not None:
+        changed_since(conversation.first, list(named.sources), traced.warn)
+    key = plan.lookup.key(question, named.sources, history=history) if named is not None else None
+    reused = plan.lookup.reused(key, named.sources) if named is not None else None
+    following = conversation.id if conversation is not None else None
+    if named is not None and reused is not None:
+        for note in named.notes:
+            traced.warn(note)
+        if out.svg is not None:
+            traced.warn(f"{out.svg} is not saved: nothing was read, so there is no live view to draw (--fresh reads again).")
+        turn_of_reused(plan.store, reused, following, question, plan.changed)
+        show_reused(reused, err, quiet=out.quiet, json_out=out.json_out, raw=out.raw, cite=out.cite)
+        return
+    stored = plan.stored or None
+    one.recorder = traced.recorder(stored, key, following, question, plan.changed) if plan.store is not None else None
+    if conversation is not None and not out.quiet:
+        turn = f"turn {conversation.turns + 1} of conversation {conversation.id[:8]}"
+        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+    events = ask_events(
+        question,
+        plan.paths,
+        **plan.run.args(),
+        sources=plan.sources,
+        done_steps=plan.stored["steps"] if plan.stored else (),
+        found=named,
+        continued=plan.lookup.continued(key),
+        history=history,
+    )
+    show_one(events, err, one.recorder, out, served=plan.run.engine.served)
+
+
+def _check_follow(follow: FollowFlags, *, each: bool, resume: str | None, no_trace: bool, several: bool) -> None:
+    """-c and --cid go alone: a follow-up is one question in a conversation kept in the trace store."""
+    follow.check()
+    if not follow.following:
+        return
+    for given, flag in ((each, "--each"), (resume, "--resume"), (no_trace, "--no-trace"), (several, "-q or --questions")):
+        if given:
+            raise MemagentError(
+                f"-c and --cid do not take {flag}.",
+                'A follow-up is one question in a conversation the trace store keeps: memagent ask -c "QUESTION"',
+                exit_code=EXIT_USAGE,
+            )
+
+
+def _follow_question(args: list[str] | None) -> str:
+    """The question of a follow-up: its only argument (a conversation is about its sources)."""
+    if not args:
+        raise MemagentError("No question given.", 'Usage: memagent ask -c "QUESTION"', exit_code=EXIT_USAGE)
+    if len(args) > 1:
+        raise MemagentError(
+            "A follow-up takes no sources: the conversation reads its own.",
+            f'Give the question alone (memagent ask -c "QUESTION"), or ask anew: memagent ask {shlex.join(args)}',
+            exit_code=EXIT_USAGE,
         )
+    if not args[0].strip():
+        from ..core.agent import empty_question
+
+        raise empty_question()
+    return args[0]
 
 
 def _check_together(*, each: bool, resume: str | None, svg: Path | None, each_files: tuple[Path | None, ...]) -> None:
@@ -343,29 +421,6 @@ def _questions(
 
         raise empty_question()
     return args[:-1], [last]
-
-
-def _show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: _Output, *, served: bool) -> None:
-    """One run through the views to its answer on stdout (or its JSON record)."""
-
-    gpu_hint = None
-    if not served and not out.quiet:
-        from ..install.doctor import gpu_hint_due, remember_gpu_hint
-
-        gpu_hint = gpu_hint_due()
-    result = _consume(events, err, recorder, quiet=out.quiet, svg=out.svg, gpu_hint=None if out.json_out else gpu_hint)
-    if gpu_hint:
-        remember_gpu_hint(gpu_hint)
-    record = result.to_dict()
-    if out.json_out:
-        if gpu_hint:
-            record["gpu"]["hint"] = gpu_hint
-        if recorder is not None and recorder.failed_write is None:
-            record["trace"] = recorder.run_id
-        print_json(record)
-    else:
-        # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
-        print(record_text(record, raw=out.raw, cite=out.cite, tty=sys.stdout.isatty()))
 
 
 def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunFlags) -> None:
@@ -420,52 +475,3 @@ def _enter(directory: str | None) -> None:
     # Relative source paths, and the titles the model saw for them, are as of the run's start.
     if directory and os.path.isdir(directory):
         os.chdir(directory)
-
-
-class _Consumer(Protocol):
-    """What a run's events are fed to: the recorder and the views."""
-
-    def handle(self, event: Event) -> None: ...
-
-
-def _consume(
-    events: Iterable[Event], err: Console, recorder: Recorder | None, *, quiet: bool, svg: Path | None, gpu_hint: str | None
-) -> RunResult:
-    """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
-    and the views; returns the result."""
-    from ..core.events import RunFinished
-    from .views.live import LiveView, PlainProgress
-
-    live = not quiet and err.is_terminal
-    views: list[LiveView | PlainProgress] = (
-        [LiveView(err, gpu_hint=gpu_hint)] if live else ([] if quiet else [PlainProgress(err)])
-    )
-    if gpu_hint and not live and not quiet:
-        err.print(f"note: {gpu_hint}", style="yellow", markup=False, soft_wrap=True)
-    if svg is not None and not live:  # draw off screen, for the picture alone
-        views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
-    consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]
-    result = None
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(sigterm_as_interrupt())
-        for view in views:
-            if isinstance(view, LiveView):
-                stack.enter_context(view)
-        for event in events:
-            for consumer in consumers:
-                consumer.handle(event)
-            if isinstance(event, RunFinished):
-                result = event.result
-    if svg is not None:
-        _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
-    assert result is not None
-    return result
-
-
-def _save_svg(view: LiveView, path: Path, err: Console) -> None:
-    recorder = SafeConsole(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
-    recorder.print(view.snapshot())
-    try:
-        recorder.save_svg(str(path), title="memagent ask")
-    except OSError as exc:  # the answer is worth more than the picture: warn, go on
-        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False, soft_wrap=True)

@@ -3,8 +3,10 @@ would send, and (`--text`) the document text exactly as the model will read it."
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import TYPE_CHECKING, Annotated, BinaryIO, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -13,6 +15,7 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..install.settings import whole_number
 from ..model.runtime import MAX_SEQUENCES
 from .common import check_paths, fail, stderr_console
+from .conversation import FollowFlags
 from .options import (
     ChatTemplateOpt,
     ChunkOpt,
@@ -20,6 +23,7 @@ from .options import (
     JsonOpt,
     MemoryOpt,
     ModelOpt,
+    ProtocolChoice,
     ProtocolOpt,
     SchemaMultiOpt,
     SchemaOpt,
@@ -82,6 +86,7 @@ def inspect(
     ] = 1,
     template_file: ChatTemplateOpt = None,
     source_flags: SourceFlags = SourceFlags(),
+    follow: FollowFlags = FollowFlags(),
     json_out: JsonOpt = False,
 ) -> None:
     """Count what a question would cost, without loading any weights; or show what memagent reads.
@@ -94,6 +99,7 @@ def inspect(
 
     [dim]Examples:[/]
       memagent inspect report.pdf --model m.gguf
+      memagent inspect -c --question "And when does it end?" --show-prompt 1
       memagent inspect deck.pptx --text | less
       memagent inspect scan.pdf --text --ocr always
     """
@@ -112,19 +118,18 @@ def inspect(
         answer = _answer_config(instructions, schema, schema_multi)
         question, step = _prompt_plan(show_prompt, question, answer)
         template = chat_template(template_file, "llama")
-        check_paths(sources or [])  # a missing file is said before a missing model
+        read = _Reading(sources or [], model, chunk_tokens, memory_tokens, protocol).following(follow, question, err)
+        check_paths(read.paths)  # a missing file is said before a missing model
         report = inspect_sources(
-            sources or [],
-            model=installed_model(model),
+            read.paths,
+            model=installed_model(read.model),
             question=question,
-            chunk_tokens=chunk_tokens,
-            memory_tokens=memory_tokens,
+            **read.budgets(),
             sources=source_flags.settings(_stdin()),
             keep_chunk=step or None,
             chat_template=template.text if template is not None else None,
             sequences=sequences,
             warn=warn,
-            protocol=protocol.value if protocol else None,
             recorded=recorded_runs,
         )
         if show_prompt is not None:
@@ -136,6 +141,55 @@ def inspect(
         print_json(report.to_dict())
     else:
         SafeConsole(highlight=False).print(render_inspection(report))
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What inspect reads and with what: the sources, model, budgets and protocol given, or, for a
+    follow-up (-c, --cid), its conversation's where not given, and the turns its question follows."""
+
+    paths: list[str]
+    model: str | None
+    chunk_tokens: int | None
+    memory_tokens: int | None
+    protocol: ProtocolChoice | None
+    history: tuple[tuple[str, str], ...] = ()
+
+    def budgets(self) -> dict[str, Any]:
+        return {
+            "chunk_tokens": self.chunk_tokens,
+            "memory_tokens": self.memory_tokens,
+            "protocol": self.protocol.value if self.protocol else None,
+            "history": self.history,
+        }
+
+    def following(self, follow: FollowFlags, question: str | None, err: Console) -> _Reading:
+        """This reading, or a follow-up's: it reads its conversation's own sources, from where it began."""
+        from ..traces.store import TraceStore
+        from .conversation import find_conversation
+
+        follow.check()
+        if not follow.following:
+            return self
+        if self.paths:
+            raise MemagentError("A follow-up takes no sources: the conversation reads its own.", exit_code=EXIT_USAGE)
+        if not question:
+            raise MemagentError("-c and --cid need the follow-up's --question.", exit_code=EXIT_USAGE)
+        with TraceStore() as store:
+            found = find_conversation(store, follow.ref)
+        if found.cwd and os.path.isdir(found.cwd):
+            os.chdir(found.cwd)  # its sources' relative paths are from where it began
+        turn = f"turn {found.turns + 1} of conversation {found.id[:8]}"
+        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+        settings = found.first.get("settings") or {}
+        return _Reading(
+            found.paths,
+            self.model or (found.first.get("model") or {}).get("path"),
+            self.chunk_tokens or settings.get("chunk_tokens"),
+            self.memory_tokens or settings.get("memory_tokens"),
+            self.protocol or ProtocolChoice(settings.get("protocol") or "memagent"),
+            () if follow.standalone else tuple(found.history),
+        )
 
 
 def _answer_config(instructions: str | None, schema: str | None, multi: bool) -> AgentConfig:

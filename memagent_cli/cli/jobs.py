@@ -37,6 +37,7 @@ class Finished:
     result: RunResult | None
     error: BaseException | None
     trace: str | None
+    conversation: dict[str, Any] | None = None  # the run's conversation and turn (its own, of one turn)
 
     def record(self, **names: Any) -> dict[str, Any]:
         """The run's record (see the module docstring), `names` first."""
@@ -45,6 +46,7 @@ class Finished:
         else:
             out = {**names, "question": self.job.question, "error": error_text(self.error)}
         out["trace"] = self.trace
+        out["conversation"] = self.conversation
         return out
 
 
@@ -110,10 +112,11 @@ def drive(
                         _handle(job, event, recorders, view)
                         rec = recorders.pop(id(job), None)
                         trace = rec.run_id if rec is not None and rec.failed_write is None else None
+                        turn = rec.conversation_record() if rec is not None else None
                         if isinstance(event, RunFinished):
-                            finished(Finished(job, event.result, None, trace))
+                            finished(Finished(job, event.result, None, trace, turn))
                         else:
-                            finished(Finished(job, None, event.error, trace))
+                            finished(Finished(job, None, event.error, trace, turn))
                 else:
                     if isinstance(event, RunStarted):
                         recorders[id(job)] = recorder_for(job)

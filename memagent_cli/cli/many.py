@@ -75,6 +75,7 @@ def run_many(
                         record = event.result.to_dict()
                         if rec is not None and rec.failed_write is None and rec.run_id is not None:
                             record["trace"] = rec.run_id
+                        record["conversation"] = rec.conversation_record() if rec is not None else None
                         records[question] = record
                     elif isinstance(event, RunFailed):
                         errors[question] = event.error

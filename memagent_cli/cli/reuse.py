@@ -40,11 +40,17 @@ class Lookup:
     warn: Callable[[str], None]
 
     def key(
-        self, question: str, documents: Sequence[Source], config: AgentConfig | None = None, text: str | None = None
+        self,
+        question: str,
+        documents: Sequence[Source],
+        config: AgentConfig | None = None,
+        text: str | None = None,
+        history: Sequence[tuple[str, str]] = (),
     ) -> AnswerKey | None:
         """The run's keys (`config`: the run's own, where it is not the command's; `text`: the
-        document given inline); None without a store, or when a document cannot be read to hash it
-        (the run then says why, as it would have)."""
+        document given inline; `history`: the earlier turns a follow-up's problem holds); None
+        without a store, or when a document cannot be read to hash it (the run then says why, as it
+        would have)."""
         from ..core.reuse import answer_key
 
         if self.store is None:
@@ -59,6 +65,7 @@ class Lookup:
                 ocr=self.sources.ocr,
                 password=self.sources.password is not None,
                 text=text,
+                history=history,
             )
         except OSError:
             return None

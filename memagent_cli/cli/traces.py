@@ -85,9 +85,22 @@ def list_runs(
             help="Only runs whose answer was given again (the same question about the same text), the last given first.",
         ),
     ] = False,
+    conversation: Annotated[
+        Optional[str],
+        typer.Option(
+            "--conversation",
+            "--cid",
+            metavar="ID|last",
+            help="The turns of one conversation, in order: each turn's run (a turn answered from another run lists that one).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Recorded runs, newest first."""
+    if conversation is not None:
+        _list_turns(conversation, json_out)
+        return
     runs = _store().list_runs(status=status, source=source, limit=limit, reused=reused)
     none = "No answer has been given again yet." if reused else "No runs recorded yet. Run memagent ask to make one."
     if _said_in_brief(runs, "runs", json_out, none):
@@ -108,6 +121,39 @@ def list_runs(
             clip(r["question"], 40),
             visible(sources),
             clip(r.get("answer"), 30),
+        )
+    _out().print(table)
+
+
+def _list_turns(ref: str, json_out: bool) -> None:
+    """`traces list --conversation`: its turns, each with its run."""
+    store = _store()
+    found = store.conversation(ref)
+    runs = {}
+    for turn in found["turns"]:
+        try:
+            runs[turn["run"]] = store.get_run(turn["run"], with_steps=False)
+        except MemagentError:  # removed: the turn stays, without its run
+            continue
+    if json_out:
+        listed = [
+            {**runs.get(t["run"], {"id": t["run"]}), "turn": t["turn"], "reused": t["reused"], "asked": t["question"]}
+            for t in found["turns"]
+        ]
+        print_json({"conversation": found["id"], "runs": listed})
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"conversation {found['id']}", title_justify="left")
+    for name in ("turn", "id", "when", "status", "question", "answer"):
+        table.add_column(name, overflow="ellipsis", no_wrap=name in ("turn", "id", "when", "status"))
+    for turn in found["turns"]:
+        run = runs.get(turn["run"], {})
+        table.add_row(
+            f"{turn['turn']}{' (again)' if turn['reused'] else ''}",
+            turn["run"][:8],
+            _when(turn["asked_at"]),
+            str(run.get("status", "removed")),
+            clip(turn["question"], 50),
+            clip(turn.get("answer"), 40),
         )
     _out().print(table)
 
@@ -167,6 +213,7 @@ def _header(run: Mapping[str, Any]) -> Text:
         (run["status"], status_style),
         f"  {_when(run['started_at'])}",
         f"  steps {run['step_count']}{total}\n",
+        (f"conversation {run['conversation'][:8]}, turn {run['turn']}\n" if run.get("conversation") else "", "dim"),
         ("Q: ", "bold"),
         visible(run["question"]),
         "\n",
@@ -266,7 +313,9 @@ def diff(
 @app.command()
 @run_guard
 def export(
-    run_ref: RunArg,
+    run_ref: Annotated[
+        Optional[str], typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.", show_default=False)
+    ] = None,
     fmt: Annotated[
         str,
         typer.Option(
@@ -281,6 +330,16 @@ def export(
             "--output", "-o", help="Write here instead of stdout (pdf: a file, or a folder for several PDFs).", show_default=False
         ),
     ] = None,
+    conversation: Annotated[
+        Optional[str],
+        typer.Option(
+            "--conversation",
+            "--cid",
+            metavar="ID|last",
+            help="Every turn of this conversation on one page (html or markdown), in place of a run.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """One run as JSON lines, Markdown, an HTML page to share, or its PDFs with the quotes highlighted."""
     from ..traces.export import FORMATS
@@ -288,6 +347,16 @@ def export(
     from ..traces.quoting import stored_quotes
 
     fmt = {"md": "markdown", "htm": "html", "json": "jsonl"}.get(fmt.lower(), fmt.lower())
+    if (run_ref is None) == (conversation is None):
+        raise MemagentError(
+            "Name a run (ID or last), or a conversation with --conversation, to export.",
+            "e.g. memagent traces export last, or memagent traces export --conversation last",
+            exit_code=EXIT_USAGE,
+        )
+    if conversation is not None:
+        _write_export(_conversation_page(conversation, fmt), None if output is not None and str(output) == "-" else output)
+        return
+    assert run_ref is not None
     if fmt == "pdf":
         check_outputs({"--output": output})  # PDFs are files (one per source): not standard output
         _export_pdf(_store().get_run(run_ref), output)
@@ -298,7 +367,31 @@ def export(
         raise MemagentError(f"Unknown format {fmt!r}.", f"Use one of: {', '.join(FORMATS)}, pdf.", exit_code=EXIT_USAGE)
     run = _store().get_run(run_ref)
     quotes = stored_quotes(run, _note, context=True) if fmt in ("html", "markdown") else []
-    text = render(run, fmt, quotes)
+    _write_export(render(run, fmt, quotes), output)
+
+
+def _conversation_page(ref: str, fmt: str) -> str:
+    """`traces export --conversation`: its turns on one page."""
+    from ..traces.export import export_conversation
+    from ..traces.quoting import stored_quotes
+
+    if fmt not in ("html", "markdown"):
+        raise MemagentError(f"A conversation is exported as html or markdown, not {fmt}.", exit_code=EXIT_USAGE)
+    store = _store()
+    found = store.conversation(ref)
+    runs, quotes = {}, {}
+    for turn in found["turns"]:
+        if turn["run"] in runs:
+            continue
+        try:
+            run = store.get_run(turn["run"])
+        except MemagentError:  # removed: its turn says so
+            continue
+        runs[turn["run"]], quotes[turn["run"]] = run, stored_quotes(run, _note, context=True)
+    return export_conversation(found, runs, quotes, fmt)
+
+
+def _write_export(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return

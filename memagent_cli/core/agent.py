@@ -30,6 +30,7 @@ from .events import (
     StepStarted,
     TokenText,
 )
+from .protocols import follow_up
 from .protocols import get as get_protocol
 from .reuse import Continued
 from .schema import AnswerSchema
@@ -51,13 +52,17 @@ def empty_question() -> MemagentError:
     )
 
 
-def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig) -> str:
+def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig, history: Sequence[tuple[str, str]] = ()) -> str:
     """The question as the prompts carry it: stripped, and normalized as the model's tokenizer
-    normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts."""
+    normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts.
+    `history`, the earlier turns of a conversation (question, answer): a follow-up's problem holds
+    the most recent of them that fit the question budget (protocols.follow_up)."""
     question = question.strip()
     schema = config.schema()
     if not question and schema is not None:  # --schema without a question: one made of its fields
         question = schema.question()
+    if question and history:
+        question = follow_up(question, history, lambda problem: len(tokenizer.encode(problem)) <= config.question_tokens)
     normalize = normalizer(tokenizer)
     if normalize is not None:
         question = normalize(question)

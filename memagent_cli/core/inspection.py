@@ -20,7 +20,7 @@ from .chunking import IngestStats
 from .config import AgentConfig
 from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
-from .protocols import PROTOCOLS, of_model
+from .protocols import PROTOCOLS, follow_up, of_model
 from .protocols import get as get_protocol
 
 if TYPE_CHECKING:
@@ -158,10 +158,12 @@ def inspect_sources(
     sequences: int = 1,
     protocol: str | None = None,
     recorded: RecordedRuns | None = None,
+    history: Sequence[tuple[str, str]] = (),
 ) -> Report:
     """`chat_template`: the user's template text (chat.read_template), over the GGUF's own;
     `sequences`: questions batched in one context, which the context is sized for; `protocol`:
-    None for the model's; budgets left None are the protocol's."""
+    None for the model's; budgets left None are the protocol's; `history`: the earlier turns of the
+    conversation the question follows, which its problem holds (protocols.follow_up)."""
     prep = prepare(model, paths, sources, EmbeddedOptions(chat_template=chat_template))
     chosen = get_protocol(protocol or of_model(prep.model_path))
     chunk_tokens = chunk_tokens or chosen.chunk_tokens
@@ -174,6 +176,9 @@ def inspect_sources(
     chunks, stats = chunk_stream(prep, chunk_tokens, sources, warn)
     normalize = normalizer(prep.tokenizer)  # the question reaches the prompt as the tokenizer normalizes it
     asked = question.strip() if question else None
+    if asked and history:
+        budget = AgentConfig().question_tokens
+        asked = follow_up(asked, history, lambda problem: len(prep.tokenizer.encode(problem)) <= budget)
     if asked is not None and normalize is not None:
         asked = normalize(asked)
     report = Report(prep, stats, chunk_tokens, memory_tokens, asked, chosen.name)

@@ -30,7 +30,7 @@ from ..ingest.base import OcrProgress
 from ..ingest.sources import Segment, Source
 from ..model.backends import EngineOptions
 from .agent import check_question, plan_context
-from .chunking import Chunk, IngestStats, ReadAhead, iter_chunks, layout
+from .chunking import Chunk, IngestStats, iter_chunks, layout
 from .config import AgentConfig
 from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
 from .pipeline import (
@@ -44,6 +44,7 @@ from .pipeline import (
     run_question,
 )
 from .protocols import of_model
+from .readahead import ReadAhead
 from .reuse import Continued
 from .scheduler import RunError, run_all
 from .schema import AnswerSchema
@@ -75,6 +76,7 @@ class Job:
     instructions: str | None = None
     schema: AnswerSchema | None = None
     continued: Continued | None = None
+    history: tuple[tuple[str, str], ...] = ()  # the earlier turns of the conversation it follows (question, answer)
 
     @classmethod
     def each(cls, document: Source, question: str) -> Job:
@@ -154,7 +156,7 @@ class JobRunner:
         sampling) replaces the runner's for this job, if the embedded engine's context holds it."""
         config = config or self.config
         if config is not self.config and self.prep.chat is not None and not self.served:
-            question = check_question(job.question, self.prep.tokenizer, config)
+            question = check_question(job.question, self.prep.tokenizer, config, job.history)
             plan_context(self.prep.chat, self.prep.tokenizer, question, config, self.n_ctx)  # raises when it does not fit
         return _run_job(job, self.prep, self.shared, config, self.sources)
 
@@ -260,7 +262,7 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     started = time.perf_counter()
     notes: list[Event] = []  # what reading told since the last event: passed on in order
     config = job_config(job, config)
-    question = check_question(job.question, prep.tokenizer, config)
+    question = check_question(job.question, prep.tokenizer, config, job.history)
     if config.final_instructions():
         check_question(question + "\n" + config.final_instructions(), prep.tokenizer, config)  # both share its budget
     if job.sources:

@@ -31,7 +31,7 @@ from ..model.gguf import GGUFInfo, read_gguf
 from ..model.llama import EmbeddedOptions, LlamaEngine
 from ..model.tokenizer import NormalForm, Tokenizer, load_tokenizer, normal_form
 from .agent import LoopInput, check_question, plan_context, run_loop
-from .chunking import Chunk, IngestStats, Piece, ReadAhead, iter_chunks, layout, normalized
+from .chunking import Chunk, IngestStats, Piece, iter_chunks, layout, normalized
 from .config import AgentConfig
 from .events import (
     AnswerFinished,
@@ -50,6 +50,7 @@ from .infmem_loop import run_infmem, units_read
 from .memdiff import evidence_steps
 from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
+from .readahead import ReadAhead
 from .reuse import Continued
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
@@ -360,13 +361,16 @@ def ask_events(
     done_steps: Sequence[Mapping[str, Any]] = (),
     continued: Continued | None = None,
     found: Found | None = None,
+    history: Sequence[tuple[str, str]] = (),
 ) -> Iterator[Event]:
     """Run one question over the sources, yielding events; the last is RunFinished.
 
     `done_steps`, the stored steps of an interrupted run (see traces/store.py), make this a
     resumed run: those chunks are re-read and checked but not sent to the model again.
     `continued`, an earlier run over an earlier version of the sources, is gone on from where
-    their chunks are the same (reuse.Continued). `found`: the documents the paths name, found already."""
+    their chunks are the same (reuse.Continued). `found`: the documents the paths name, found already.
+    `history`: the earlier turns of the conversation it follows (question, answer), which its problem
+    holds (agent.check_question)."""
     for _, event in ask_many_events(
         [question],
         paths,
@@ -377,6 +381,7 @@ def ask_events(
         done_steps=[done_steps],
         continued=[continued],
         found=found,
+        histories=[history],
     ):
         if isinstance(event, RunFailed):
             raise event.error
@@ -395,16 +400,19 @@ def ask_many_events(
     parallel: int = 1,
     continued: Sequence[Continued | None] = (),
     found: Found | None = None,
+    histories: Sequence[Sequence[tuple[str, str]]] = (),
 ) -> Iterator[tuple[int | None, Event]]:
     """Run several questions over the same sources, read once: each is its own memory stream.
 
     Yields (question index, event); index None marks a notice about the whole input. A
     question that fails yields RunFailed and the others go on. At most `parallel` model calls
     are in flight (the embedded engine takes one at a time: the questions advance step by
-    step in turn). `done_steps` and `continued` are per question, as ask_events takes them."""
+    step in turn). `done_steps`, `continued` and `histories` are per question, as ask_events takes them."""
     t0 = time.perf_counter()
     prep = prepare(model, paths, sources, engine, found)
-    questions = [check_question(q, prep.tokenizer, config) for q in questions]
+    questions = [
+        check_question(q, prep.tokenizer, config, histories[i] if i < len(histories) else ()) for i, q in enumerate(questions)
+    ]
     served = engine.served
     # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
     n_ctx = (

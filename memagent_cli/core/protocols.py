@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 from ..errors import MemagentError
 from . import infmem as infmem_strings
@@ -142,6 +143,26 @@ class InfMem(Protocol):
 
 
 PROTOCOLS: dict[str, Protocol] = {"memagent": Protocol(), "qwenlong": QwenLong(), "infmem": InfMem()}
+
+# A follow-up question (`ask -c`, `chat`). The published agents were trained with the question in
+# {problem} at every step, so a follow-up is a new reading whose problem says what it follows: the
+# earlier turns (question and answer, oldest first: the most recent that fit the question budget),
+# then the new question. Every protocol's prompts take it where they take a question; nothing else
+# in them changes. The turns' texts are as asked and as answered.
+FOLLOW_UP = "Earlier questions about these documents, and their answers:\n{turns}\n\nThe question now: {question}"
+FOLLOW_UP_TURN = "Question: {question}\nAnswer: {answer}"
+
+
+def follow_up(question: str, turns: Sequence[tuple[str, str]], fits: Callable[[str], bool] = lambda _: True) -> str:
+    """The problem of a follow-up: `question` after the most recent of `turns` (question, answer)
+    whose problem `fits` (the question budget), oldest first; the question alone where no turn fits."""
+    for start in range(len(turns)):
+        kept = turns[start:]
+        told = "\n\n".join(memagent_strings.fill(FOLLOW_UP_TURN, question=q.strip(), answer=a.strip()) for q, a in kept)
+        problem = memagent_strings.fill(FOLLOW_UP, turns=told, question=question)
+        if fits(problem):
+            return problem
+    return question
 
 
 def get(name: str) -> Protocol:

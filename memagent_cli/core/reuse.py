@@ -127,12 +127,15 @@ def answer_key(
     ocr: str = "auto",
     password: bool = False,
     text: str | None = None,
+    history: Sequence[tuple[str, str]] = (),
 ) -> AnswerKey:
     """The keys of a run of `question` over `sources` (found: folders expanded) with this model,
     engine and settings. `model` is the GGUF (the embedded engine's model, or the vocabulary of a
     served run; None: the server's own). Hashes each file source (once per process, see
     file_sha256); reads no document text and loads no model. `text`: the document is this text,
-    given inline (a `batch` line's context), and `sources` its one stand-in, named by its title."""
+    given inline (a `batch` line's context), and `sources` its one stand-in, named by its title.
+    `history`: the earlier turns of the conversation a follow-up is asked in (question, answer),
+    which its problem holds."""
     from .. import __version__
 
     if ocr == "never":
@@ -151,6 +154,10 @@ def answer_key(
         "engine": engine.decides(),
         "reading": {**reading, "password": password},
     }
+    if history:  # only where there is one: a question asked alone keeps the key it always had
+        common["history"] = [
+            [unicodedata.normalize("NFC", q.strip()), unicodedata.normalize("NFC", a.strip())] for q, a in history
+        ]
     if text is not None:
         places: list[list[Any]] = [["text", s.title] for s in sources]
         contents: list[list[Any]] | None = [["text", hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()]]

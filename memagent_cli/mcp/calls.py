@@ -50,6 +50,8 @@ class Planned:
     label: str = ""
     resume: Mapping[str, Any] | None = None
     fresh: bool = False  # read again: no answer from the traces, no earlier run continued
+    turn: bool = False  # a turn of a conversation (a call of one question): of `conversation`, else the first of a new one
+    conversation: str | None = None
 
 
 class Queue:
@@ -113,7 +115,15 @@ class Queue:
         def work() -> dict[str, Any] | None:
             try:
                 return self.engine.run_one(
-                    plan.job, plan.config, index=index, cancel=cancel, tell=told.put, resume=plan.resume, fresh=plan.fresh
+                    plan.job,
+                    plan.config,
+                    index=index,
+                    cancel=cancel,
+                    tell=told.put,
+                    resume=plan.resume,
+                    fresh=plan.fresh,
+                    turn=plan.turn,
+                    conversation=plan.conversation,
                 )
             finally:
                 ended.set()

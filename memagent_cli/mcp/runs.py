@@ -124,11 +124,14 @@ class SharedModel:
         tell: Callable[[Told], None],
         resume: Mapping[str, Any] | None = None,
         fresh: bool = False,
+        turn: bool = False,
+        conversation: str | None = None,
     ) -> dict[str, Any] | None:
         """One run to its record (see `record`); None when `cancel` stopped it (recorded as
         interrupted). Raises MemagentError when it fails (recorded as failed). Unless `fresh`, an
         answer the traces have is given again, and an earlier run over an earlier version of the
-        documents is gone on from."""
+        documents is gone on from. With `turn`, the run is a turn of `conversation` (its next one; a
+        new conversation where None), answered from the store or not."""
         from ..core.protocols import get as get_protocol
         from ..traces.reuse import continuation, reused_answer
         from ..traces.store import TraceStore
@@ -145,7 +148,11 @@ class SharedModel:
             found = reused_answer(store, key, job.sources, warn) if key is not None and not fresh else None
             if found is not None:
                 tell(Told(index, "note", text=found.note(), level="info"))
-                return reused_record(found, job, runner)
+                answered = reused_record(found, job, runner)
+                if turn:
+                    cid, number = store.add_turn(conversation, found.run, job.question)
+                    answered["conversation"] = {"id": cid, "turn": number}
+                return answered
             if resume is None:
                 resume = self._interrupted_like(store, job, config, runner)
             if resume is not None:
@@ -154,11 +161,16 @@ class SharedModel:
             elif key is not None and not fresh and not get_protocol(config.protocol).planner:
                 job = dataclasses.replace(job, continued=continuation(store, key))
             recorder = self._recorder(store, resume, warn, key)
+            if turn and resume is None:
+                recorder.conversation, recorder.asked = conversation, job.question
             result = _drive(runner, job, config, recorder, cancel, _Tracker(index, tell))
             if result is None:
                 return None
             trace = recorder.run_id if recorder.failed_write is None else None
-            return record(result, trace, len(resume["steps"]) if resume is not None else 0)
+            return {
+                **record(result, trace, len(resume["steps"]) if resume is not None else 0),
+                "conversation": recorder.conversation_record(),
+            }
         finally:
             if claimed is not None:
                 with self._busy_lock:
@@ -186,7 +198,9 @@ class SharedModel:
 
         s = self.settings
         try:
-            return answer_key(job.question, config, model=s.model, engine=s.engine, sources=job.sources, ocr=s.ocr)
+            return answer_key(
+                job.question, config, model=s.model, engine=s.engine, sources=job.sources, ocr=s.ocr, history=job.history
+            )
         except OSError:
             return None
 
@@ -367,6 +381,7 @@ def reused_record(found: Reused, job: Job, runner: JobRunner) -> dict[str, Any]:
         "resumed_steps": 0,
         "reused_from": stored["reused_from"],
         "continued_from": stored.get("continued_from"),
+        "conversation": stored.get("conversation"),
     }
 
 

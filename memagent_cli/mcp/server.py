@@ -199,6 +199,11 @@ def _ask_output() -> "type[BaseModel]":
             description="{run, at}: answered from that earlier run (the same question, documents, model and settings),"
             " reading nothing; null when it read. `fresh` reads again.",
         )
+        conversation: Optional[dict[str, Any]] = Field(
+            None,
+            description="{id, turn}: the conversation this answer is a turn of; give its id as `conversation` to"
+            " ask a follow-up about the same documents.",
+        )
         continued_from: Optional[dict[str, Any]] = Field(
             None,
             description="{run, step}: its first steps were that earlier run's, which read an earlier version of the"
@@ -225,14 +230,14 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
         ctx: Context[Any, Any],
         roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
         sources: Annotated[
-            list[str],
+            Optional[list[str]],
             Field(
                 description="Files and folders to read (absolute paths, or relative to the server's directory); "
-                "folders and zip archives are read whole.",
+                "folders and zip archives are read whole. Left out with `conversation`: it reads its own.",
                 min_length=1,
                 max_length=MAX_FILES,
             ),
-        ],
+        ] = None,
         question: Annotated[Optional[str], Field(description="The question to answer.")] = None,
         questions: Annotated[
             Optional[list[str]],
@@ -267,6 +272,13 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
+        conversation: Annotated[
+            Optional[str],
+            Field(
+                description="A follow-up: the id of the conversation an earlier answer gave (`conversation.id`). Its"
+                " documents are read again with the earlier questions and answers, so 'it' means what it meant."
+            ),
+        ] = None,
         fresh: Annotated[
             bool,
             Field(
@@ -286,7 +298,7 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
             tools.ask(
                 shared.roots_of(roots),
                 shared.host(ctx),
-                sources,
+                sources or [],
                 asked,
                 each=each,
                 budgets=budgets,
@@ -296,6 +308,7 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
                 schema=schema,
                 schema_multi=schema_multi,
                 fresh=fresh,
+                conversation=conversation,
             )
         )
 

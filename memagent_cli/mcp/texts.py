@@ -36,7 +36,12 @@ Concurrency: {concurrency}
 
 Cancelling the call stops its run within a step. The run is kept as interrupted: calling `ask` \
 again with the same question and documents (or `resume` with its trace id) continues from where \
-it stopped instead of starting over.
+it stopped instead of starting over. Asked again once answered, with the documents unchanged, the \
+answer is given at once from the record (`reused_from` says so; `fresh: true` reads again).
+
+Follow-ups: an answer to one question is a turn of a conversation (`conversation.id`). Give that \
+id as `conversation`, with the next `question` and no `sources`: the same documents are read again \
+with the earlier questions and answers, so that "it" or "that clause" mean what they meant.
 
 Reads only files under the allowed roots ({roots}), narrowed to the client's roots when it \
 declares any. A path outside them (checked on its real path: links and `..` followed), a link \

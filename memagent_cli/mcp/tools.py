@@ -51,10 +51,13 @@ class Tools:
         schema: Mapping[str, Any] | str | None = None,
         schema_multi: bool = False,
         fresh: bool = False,
+        conversation: str | None = None,
     ) -> tuple[dict[str, Any], str]:
         """The answer (or answers) with evidence, and its text; see server.ASK. With `schema`, the
         answer is data too, and the question may be left out (its fields make one). An answer the
-        traces have (the same question, documents, model and settings) is given at once, unless `fresh`."""
+        traces have (the same question, documents, model and settings) is given at once, unless `fresh`.
+        A call of one question is a turn of a conversation: of `conversation` (its documents, the
+        earlier turns read with the question), else the first of a new one."""
         questions = [q.strip() for q in questions if q and q.strip()]
         budgets = {**(budgets or {}), **_answer_schema(schema, schema_multi)}
         if not questions and budgets.get("answer_schema"):
@@ -69,13 +72,31 @@ class Tools:
             )
         self._check_model(model)
         config = self.config(budgets)
-        options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
-        notes: list[str] = []
-        documents = await anyio.to_thread.run_sync(lambda: self._find(sources, roots, options, notes))
-        for note in notes:
-            await host.log("warning", note)
         several = each or len(questions) > 1
-        planned = [dataclasses.replace(plan, fresh=fresh) for plan in self._plan(documents, questions, config, each)]
+        if conversation is not None:
+            if several or sources:
+                raise MemagentError(
+                    "A conversation's turn is one question, about the conversation's own documents.",
+                    "Give `conversation` and `question` alone.",
+                    exit_code=EXIT_USAGE,
+                )
+            cid, documents, history = await anyio.to_thread.run_sync(lambda: self._conversation(conversation, roots))
+            job = Job(key=questions[0], question=questions[0], sources=tuple(documents), title=questions[0], history=history)
+            planned = [Planned(job, config, "Q1", fresh=fresh, turn=True, conversation=cid)]
+        else:
+            if not sources:
+                raise MemagentError(
+                    "No documents named.", "Give `sources` (or a `conversation` to go on with).", exit_code=EXIT_USAGE
+                )
+            options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
+            notes: list[str] = []
+            documents = await anyio.to_thread.run_sync(lambda: self._find(sources, roots, options, notes))
+            for note in notes:
+                await host.log("warning", note)
+            planned = [
+                dataclasses.replace(plan, fresh=fresh, turn=not several)
+                for plan in self._plan(documents, questions, config, each)
+            ]
         records = await self.queue.run(planned, host, several=several)
         if not several:
             return records[0], render(records[0])
@@ -84,6 +105,17 @@ class Tools:
             document = plan.job.title if each else None
             results.append({**({"document": document} if document else {}), "question": plan.job.question, **found})
         return {"results": results}, "\n\n".join(render(r, head=True) for r in results)
+
+    def _conversation(self, ref: str, roots: Roots) -> tuple[str, list[Source], tuple[tuple[str, str], ...]]:
+        """A conversation to go on with: its id, its first run's documents (checked as a new call's
+        are), and its turns so far (question, answer)."""
+        from ..traces.store import TraceStore
+
+        with TraceStore() as store:
+            found = store.conversation(ref)
+            first = store.get_run(found["first_run"], with_steps=False)
+        history = tuple((t["question"], t["answer"]) for t in found["turns"] if t["answer"] is not None)
+        return found["id"], stored_sources(first, roots), history
 
     def _check_model(self, model: str | None) -> None:
         if not model:

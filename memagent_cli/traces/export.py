@@ -33,7 +33,7 @@ from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
-from .sharing import Sharing, for_run, model_name
+from .sharing import Sharing, for_run, model_name, shared_time
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -465,4 +465,108 @@ def export_html(run: Record, quotes: Sequence[Record] = ()) -> str:
     out.append(run_meta_html(run))
     out += ["</header>", "<main>", "<h2>Memory timeline</h2>", timeline_html(run)]
     out += ["</main>", f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>", "</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+# --- a conversation ------------------------------------------------------------------------------
+
+
+def export_conversation(
+    conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]], fmt: str
+) -> str:
+    """Every turn of a conversation (TraceStore.conversation) on one page, HTML or Markdown: each
+    turn's question as asked, then its run as `export` shows one (`runs`, by id; a turn whose run
+    is gone says so), its quotes (`quotes`, by run id)."""
+    if fmt == "html":
+        return _conversation_html(conversation, runs, quotes)
+    if fmt == "markdown":
+        return visible(_conversation_markdown(conversation, runs, quotes))
+    raise ValueError(f"a conversation is exported as html or markdown, not {fmt!r}")
+
+
+def _turn_note(turn: Record) -> str:
+    said = f"answered from run {turn['run'][:8]}, given again" if turn.get("reused") else f"run {turn['run'][:8]}"
+    changed = ", ".join(f"{name} {value}" for name, value in (turn.get("changed") or {}).items())
+    return said + (f"; for this turn {changed}" if changed else "")
+
+
+def _conversation_markdown(conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]]) -> str:
+    turns = conversation.get("turns") or []
+    out = [
+        f"# Conversation {_md_inline(conversation['id'])}",
+        "",
+        f"{len(turns)} turns, begun {_md_inline(shared_time(conversation.get('started_at')))}.",
+    ]
+    for turn in turns:
+        out += ["", f"## Turn {turn['turn']}: {_md_inline(turn['question'])}", "", f"*{_md_inline(_turn_note(turn))}*", ""]
+        run = runs.get(turn["run"])
+        if run is None:
+            out.append("(its run has been removed)")
+            continue
+        body = export_markdown(run, quotes.get(turn["run"], ())).splitlines()
+        out += _demoted(body[1:])  # its own title is the problem it read: the turn's question stands for it
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _demoted(lines: Sequence[str]) -> list[str]:
+    """Markdown lines with every heading one level down, those inside fenced blocks (memories) left as they are."""
+    out, fence = [], ""
+    for line in lines:
+        marker = re.match(r"^(`{3,})", line)
+        if fence:
+            if marker is not None and line.strip() == fence:
+                fence = ""
+        elif marker is not None:
+            fence = marker.group(1)
+        elif line.startswith("#"):
+            line = "#" + line
+        out.append(line)
+    return out
+
+
+# Additions to the export's stylesheet for a conversation's turns. No url(), @import or web fonts.
+_CONVERSATION_CSS = """
+section.turn { border-top: 2px solid var(--line); margin: 2rem 0 0; padding-top: .5rem; }
+section.turn h2 { overflow-wrap: anywhere; }
+p.muted { color: var(--muted); margin: 0 0 .5rem; }
+details.trace { margin: 1rem 0 0; background: #eceef2; border-radius: 6px; padding: .5rem .75rem; }
+details.trace > summary { cursor: pointer; font-weight: 600; }
+"""
+
+
+def _conversation_html(conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]]) -> str:
+    turns = conversation.get("turns") or []
+    out = [
+        *page_head(f"memagent: conversation {conversation['id']}", PAGE_CSS + _CONVERSATION_CSS),
+        "<header>",
+        f"<h1>Conversation {_e(conversation['id'])}</h1>",
+        f"<p>{len(turns)} turns, begun {_e(shared_time(conversation.get('started_at')))}.</p>",
+        "</header>",
+        "<main>",
+    ]
+    for turn in turns:
+        number = turn["turn"]
+        out += [f'<section class="turn" id="turn-{number}">', f"<h2>Turn {number}: {_e(turn['question'])}</h2>"]
+        out.append(f'<p class="muted">{_e(_turn_note(turn))}</p>')
+        run = runs.get(turn["run"])
+        if run is None:
+            out += [note_html("Note", "its run has been removed"), "</section>"]
+            continue
+        sharing = for_run(run)
+        shown = sharing.run(run)
+        out.append(answer_html(shown.get("answer")))
+        note = status_note(shown)
+        if note:
+            out.append(note_html("Note", note))
+        quoted = quotes_html(quotes.get(turn["run"], ()), sharing, level=3)
+        if quoted:
+            out.append(quoted)
+        out.append(run_meta_html(shown))
+        out += [
+            '<details class="trace"><summary>Memory timeline</summary>',
+            timeline_html(shown, id_prefix=f"turn-{number}-"),
+            "</details>",
+            "</section>",
+        ]
+    out += ["</main>", "<footer>Exported by memagent.</footer>", "</body>", "</html>"]
     return "\n".join(out) + "\n"

@@ -147,6 +147,37 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_answer_key ON runs (answer_key, ended_at) WHERE status = 'complete';
     CREATE INDEX runs_lineage_key ON runs (lineage_key, ended_at) WHERE status = 'complete';
     """,
+    # 8: conversations. Every `ask` is a turn of one: a new question starts one (its id the run's),
+    # a follow-up (`ask -c`, `chat`) is its next turn. A turn names the run that answered it: its
+    # own, or, for a turn answered from the store, the earlier run it was given from (`reused`).
+    # `first_run` holds the conversation's sources, model and settings. Each run recorded before is
+    # its own conversation of one turn. A run removed takes its turns with it, and a conversation
+    # whose first run is removed goes too.
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        first_run TEXT NOT NULL
+    );
+    CREATE TABLE turns (
+        conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        turn INTEGER NOT NULL,              -- 1-based
+        run_id TEXT NOT NULL,
+        question TEXT NOT NULL,             -- as asked (a follow-up's run reads it after the earlier turns)
+        asked_at TEXT NOT NULL,
+        reused INTEGER NOT NULL DEFAULT 0,  -- 1: answered from run_id, which an earlier turn (or ask) made
+        changed TEXT,                       -- JSON {option: value}: the settings this turn gave over the first's
+        PRIMARY KEY (conversation, turn)
+    );
+    CREATE INDEX turns_run ON turns (run_id);
+    CREATE INDEX turns_asked_at ON turns (asked_at);
+    CREATE TRIGGER runs_turns_ad AFTER DELETE ON runs BEGIN
+        DELETE FROM conversations WHERE first_run = old.id;
+        DELETE FROM turns WHERE run_id = old.id;
+    END;
+    INSERT INTO conversations (id, started_at, first_run) SELECT id, started_at, id FROM runs;
+    INSERT INTO turns (conversation, turn, run_id, question, asked_at) SELECT id, 1, id, question, started_at FROM runs;
+    """,
 ]
 
 

@@ -96,6 +96,9 @@ class Recorder:
         chat_template: Mapping[str, str] | None = None,
         job: Mapping[str, str] | None = None,
         key: AnswerKey | None = None,
+        conversation: str | None = None,
+        asked: str | None = None,
+        changed: Mapping[str, Any] | None = None,
     ):
         self.store = store
         self.warn = warn
@@ -110,6 +113,10 @@ class Recorder:
         self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
         self.job = job  # a run of a job (`batch`): its results file and key, so a rerun finds the run again
         self.key = key  # what finds the run's answer again, and the run to continue (core/reuse.py)
+        # a follow-up: the conversation it is the next turn of, the question as asked (the run reads
+        # it after the earlier turns), and the settings it gave over the conversation's first run's
+        self.conversation, self.asked, self.changed = conversation, asked, changed
+        self.turn: tuple[str, int] | None = None  # (conversation, turn) once the run is recorded
 
     def _write(self, action: Callable[[], object]) -> None:
         if self.failed_write is not None:
@@ -167,7 +174,12 @@ class Recorder:
 
     def _started(self, e: RunStarted) -> None:
         if self.resume:
-            self._write_run(lambda run_id: self.store.update_run(run_id, status="running", ended_at=None, error=None))
+
+            def resumed(run_id: str) -> None:
+                self.store.update_run(run_id, status="running", ended_at=None, error=None)
+                self.turn = self.store.own_turn(run_id)
+
+            self._write_run(resumed)
             return
         self.sources = [fingerprint(s) for s in e.sources]
         self.settings = {
@@ -184,8 +196,16 @@ class Recorder:
 
         def create() -> None:
             self.run_id = self.store.create_run(
-                question=e.question, sources=self.sources, model=model, settings=self.settings, keys=keys
+                question=e.question,
+                sources=self.sources,
+                model=model,
+                settings=self.settings,
+                keys=keys,
+                conversation=self.conversation,
+                asked=self.asked,
+                changed=self.changed,
             )
+            self.turn = self.store.own_turn(self.run_id)
 
         self._write(create)
 
@@ -206,6 +226,13 @@ class Recorder:
                 run_id, sources=self.sources, document_tokens=e.document_tokens, steps_total=e.steps
             )
         )
+
+    def conversation_record(self) -> dict[str, Any] | None:
+        """The run's conversation and turn as records give them (docs/JSON.md): {"id", "turn"},
+        with "changed" where a follow-up gave settings over the conversation's; None unrecorded."""
+        if self.turn is None or self.failed_write is not None:
+            return None
+        return {"id": self.turn[0], "turn": self.turn[1], **({"changed": dict(self.changed)} if self.changed else {})}
 
     def stopped(self, status: str, error: str | None = None) -> None:
         """The run ended early: `interrupted` (Ctrl-C, SIGTERM) or `failed`."""

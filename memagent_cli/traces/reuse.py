@@ -67,6 +67,8 @@ def reused_answer(
     if run is None or run.get("result") is None:
         return None
     record = _record(run, sources, warn, text)
+    own = store.own_turn(run["id"])
+    record["conversation"] = {"id": own[0], "turn": own[1]} if own is not None else None
     try:
         store.mark_reused(run["id"])
     except (MemagentError, sqlite3.Error):  # the count is a nicety: a busy or read-only store still answers
@@ -86,9 +88,12 @@ def continuation(store: TraceStore, key: AnswerKey) -> Continued | None:
 
 def _record(run: Mapping[str, Any], sources: Sequence[Source], warn: Callable[[str], None], text: str | None) -> dict[str, Any]:
     """The stored run as `ask --json` printed it, for the documents as found now."""
-    record = dict(run["result"])
+    record: dict[str, Any] = {}
+    for name, value in run["result"].items():  # in the order `ask --json` printed them, the steps where they were
+        record[name] = value
+        if name == "settings":
+            record["steps"] = [{k: step[k] for k in STEP_KEYS if k in step} for step in run["steps"]]
     ocr = str((run.get("settings") or {}).get("ocr", "auto"))
-    record["steps"] = [{k: step[k] for k in STEP_KEYS if k in step} for step in run["steps"]]
     record["quotes"] = reused_quotes(record.get("quotes") or [], sources, ocr, warn, text)
     if "evidence_by_field" in record:
         by_field = record["evidence_by_field"] or {}

@@ -15,22 +15,20 @@ What is recorded of that process, and the checks whether it is still at work, ar
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import shutil
 import socket
 import sqlite3
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NoReturn, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
-from .migrations import migrate
+from .conversations import conversation_record, new_turn, own_turn, resolve_conversation
+from .database import open_database, raise_for
 from .ownership import Owner, liveness, this_process
 
 DB_NAME = "traces.db"
@@ -87,7 +85,13 @@ STEP_FIELDS = (
     "copied_from",  # a continued run's steps taken from an earlier run: read back only where it is
     "digest",  # the chunk's token ids' sha256: read back only by `continuable`
 )
-_RUN_SELECT = ", ".join(RUN_COLUMNS) + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
+# A run's own turn (not one answered from it elsewhere): its conversation and turn number.
+_OWN_TURN = "SELECT {} FROM turns WHERE turns.run_id = runs.id AND turns.reused = 0 ORDER BY asked_at LIMIT 1"
+_RUN_SELECT = (
+    ", ".join(RUN_COLUMNS)
+    + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
+    + f", ({_OWN_TURN.format('conversation')}) AS conversation, ({_OWN_TURN.format('turn')}) AS turn"
+)
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 # Read back as 0 from steps recorded before migration 4, so a step has one shape whatever its age.
 _STEP_READ = ", ".join(
@@ -97,15 +101,6 @@ _STEP_READ = ", ".join(
 )
 OWNER_COLUMNS = ("pid", "host", "pid_started")  # internal: not in the run records reads return
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-# SQLite's primary result codes (https://sqlite.org/rc.html), which the sqlite3 module names only
-# from Python 3.11 on (as it gives errors their sqlite_errorcode; see _error_code).
-SQLITE_PERM = 3
-SQLITE_BUSY = 5
-SQLITE_LOCKED = 6
-SQLITE_READONLY = 8
-SQLITE_CORRUPT = 11
-SQLITE_CANTOPEN = 14
-SQLITE_NOTADB = 26
 
 
 class TraceStore:
@@ -123,88 +118,7 @@ class TraceStore:
                 hint="set MEMAGENT_HOME to a writable directory, or use --no-trace",
             ) from e
         self._conn: sqlite3.Connection | None = None
-        try:
-            try:
-                self._conn = self._open()
-            except _Damaged as damaged:
-                self._conn = self._open()
-                self.notice = f"The trace database was damaged; it was moved to {damaged.moved_to} and a new one started."
-        except sqlite3.Error as e:
-            self._raise_for(e)
-
-    def _open(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; writes use BEGIN IMMEDIATE below.
-        # `timeout` installs SQLite's busy timeout, so concurrent writers wait their turn.
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.create_function("icontains", 2, _icontains, deterministic=True)
-            conn.execute("PRAGMA foreign_keys = ON")
-            # WAL: readers never block the writer, and each commit is one append.
-            self._enable_wal(conn)
-            # In WAL, NORMAL syncs at checkpoints, not at every commit: a crash of memagent loses
-            # nothing; a power cut may lose the last steps, which a resume runs again. Halves a
-            # step's commit (B10: 13 commits a run, on the thread that hands events to the views).
-            conn.execute("PRAGMA synchronous = NORMAL")
-            migrate(conn, lambda: _timestamp(None))
-        except sqlite3.DatabaseError as e:
-            if _error_code(e) not in (SQLITE_CORRUPT, SQLITE_NOTADB):
-                conn.close()
-                raise
-            # Keep the damaged files (they are the user's data) and let the caller start afresh.
-            raise _Damaged(self._move_aside(conn)) from e
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching a new database to WAL takes an exclusive lock, and SQLite answers "locked"
-        # at once, without its busy handler, when another process is doing the same: two runs
-        # started together on a fresh machine. Retry for as long as the busy timeout allows.
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
-
-    def _move_aside(self, conn: sqlite3.Connection) -> Path:
-        """Moves the database to traces.db.corrupt-<UTC time>, with its -wal and -shm files."""
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while target.exists():
-            target, n = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}"), n + 1
-        # The -wal may hold the last writes, and closing the connection deletes it: copy first.
-        for suffix in ("-wal", "-shm"):
-            if Path(f"{self.path}{suffix}").exists():
-                shutil.copyfile(f"{self.path}{suffix}", f"{target}{suffix}")
-        conn.close()
-        for suffix in ("", "-wal", "-shm"):  # left behind, a stale -wal would poison the new file
-            try:
-                os.replace(f"{self.path}{suffix}", f"{target}{suffix}")
-            except FileNotFoundError:  # already gone, or another process moved it first
-                pass
-        return target
-
-    def _raise_for(self, e: sqlite3.Error) -> NoReturn:
-        """Raises the MemagentError a user can act on for a SQLite error, else the error itself."""
-        code = _error_code(e)
-        if code in (SQLITE_BUSY, SQLITE_LOCKED):
-            raise MemagentError(
-                f"Another memagent process holds the trace database {self.path}",
-                hint="wait for it to finish, or run with --no-trace",
-            ) from e
-        if code in (SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_PERM):
-            raise MemagentError(
-                f"Cannot write the trace database {self.path}: {e}",
-                hint="set MEMAGENT_HOME to a writable directory, or use --no-trace",
-            ) from e
-        raise e
+        self._conn, self.notice = open_database(self.path, self.timeout, lambda: _timestamp(None))
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -233,7 +147,7 @@ class TraceStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
-            self._raise_for(e)
+            raise_for(self.path, e)
         try:
             yield conn
             conn.execute("COMMIT")
@@ -241,7 +155,7 @@ class TraceStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(e, sqlite3.OperationalError):
-                self._raise_for(e)
+                raise_for(self.path, e)
             raise
 
     @contextmanager
@@ -265,8 +179,14 @@ class TraceStore:
         settings: Mapping[str, Any],
         started_at: str | None = None,
         keys: Mapping[str, str | None] | None = None,
+        conversation: str | None = None,
+        asked: str | None = None,
+        changed: Mapping[str, Any] | None = None,
     ) -> str:
-        """A new running run; `keys` ({"answer", "lineage"}: reuse.AnswerKey) find it again once complete."""
+        """A new running run; `keys` ({"answer", "lineage"}: reuse.AnswerKey) find it again once
+        complete. It is a turn of `conversation` (its next one), else the first of its own; `asked`
+        is the question as asked, where the run reads it in a longer problem (a follow-up's), and
+        `changed` the settings the turn gave over the conversation's first run's."""
         keys = keys or {}
         with self._write() as conn:
             run_id = secrets.token_hex(6)
@@ -287,7 +207,30 @@ class TraceStore:
                     *this_process(),
                 ),
             )
+            new_turn(conn, conversation, run_id, asked or question, reused=False, changed=changed, now=_timestamp(None))
         return run_id
+
+    # Conversations (conversations.py) ------------------------------------------------------
+
+    def add_turn(
+        self, conversation: str | None, run_id: str, question: str, *, changed: Mapping[str, Any] | None = None
+    ) -> tuple[str, int]:
+        """A turn answered from run `run_id` (reused): the next of `conversation`, else the first of a new one."""
+        with self._write() as conn:
+            return new_turn(conn, conversation, run_id, question, reused=True, changed=changed, now=_timestamp(None))
+
+    def own_turn(self, run_id: str) -> tuple[str, int] | None:
+        """The conversation a run answered in, and its turn there."""
+        return own_turn(self._db, run_id)
+
+    def resolve_conversation(self, ref: str) -> str:
+        return resolve_conversation(self._db, ref)
+
+    def conversation(self, ref: str) -> dict[str, Any]:
+        """A conversation ("last", or a prefix of its id) with its turns (conversations.conversation_record)."""
+        conversation_id = self.resolve_conversation(ref)
+        with self._snapshot() as conn:
+            return conversation_record(conn, conversation_id)
 
     def add_step(self, run_id: str, step: Mapping[str, Any]) -> None:
         """Records one step and commits it. Adding an index again replaces that step."""
@@ -591,14 +534,6 @@ class Removed:
     kept: list[Owner]
 
 
-class _Damaged(Exception):
-    """The database file was damaged and has been moved to `moved_to`."""
-
-    def __init__(self, moved_to: Path):
-        super().__init__(str(moved_to))
-        self.moved_to = moved_to
-
-
 def parse_age(text: str) -> float:
     """ "30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
@@ -647,15 +582,6 @@ def _quotes_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Every quote a stored result holds: its own and each field's."""
     by_field = result.get("evidence_by_field") or {}
     return [*(result.get("quotes") or []), *(q for found in by_field.values() for q in found)]
-
-
-def _icontains(haystack: str | None, needle: str) -> bool:
-    return haystack is not None and needle.casefold() in str(haystack).casefold()
-
-
-def _error_code(e: sqlite3.Error) -> int | None:
-    code: int | None = getattr(e, "sqlite_errorcode", None)  # Python 3.11 and later
-    return None if code is None else code & 0xFF  # the primary code, without extended bits
 
 
 def recorded_runs(path: str, size: int, limit: int = 20) -> list[dict[str, Any]]:

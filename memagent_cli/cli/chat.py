@@ -1,0 +1,293 @@
+"""`memagent chat SOURCES...`: questions about the same documents, one after another, each a turn of
+one conversation (as `ask -c` asks them), interactively.
+
+On a terminal: a prompt with history and line editing (prompt_toolkit), the live view while each
+reading goes, then the answer and its quotes. Ctrl-C stops the reading in flight (kept in the trace
+store, resumable) and comes back to the prompt; Ctrl-D or /quit ends. Without a terminal: a question
+a line from stdin, an answer a line on stdout (`--json`: a record a line), so that scripts can
+`printf 'Q1\\nQ2\\n' | memagent chat report.pdf`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import EXIT_USAGE, MemagentError
+from ..paths import default_home
+from .common import check_paths, fail, open_store, stderr_console
+from .conversation import Conversation, changed_since, find_conversation, turn_setup
+from .options import FreshOpt, SourceFlags, flag_groups, option, quiet_library_logs
+from .reuse import Lookup, record_text, say_reused
+from .setup import RunFlags, setup
+from .single import Output, Traced, given_flags, show_one, turn_of_reused
+from .textout import SCHEMA, json_text, visible
+
+if TYPE_CHECKING:
+    from ..core.pipeline import SourceOptions
+    from ..traces.store import TraceStore
+    from .setup import RunSetup
+
+PROMPT = "? "
+COMMANDS = {
+    "/sources": "the documents this conversation reads",
+    "/history": "the questions and answers so far",
+    "/fresh": "the next question reads again, whatever the trace store has",
+    "/standalone": "the next question is asked alone, without the earlier turns",
+    "/cid": "this conversation's id, to go on later (chat --cid ID, or ask --cid ID)",
+    "/quit": "end (Ctrl-D too)",
+}
+
+SourcesArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents and folders the conversation is about."),
+]
+CidOpt = Annotated[
+    Optional[str],
+    option(
+        "Go on with this conversation (a unique prefix of its id, or last), begun by ask or chat.",
+        "--cid",
+        "--conversation",
+        metavar="ID|last",
+    ),
+]
+JsonLinesOpt = Annotated[bool, option("Each answer's JSON record on stdout, one a line.", "--json")]
+CiteOpt = Annotated[bool, option("Print under each answer the sentences of the sources it rests on.", "--cite")]
+RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
+QuietOpt = Annotated[bool, option("No live view and no progress: only the answers.", "--quiet")]
+
+
+@flag_groups
+def chat(
+    ctx: typer.Context,
+    sources: SourcesArg = None,
+    cid: CidOpt = None,
+    source_flags: SourceFlags = SourceFlags(),
+    fresh: FreshOpt = False,
+    json_out: JsonLinesOpt = False,
+    cite: CiteOpt = False,
+    raw: RawOpt = False,
+    quiet: QuietOpt = False,
+    flags: RunFlags = RunFlags(),
+) -> None:
+    """Ask questions about documents one after another, each a follow-up of the ones before.
+
+    Each question is a new reading of the sources whose problem holds the earlier questions and
+    answers (see [b]ask -c[/]); an answer known to the trace store is given at once. Commands:
+    /sources, /history, /fresh, /standalone, /cid, /quit.
+
+    [dim]Examples:[/]
+      memagent chat contract.pdf
+      memagent chat --cid last
+      printf 'Who signed it?\\nWhen does it end?\\n' | memagent chat contract.pdf --json
+    """
+    err = stderr_console()
+    quiet_library_logs(flags.verbose)
+    try:
+        session = _session(ctx, sources, cid, source_flags, fresh, flags, err)
+    except MemagentError as exc:
+        fail(err, exc)
+    session.output = Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=None, lines=True)
+    terminal = sys.stdin.isatty() and err.is_terminal
+    questions = _typed(session) if terminal else _piped()
+    for line in questions:
+        if line.startswith("/"):
+            session.command(line)
+            if session.done:
+                break
+            continue
+        try:
+            session.ask(line)
+        except MemagentError as exc:
+            if not terminal:
+                fail(err, exc)  # a script's run stops at the first failure, as `ask` would
+            err.print(Text.assemble(("error: ", "bold red"), visible(str(exc))), soft_wrap=True)
+
+
+def _session(
+    ctx: typer.Context,
+    sources: list[str] | None,
+    cid: str | None,
+    source_flags: SourceFlags,
+    fresh: bool,
+    flags: RunFlags,
+    err: Console,
+) -> Session:
+    """The conversation to go on with (--cid) or the sources of a new one, checked, and the run setup."""
+    import dataclasses
+    import os
+
+    store = open_store(err, required=True)
+    assert store is not None
+    conversation = None
+    if cid is not None:
+        if sources:
+            raise MemagentError(
+                "--cid goes on with a conversation's own sources: name none.", "memagent chat --cid ID", exit_code=EXIT_USAGE
+            )
+        conversation = find_conversation(store, cid)
+        paths = conversation.paths
+        if conversation.cwd and os.path.isdir(conversation.cwd):
+            os.chdir(conversation.cwd)  # relative source paths are as of its start
+        source_flags = dataclasses.replace(source_flags, ocr=type(source_flags.ocr)(conversation.ocr))
+    else:
+        paths = list(sources or [])
+        if not paths:
+            raise MemagentError("Name the documents to talk about.", "e.g. memagent chat report.pdf", exit_code=EXIT_USAGE)
+        if "-" in paths:
+            raise MemagentError(
+                "chat reads its questions from standard input: it cannot be a source too.",
+                "Save the text to a file and name it.",
+                exit_code=EXIT_USAGE,
+            )
+    check_paths(paths)
+    if conversation is not None:
+        run, changed = turn_setup(flags, given_flags(ctx), err, conversation.first)
+    else:
+        run, changed = setup(flags, err), {}
+    traced = Traced(err, store)
+    traced.setup = run
+    options = source_flags.settings(None)
+    return Session(
+        store, run, options, paths, traced, Lookup(store, run, options, fresh, traced.warn), err, conversation, changed
+    )
+
+
+@dataclass
+class Session:
+    """One chat: its conversation (None until the first answer begins one), its setup, and what
+    the next question asks for (/fresh, /standalone)."""
+
+    store: TraceStore
+    run: RunSetup
+    sources: SourceOptions
+    paths: list[str]
+    traced: Traced
+    lookup: Lookup
+    err: Console
+    conversation: Conversation | None = None
+    changed: dict[str, Any] = field(default_factory=dict)
+    output: Output = Output(quiet=False, json_out=False, raw=False, cite=False, svg=None)
+    fresh_next: bool = False
+    standalone_next: bool = False
+    done: bool = False
+
+    def ask(self, question: str) -> None:
+        """One turn: an answer from the store, or a reading (Ctrl-C stops it, and the chat goes on)."""
+        from ..core.pipeline import ask_events, found_sources
+
+        if not question.strip():
+            return
+        found = found_sources(self.paths, self.sources)
+        following = self.conversation.id if self.conversation is not None else None
+        history = self.conversation.history if self.conversation is not None and not self.standalone_next else []
+        if self.conversation is not None:
+            changed_since(self.conversation.first, list(found.sources), self.traced.warn)
+        key = self.lookup.key(question, found.sources, history=history)
+        fresh, self.lookup.fresh = self.lookup.fresh, self.lookup.fresh or self.fresh_next
+        try:
+            reused = self.lookup.reused(key, found.sources)
+            continued = self.lookup.continued(key)
+        finally:
+            self.lookup.fresh = fresh
+        self.fresh_next = self.standalone_next = False
+        if reused is not None:
+            turn_of_reused(self.store, reused, following, question, self.changed)
+            if not self.output.quiet:
+                say_reused(self.err, reused.note())
+            self._answered(reused.record)
+            return
+        recorder = self.traced.recorder(key=key, conversation=following, asked=question, changed=self.changed)
+        if self.conversation is not None and not self.output.quiet:
+            turn = f"turn {self.conversation.turns + 1} of conversation {self.conversation.id[:8]}"
+            self.err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+        events = ask_events(
+            question, self.paths, **self.run.args(), sources=self.sources, found=found, continued=continued, history=history
+        )
+        try:
+            show_one(events, self.err, recorder, self.output, served=self.run.engine.served)
+        except KeyboardInterrupt:
+            recorder.stopped("interrupted")
+            resume = f" Resume it with: memagent ask --resume {recorder.run_id[:8]}" if recorder.run_id and recorder.steps else ""
+            self.err.print(Text.assemble(("interrupted", "yellow"), f": the reading stopped.{resume}"), soft_wrap=True)
+        except MemagentError as exc:
+            recorder.stopped("failed", str(exc))
+            raise
+        finally:
+            self._follow(recorder.turn[0] if recorder.turn is not None else following)
+
+    def _answered(self, record: dict[str, Any]) -> None:
+        if self.output.json_out:
+            print(json_text({"schema": SCHEMA, **record}, indent=None), flush=True)
+        else:
+            print(record_text(record, raw=self.output.raw, cite=self.output.cite, tty=sys.stdout.isatty()), flush=True)
+        conversation = record.get("conversation") or {}
+        self._follow(conversation.get("id"))
+
+    def _follow(self, conversation: str | None) -> None:
+        """The conversation as it stands after a turn (its history, for the next question)."""
+        if conversation is not None:
+            self.conversation = find_conversation(self.store, conversation)
+
+    def command(self, line: str) -> None:
+        name = line.split()[0].lower()
+        say = self.err.print
+        if name in ("/quit", "/exit"):
+            self.done = True
+        elif name == "/sources":
+            for path in self.paths:
+                say(visible(path), markup=False, highlight=False)
+        elif name == "/history":
+            for number, (question, answer) in enumerate(self.conversation.history if self.conversation else [], 1):
+                say(f"{number}. {visible(question)}", markup=False, highlight=False, soft_wrap=True)
+                say(f"   {visible(answer)}", style="green", markup=False, highlight=False, soft_wrap=True)
+        elif name == "/fresh":
+            self.fresh_next = True
+            say("The next question reads again.", style="dim")
+        elif name == "/standalone":
+            self.standalone_next = True
+            say("The next question is asked alone.", style="dim")
+        elif name == "/cid":
+            if self.conversation is None:
+                say("No conversation yet: it begins with the first answer.", style="dim")
+            else:
+                cid = self.conversation.id
+                say(
+                    f"{cid}  (go on later: memagent chat --cid {cid[:8]}, or memagent ask --cid {cid[:8]} QUESTION)", markup=False
+                )
+        else:
+            if name != "/help":
+                say(Text.assemble(("unknown command ", "yellow"), visible(name)))
+            for known, meaning in COMMANDS.items():
+                say(f"  {known:<12} {meaning}", style="dim", markup=False)
+
+
+def _typed(session: Session) -> Iterator[str]:
+    """Questions typed at a prompt with line editing and a history kept between chats; Ctrl-C at the
+    prompt clears the line, Ctrl-D ends."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    home = default_home()
+    home.mkdir(parents=True, exist_ok=True)
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home / "chat-history")))
+    session.err.print("Ask about the documents; /quit or Ctrl-D ends, /help lists the commands.", style="dim")
+    while True:
+        try:
+            yield prompt.prompt(PROMPT)
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return
+
+
+def _piped() -> Iterator[str]:
+    """A question a line from standard input; blank lines are skipped."""
+    for line in sys.stdin:
+        if line.strip():
+            yield line.rstrip("\n")

@@ -1,0 +1,183 @@
+"""One run shown as `ask` shows it (`ask`, `ask -c`, `chat`): its events to its recorder and to the
+views (the live view on a terminal, a line a step elsewhere), then its answer, or its JSON record, on
+stdout; the recorder each run is given; and a turn of a conversation answered from the trace store."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Mapping, Protocol
+
+import typer
+from rich.console import Console
+
+from ..errors import MemagentError
+from .common import sigterm_as_interrupt
+from .reuse import record_text
+from .textout import SCHEMA, SafeConsole, json_text, print_json
+
+if TYPE_CHECKING:
+    from ..core.events import Event, RunResult
+    from ..core.reuse import AnswerKey
+    from ..traces.recorder import HashingReader, Recorder
+    from ..traces.reuse import Reused
+    from ..traces.store import TraceStore
+    from .setup import RunSetup
+    from .views.live import LiveView
+
+
+@dataclass(frozen=True)
+class Output:
+    """How one run's result is shown: the live view or progress, and what stdout gets."""
+
+    quiet: bool
+    json_out: bool
+    raw: bool
+    cite: bool
+    svg: Path | None
+    lines: bool = False  # the JSON record on one line (a chat's answers, one a line)
+
+
+class Traced:
+    """Standard input (fingerprinted when runs are traced) and a recorder for each run."""
+
+    def __init__(self, err: Console, store: TraceStore | None):
+        from ..traces.recorder import HashingReader
+
+        self.err, self.store = err, store
+        self.setup: RunSetup | None = None
+        raw: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        self.hashing = HashingReader(raw) if store is not None and raw is not None else None
+        self.stdin: HashingReader | BinaryIO | None = self.hashing or raw
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    def recorder(
+        self,
+        resume: dict[str, Any] | None = None,
+        key: AnswerKey | None = None,
+        conversation: str | None = None,
+        asked: str | None = None,
+        changed: Mapping[str, Any] | None = None,
+    ) -> Recorder:
+        from ..traces.recorder import Recorder
+
+        assert self.store is not None and self.setup is not None
+        s = self.setup
+        return Recorder(
+            self.store,
+            warn=self.warn,
+            resume=resume,
+            stdin=self.hashing,
+            engine=s.engine_record,
+            chat_template=s.template_record,
+            key=key,
+            conversation=conversation,
+            asked=asked if conversation is not None else None,
+            changed=changed or None,
+        )
+
+
+def show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: Output, *, served: bool) -> None:
+    """One run through the views to its answer on stdout (or its JSON record)."""
+
+    gpu_hint = None
+    if not served and not out.quiet:
+        from ..install.doctor import gpu_hint_due, remember_gpu_hint
+
+        gpu_hint = gpu_hint_due()
+    result = consume(events, err, recorder, quiet=out.quiet, svg=out.svg, gpu_hint=None if out.json_out else gpu_hint)
+    if gpu_hint:
+        remember_gpu_hint(gpu_hint)
+    record = result.to_dict()
+    if out.json_out:
+        if gpu_hint:
+            record["gpu"]["hint"] = gpu_hint
+        if recorder is not None and recorder.failed_write is None:
+            record["trace"] = recorder.run_id
+        record["conversation"] = recorder.conversation_record() if recorder is not None else None
+        if out.lines:
+            print(json_text({"schema": SCHEMA, **record}, indent=None), flush=True)
+        else:
+            print_json(record)
+    else:
+        # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
+        print(record_text(record, raw=out.raw, cite=out.cite, tty=sys.stdout.isatty()))
+
+
+class _Consumer(Protocol):
+    """What a run's events are fed to: the recorder and the views."""
+
+    def handle(self, event: Event) -> None: ...
+
+
+def consume(
+    events: Iterable[Event], err: Console, recorder: Recorder | None, *, quiet: bool, svg: Path | None, gpu_hint: str | None
+) -> RunResult:
+    """Feeds the run's events to the recorder (first, so a step is saved before it is drawn)
+    and the views; returns the result."""
+    from ..core.events import RunFinished
+    from .views.live import LiveView, PlainProgress
+
+    live = not quiet and err.is_terminal
+    views: list[LiveView | PlainProgress] = (
+        [LiveView(err, gpu_hint=gpu_hint)] if live else ([] if quiet else [PlainProgress(err)])
+    )
+    if gpu_hint and not live and not quiet:
+        err.print(f"note: {gpu_hint}", style="yellow", markup=False, soft_wrap=True)
+    if svg is not None and not live:  # draw off screen, for the picture alone
+        views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
+    consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]
+    result = None
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_as_interrupt())
+        for view in views:
+            if isinstance(view, LiveView):
+                stack.enter_context(view)
+        for event in events:
+            for consumer in consumers:
+                consumer.handle(event)
+            if isinstance(event, RunFinished):
+                result = event.result
+    if svg is not None:
+        _save_svg(next(v for v in views if isinstance(v, LiveView)), svg, err)
+    assert result is not None
+    return result
+
+
+def _save_svg(view: LiveView, path: Path, err: Console) -> None:
+    recorder = SafeConsole(record=True, file=io.StringIO(), width=110, force_terminal=True, color_system="truecolor")
+    recorder.print(view.snapshot())
+    try:
+        recorder.save_svg(str(path), title="memagent ask")
+    except OSError as exc:  # the answer is worth more than the picture: warn, go on
+        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False, soft_wrap=True)
+
+
+def given_flags(ctx: typer.Context) -> set[str]:
+    """The parameters given on the command line (not left at their defaults)."""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)  # by name: typer may bring its own copy of click's enum
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.add(name)
+    return given
+
+
+def turn_of_reused(
+    store: TraceStore | None, reused: Reused, conversation: str | None, question: str, changed: Mapping[str, Any]
+) -> None:
+    """An answer given again is a turn all the same: of the conversation it follows, else the first
+    of a new one (so that `ask -c` goes on from it). Its record says which."""
+    if store is None:
+        return
+    try:
+        cid, turn = store.add_turn(conversation, reused.run, question, changed=changed or None)
+    except (MemagentError, sqlite3.Error):  # a read-only or busy store: the answer is given all the same
+        return
+    reused.record["conversation"] = {"id": cid, "turn": turn, **({"changed": dict(changed)} if changed else {})}

@@ -1,0 +1,290 @@
+"""Follow-up questions (`ask -c`, `--cid`, `memagent chat`, MCP's `conversation`) with the trained
+code-word model (tests/data/codeword.gguf) through the real CLI and a real trace store: each
+question a turn of a conversation; a follow-up reads the conversation's sources again with its
+model and settings, its problem holding the earlier turns (core.protocols.follow_up) while the rest
+of every prompt stays the protocol's; conversations listed, shown and exported; `chat` at a real
+pseudo-terminal and with questions piped in; the store migration keeps every older run readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import anyio
+from codeword import QUESTION
+from helpers import CODEWORD_ASK, mcp_stdio, run_memagent, whole_fact
+
+from memagent_cli.core.protocols import FOLLOW_UP, FOLLOW_UP_TURN, follow_up
+
+RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
+AGAIN = "Which code word is it?"
+
+
+def ask(*args, cwd, input=None):
+    done = run_memagent("ask", *RUN, *args, "--json", cwd=cwd, input=input)  # RUN first: a flag given again wins
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_the_follow_up_problem_is_the_documented_form():
+    turns = [("Who signed it?", "Jane Doe"), ("When?", "In 2019")]
+    assert follow_up("And where?", turns) == (
+        "Earlier questions about these documents, and their answers:\n"
+        "Question: Who signed it?\nAnswer: Jane Doe\n\nQuestion: When?\nAnswer: In 2019\n\n"
+        "The question now: And where?"
+    )
+    assert FOLLOW_UP.startswith("Earlier questions") and "{turns}" in FOLLOW_UP and FOLLOW_UP_TURN.count("{") == 2
+    # only the most recent turns that fit; none fits: the question alone
+    assert "Who signed it?" not in follow_up("And where?", turns, lambda problem: len(problem) < 140)
+    assert "When?" in follow_up("And where?", turns, lambda problem: len(problem) < 140)
+    assert follow_up("And where?", turns, lambda problem: False) == "And where?"
+
+
+def test_ask_c_goes_on_in_the_latest_conversation(tmp_path):
+    doc = whole_fact(300, 5)
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    cid = first["conversation"]["id"]
+    assert first["conversation"] == {"id": first["trace"], "turn": 1}
+    second, said = ask("-c", AGAIN, cwd=tmp_path)
+    assert second["conversation"] == {"id": cid, "turn": 2} and "turn 2 of conversation" in said
+    assert "reads the sources again for this question" in said
+    assert [s["path"] for s in second["sources"]] == ["doc.txt"] and second["settings"]["chunk_tokens"] == 64
+    assert second["question"] == follow_up(AGAIN, [(QUESTION, doc.value)])  # the problem the model read
+
+    # what inspect shows is what was sent: the earlier turn in the problem, the rest the protocol's own
+    shown = run_memagent("inspect", "-c", "--question", AGAIN, "--show-prompt", "1", cwd=tmp_path)
+    plain = run_memagent(
+        "inspect",
+        "doc.txt",
+        "-m",
+        CODEWORD_ASK[1],
+        "--chunk-tokens",
+        "64",
+        "--question",
+        AGAIN,
+        "--show-prompt",
+        "1",
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0 and plain.returncode == 0, shown.stderr + plain.stderr
+    problem = follow_up(AGAIN, [(QUESTION, doc.value), (AGAIN, second["answer"])])
+    assert shown.stdout == plain.stdout.replace(f"<problem> \n{AGAIN}\n", f"<problem> \n{problem}\n")
+    assert "turn 3 of conversation" in shown.stderr
+
+    alone, _ = ask("-c", AGAIN, "--standalone", cwd=tmp_path)
+    assert alone["question"] == AGAIN and alone["conversation"] == {"id": cid, "turn": 3}
+    warmer, _ = ask("-c", AGAIN, "--temperature", "0.5", "--seed", "3", cwd=tmp_path)  # a flag given again is this turn's
+    assert warmer["conversation"]["changed"] == {"--temperature": 0.5, "--seed": 3} and warmer["settings"]["temperature"] == 0.5
+
+    other, _ = ask("doc.txt", "Name the code word.", cwd=tmp_path)  # a new conversation
+    assert other["conversation"]["id"] not in (cid,)
+    older, _ = ask("--cid", cid[:6], AGAIN, cwd=tmp_path)
+    assert older["conversation"] == {"id": cid, "turn": 5}
+
+    refused = run_memagent("ask", "-c", "doc.txt", AGAIN, *RUN, cwd=tmp_path)
+    assert refused.returncode == 2 and "A follow-up takes no sources" in refused.stderr
+    for flags, said in ((["--each", "-q", AGAIN], "do not take --each"), (["--standalone", "doc.txt", AGAIN], "goes with -c")):
+        done = run_memagent("ask", *(["-c"] if "--each" in flags else []), *flags, *RUN, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+
+    listed = json.loads(run_memagent("traces", "list", "--conversation", cid[:8], "--json", cwd=tmp_path).stdout)
+    assert listed["conversation"] == cid
+    assert [(r["turn"], r["asked"], r["reused"]) for r in listed["runs"]] == [
+        (1, QUESTION, False),
+        (2, AGAIN, False),
+        (3, AGAIN, False),
+        (4, AGAIN, False),
+        (5, AGAIN, False),
+    ]
+    show = run_memagent("traces", "show", second["trace"], cwd=tmp_path)
+    assert f"\nconversation {cid[:8]}, turn 2\n" in show.stdout
+    page = run_memagent("traces", "export", "--conversation", cid, "--format", "html", cwd=tmp_path).stdout
+    assert page.count('<section class="turn"') == 5 and f"Turn 2: {AGAIN}" in page and "<script" not in page
+    markdown = run_memagent("traces", "export", "--conversation", cid, "--format", "md", cwd=tmp_path).stdout
+    assert markdown.startswith(f"# Conversation {cid}") and f"## Turn 1: {QUESTION}" in markdown
+    assert "\n### Answer\n" in markdown and "\n## Answer\n" not in markdown  # each run's headings a level down
+
+
+def test_a_follow_up_asked_again_is_answered_at_once_and_is_a_turn(tmp_path):
+    doc = whole_fact(300, 7)
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    follow, _ = ask("-c", AGAIN, cwd=tmp_path)
+    # the same question about the same text, then the same follow-up: nothing is read
+    again, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    assert again["reused_from"]["run"] == first["trace"] and again["conversation"]["turn"] == 1
+    repeat, said = ask("-c", AGAIN, cwd=tmp_path)
+    assert repeat["reused_from"]["run"] == follow["trace"] and "answered before" in said
+    assert repeat["conversation"] == {"id": again["conversation"]["id"], "turn": 2}
+    listed = json.loads(run_memagent("traces", "list", "--conversation", "last", "--json", cwd=tmp_path).stdout)["runs"]
+    assert [(r["turn"], r["id"], r["reused"]) for r in listed] == [(1, first["trace"], True), (2, follow["trace"], True)]
+
+
+def test_a_source_changed_since_the_conversation_began_is_read_as_it_is(tmp_path):
+    (tmp_path / "doc.txt").write_text(whole_fact(300, 9).text, encoding="utf-8")
+    ask("doc.txt", QUESTION, cwd=tmp_path)
+    changed = whole_fact(300, 60)
+    (tmp_path / "doc.txt").write_text(changed.text, encoding="utf-8")
+    record, said = ask("-c", AGAIN, "--standalone", cwd=tmp_path)
+    assert "doc.txt has changed since the conversation began; it is read as it is now." in said
+    assert changed.value in record["memory"]
+
+
+def test_chat_with_questions_piped_in_and_going_on_from_an_ask(tmp_path):
+    doc = whole_fact(300, 11)
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    done = run_memagent(
+        "chat", "--cid", first["conversation"]["id"], *RUN, "--json", input=f"{AGAIN}\n/cid\n\n{AGAIN}\n", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["conversation"] for r in records] == [{"id": first["trace"], "turn": 2}, {"id": first["trace"], "turn": 3}]
+    assert first["trace"] in done.stderr  # /cid
+    text = run_memagent("chat", "doc.txt", *RUN, input=f"{QUESTION}\n", cwd=tmp_path)
+    assert text.returncode == 0 and text.stdout == f"{doc.value}\n", text.stderr
+    nothing = run_memagent("chat", *RUN, input="", cwd=tmp_path)
+    assert nothing.returncode == 2 and "Name the documents" in nothing.stderr
+
+
+def test_chat_at_a_terminal(tmp_path):
+    """Two questions, Ctrl-C during a reading (kept, resumable) back to the prompt, a third, Ctrl-D."""
+    doc = whole_fact(12_000, 13)  # ~190 steps: long enough to interrupt
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    home = tmp_path / "home"
+    leader, follower = pty.openpty()
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"},
+        "MEMAGENT_HOME": str(home),
+        "TERM": "xterm-256color",
+        "PROMPT_TOOLKIT_NO_CPR": "1",  # nothing answers a cursor-position request here
+        "COLUMNS": "100",
+        "LINES": "30",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memagent_cli", "chat", "doc.txt", *map(str, RUN)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(follower)
+    shown = bytearray()
+
+    def until(text: bytes, count: int = 1, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while shown.count(text) < count:
+            assert proc.poll() is None and time.monotonic() < deadline, shown.decode(errors="replace")[-3000:]
+            try:
+                shown.extend(os.read(leader, 65536))
+            except OSError:
+                time.sleep(0.05)
+
+    prompt = b"\x1b[?2004h"  # prompt_toolkit turns bracketed paste on for each prompt it shows
+    try:
+        until(b"/quit or Ctrl-D ends")
+        until(prompt)
+        os.write(leader, QUESTION.encode() + b"\r")
+        until(prompt, count=2)
+        assert doc.value.encode() in shown
+        os.write(leader, AGAIN.encode() + b"\r")
+        until(b"turn 2 of conversation")
+        at = len(shown)
+        while b"Step " not in shown[at:]:  # reading: Ctrl-C stops it, the chat goes on
+            until(b"Step ", count=shown.count(b"Step ") + 1)
+        proc.send_signal(signal.SIGINT)
+        until(b"interrupted")
+        until(prompt, count=3)
+        os.write(leader, b"/history\r")
+        until(b"1. " + QUESTION.encode())
+        until(prompt, count=4)
+        os.write(leader, b"Name the code word.\r")
+        until(b"turn 3 of conversation")
+        until(prompt, count=5)
+        os.write(leader, b"\x04")  # Ctrl-D
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    with sqlite3.connect(home / "traces.db") as db:
+        statuses = [r[0] for r in db.execute("SELECT runs.status FROM turns JOIN runs ON runs.id = turns.run_id ORDER BY turn")]
+    assert statuses == ["complete", "interrupted", "complete"]
+
+
+def test_mcp_ask_holds_a_conversation(tmp_path, memagent_home):
+    from mcp import Client
+
+    doc = whole_fact(300, 15)
+    (tmp_path / "a.txt").write_text(doc.text, encoding="utf-8")
+    params = mcp_stdio(memagent_home, tmp_path, *RUN)
+
+    async def main():
+        async with Client(params) as client:
+            first = await client.call_tool("ask", {"sources": ["a.txt"], "question": QUESTION})
+            cid = first.structured_content["conversation"]["id"]
+            second = await client.call_tool("ask", {"conversation": cid, "question": AGAIN})
+            both = await client.call_tool("ask", {"conversation": cid, "question": AGAIN, "sources": ["a.txt"]})
+            return first.structured_content, second.structured_content, both
+
+    first, second, both = anyio.run(main)
+    assert first["answer"] == doc.value and first["conversation"]["turn"] == 1
+    assert second["conversation"] == {"id": first["conversation"]["id"], "turn": 2} and second["steps"] == first["steps"]
+    assert both.is_error and "one question, about the conversation's own documents" in both.content[0].text
+    shown = run_memagent("traces", "show", second["trace"], "--json", cwd=tmp_path)
+    assert json.loads(shown.stdout)["question"] == follow_up(AGAIN, [(QUESTION, doc.value)])
+
+
+def test_upgrade_from_migration_7_makes_each_run_its_own_conversation(tmp_path):
+    from test_store import database_at
+
+    from memagent_cli.traces.migrations import MIGRATIONS
+    from memagent_cli.traces.store import TraceStore
+
+    path = tmp_path / "traces.db"
+    conn = database_at(path, 7)
+    conn.executescript(
+        "INSERT INTO runs (id, started_at, ended_at, status, question, sources, model, settings, answer) VALUES"
+        " ('0123456789ab', '2024-01-02T00:00:00.000000+00:00', '2024-01-02T00:01:00.000000+00:00', 'complete',"
+        " 'Where did the otter swim?', '[]', '{}', '{}', 'Downstream'),"
+        " ('ba9876543210', '2024-01-03T00:00:00.000000+00:00', NULL, 'interrupted', 'Where is the heron?',"
+        " '[]', '{}', '{}', NULL);"
+    )
+    conn.close()
+    with TraceStore(path) as store:
+        assert [r[0] for r in store._conn.execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
+        runs = {r["id"]: r for r in store.list_runs()}
+        assert {(r["conversation"], r["turn"]) for r in runs.values()} == {("0123456789ab", 1), ("ba9876543210", 1)}
+        assert store.conversation("0123")["turns"][0]["answer"] == "Downstream"
+        assert store.resolve_conversation("last") == "ba9876543210"
+        new = store.create_run(question="q", sources=[], model={}, settings={}, conversation="0123456789ab", asked="And then?")
+        assert store.own_turn(new) == ("0123456789ab", 2)
+        store.delete("0123456789ab")  # its first run gone, the conversation goes with it
+        assert [r["id"] for r in store._conn.execute("SELECT id FROM conversations")] == ["ba9876543210"]
+
+
+def test_an_infmem_follow_up_stops_as_early(tmp_path):
+    """InfMem's planner reads the follow-up's problem like any question's: with the earlier answer in
+    it, the trained stand-in (tests/data/infmem.gguf) stops its reading early, as the first did."""
+    from infmem_task import CHUNK_TOKENS, MODEL
+    from infmem_task import whole_fact as infmem_fact
+
+    doc = infmem_fact(1800, 0, where=0.85)  # the fact late in 9 chunks
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    args = ["-m", MODEL, "--chunk-tokens", str(CHUNK_TOKENS), "--memory-tokens", "64", "--answer-tokens", "32", "--threads", "1"]
+    first = run_memagent("ask", "doc.txt", QUESTION, *args, "--json", cwd=tmp_path)
+    follow = run_memagent("ask", "-c", AGAIN, *args, "--json", cwd=tmp_path)
+    assert first.returncode == 0 and follow.returncode == 0, first.stderr + follow.stderr
+    chunks = -(-json.loads(first.stdout)["document_tokens"] // CHUNK_TOKENS)
+    read = [len(json.loads(done.stdout)["steps"]) for done in (first, follow)]
+    assert chunks == 9 and read[0] == 3 and read[1] <= 3, read  # stopped early both times
+    assert doc.value in json.loads(follow.stdout)["answer"] and "stopped early" in follow.stderr
