@@ -5,6 +5,7 @@ files are written whole (`atomic_write`) and read back (`written_text`)."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,16 @@ def written_text(path: Path) -> str | None:
         return None
 
 
+def _new_file_mode() -> int:
+    # The umask can only be read by setting it: done once, at import, before any thread starts.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_NEW_FILE_MODE = _new_file_mode()
+
+
 @contextmanager
 def atomic_write(path: Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
     """A temporary file beside `path` that replaces it only when the block completes: a crash or an
@@ -57,6 +68,13 @@ def atomic_write(path: Path, mode: str = "w", **open_args: Any) -> Iterator[IO[A
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp's file is its owner's alone: the file it replaces keeps its mode, a new one gets
+        # what any new file gets here (a results table is read by others; a config file is no secret)
+        try:
+            permissions = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            permissions = _NEW_FILE_MODE
+        os.fchmod(fd, permissions)
         with os.fdopen(fd, mode, **open_args) as fh:
             yield fh
         os.replace(tmp, path)

@@ -15,7 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from ..core.events import RunFailed, RunFinished, RunStarted
 from ..core.provenance import describe_spans
@@ -264,32 +264,18 @@ def write_records(
 
 
 def _beside(path: Path) -> Path:
-    """A hidden file of its own beside `path`, with its suffix (Sinks writes a .csv with a byte-order mark)."""
+    """A hidden file of its own beside `path`, with its suffix (Sinks writes a .csv with a byte-order
+    mark), made by Sinks as any new file is."""
     return path.with_name(f".{path.stem}.{secrets.token_hex(6)}.tmp{path.suffix}")
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """`text` to `path` whole or not at all: a reader (a spreadsheet, a script polling the file)
-    sees the old file or the new one, never part of it."""
-    with atomic_file(path) as f:
-        f.write(text)
+    """`text` to `path` whole or not at all (paths.atomic_write): a reader (a spreadsheet, a script
+    polling the file) sees the old file or the new one, never part of it."""
+    from ..paths import atomic_write as written_whole
 
-
-@contextlib.contextmanager
-def atomic_file(path: Path, newline: str | None = None, encoding: str = "utf-8") -> Iterator[IO[str]]:
-    """A text file written beside `path` under a name of its own (unique per call, whatever the
-    process or thread), renamed over `path` once the block ends without error, else removed."""
-    # Made with the permissions any new file gets here (mkstemp's would be the owner's alone).
-    tmp = _beside(path)
     try:
-        with open(tmp, "x", encoding=encoding, errors="backslashreplace", newline=newline) as f:
-            yield f
-        os.replace(tmp, path)
+        with written_whole(path, encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise MemagentError(f"Cannot write {path}: {exc.strerror}.", "Name a file in a folder you can write to.") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
