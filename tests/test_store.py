@@ -295,6 +295,7 @@ def test_run_round_trip(store):
         "step_count",
         "conversation",
         "turn",
+        "asked",
         "steps",
     }
     assert (run["continued_from"], run["reuses"], run["reused_at"]) == (None, 0, None)

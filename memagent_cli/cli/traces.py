@@ -118,7 +118,7 @@ def list_runs(
             r["status"],
             f"{r['step_count']}{total}",
             *((f"{r['reuses']}×",) if reused else ()),
-            clip(r["question"], 40),
+            clip(r.get("asked") or r["question"], 40),
             visible(sources),
             clip(r.get("answer"), 30),
         )

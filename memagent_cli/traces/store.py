@@ -91,6 +91,7 @@ _RUN_SELECT = (
     ", ".join(RUN_COLUMNS)
     + ", (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS step_count"
     + f", ({_OWN_TURN.format('conversation')}) AS conversation, ({_OWN_TURN.format('turn')}) AS turn"
+    + f", ({_OWN_TURN.format('question')}) AS asked"
 )
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 # Read back as 0 from steps recorded before migration 4, so a step has one shape whatever its age.
