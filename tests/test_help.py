@@ -36,3 +36,46 @@ def test_help_renders_and_shows_no_value_for_a_flag(path):
 def test_every_command_is_walked():
     names = {" ".join(p) for p in command_paths()}
     assert {"ask", "batch", "inspect", "traces list", "eval run", "models pull", "config set", "doctor"} <= names
+
+
+# Flags that share a name on several commands but mean different things there, and why: every
+# other flag taken by more than one command means one thing, with one help text (options.py).
+MEANINGS = {
+    "--cid": "ask, chat and inspect go on with a conversation; traces list and export name one to show",
+    "--conversation": "the same as --cid",
+    "--ctx": "doctor checks the fit of a context size; the run commands make one",
+    "--json": "watch and chat print a record a line as each answer lands; the others print one object",
+    "--limit": "the runs traces list shows, the hits traces search finds, the items eval runs",
+    "--model": "eval make-niah sizes its contexts with a model's tokenizer and runs none",
+    "-m": "the same as --model",
+    "--name": "what models pull, convert and add call the model, each defaulting from what it installs",
+    "--out": "a job's results (batch, eval run), where make-niah writes its items",
+    "-o": "--out's, and the file traces export writes",
+    "--question": "inspect sizes and shows one question's prompts; ask and watch take several questions",
+    "-q": "the same as --question",
+    "--seed": "make-niah's seed makes the same items again; a run's seeds its sampling",
+}
+
+
+def test_a_flag_means_one_thing_wherever_it_is_taken():
+    """Each flag has one help text across every command that takes it, unless it is one of
+    MEANINGS, which says why it differs; and each of those still differs (the list stays true)."""
+    root = typer.main.get_command(app)
+    helps: dict[str, dict[str, list[str]]] = {}
+
+    def walk(command, path: list[str]) -> None:
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        for param in command.params:
+            if getattr(param, "param_type_name", "") == "option":
+                for name in param.opts:
+                    helps.setdefault(name, {}).setdefault((param.help or "").strip(), []).append(" ".join(path))
+
+    walk(root, [])
+    differing = {name for name, texts in helps.items() if len(texts) > 1}
+    assert differing - set(MEANINGS) == set(), {name: helps[name] for name in differing - set(MEANINGS)}
+    assert set(MEANINGS) - differing == set()
+    for shared in ("--parallel", "--quiet", "--no-trace", "--offline", "--csv", "--jsonl", "--html", "--cite", "--fresh"):
+        assert len(helps[shared]) == 1 and len(next(iter(helps[shared].values()))) >= 2, (shared, helps[shared])

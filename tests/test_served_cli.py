@@ -180,6 +180,11 @@ def test_one_question_failing_leaves_the_others(clean, doc):
         (["--base-url", "http://127.0.0.1:1/v1"], "error: --base-url and --served-model need --engine openai."),
         (["--timeout", "5"], "error: --timeout needs --engine openai: the embedded engine waits on no server."),
         (
+            ["--tokenizer", "m.gguf"],
+            "error: --tokenizer needs --engine openai: the embedded engine reads its model's own vocabulary. Drop it,"
+            " or give the model with -m.",
+        ),
+        (
             ["--engine", "openai", "--base-url", "http://127.0.0.1:1/v1", "--timeout", "0"],
             "error: --timeout 0 is not a positive number of seconds.",
         ),

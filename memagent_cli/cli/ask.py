@@ -14,11 +14,27 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from ..model.runtime import MAX_SEQUENCES
 from .common import check_outputs, check_paths, fail, open_store, stderr_console
 from .conversation import Conversation, FollowFlags, changed_since, find_conversation, turn_setup
 from .many import resume_hint, run_many
-from .options import FreshOpt, JsonOpt, OcrChoice, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
+from .options import (
+    CiteOpt,
+    CsvOpt,
+    FreshOpt,
+    HtmlOpt,
+    JsonlOpt,
+    JsonOpt,
+    NoTraceOpt,
+    OcrChoice,
+    ParallelOpt,
+    QuietOpt,
+    RawOpt,
+    SourceFlags,
+    flag_groups,
+    option,
+    quiet_library_logs,
+    read_questions,
+)
 from .reuse import Lookup, show_reused
 from .setup import RunFlags, RunSetup, setup
 from .single import Output, Traced, given_flags, show_one, turn_of_reused
@@ -45,7 +61,6 @@ ResumeOpt = Annotated[
         panel="Traces",
     ),
 ]
-NoTraceOpt = Annotated[bool, option("Do not record this run in the trace store.", "--no-trace", panel="Traces")]
 QuestionOpt = Annotated[
     Optional[list[str]],
     option(
@@ -75,37 +90,6 @@ EachOpt = Annotated[
 ]
 
 
-def _each_file(help: str, *names: str) -> Any:
-    return option(help, *names, metavar="FILE", panel="Questions")
-
-
-JsonlOpt = Annotated[Optional[Path], _each_file("With --each: append each run's JSON record to FILE as it finishes.")]
-CsvOpt = Annotated[
-    Optional[Path],
-    _each_file("With --each: a spreadsheet of the runs (document, question, answer, evidence, trace, error).", "--csv"),
-]
-HtmlOpt = Annotated[
-    Optional[Path],
-    _each_file("With --each: one self-contained page to share: the table, the evidence, each run's memory timeline."),
-]
-ParallelOpt = Annotated[
-    int,
-    option(
-        "Model calls in flight at once: on a served engine, or batched in one context on the embedded "
-        f"engine (at most {MAX_SEQUENCES}; see --batch).",
-        min=1,
-        panel="Questions",
-    ),
-]
-RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
-CiteOpt = Annotated[
-    bool,
-    option(
-        'Print under the answer the sentences of the sources it rests on, each with where it is: [1] report.pdf p. 12: "…".',
-        "--cite",
-    ),
-]
-QuietOpt = Annotated[bool, option("Print only the answer: no live view, no progress.", "--quiet")]
 SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]
 
 

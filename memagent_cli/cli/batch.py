@@ -19,7 +19,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Sequence
 
 import typer
 from rich.console import Console
@@ -27,7 +27,19 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import check_outputs, fail, open_store, stderr_console
-from .options import FreshOpt, JsonOpt, SourceFlags, flag_groups, option, quiet_library_logs
+from .options import (
+    RESULTS_HELP,
+    CsvOpt,
+    FreshOpt,
+    JsonOpt,
+    NoTraceOpt,
+    ParallelOpt,
+    QuietOpt,
+    SourceFlags,
+    flag_groups,
+    option,
+    quiet_library_logs,
+)
 from .reuse import Lookup
 from .setup import RunFlags, check_same_setup, setup
 from .textout import print_json, visible
@@ -174,32 +186,13 @@ JobFileArg = Annotated[
 ResultsOpt = Annotated[
     Path,
     option(
-        "Each line's result is appended here as it finishes, keyed by custom_id; a rerun with the same model"
-        " and settings goes on from it.",
+        RESULTS_HELP,
         "--out",
         "-o",
         metavar="RESULTS.jsonl",
         show_default=False,
     ),
 ]
-CsvOpt = Annotated[
-    Optional[Path],
-    option(
-        "A spreadsheet of the results (custom_id, question, a column per --schema field, answer, evidence, trace,"
-        " error), written from RESULTS.jsonl when the command ends, so it holds every line done so far.",
-        "--csv",
-        metavar="FILE.csv",
-    ),
-]
-ParallelOpt = Annotated[
-    int,
-    option(
-        "Runs in flight at once: on a served engine (or pool), or batched in one context on the embedded one (see --batch).",
-        min=1,
-    ),
-]
-NoTraceOpt = Annotated[bool, option("Record no traces: an interrupted run then starts over.", "--no-trace", panel="Traces")]
-QuietOpt = Annotated[bool, option("No table, no progress: only errors.", "--quiet")]
 
 
 @flag_groups
@@ -222,6 +215,7 @@ def batch(
     A rerun skips the finished lines, redoes those that failed, and resumes interrupted runs from their last step.
 
     A run whose answer is in the trace store (the same question, text, model and settings) is written from it at once.
+    --csv is written from RESULTS.jsonl when the command ends, so it holds every line done so far.
 
     [dim]Examples:[/]
       memagent batch contracts.jsonl -o signed.jsonl -m memagent-7b

@@ -21,8 +21,8 @@ from rich.text import Text
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
 from .common import check_paths, fail, open_store, stderr_console
-from .conversation import Conversation, changed_since, find_conversation, turn_setup
-from .options import FreshOpt, SourceFlags, flag_groups, option, quiet_library_logs
+from .conversation import CidOpt, Conversation, changed_since, find_conversation, turn_setup
+from .options import CiteOpt, FreshOpt, JsonLinesOpt, QuietOpt, RawOpt, SourceFlags, flag_groups, quiet_library_logs
 from .reuse import Lookup, record_text, say_reused
 from .setup import RunFlags, setup
 from .single import Output, Traced, given_flags, show_one, turn_of_reused
@@ -47,19 +47,6 @@ SourcesArg = Annotated[
     Optional[list[str]],
     typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents and folders the conversation is about."),
 ]
-CidOpt = Annotated[
-    Optional[str],
-    option(
-        "Go on with this conversation (a unique prefix of its id, or last), begun by ask or chat.",
-        "--cid",
-        "--conversation",
-        metavar="ID|last",
-    ),
-]
-JsonLinesOpt = Annotated[bool, option("Each answer's JSON record on stdout, one a line.", "--json")]
-CiteOpt = Annotated[bool, option("Print under each answer the sentences of the sources it rests on.", "--cite")]
-RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
-QuietOpt = Annotated[bool, option("No live view and no progress: only the answers.", "--quiet")]
 
 
 @flag_groups

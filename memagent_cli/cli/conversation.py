@@ -37,7 +37,8 @@ ContinueOpt = Annotated[
 CidOpt = Annotated[
     Optional[str],
     option(
-        "A follow-up in this conversation (any unique prefix of its id; `traces list` shows them), as -c does.",
+        "Go on with this conversation (any unique prefix of its id, or last; `traces list` shows each run's):"
+        " its sources, model and settings, the earlier turns read with the question.",
         "--cid",
         "--conversation",
         metavar="ID",

@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
 from .common import check_outputs, fail, open_store, stderr_console
-from .options import flag_groups, quiet_library_logs
+from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups, quiet_library_logs
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, check_same_setup, setup
 from .textout import SafeConsole
@@ -80,13 +80,7 @@ OutOpt = Annotated[
         "-o",
         metavar="FILE.jsonl",
         show_default=False,
-        help="Write each item's result here as it finishes; a rerun skips items already in it.",
-    ),
-]
-ParallelOpt = Annotated[
-    int,
-    typer.Option(
-        min=1, help="Items in flight at once: on a served engine, or batched in one context on the embedded one (see --batch)."
+        help=RESULTS_HELP,
     ),
 ]
 LimitOpt = Annotated[Optional[int], typer.Option(min=1, show_default=False, help="Run at most this many items.")]
@@ -106,12 +100,6 @@ MetricOpt = Annotated[
         "random_string_to_prepend; [b]mrcr[/]: for every item; [b]sub_em[/]: for none.",
     ),
 ]
-EvalJsonOpt = Annotated[
-    bool,
-    typer.Option(
-        "--json", help="Print {n, sub_em, em, f1, mrcr when graded, quote_hit when items have a needle} (percentages) as JSON."
-    ),
-]
 
 
 @app.command("run", help="Run every item of DATA and score it (the default: `memagent eval DATA`).")
@@ -123,7 +111,7 @@ def run(
     limit: LimitOpt = None,
     metric: MetricOpt = MetricChoice.auto,
     reuse: ReuseOpt = False,
-    json_out: EvalJsonOpt = False,
+    json_out: JsonOpt = False,
     flags: RunFlags = RunFlags(final="answer-is"),  # a score is compared with the paper's table, which was made with it
 ) -> None:
     from ..core.events import RunFailed

@@ -28,11 +28,10 @@ from .options import (
     SchemaMultiOpt,
     SchemaOpt,
     SourceFlags,
-    chat_template,
     flag_groups,
     quiet_library_logs,
 )
-from .setup import RunFlags
+from .setup import RunFlags, chat_template
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
@@ -56,7 +55,8 @@ def inspect(
         ),
     ] = False,
     question: Annotated[
-        Optional[str], typer.Option("--question", help="The question, for prompt sizes and --show-prompt.", show_default=False)
+        Optional[str],
+        typer.Option("--question", "-q", help="The question, for prompt sizes and --show-prompt.", show_default=False),
     ] = None,
     show_prompt: Annotated[
         Optional[str],

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
-from .options import OcrChoice, OcrOpt, flag_groups, option, quiet_library_logs
+from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option, quiet_library_logs
 from .setup import RunFlags, RunSetup, setup
 
 if TYPE_CHECKING:
@@ -46,15 +46,6 @@ AllowOpt = Annotated[
         "Hosts that declare roots narrow this further.",
         "--allow",
         metavar="DIR",
-        panel="Server",
-    ),
-]
-ParallelOpt = Annotated[
-    int,
-    option(
-        "Runs in flight at once where the engine takes several: a served engine, or the embedded engine "
-        f"batching on a GPU (at most {MAX_SEQUENCES}). Others wait in order.",
-        min=1,
         panel="Server",
     ),
 ]

@@ -17,6 +17,7 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
 from ..model.convert.quantize import DEFAULT_QUANT, QUANTS
 from .common import run_guard
+from .options import JsonOpt, OfflineOpt
 from .textout import SafeConsole, print_json, visible
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ models_app = typer.Typer(
 )
 config_app = typer.Typer(help="Read and change settings (config.toml).", no_args_is_help=True, rich_markup_mode="rich")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
 NameArg = Annotated[str, typer.Argument(help="An installed model's name (see memagent models list).")]
 
 
@@ -55,7 +55,6 @@ QuantOpt = Annotated[
         show_default=False,
     ),
 ]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Refuse to touch the network (also HF_HUB_OFFLINE=1).")]
 NameOpt = Annotated[
     Optional[str],
     typer.Option(

@@ -12,12 +12,11 @@ import enum
 import functools
 import inspect
 import logging
-import os
 import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Optional, TypeVar
 
 import typer
 
@@ -82,7 +81,9 @@ ProtocolOpt = Annotated[
 ]
 OfflineOpt = Annotated[
     bool,
-    option("Never touch the network: a model not installed is an error (also HF_HUB_OFFLINE=1).", "--offline", panel="Model"),
+    option(
+        "Never touch the network (also HF_HUB_OFFLINE=1): a model that is not installed is an error.", "--offline", panel="Model"
+    ),
 ]
 GpuLayersOpt = Annotated[
     Optional[str],
@@ -278,69 +279,65 @@ OcrOpt = Annotated[
 
 # Output.
 VerboseOpt = Annotated[bool, option("Show llama.cpp's own log, or each request sent to a served engine.", "--verbose", "-v")]
-JsonOpt = Annotated[bool, option("Print one JSON object on stdout instead of text.", "--json")]
 
-
-class ChatTemplate:
-    """A --chat-template the user gave: its text, and what a trace keeps to resume with it."""
-
-    def __init__(self, text: str, record: dict[str, str]):
-        self.text, self.record = text, record
-
-
-def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None = None) -> ChatTemplate | None:
-    """The checked template at `path` (None: the GGUF's own). `expect_sha256`: a resumed run's,
-    which the file must still match."""
-    import hashlib
-
-    from ..model.backends import backend
-    from ..model.chat import read_template
-
-    if path is None:
-        return None
-    if backend(engine).served:
-        raise MemagentError(
-            "--chat-template is for the embedded engine.",
-            "A server applies the model's template itself; set it there.",
-            exit_code=EXIT_USAGE,
-        )
-    text = read_template(path)
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if expect_sha256 is not None and digest != expect_sha256:
-        raise MemagentError(
-            f"The chat template {path} has changed since the run began.",
-            "Resuming would mix two prompt formats; start a new run.",
-            exit_code=EXIT_USAGE,
-        )
-    return ChatTemplate(text, {"path": str(path.resolve()), "sha256": digest})
-
-
-def base_urls(given: Sequence[str] | str | None) -> list[str]:
-    """The servers --base-url names: each value a URL, or a file of URLs (one per line; blank lines
-    and # comments skipped), each checked to be http(s), in order, once each."""
-    urls: list[str] = []
-    for value in [given] if isinstance(given, str) else list(given or []):
-        if not value.startswith(("http://", "https://")) and os.path.isfile(value):
-            try:
-                with open(value, encoding="utf-8") as f:
-                    lines = [line.split("#", 1)[0].strip() for line in f]
-            except (OSError, UnicodeDecodeError) as exc:
-                raise MemagentError(f"Cannot read the URLs in {value}: {exc}.", exit_code=EXIT_USAGE) from None
-            found = [line for line in lines if line]
-            if not found:
-                raise MemagentError(f"{value} lists no server URL.", "Put one URL per line.", exit_code=EXIT_USAGE)
-        else:
-            found = [value]
-        for url in found:
-            if not url.startswith(("http://", "https://")):
-                raise MemagentError(
-                    f"--base-url {url!r} is not an http(s) URL, nor a file of them.",
-                    "e.g. http://127.0.0.1:8000/v1",
-                    exit_code=EXIT_USAGE,
-                )
-            if url not in urls:
-                urls.append(url)
-    return urls
+# What commands print and write, and how they run their runs: each flag with one meaning and one
+# help text wherever it is taken (a test holds them to it, tests/test_help.py). A command's own
+# default may differ (typer shows it); where it does, the help says why.
+JsonOpt = Annotated[bool, option("Print JSON on stdout instead of text (docs/JSON.md).", "--json")]
+JsonLinesOpt = Annotated[
+    bool, option("Print each answer's JSON record on stdout as it lands, one a line (docs/JSON.md).", "--json")
+]
+QuietOpt = Annotated[bool, option("No live view, table or progress: stderr has the errors alone.", "--quiet")]
+RawOpt = Annotated[bool, option("Print the whole final reply, not just the extracted answer.", "--raw")]
+CiteOpt = Annotated[
+    bool,
+    option(
+        'Print under each answer the sentences of the sources it rests on, each with where it is: [1] report.pdf p. 12: "…".',
+        "--cite",
+    ),
+]
+ParallelOpt = Annotated[
+    int,
+    option(
+        "Runs in flight at once where the engine takes several calls: a served engine (or pool), or the embedded"
+        f" engine batching them in one context (at most {MAX_SEQUENCES}; see --batch). The job commands (batch,"
+        " eval) default to more, having more runs to overlap.",
+        min=1,
+        metavar="N",
+    ),
+]
+NoTraceOpt = Annotated[
+    bool,
+    option(
+        "Record nothing in the trace store: no answer is found there again, and an interrupted run starts over.",
+        "--no-trace",
+        panel="Traces",
+    ),
+]
+CsvOpt = Annotated[
+    Optional[Path],
+    option(
+        "A spreadsheet of the answers: a row per run (its document or custom_id, the question, a column per --schema"
+        " field, the answer, its evidence and first quote, the trace, any error), UTF-8 with a byte-order mark.",
+        "--csv",
+        metavar="FILE.csv",
+        panel="Outputs",
+    ),
+]
+JsonlOpt = Annotated[
+    Optional[Path], option("Each run's JSON record, one a line (docs/JSON.md).", "--jsonl", metavar="FILE", panel="Outputs")
+]
+HtmlOpt = Annotated[
+    Optional[Path],
+    option(
+        "One self-contained page to share: the table, each answer's evidence, each run's memory timeline.",
+        "--html",
+        metavar="FILE",
+        panel="Outputs",
+    ),
+]
+# The results file of a job (`batch`, `eval`): required where there is no job without one.
+RESULTS_HELP = "Each result is appended here as it finishes; a rerun with the same model and settings goes on from it."
 
 
 FreshOpt = Annotated[
@@ -355,21 +352,6 @@ FreshOpt = Annotated[
         panel="Traces",
     ),
 ]
-
-
-def agent_config(
-    protocol: ProtocolChoice | str | None, model_path: str | None, served_model: str | None = None, **settings: Any
-) -> AgentConfig:
-    """The AgentConfig the command's options ask for: the protocol asked for, else the model's
-    (`model_path`: its GGUF, when there is one; `served_model`: its name on a server); budgets left
-    unset (None) are the protocol's. A value it refuses is a usage error (exit 2)."""
-    from ..core.protocols import of_model
-
-    name = protocol.value if isinstance(protocol, ProtocolChoice) else protocol
-    try:
-        return AgentConfig.with_protocol(name or of_model(model_path, served_model), **settings)
-    except ValueError as exc:
-        raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
 
 
 def quiet_library_logs(verbose: bool) -> None:
@@ -485,14 +467,3 @@ def read_questions(path: Path, note: Callable[[str], None] | None = None) -> lis
     if not out:
         raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
     return out
-
-
-def gpu_layers_setting(flag: str | None) -> int | None:
-    """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
-    from ..install.settings import KEYS, get_setting
-
-    value = flag if flag is not None else get_setting("gpu_layers")
-    if value is None or value == "auto":
-        return None
-    layers = KEYS["gpu_layers"][0](str(value))
-    return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone

@@ -3,14 +3,15 @@
 through options.flag_groups), and the one function that turns them, or a stored run, into a
 `RunSetup`: the model file, the agent's settings, the engine, the chat template. Every rule lives
 here once: `-m` as a served run's vocabulary, --offline, how a missing model is reported, server
-URLs in their normal form."""
+URLs in their normal form; and the conversions from what the flags say to what a run takes
+(--base-url's URLs and files, --chat-template, the protocol's budgets, --gpu-layers)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, TypedDict
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 from rich.console import Console
 
@@ -21,7 +22,6 @@ from .options import (
     ApiKeyOpt,
     BaseUrlOpt,
     BatchOpt,
-    ChatTemplate,
     ChatTemplateOpt,
     ChunkOpt,
     CtxOpt,
@@ -34,6 +34,7 @@ from .options import (
     MemoryOpt,
     ModelOpt,
     OfflineOpt,
+    ProtocolChoice,
     ProtocolOpt,
     SchemaMultiOpt,
     SchemaOpt,
@@ -46,10 +47,6 @@ from .options import (
     TokenizerOpt,
     TopPOpt,
     VerboseOpt,
-    agent_config,
-    base_urls,
-    chat_template,
-    gpu_layers_setting,
 )
 
 if TYPE_CHECKING:
@@ -155,6 +152,98 @@ class RunSetup:
         return self.template.record if self.template is not None else None
 
 
+# Conversions: from what the flags say to what a run takes -----------------------------------
+
+
+class ChatTemplate:
+    """A --chat-template the user gave: its text, and what a trace keeps to resume with it."""
+
+    def __init__(self, text: str, record: dict[str, str]):
+        self.text, self.record = text, record
+
+
+def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None = None) -> ChatTemplate | None:
+    """The checked template at `path` (None: the GGUF's own). `expect_sha256`: a resumed run's,
+    which the file must still match."""
+    import hashlib
+
+    from ..model.backends import backend
+    from ..model.chat import read_template
+
+    if path is None:
+        return None
+    if backend(engine).served:
+        raise MemagentError(
+            "--chat-template is for the embedded engine.",
+            "A server applies the model's template itself; set it there.",
+            exit_code=EXIT_USAGE,
+        )
+    text = read_template(path)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if expect_sha256 is not None and digest != expect_sha256:
+        raise MemagentError(
+            f"The chat template {path} has changed since the run began.",
+            "Resuming would mix two prompt formats; start a new run.",
+            exit_code=EXIT_USAGE,
+        )
+    return ChatTemplate(text, {"path": str(path.resolve()), "sha256": digest})
+
+
+def base_urls(given: Sequence[str] | str | None) -> list[str]:
+    """The servers --base-url names: each value a URL, or a file of URLs (one per line; blank lines
+    and # comments skipped), each checked to be http(s), in order, once each."""
+    urls: list[str] = []
+    for value in [given] if isinstance(given, str) else list(given or []):
+        if not value.startswith(("http://", "https://")) and os.path.isfile(value):
+            try:
+                with open(value, encoding="utf-8") as f:
+                    lines = [line.split("#", 1)[0].strip() for line in f]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise MemagentError(f"Cannot read the URLs in {value}: {exc}.", exit_code=EXIT_USAGE) from None
+            found = [line for line in lines if line]
+            if not found:
+                raise MemagentError(f"{value} lists no server URL.", "Put one URL per line.", exit_code=EXIT_USAGE)
+        else:
+            found = [value]
+        for url in found:
+            if not url.startswith(("http://", "https://")):
+                raise MemagentError(
+                    f"--base-url {url!r} is not an http(s) URL, nor a file of them.",
+                    "e.g. http://127.0.0.1:8000/v1",
+                    exit_code=EXIT_USAGE,
+                )
+            if url not in urls:
+                urls.append(url)
+    return urls
+
+
+def agent_config(
+    protocol: ProtocolChoice | str | None, model_path: str | None, served_model: str | None = None, **settings: Any
+) -> AgentConfig:
+    """The AgentConfig the command's options ask for: the protocol asked for, else the model's
+    (`model_path`: its GGUF, when there is one; `served_model`: its name on a server); budgets left
+    unset (None) are the protocol's. A value it refuses is a usage error (exit 2)."""
+    from ..core.config import AgentConfig
+    from ..core.protocols import of_model
+
+    name = protocol.value if isinstance(protocol, ProtocolChoice) else protocol
+    try:
+        return AgentConfig.with_protocol(name or of_model(model_path, served_model), **settings)
+    except ValueError as exc:
+        raise MemagentError(f"Invalid option: {exc}.", exit_code=EXIT_USAGE) from None
+
+
+def gpu_layers_setting(flag: str | None) -> int | None:
+    """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
+    from ..install.settings import KEYS, get_setting
+
+    value = flag if flag is not None else get_setting("gpu_layers")
+    if value is None or value == "auto":
+        return None
+    layers = KEYS["gpu_layers"][0](str(value))
+    return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone
+
+
 def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None) -> RunSetup:
     """The flags as one RunSetup; `stored`, a stored run to resume (traces' record), gives what
     decides its result (the model, the settings, the template, which engine) and the flags the rest
@@ -215,6 +304,12 @@ def _embedded(flags: RunFlags, template: ChatTemplate | None) -> EngineOptions:
         raise MemagentError("--base-url and --served-model need --engine openai.", exit_code=EXIT_USAGE)
     if flags.timeout is not None:
         raise MemagentError("--timeout needs --engine openai: the embedded engine waits on no server.", exit_code=EXIT_USAGE)
+    if flags.tokenizer is not None:
+        raise MemagentError(
+            "--tokenizer needs --engine openai: the embedded engine reads its model's own vocabulary.",
+            "Drop it, or give the model with -m.",
+            exit_code=EXIT_USAGE,
+        )
     return EmbeddedOptions(
         n_ctx=flags.n_ctx,
         gpu_layers=gpu_layers_setting(flags.gpu_layers),

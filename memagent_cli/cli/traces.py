@@ -23,6 +23,7 @@ from ..core.provenance import describe_extent, describe_spans
 from ..core.quotes import QUOTE_FIELDS, describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
 from .common import check_outputs, run_guard, stderr_console
+from .options import JsonOpt
 from .textout import SafeConsole, clip, print_json, visible
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ app = typer.Typer(
 )
 
 RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
 
 
 def _store() -> TraceStore:

@@ -38,7 +38,20 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .ask import QuestionOpt, QuestionsFileOpt
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console
 from .jobs import Finished, Interrupted, atomic_write, drive, write_records
-from .options import FreshOpt, SourceFlags, flag_groups, option, quiet_library_logs, read_questions
+from .options import (
+    CsvOpt,
+    FreshOpt,
+    HtmlOpt,
+    JsonLinesOpt,
+    JsonlOpt,
+    ParallelOpt,
+    QuietOpt,
+    SourceFlags,
+    flag_groups,
+    option,
+    quiet_library_logs,
+    read_questions,
+)
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, setup
 from .textout import json_text, visible
@@ -64,27 +77,6 @@ SourcesArg = Annotated[
 ]
 
 
-def _output(help: str, name: str) -> Any:
-    return option(help, name, metavar="FILE", panel="Outputs")
-
-
-JsonlOut = Annotated[
-    Optional[Path], _output("Every document's JSON record, one a line; rewritten whole at each change.", "--jsonl")
-]
-CsvOut = Annotated[
-    Optional[Path],
-    _output("A spreadsheet: a row per document and question (a column per --schema field); rewritten at each change.", "--csv"),
-]
-HtmlOut = Annotated[
-    Optional[Path], _output("One page of the table and each answer's evidence; rewritten at each change.", "--html")
-]
-ParallelOpt = Annotated[
-    int,
-    option("Runs in flight at once where the engine takes several calls (a served engine, a GPU batching).", min=1, metavar="N"),
-]
-JsonLinesOpt = Annotated[
-    bool, option("Print each answer's JSON record on stdout as it lands, one a line (stdout is empty otherwise).", "--json")
-]
 PollOpt = Annotated[
     Optional[float],
     option(
@@ -103,7 +95,6 @@ SettleOpt = Annotated[
         min=0.0,
     ),
 ]
-QuietOpt = Annotated[bool, option("No table and no event lines: only errors (and --json's lines).", "--quiet")]
 
 
 @flag_groups
@@ -112,9 +103,9 @@ def watch(
     source_flags: SourceFlags = SourceFlags(),
     question: QuestionOpt = None,
     questions_file: QuestionsFileOpt = None,
-    jsonl: JsonlOut = None,
-    csv_file: CsvOut = None,
-    html: HtmlOut = None,
+    jsonl: JsonlOpt = None,
+    csv_file: CsvOpt = None,
+    html: HtmlOpt = None,
     parallel: ParallelOpt = 4,
     poll: PollOpt = None,
     settle: SettleOpt = SETTLE_SECONDS,
