@@ -19,21 +19,19 @@ from .conversation import Conversation, FollowFlags, changed_since, find_convers
 from .many import resume_hint, run_many
 from .options import (
     CiteOpt,
-    CsvOpt,
     FreshOpt,
-    HtmlOpt,
-    JsonlOpt,
     JsonOpt,
     NoTraceOpt,
     OcrChoice,
+    OutputFlags,
     ParallelOpt,
+    QuestionFlags,
     QuietOpt,
     RawOpt,
     SourceFlags,
     flag_groups,
     option,
     quiet_library_logs,
-    read_questions,
 )
 from .reuse import Lookup, show_reused
 from .setup import RunFlags, RunSetup, setup
@@ -61,24 +59,6 @@ ResumeOpt = Annotated[
         panel="Traces",
     ),
 ]
-QuestionOpt = Annotated[
-    Optional[list[str]],
-    option(
-        "A question (repeatable): each gets its own memory and trace; every argument is then a source.",
-        "--question",
-        "-q",
-        panel="Questions",
-    ),
-]
-QuestionsFileOpt = Annotated[
-    Optional[Path],
-    option(
-        'Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
-        "--questions",
-        metavar="FILE",
-        panel="Questions",
-    ),
-]
 EachOpt = Annotated[
     bool,
     option(
@@ -102,12 +82,9 @@ def ask(
     no_trace: NoTraceOpt = False,
     fresh: FreshOpt = False,
     follow: FollowFlags = FollowFlags(),
-    question: QuestionOpt = None,
-    questions_file: QuestionsFileOpt = None,
+    asked: QuestionFlags = QuestionFlags(),
     each: EachOpt = False,
-    jsonl: JsonlOpt = None,
-    csv_file: CsvOpt = None,
-    html: HtmlOpt = None,
+    outputs: OutputFlags = OutputFlags(),
     parallel: ParallelOpt = 4,
     json_out: JsonOpt = False,
     raw: RawOpt = False,
@@ -137,8 +114,8 @@ def ask(
     out = Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=svg.resolve() if svg else None)  # resumed runs move
     one = _One()
     try:
-        _check_together(each=each, resume=resume, svg=svg, each_files=(jsonl, csv_file, html))
-        _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=bool(question or questions_file))
+        _check_together(each=each, resume=resume, svg=svg, outputs=outputs)
+        _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=asked.given)
         store = None if no_trace else open_store(err, required=bool(resume) or follow.following)
         traced = Traced(err, store)
         plan = _Plan(store, traced)
@@ -150,17 +127,15 @@ def ask(
             _refuse_changed_options(ctx, plan.stored, flags)
             source_flags = replace(source_flags, ocr=OcrChoice(plan.ocr))
         else:
-            plan.paths, plan.questions = _questions(
-                args, question, questions_file, each, traced.warn, schema=flags.schema is not None
-            )
+            plan.paths, plan.questions = _questions(args, asked, each, traced.warn, schema=flags.schema is not None)
             check_paths(plan.paths)  # a missing file is said before a missing model: nothing is fetched for it
-        written = {"--jsonl": jsonl, "--csv": csv_file, "--html": html, "--svg": svg}
-        check_outputs(written, inputs=[*plan.paths, *([questions_file] if questions_file else [])])
+        written = {**outputs.written(), "--svg": svg}
+        check_outputs(written, inputs=[*plan.paths, *asked.files()])
         plan.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), fresh)
         if each:
             from .each import EachOutput, run_each
 
-            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, jsonl=jsonl, csv=csv_file, html=html)
+            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, files=outputs)
             run_each(
                 plan.paths,
                 plan.questions,
@@ -358,8 +333,8 @@ def _follow_question(args: list[str] | None) -> str:
     return args[0]
 
 
-def _check_together(*, each: bool, resume: str | None, svg: Path | None, each_files: tuple[Path | None, ...]) -> None:
-    if not each and any(each_files):
+def _check_together(*, each: bool, resume: str | None, svg: Path | None, outputs: OutputFlags) -> None:
+    if not each and any(outputs.written().values()):
         raise MemagentError("--jsonl, --csv and --html go with --each.", "Add --each, or use --json.", exit_code=EXIT_USAGE)
     if each and (resume or svg):
         raise MemagentError(
@@ -371,8 +346,7 @@ def _check_together(*, each: bool, resume: str | None, svg: Path | None, each_fi
 
 def _questions(
     args: list[str] | None,
-    question: list[str] | None,
-    questions_file: Path | None,
+    asked: QuestionFlags,
     each: bool,
     warn: Callable[[str], None],
     schema: bool = False,
@@ -381,7 +355,7 @@ def _questions(
     last argument is the question. With --schema the question may be left out (an empty one: the
     run makes it of the schema's fields): the last argument is then a question only when it names
     no file."""
-    questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
+    questions = asked.gathered(warn)
     if questions:
         paths = list(args or [])
         if each and not paths:

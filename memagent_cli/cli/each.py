@@ -22,6 +22,7 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
 from .common import fail
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
+from .options import OutputFlags
 from .reuse import Lookup, record_text
 from .textout import print_json, visible
 
@@ -43,9 +44,7 @@ class EachOutput:
     json_out: bool = False
     raw: bool = False
     cite: bool = False
-    jsonl: Path | None = None
-    csv: Path | None = None
-    html: Path | None = None
+    files: OutputFlags = OutputFlags()
 
 
 def run_each(
@@ -74,11 +73,11 @@ def run_each(
     stdout_tty = sys.stdout.isatty()
     late: list[str] = []  # a terminal's answers wait for the table to close; piped ones go at once
     schema = run.config.schema()
-    sinks = Sinks(output.jsonl, output.csv, "document", schema.fields if schema else (), append=False)
+    sinks = Sinks(output.files.jsonl, output.files.csv_file, "document", schema.fields if schema else (), append=False)
 
     def answered(job: Job, record: dict[str, Any]) -> None:
         sinks.add(record)
-        if output.json_out or output.html is not None:
+        if output.json_out or output.files.html is not None:
             records.append((order[id(job)], record))
         if output.json_out:
             return
@@ -94,7 +93,7 @@ def run_each(
         record = done.record(document=done.job.title)
         if done.result is None:
             sinks.add(record)
-            if output.json_out or output.html is not None:
+            if output.json_out or output.files.html is not None:
                 records.append((order[id(done.job)], record))
             failures.append(done)
             return
@@ -137,8 +136,8 @@ def run_each(
     for text in late:
         print(text)
     ordered = [record for _, record in sorted(records, key=lambda pair: pair[0])]
-    if output.html is not None:
-        write_html(output.html, ordered, store, err)
+    if output.files.html is not None:
+        write_html(output.files.html, ordered, store, err)
     if view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)
     if output.json_out:

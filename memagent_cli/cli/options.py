@@ -336,6 +336,59 @@ HtmlOpt = Annotated[
         panel="Outputs",
     ),
 ]
+QuestionOpt = Annotated[
+    Optional[list[str]],
+    option(
+        "A question (repeatable): each gets its own memory and trace; every argument is then a source.",
+        "--question",
+        "-q",
+        panel="Questions",
+    ),
+]
+QuestionsFileOpt = Annotated[
+    Optional[Path],
+    option(
+        'Questions from a file: one per line, or JSONL with a "question" (or "input") field.',
+        "--questions",
+        metavar="FILE",
+        panel="Questions",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class QuestionFlags:
+    """The questions given by flag (`ask`, `watch`): -q (repeatable) and --questions FILE."""
+
+    question: QuestionOpt = None
+    questions_file: QuestionsFileOpt = None
+
+    @property
+    def given(self) -> bool:
+        return bool(self.question or self.questions_file)
+
+    def gathered(self, note: Callable[[str], None] | None = None) -> list[str]:
+        """The questions of -q, then those of the file (read_questions)."""
+        return list(self.question or []) + (read_questions(self.questions_file, note) if self.questions_file else [])
+
+    def files(self) -> list[Path]:
+        """The files the questions are read from (which no output may overwrite)."""
+        return [self.questions_file] if self.questions_file else []
+
+
+@dataclass(frozen=True)
+class OutputFlags:
+    """The files a command of many runs writes its answers to (`ask --each`, `watch`)."""
+
+    jsonl: JsonlOpt = None
+    csv_file: CsvOpt = None
+    html: HtmlOpt = None
+
+    def written(self) -> dict[str, Path | None]:
+        """Each file, by its flag (cli.common.check_outputs)."""
+        return {"--jsonl": self.jsonl, "--csv": self.csv_file, "--html": self.html}
+
+
 # The results file of a job (`batch`, `eval`): required where there is no job without one.
 RESULTS_HELP = "Each result is appended here as it finishes; a rerun with the same model and settings goes on from it."
 

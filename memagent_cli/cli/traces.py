@@ -38,6 +38,11 @@ app = typer.Typer(
 RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.")]
 
 
+def _conversation_option(help: str) -> Any:
+    """--conversation (--cid): the conversation a traces command shows, "last" or a prefix of its id."""
+    return typer.Option("--conversation", "--cid", metavar="ID|last", help=help, show_default=False)
+
+
 def _store() -> TraceStore:
     from ..traces.store import TraceStore
 
@@ -87,12 +92,8 @@ def list_runs(
     ] = False,
     conversation: Annotated[
         Optional[str],
-        typer.Option(
-            "--conversation",
-            "--cid",
-            metavar="ID|last",
-            help="The turns of one conversation, in order: each turn's run (a turn answered from another run lists that one).",
-            show_default=False,
+        _conversation_option(
+            "The turns of one conversation, in order: each turn's run (a turn answered from another run lists that one)."
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -331,14 +332,7 @@ def export(
         ),
     ] = None,
     conversation: Annotated[
-        Optional[str],
-        typer.Option(
-            "--conversation",
-            "--cid",
-            metavar="ID|last",
-            help="Every turn of this conversation on one page (html or markdown), in place of a run.",
-            show_default=False,
-        ),
+        Optional[str], _conversation_option("Every turn of this conversation on one page (html or markdown), in place of a run.")
     ] = None,
 ) -> None:
     """One run as JSON lines, Markdown, an HTML page to share, or its PDFs with the quotes highlighted."""

@@ -27,7 +27,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional
 
 import typer
@@ -35,22 +34,19 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .ask import QuestionOpt, QuestionsFileOpt
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console
 from .jobs import Finished, Interrupted, atomic_write, drive, write_records
 from .options import (
-    CsvOpt,
     FreshOpt,
-    HtmlOpt,
     JsonLinesOpt,
-    JsonlOpt,
+    OutputFlags,
     ParallelOpt,
+    QuestionFlags,
     QuietOpt,
     SourceFlags,
     flag_groups,
     option,
     quiet_library_logs,
-    read_questions,
 )
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, setup
@@ -101,11 +97,8 @@ SettleOpt = Annotated[
 def watch(
     args: SourcesArg,
     source_flags: SourceFlags = SourceFlags(),
-    question: QuestionOpt = None,
-    questions_file: QuestionsFileOpt = None,
-    jsonl: JsonlOpt = None,
-    csv_file: CsvOpt = None,
-    html: HtmlOpt = None,
+    asked: QuestionFlags = QuestionFlags(),
+    outputs: OutputFlags = OutputFlags(),
     parallel: ParallelOpt = 4,
     poll: PollOpt = None,
     settle: SettleOpt = SETTLE_SECONDS,
@@ -134,7 +127,7 @@ def watch(
         err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
 
     try:
-        questions = list(question or []) + (read_questions(questions_file, warn) if questions_file else [])
+        questions = asked.gathered(warn)
         if not questions:
             if flags.schema is None:
                 raise MemagentError(
@@ -142,17 +135,17 @@ def watch(
                 )
             questions = [""]  # a schema's fields make the question
         _check_watched(args)
-        written = {"--jsonl": jsonl, "--csv": csv_file, "--html": html}
-        check_outputs(written, inputs=[*args, *([questions_file] if questions_file else [])])
+        written = outputs.written()
+        check_outputs(written, inputs=[*args, *asked.files()])
         run = setup(flags, err)
         store = open_store(err)
         sources = source_flags.settings(None, written=written.values())
     except MemagentError as exc:
         fail(err, exc)
     schema = run.config.schema()
-    outputs = _Outputs(jsonl, csv_file, html, tuple(schema.fields) if schema is not None else (), store)
+    files = _Outputs(outputs, tuple(schema.fields) if schema is not None else (), store)
     lookup = Lookup(store, run, sources, fresh, warn)
-    keeper = Keeper(args, questions, run, sources, lookup, parallel, settle, outputs, err, json_out=json_out, quiet=quiet)
+    keeper = Keeper(args, questions, run, sources, lookup, parallel, settle, files, err, json_out=json_out, quiet=quiet)
     try:
         keeper.keep(poll)
     except MemagentError as exc:
@@ -196,20 +189,19 @@ class _Doc:
 class _Outputs:
     """Where the rows go: the files, rewritten whole at each change."""
 
-    jsonl: Path | None
-    csv: Path | None
-    html: Path | None
+    given: OutputFlags
     fields: tuple[str, ...]
     store: TraceStore | None
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        if self.jsonl is not None or self.csv is not None:
-            write_records(records, jsonl=self.jsonl, csv_path=self.csv, name_field="document", fields=self.fields)
-        if self.html is not None:
+        given = self.given
+        if given.jsonl is not None or given.csv_file is not None:
+            write_records(records, jsonl=given.jsonl, csv_path=given.csv_file, name_field="document", fields=self.fields)
+        if given.html is not None:
             from ..traces.report import each_report_html
             from .each import html_rows, stored_runs
 
-            atomic_write(self.html, each_report_html(html_rows(records), stored_runs(records, self.store)))
+            atomic_write(given.html, each_report_html(html_rows(records), stored_runs(records, self.store)))
 
 
 class _Changes:
