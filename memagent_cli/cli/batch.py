@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .common import check_outputs, fail, open_store, stderr_console
+from .common import check_outputs, fail, open_store, stderr_console, warner
 from .options import (
     RESULTS_HELP,
     CsvOpt,
@@ -236,7 +236,7 @@ def batch(
         fail(err, exc)
     schema = run.config.schema()
     fields = schema.fields if schema is not None else []
-    lookup = Lookup(store, run, sources, fresh, lambda message: _warn(err, message))
+    lookup = Lookup(store, run, sources, fresh, warner(err))
     try:
         _run_plan(job_file, out, plan, lookup, parallel, err, quiet=quiet, json_out=json_out)
     finally:
@@ -258,10 +258,6 @@ def write_csv(out: Path, path: Path, fields: Sequence[str]) -> None:
                 sinks.add({"custom_id": record.get("custom_id"), **row})
     finally:
         sinks.close()
-
-
-def _warn(err: Console, message: str) -> None:
-    err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
 
 
 def _run_plan(
@@ -465,7 +461,7 @@ class _Lines:
             return None
         return Recorder(
             self.store,
-            warn=lambda message: _warn(self.err, message),
+            warn=warner(self.err),
             resume=self.plan.resumable.get(job.key) if job.done_steps else None,
             engine=self.run.engine_record,
             chat_template=self.run.template_record,
@@ -539,7 +535,7 @@ def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -
         try:
             run = resume_plan(store, run_id)
         except MemagentError as exc:
-            err.print(f"warning: {exc} It starts over.", style="yellow", markup=False, soft_wrap=True)
+            warner(err)(f"{exc} It starts over.")
             continue
         # A line's own instructions and schema are in its run's settings; they shape the answer, not the steps.
         if differences(run["settings"], config.to_dict(), ignore=LINE_OWN):

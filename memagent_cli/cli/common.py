@@ -39,6 +39,15 @@ def fail(err: Console, exc: MemagentError, after: str | None = None) -> NoReturn
     raise typer.Exit(exc.exit_code)
 
 
+def warner(err: Console) -> Callable[[str], None]:
+    """What warns on `err`: a yellow `warning: ...` line, the message printed as it is (no markup)."""
+
+    def warn(message: str) -> None:
+        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    return warn
+
+
 def run_guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Turns MemagentError into one line on stderr and its exit code, as `ask` does."""
     import functools
@@ -153,8 +162,8 @@ def open_store(err: Console, required: bool = False) -> TraceStore | None:
     except MemagentError as exc:
         if required:
             raise
-        err.print(f"warning: {exc} This run is not recorded.", style="yellow", markup=False, soft_wrap=True)
+        warner(err)(f"{exc} This run is not recorded.")
         return None
     if store.notice:
-        err.print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+        warner(err)(store.notice)
     return store

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
-from .common import fail
+from .common import fail, warner
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
 from .options import OutputFlags
 from .reuse import Lookup, record_text
@@ -173,10 +173,7 @@ def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, er
     from ..core.jobs import Job
     from ..core.pipeline import find_sources
 
-    def warn(message: str) -> None:
-        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
-
-    documents = find_sources(paths, sources, warn)
+    documents = find_sources(paths, sources, warner(err))
     if not documents:
         raise MemagentError("There is no document to read in the sources.", "The notes above say what was skipped and why.")
     if len(questions) > 1 and any(d.path == STDIN_PATH for d in documents):

@@ -16,7 +16,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
-from .common import check_outputs, fail, open_store, stderr_console
+from .common import check_outputs, fail, open_store, stderr_console, warner
 from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups, quiet_library_logs
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, check_same_setup, setup
@@ -200,11 +200,9 @@ class _Traced:
         from ..core.pipeline import SourceOptions
 
         self.store, self.run, self.err = store, run, err
+        self.warn = warner(err)
         self.lookup = Lookup(store, run, SourceOptions(), fresh=False, warn=self.warn)
         self.recorders: dict[int, Recorder] = {}
-
-    def warn(self, message: str) -> None:
-        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
 
     def answered(self, job: Job) -> dict[str, Any] | None:
         """The item's stored answer (its record, with `reused_from`), or None; keeps its key."""

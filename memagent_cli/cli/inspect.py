@@ -14,7 +14,7 @@ from rich.console import Console
 from ..errors import EXIT_USAGE, MemagentError
 from ..install.settings import whole_number
 from ..model.runtime import MAX_SEQUENCES
-from .common import check_paths, fail, stderr_console
+from .common import check_paths, fail, stderr_console, warner
 from .conversation import FollowFlags
 from .options import (
     ChatTemplateOpt,
@@ -110,7 +110,7 @@ def inspect(
 
     err = stderr_console()
     quiet_library_logs(False)
-    warn = lambda m: err.print(f"warning: {m}", style="yellow", markup=False, soft_wrap=True)  # noqa: E731
+    warn = warner(err)
     if show_text:
         _print_document_text(sources or [], source_flags, warn, err, model)
         return

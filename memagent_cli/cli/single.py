@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from ..errors import MemagentError
-from .common import sigterm_as_interrupt
+from .common import sigterm_as_interrupt, warner
 from .reuse import record_text
 from .textout import SCHEMA, SafeConsole, json_text, print_json
 
@@ -49,13 +49,11 @@ class Traced:
         from ..traces.recorder import HashingReader
 
         self.err, self.store = err, store
+        self.warn = warner(err)
         self.setup: RunSetup | None = None
         raw: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         self.hashing = HashingReader(raw) if store is not None and raw is not None else None
         self.stdin: HashingReader | BinaryIO | None = self.hashing or raw
-
-    def warn(self, message: str) -> None:
-        self.err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
 
     def recorder(
         self,

@@ -22,7 +22,7 @@ from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
 from ..core.quotes import QUOTE_FIELDS, describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
-from .common import check_outputs, run_guard, stderr_console
+from .common import check_outputs, run_guard, stderr_console, warner
 from .options import JsonOpt
 from .textout import SafeConsole, clip, print_json, visible
 
@@ -48,7 +48,7 @@ def _store() -> TraceStore:
 
     store = TraceStore()
     if store.notice:
-        SafeConsole(stderr=True).print(f"warning: {store.notice}", style="yellow", markup=False, soft_wrap=True)
+        warner(SafeConsole(stderr=True))(store.notice)
     return store
 
 

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console
+from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console, warner
 from .jobs import Finished, Interrupted, atomic_write, drive, write_records
 from .options import (
     FreshOpt,
@@ -122,10 +122,7 @@ def watch(
     """
     err = stderr_console()
     quiet_library_logs(flags.verbose)
-
-    def warn(message: str) -> None:
-        err.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
-
+    warn = warner(err)
     try:
         questions = asked.gathered(warn)
         if not questions:
