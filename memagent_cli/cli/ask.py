@@ -384,10 +384,7 @@ def _questions(
 def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunFlags) -> None:
     """A resumed run keeps what decides its result: a protocol option given beside --resume must
     equal the run's (threads, GPU layers, the view and the like may differ)."""
-
-    def given_here(name: str) -> bool:
-        source = ctx.get_parameter_source(name)  # by name: typer may bring its own copy of click's enum
-        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    given = given_flags(ctx)
 
     def refuse(option: str, value: object, stored: object) -> NoReturn:
         raise MemagentError(
@@ -396,36 +393,33 @@ def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunF
             exit_code=EXIT_USAGE,
         )
 
-    for name in ("args", "question", "questions_file", "include", "exclude"):
-        if given_here(name):
-            raise MemagentError(
-                "--resume takes no sources or questions: they come from the trace.",
-                "Drop them, or start a new run.",
-                exit_code=EXIT_USAGE,
-            )
+    if given & {"args", "question", "questions_file", "include", "exclude"}:
+        raise MemagentError(
+            "--resume takes no sources or questions: they come from the trace.",
+            "Drop them, or start a new run.",
+            exit_code=EXIT_USAGE,
+        )
     from ..core.reuse import differences
 
     settings = run["settings"]
-    given = {**flags.budgets(), "protocol": flags.protocol.value if flags.protocol else None, "instructions": flags.instructions}
-    flag_of = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}
-    wanted = {**settings, **{name: value for name, value in given.items() if given_here(flag_of.get(name, name))}}
+    wanted = {**settings, **flags.given_settings(given)}
     for differs in differences(settings, wanted):
         refuse(differs.option, differs.wanted, differs.stored)
-    if given_here("model") and flags.model is not None:
+    if "model" in given and flags.model is not None:
         from ..install.registry import resolve_model
 
         stored_path = run["model"].get("path") or ""
         if os.path.realpath(resolve_model(flags.model)) != os.path.realpath(stored_path):
             refuse("--model", flags.model, stored_path or "the served model")
     stored_template = (settings.get("chat_template") or {}).get("path")
-    if given_here("template_file") and flags.template_file is not None:
+    if "template_file" in given and flags.template_file is not None:
         if stored_template is None or os.path.realpath(flags.template_file) != os.path.realpath(stored_template):
             refuse("--chat-template", flags.template_file, stored_template or "the model's own template")
     served = settings.get("engine") or {}
-    if given_here("engine") and flags.engine != served.get("kind", "llama"):
+    if "engine" in given and flags.engine != served.get("kind", "llama"):
         refuse("--engine", flags.engine, served.get("kind", "llama"))
     for name, value in (("served_model", flags.served_model), ("tokenizer", flags.tokenizer)):
-        if given_here(name) and value != served.get(name):
+        if name in given and value != served.get(name):
             refuse("--" + name.replace("_", "-"), value, served.get(name))
 
 

@@ -77,8 +77,6 @@ class FollowFlags:
 
 # The flags that name the model or how it is reached: given for a turn, the turn runs that model.
 MODEL_FLAGS = frozenset({"model", "engine", "base_url", "served_model", "tokenizer", "template_file"})
-# A config setting's flag, where their names differ.
-FLAG_OF = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}
 
 
 @dataclass(frozen=True)
@@ -129,8 +127,7 @@ def turn_setup(
         run = setup(flags, err)  # the model this turn names, its engine from the flags
     else:
         run = setup(flags, err, stored=first)
-    values = {**flags.budgets(), "protocol": flags.protocol.value if flags.protocol else None}
-    overrides = {name: value for name, value in values.items() if FLAG_OF.get(name, name) in given and value is not None}
+    overrides = {name: value for name, value in flags.given_settings(given).items() if value is not None}
     try:
         config = dataclasses.replace(resumed_config(first.get("settings") or {}), **overrides)
     except ValueError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypedDict
 
 from rich.console import Console
 
@@ -120,6 +120,13 @@ class RunFlags:
             "instructions": self.instructions or "",
             "early_stop": self.early_stop,
         }
+
+    def given_settings(self, given: Collection[str]) -> dict[str, Any]:
+        """The agent's settings, the protocol among them, whose flags were `given` (by parameter name)."""
+        from ..core.reuse import flag_of
+
+        values = {**self.budgets(), "protocol": self.protocol.value if self.protocol else None}
+        return {name: value for name, value in values.items() if flag_of(name) in given}
 
 
 class RunArgs(TypedDict):

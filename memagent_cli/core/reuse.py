@@ -64,6 +64,11 @@ def deciding(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def flag_of(setting: str) -> str:
+    """The parameter name of the command-line flag that sets `setting` (an AgentConfig field)."""
+    return {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}.get(setting, setting)
+
+
 class Difference(NamedTuple):
     """A deciding setting whose value differs: its name, the stored value, the wanted one."""
 
@@ -74,8 +79,7 @@ class Difference(NamedTuple):
     @property
     def option(self) -> str:
         """The command-line option that sets it."""
-        flag = {"answer_schema": "schema", "answer_schema_multi": "schema_multi"}.get(self.name, self.name)
-        return "--" + flag.replace("_", "-")
+        return "--" + flag_of(self.name).replace("_", "-")
 
 
 def differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: Sequence[str] = ()) -> list[Difference]:
