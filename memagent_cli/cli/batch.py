@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ..core.jobs import Job
     from ..core.reuse import AnswerKey
     from ..core.schema import AnswerSchema
+    from ..ingest.sources import Source
     from ..traces.recorder import Recorder
     from ..traces.reuse import Reused
     from ..traces.store import TraceStore
@@ -402,26 +403,22 @@ class _Lines:
     def look_up(self, job_file: Path) -> int:
         """Finds each run's keys, and the answers the trace store has (before any model loads);
         the runs left to read."""
-        from ..core.jobs import job_config
         from ..core.pipeline import found_sources
-        from ..ingest.sources import Source
 
         left = 0
         for line, jobs in self._lines(job_file):
             if line.several:
                 self.counts[line.custom_id] = len(line.questions)
             for job in jobs:
-                config = job_config(job, self.run.config)
                 if job.context is not None:
-                    documents: tuple[Source, ...] = (Source(path=job.title, title=job.title, kind="text", size=None),)
-                    key = self.lookup.key(job.question, documents, config, text=job.context)
+                    documents: tuple[Source, ...] = (job.stand_in,)
                 else:
                     try:
                         documents = found_sources(job.paths, self.lookup.sources).sources
                     except MemagentError:  # said when the run starts, as it would have been
                         left += 1
                         continue
-                    key = self.lookup.key(job.question, documents, config)
+                key = self.lookup.job_key(job, documents)
                 if key is None:
                     left += 1
                     continue

@@ -206,30 +206,22 @@ class _Traced:
 
     def answered(self, job: Job) -> dict[str, Any] | None:
         """The item's stored answer (its record, with `reused_from`), or None; keeps its key."""
-        from ..core.jobs import job_config
-        from ..ingest.sources import Source
-
-        stand_in = [Source(path=job.title, title=job.title, kind="text", size=None)]
-        key = self.lookup.key(job.question, stand_in, job_config(job, self.run.config), text=job.context)
-        found = self.lookup.reused(key, stand_in, job.context)
+        key = self.lookup.job_key(job, [job.stand_in])
+        found = self.lookup.reused(key, [job.stand_in], job.context)
         return found.record if found is not None else None
 
     def observe(self, job: Job, event: Event) -> None:
         """A run's event to its recorder, made when it starts with the run's keys."""
         from ..core.events import RunFailed, RunFinished, RunStarted
-        from ..core.jobs import job_config
-        from ..ingest.sources import Source
         from ..traces.recorder import Recorder
 
         if isinstance(event, RunStarted):
-            stand_in = [Source(path=job.title, title=job.title, kind="text", size=None)]
-            key = self.lookup.key(job.question, stand_in, job_config(job, self.run.config), text=job.context)
             self.recorders[id(job)] = Recorder(
                 self.store,
                 warn=self.warn,
                 engine=self.run.engine_record,
                 chat_template=self.run.template_record,
-                key=key,
+                key=self.lookup.job_key(job, [job.stand_in]),
             )
         recorder = self.recorders.get(id(job))
         if recorder is None:

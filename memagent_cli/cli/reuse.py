@@ -20,6 +20,7 @@ from .textout import cited, print_json, visible
 
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
+    from ..core.jobs import Job
     from ..core.pipeline import SourceOptions
     from ..core.reuse import AnswerKey, Continued
     from ..ingest.sources import Source
@@ -69,6 +70,13 @@ class Lookup:
             )
         except OSError:
             return None
+
+    def job_key(self, job: Job, documents: Sequence[Source]) -> AnswerKey | None:
+        """A job's keys, with its own settings (core.jobs.job_config), over `documents` (its
+        stand-in where its text is given inline)."""
+        from ..core.jobs import job_config
+
+        return self.key(job.question, documents, job_config(job, self.setup.config), text=job.context)
 
     def reused(self, key: AnswerKey | None, documents: Sequence[Source], text: str | None = None) -> Reused | None:
         """The stored answer of a run with this key over `documents` (or `text`, given inline), or

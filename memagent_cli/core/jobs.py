@@ -85,6 +85,11 @@ class Job:
         return cls(key=f"{document.title}\n{question}", question=question, sources=(document,), title=document.title)
 
     @property
+    def stand_in(self) -> Source:
+        """What a job given its text inline (`context`) reads, as its views, record and keys name it."""
+        return Source(path=self.title or self.key, title=self.title or self.key, kind="text", size=None)
+
+    @property
     def chain_key(self) -> str:
         """The key sent with every request of this run: stable across reruns, ASCII, and saying
         nothing of the document or question."""
@@ -270,7 +275,7 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     elif job.context is None:
         found = find_sources(job.paths, options, lambda message: notes.append(Notice(message)))
     else:
-        found = [Source(path=job.title or job.key, title=job.title or job.key, kind="text", size=None)]
+        found = [job.stand_in]
     job_prep = dataclasses.replace(prep, sources=found, notices=[])
     yield RunStarted(
         question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers
