@@ -61,8 +61,7 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig, his
     schema = config.schema()
     if not question and schema is not None:  # --schema without a question: one made of its fields
         question = schema.question()
-    if question and history:
-        question = follow_up(question, history, lambda problem: len(tokenizer.encode(problem)) <= config.question_tokens)
+    question = with_history(question, history, tokenizer, config.question_tokens)
     normalize = normalizer(tokenizer)
     if normalize is not None:
         question = normalize(question)
@@ -76,6 +75,14 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig, his
             exit_code=EXIT_USAGE,
         )
     return question
+
+
+def with_history(question: str, history: Sequence[tuple[str, str]], tokenizer: Tokenizer, budget: int) -> str:
+    """A follow-up's problem: `question` with the most recent of the earlier turns `history` that
+    fit in `budget` tokens (protocols.follow_up); an empty question, or one without history, as it is."""
+    if not question or not history:
+        return question
+    return follow_up(question, history, lambda problem: len(tokenizer.encode(problem)) <= budget)
 
 
 def context_needed(chat: ChatFormat, tokenizer: Tokenizer, question: str, config: AgentConfig) -> tuple[int, str]:

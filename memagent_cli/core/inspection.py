@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.llama import EmbeddedOptions
 from ..model.tokenizer import normalizer
-from .agent import plan_context
+from .agent import plan_context, with_history
 from .chunking import IngestStats
 from .config import AgentConfig
 from .events import model_record
 from .pipeline import Prepared, SourceOptions, chunk_stream, prepare
-from .protocols import PROTOCOLS, follow_up, of_model
+from .protocols import PROTOCOLS, of_model
 from .protocols import get as get_protocol
 
 if TYPE_CHECKING:
@@ -176,9 +176,8 @@ def inspect_sources(
     chunks, stats = chunk_stream(prep, chunk_tokens, sources, warn)
     normalize = normalizer(prep.tokenizer)  # the question reaches the prompt as the tokenizer normalizes it
     asked = question.strip() if question else None
-    if asked and history:
-        budget = AgentConfig().question_tokens
-        asked = follow_up(asked, history, lambda problem: len(prep.tokenizer.encode(problem)) <= budget)
+    if asked is not None:
+        asked = with_history(asked, history, prep.tokenizer, AgentConfig().question_tokens)
     if asked is not None and normalize is not None:
         asked = normalize(asked)
     report = Report(prep, stats, chunk_tokens, memory_tokens, asked, chosen.name)
