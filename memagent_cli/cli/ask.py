@@ -287,8 +287,7 @@ def _ask_one(plan: _Plan, err: Console, out: Output, one: _One) -> None:
     stored = plan.stored or None
     one.recorder = traced.recorder(stored, key, following, question, plan.changed) if plan.store is not None else None
     if conversation is not None and not out.quiet:
-        turn = f"turn {conversation.turns + 1} of conversation {conversation.id[:8]}"
-        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+        conversation.say_turn(err)
     events = ask_events(
         question,
         plan.paths,

@@ -191,8 +191,7 @@ class Session:
             return
         recorder = self.traced.recorder(key=key, conversation=following, asked=question, changed=self.changed)
         if self.conversation is not None and not self.output.quiet:
-            turn = f"turn {self.conversation.turns + 1} of conversation {self.conversation.id[:8]}"
-            self.err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+            self.conversation.say_turn(self.err)
         events = ask_events(
             question, self.paths, **self.run.args(), sources=self.sources, found=found, continued=continued, history=history
         )

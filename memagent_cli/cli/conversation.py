@@ -98,9 +98,15 @@ class Conversation:
     def ocr(self) -> str:
         return str((self.first.get("settings") or {}).get("ocr", "auto"))
 
+    def say_turn(self, err: Console) -> None:
+        """The line that says which turn a follow-up is, and that it reads the sources again."""
+        turn = f"turn {self.turns + 1} of conversation {self.id[:8]}"
+        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+
 
 def find_conversation(store: TraceStore, ref: str) -> Conversation:
     """The conversation `ref` names ("last": the one asked in last; else a unique prefix of its id)."""
+    from ..traces.conversations import answered_turns
     from ..traces.recorder import resumed_paths
 
     found = store.conversation(ref)
@@ -111,8 +117,7 @@ def find_conversation(store: TraceStore, ref: str) -> Conversation:
             f"Conversation {found['id'][:8]} has lost its first run (removed?), which holds its sources and model.",
             "Ask anew: memagent ask SOURCES QUESTION",
         ) from None
-    history = [(t["question"], t["answer"]) for t in found["turns"] if t["answer"] is not None]
-    return Conversation(found["id"], first, list(resumed_paths(first)), history, len(found["turns"]))
+    return Conversation(found["id"], first, list(resumed_paths(first)), answered_turns(found), len(found["turns"]))
 
 
 def turn_setup(

@@ -179,8 +179,7 @@ class _Reading:
             found = find_conversation(store, follow.ref)
         if found.cwd and os.path.isdir(found.cwd):
             os.chdir(found.cwd)  # its sources' relative paths are from where it began
-        turn = f"turn {found.turns + 1} of conversation {found.id[:8]}"
-        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+        found.say_turn(err)
         settings = found.first.get("settings") or {}
         return _Reading(
             found.paths,

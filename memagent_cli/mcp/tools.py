@@ -109,13 +109,13 @@ class Tools:
     def _conversation(self, ref: str, roots: Roots) -> tuple[str, list[Source], tuple[tuple[str, str], ...]]:
         """A conversation to go on with: its id, its first run's documents (checked as a new call's
         are), and its turns so far (question, answer)."""
+        from ..traces.conversations import answered_turns
         from ..traces.store import TraceStore
 
         with TraceStore() as store:
             found = store.conversation(ref)
             first = store.get_run(found["first_run"], with_steps=False)
-        history = tuple((t["question"], t["answer"]) for t in found["turns"] if t["answer"] is not None)
-        return found["id"], stored_sources(first, roots), history
+        return found["id"], stored_sources(first, roots), tuple(answered_turns(found))
 
     def _check_model(self, model: str | None) -> None:
         if not model:

@@ -87,6 +87,12 @@ def resolve_conversation(conn: sqlite3.Connection, ref: str) -> str:
     return str(ids[0])
 
 
+def answered_turns(conversation: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A conversation's turns (a conversation_record's) as a follow-up's problem holds them:
+    (question, answer), those answered."""
+    return [(t["question"], t["answer"]) for t in conversation["turns"] if t["answer"] is not None]
+
+
 def conversation_record(conn: sqlite3.Connection, conversation: str) -> dict[str, Any]:
     """A conversation as docs/JSON.md gives it: id, started_at, first_run, and its turns in order
     (turn, run, question, asked_at, reused, changed, and its run's answer and status)."""
