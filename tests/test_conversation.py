@@ -154,6 +154,21 @@ def test_chat_with_questions_piped_in_and_going_on_from_an_ask(tmp_path):
     assert nothing.returncode == 2 and "Name the documents" in nothing.stderr
 
 
+def test_chat_fresh_reads_the_next_question_again(tmp_path):
+    """/fresh is the next question's: it reads, where the store had the answer; the chat's lookup stays."""
+    doc = whole_fact(300, 11)
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    done = run_memagent("chat", "doc.txt", *RUN, "--json", input=f"/fresh\n{QUESTION}\n", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (fresh,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert fresh["answer"] == doc.value and fresh.get("reused_from") is None and fresh["trace"] != first["trace"]
+    again = run_memagent("chat", "doc.txt", *RUN, "--json", input=f"{QUESTION}\n", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    (reused,) = [json.loads(line) for line in again.stdout.splitlines()]
+    assert reused["reused_from"]["run"] in (first["trace"], fresh["trace"])
+
+
 def test_chat_at_a_terminal(tmp_path):
     """Two questions, Ctrl-C during a reading (kept, resumable) back to the prompt, a third, Ctrl-D."""
     doc = whole_fact(12_000, 13)  # ~190 steps: long enough to interrupt

@@ -11,7 +11,7 @@ a line from stdin, an answer a line on stdout (`--json`: a record a line), so th
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
@@ -176,12 +176,9 @@ class Session:
         if self.conversation is not None:
             changed_since(self.conversation.first, list(found.sources), self.traced.warn)
         key = self.lookup.key(question, found.sources, history=history)
-        fresh, self.lookup.fresh = self.lookup.fresh, self.lookup.fresh or self.fresh_next
-        try:
-            reused = self.lookup.reused(key, found.sources)
-            continued = self.lookup.continued(key)
-        finally:
-            self.lookup.fresh = fresh
+        lookup = replace(self.lookup, fresh=True) if self.fresh_next else self.lookup  # /fresh: this question's alone
+        reused = lookup.reused(key, found.sources)
+        continued = lookup.continued(key)
         self.fresh_next = self.standalone_next = False
         if reused is not None:
             turn_of_reused(self.store, reused, following, question, self.changed)
