@@ -288,8 +288,7 @@ def _run_plan(
         resumed = f", resuming {len(plan.resumable)} interrupted run(s)" if plan.resumable else ""
         err.print(f"{len(plan.done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
     lines = _Lines(out, err, plan, lookup)
-    runs = plan.runs
-    view = None if quiet else JobView(err, runs, live=err.is_terminal, several=False)
+    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
     try:
         try:
             left = lines.look_up(job_file)

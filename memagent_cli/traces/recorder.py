@@ -158,7 +158,6 @@ class Recorder:
             self._write_run(lambda run_id: self.store.update_run(run_id, raw_answer=event.raw))
         elif isinstance(event, RunFinished):
             result = event.result
-            quotes = [q.place() for q in result.quotes]
             kept = stored_result(result)
             self._write_run(
                 lambda run_id: self.store.finish_run(
@@ -166,7 +165,7 @@ class Recorder:
                     "complete",
                     answer=result.answer,
                     raw_answer=result.raw_answer,
-                    quotes=quotes,
+                    quotes=kept["quotes"],
                     result=kept,
                     continued_from=result.continued_from,
                 )
