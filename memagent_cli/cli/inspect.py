@@ -39,51 +39,58 @@ if TYPE_CHECKING:
     from ..ingest.base import OcrProgress
 
 
+SourcesArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents, folders, zip archives or - for stdin."),
+]
+TextOpt = Annotated[
+    bool,
+    typer.Option(
+        "--text",
+        help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no "
+        "model; with -m, normalized as that model's tokenizer normalizes it (NFC for Qwen models).",
+    ),
+]
+QuestionOpt = Annotated[
+    Optional[str],
+    typer.Option("--question", "-q", help="The question, for prompt sizes and --show-prompt.", show_default=False),
+]
+ShowPromptOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--show-prompt",
+        metavar="K|final",
+        show_default=False,
+        help="Print exactly the text sent for memory step K, or for the final answer (needs --question or --schema).",
+    ),
+]
+SequencesOpt = Annotated[
+    int,
+    typer.Option(
+        "--sequences",
+        metavar="N",
+        min=1,
+        max=MAX_SEQUENCES,
+        help="Size the context for N questions batched in one llama.cpp context, as `ask --batch` does "
+        "with N questions (-q ... up to --parallel; batching is on by default where layers run on a GPU).",
+    ),
+]
+
+
 @flag_groups
 def inspect(
-    sources: Annotated[
-        Optional[list[str]],
-        typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents, folders, zip archives or - for stdin."),
-    ] = None,
+    sources: SourcesArg = None,
     model: ModelOpt = None,
-    show_text: Annotated[
-        bool,
-        typer.Option(
-            "--text",
-            help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no "
-            "model; with -m, normalized as that model's tokenizer normalizes it (NFC for Qwen models).",
-        ),
-    ] = False,
-    question: Annotated[
-        Optional[str],
-        typer.Option("--question", "-q", help="The question, for prompt sizes and --show-prompt.", show_default=False),
-    ] = None,
-    show_prompt: Annotated[
-        Optional[str],
-        typer.Option(
-            "--show-prompt",
-            metavar="K|final",
-            show_default=False,
-            help="Print exactly the text sent for memory step K, or for the final answer (needs --question or --schema).",
-        ),
-    ] = None,
+    show_text: TextOpt = False,
+    question: QuestionOpt = None,
+    show_prompt: ShowPromptOpt = None,
     instructions: InstructionsOpt = None,
     schema: SchemaOpt = None,
     schema_multi: SchemaMultiOpt = False,
     protocol: ProtocolOpt = None,
     chunk_tokens: ChunkOpt = None,
     memory_tokens: MemoryOpt = None,
-    sequences: Annotated[
-        int,
-        typer.Option(
-            "--sequences",
-            metavar="N",
-            min=1,
-            max=MAX_SEQUENCES,
-            help="Size the context for N questions batched in one llama.cpp context, as `ask --batch` does "
-            "with N questions (-q ... up to --parallel; batching is on by default where layers run on a GPU).",
-        ),
-    ] = 1,
+    sequences: SequencesOpt = 1,
     template_file: ChatTemplateOpt = None,
     source_flags: SourceFlags = SourceFlags(),
     follow: FollowFlags = FollowFlags(),
