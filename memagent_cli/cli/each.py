@@ -75,11 +75,12 @@ def run_each(
     schema = run.config.schema()
     sinks = Sinks(output.files.jsonl, output.files.csv_file, "document", schema.fields if schema else (), append=False)
 
-    def answered(job: Job, record: dict[str, Any]) -> None:
+    def answered(job: Job, record: dict[str, Any], shown: bool = True) -> None:
+        """A run's record to the files, and its answer to stdout (`shown`: a failure's is said at the end)."""
         sinks.add(record)
         if output.json_out or output.files.html is not None:
             records.append((order[id(job)], record))
-        if output.json_out:
+        if output.json_out or not shown:
             return
         answer = record_text(record, raw=output.raw, cite=output.cite, tty=stdout_tty)
         head = f"{job.title} · Q{number[id(job)]}: {job.question}" if several else job.title
@@ -90,14 +91,9 @@ def run_each(
             print(text, flush=True)
 
     def finished(done: Finished) -> None:
-        record = done.record(document=done.job.title)
         if done.result is None:
-            sinks.add(record)
-            if output.json_out or output.files.html is not None:
-                records.append((order[id(done.job)], record))
             failures.append(done)
-            return
-        answered(done.job, record)
+        answered(done.job, done.record(document=done.job.title), shown=done.result is not None)
 
     view = None if output.quiet else JobView(err, len(jobs), live=err.is_terminal, several=several)
     to_run = [job for job in jobs if id(job) not in reused]
