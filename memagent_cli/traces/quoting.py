@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any, Callable, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 from ..core.pipeline import SourceOptions, find_sources, source_text
 from ..errors import MemagentError
@@ -24,31 +24,19 @@ CONTEXT_CHARS = 300  # of a quote's paragraph shown on each side of it, at most 
 def stored_quotes(run: Mapping[str, Any], warn: Callable[[str], None], context: bool = False) -> list[dict[str, Any]]:
     """The run's quotes with their text (docs/JSON.md, "quote", and `pages`: the first and last PDF
     page, or None), best first; notes to `warn`."""
-    places = run.get("quotes") or []
     sources = run.get("sources") or []
-    texts: dict[int, str | None] = {}
-    quotes = []
-    for place in places:
-        index = int(place["source"])
-        if index not in texts:
-            texts[index] = _text(sources[index], place.get("form"), run, warn) if index < len(sources) else None
-        text = texts[index]
-        if text is None:
-            continue
-        record = sources[index]
-        quotes.append(
-            {
-                "text": text[place["start"] : place["end"]],
-                "source": record.get("path"),
-                "location": place.get("location"),
-                "start": place["start"],
-                "end": place["end"],
-                "step": place.get("step"),
-                "pages": place.get("pages"),
-                **(paragraph(text, place["start"], place["end"]) if context else {}),
-            }
-        )
-    return quotes
+
+    def read(index: int, form: str | None) -> str | None:
+        return _text(sources[index], form, run, warn)
+
+    return [
+        {
+            **_quote(place, text, sources[index].get("path")),
+            "pages": place.get("pages"),
+            **(paragraph(text, place["start"], place["end"]) if context else {}),
+        }
+        for place, text, index in _placed(run.get("quotes") or [], len(sources), read)
+    ]
 
 
 def reused_quotes(
@@ -61,36 +49,47 @@ def reused_quotes(
     """Quote records (docs/JSON.md, "quote") of a reused answer's stored `places`, their text read
     from `sources`, the documents found now (whose content is the stored run's: its answer key
     matched), or from `text`, the one document given inline (a `batch` line's context)."""
-    texts: dict[int, str | None] = {}
-    if text is not None and places:  # laid out alone, as `source_text` lays a file out: stripped, normalized
-        form = places[0].get("form")
-        texts[0] = unicodedata.normalize(form, text.strip()) if form else text.strip()
-    quotes = []
     options = SourceOptions(ocr=cast(OcrMode, ocr))  # the run's --ocr, checked when it was given
+
+    def read(index: int, form: Any) -> str | None:  # a form the run's reader used: one of unicodedata's
+        if text is not None:  # laid out alone, as `source_text` lays a file out: stripped, normalized
+            return unicodedata.normalize(form, text.strip()) if form else text.strip()
+        try:
+            return source_text(sources[index], options, lambda _: None, form)
+        except MemagentError as exc:
+            warn(f"{sources[index].title} could not be read again ({exc.message}); its quotes are not shown.")
+            return None
+
+    return [_quote(place, read_text, sources[index].path) for place, read_text, index in _placed(places, len(sources), read)]
+
+
+def _placed(
+    places: Iterable[Mapping[str, Any]], count: int, read: Callable[[int, str | None], str | None]
+) -> Iterator[tuple[Mapping[str, Any], str, int]]:
+    """Each place (in order) whose source, one of `count`, can be read, with that source's text and
+    index; each source read once, by `read(index, form)` (None: it cannot be, and was said why)."""
+    texts: dict[int, str | None] = {}
     for place in places:
         index = int(place["source"])
-        if index >= len(sources):
+        if index >= count:
             continue
         if index not in texts:
-            try:
-                texts[index] = source_text(sources[index], options, lambda _: None, place.get("form"))
-            except MemagentError as exc:
-                warn(f"{sources[index].title} could not be read again ({exc.message}); its quotes are not shown.")
-                texts[index] = None
-        read = texts[index]
-        if read is None:
-            continue
-        quotes.append(
-            {
-                "text": read[place["start"] : place["end"]],
-                "source": sources[index].path,
-                "location": place.get("location"),
-                "start": place["start"],
-                "end": place["end"],
-                "step": place.get("step"),
-            }
-        )
-    return quotes
+            texts[index] = read(index, place.get("form"))
+        found = texts[index]
+        if found is not None:
+            yield place, found, index
+
+
+def _quote(place: Mapping[str, Any], text: str, path: str | None) -> dict[str, Any]:
+    """A quote record (docs/JSON.md, "quote") of a stored place in its source's `text`."""
+    return {
+        "text": text[place["start"] : place["end"]],
+        "source": path,
+        "location": place.get("location"),
+        "start": place["start"],
+        "end": place["end"],
+        "step": place.get("step"),
+    }
 
 
 def paragraph(text: str, start: int, end: int, limit: int = CONTEXT_CHARS) -> dict[str, str]:
