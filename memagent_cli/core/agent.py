@@ -57,11 +57,7 @@ def check_question(question: str, tokenizer: Tokenizer, config: AgentConfig, his
     normalizes text (NFC for Qwen's), so a served model reads the ids the local tokenizer counts.
     `history`, the earlier turns of a conversation (question, answer): a follow-up's problem holds
     the most recent of them that fit the question budget (protocols.follow_up)."""
-    question = question.strip()
-    schema = config.schema()
-    if not question and schema is not None:  # --schema without a question: one made of its fields
-        question = schema.question()
-    question = with_history(question, history, tokenizer, config.question_tokens)
+    question = with_history(config.question_asked(question), history, tokenizer, config.question_tokens)
     normalize = normalizer(tokenizer)
     if normalize is not None:
         question = normalize(question)

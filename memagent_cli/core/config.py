@@ -62,6 +62,13 @@ class AgentConfig:
     def schema(self) -> AnswerSchema | None:
         return AnswerSchema.from_config(self.answer_schema, self.answer_schema_multi) if self.answer_schema else None
 
+    def question_asked(self, given: str) -> str:
+        """The question a run asks: `given`, stripped; none given under a schema (--schema without a
+        question), the one its fields make."""
+        question = given.strip()
+        schema = self.schema()
+        return schema.question() if not question and schema is not None else question
+
     def final_instructions(self) -> str:
         """What the final prompt adds to the question: --instructions, then the schema's."""
         schema = self.schema()

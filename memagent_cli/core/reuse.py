@@ -91,11 +91,7 @@ def differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore:
 def key_question(question: str, config: AgentConfig) -> str:
     """The question as a key holds it: stripped, the one a schema's fields make where none is given,
     in NFC (two spellings of one text that the models' tokenizers read alike are one question)."""
-    question = question.strip()
-    schema = config.schema()
-    if not question and schema is not None:
-        question = schema.question()
-    return unicodedata.normalize("NFC", question)
+    return unicodedata.normalize("NFC", config.question_asked(question))
 
 
 @dataclass(frozen=True)
