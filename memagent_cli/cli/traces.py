@@ -130,12 +130,7 @@ def _list_turns(ref: str, json_out: bool) -> None:
     """`traces list --conversation`: its turns, each with its run."""
     store = _store()
     found = store.conversation(ref)
-    runs = {}
-    for turn in found["turns"]:
-        try:
-            runs[turn["run"]] = store.get_run(turn["run"], with_steps=False)
-        except MemagentError:  # removed: the turn stays, without its run
-            continue
+    runs = _turn_runs(store, found, with_steps=False)
     if json_out:
         listed = [
             {**runs.get(t["run"], {"id": t["run"]}), "turn": t["turn"], "reused": t["reused"], "asked": t["question"]}
@@ -373,16 +368,23 @@ def _conversation_page(ref: str, fmt: str) -> str:
         raise MemagentError(f"A conversation is exported as html or markdown, not {fmt}.", exit_code=EXIT_USAGE)
     store = _store()
     found = store.conversation(ref)
-    runs, quotes = {}, {}
-    for turn in found["turns"]:
+    runs = _turn_runs(store, found, with_steps=True)
+    quotes = {run_id: stored_quotes(run, _note, context=True) for run_id, run in runs.items()}
+    return export_conversation(found, runs, quotes, fmt)
+
+
+def _turn_runs(store: TraceStore, conversation: Mapping[str, Any], *, with_steps: bool) -> dict[str, dict[str, Any]]:
+    """The runs of a conversation's turns, by id, each read once; a run removed is left out (its turn
+    stays, and says so)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for turn in conversation["turns"]:
         if turn["run"] in runs:
             continue
         try:
-            run = store.get_run(turn["run"])
-        except MemagentError:  # removed: its turn says so
+            runs[turn["run"]] = store.get_run(turn["run"], with_steps=with_steps)
+        except MemagentError:
             continue
-        runs[turn["run"]], quotes[turn["run"]] = run, stored_quotes(run, _note, context=True)
-    return export_conversation(found, runs, quotes, fmt)
+    return runs
 
 
 def _write_export(text: str, output: Path | None) -> None:
