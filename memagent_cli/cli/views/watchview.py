@@ -38,10 +38,13 @@ class WatchView(RowsView):
     def _name(self, job: Job) -> str:
         return f"{job.title} · {job.question}" if self.several else job.title
 
+    def _row(self, job: Job) -> Row:
+        self.names[job.key] = self._name(job)
+        return self.rows.setdefault(job.key, Row(question=job.question))
+
     def state(self, job: Job, state: str, said: str | None = None, line: str | None = None) -> None:
         """A row's new state (and its answer or error), and the line that tells it."""
-        row = self.rows.setdefault(job.key, Row(question=job.question))
-        self.names[job.key] = self._name(job)
+        row = self._row(job)
         row.state = state
         if said is not None:
             row.answer = said
@@ -66,8 +69,7 @@ class WatchView(RowsView):
         """A run's events move its row on (reading step k/N); its end is said by `state`."""
         if self._said_aside(event, f"{visible(self._name(job))}: "):
             return
-        row = self.rows.setdefault(job.key, Row(question=job.question))
-        self.names[job.key] = self._name(job)
+        row = self._row(job)
         if isinstance(event, RunStarted):
             row.state = "reading"
         elif not isinstance(event, (RunFinished, RunFailed)):
