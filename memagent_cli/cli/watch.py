@@ -381,13 +381,14 @@ class Keeper:
     def _gone(self, source: Source) -> None:
         from ..core.jobs import Job
 
-        for question in self.questions:
-            job = Job.each(source, question)
+        jobs = [Job.each(source, question) for question in self.questions]
+        for job in jobs:
             if self.rows.pop(job.key, None) is not None:
                 self.stirred = True
-            if self.view is not None:
+        self._write()  # the outputs lose its rows before the line says it is gone
+        if self.view is not None:
+            for job in jobs:
                 self.view.gone(job)
-        self._write()
 
     # One look -------------------------------------------------------------------------------
 
@@ -408,9 +409,9 @@ class Keeper:
                 key = self.lookup.key(question, [source])
                 found = self.lookup.reused(key, [source])
                 if found is not None:
+                    self._row(job, {"document": job.title, **found.record})  # in the outputs before it is said
                     if self.view is not None:
                         self.view.state(job, "answered before", found.answer, found.note())
-                    self._row(job, {"document": job.title, **found.record})
                     continue
                 job = dataclasses.replace(job, continued=self.lookup.continued(key))
                 if key is not None:
@@ -488,14 +489,14 @@ class Keeper:
                 self.view.state(job, "settling", "", "changed while it was read: read again once it settles")
             return
         record = done.record(document=job.title)
+        if doc is not None:  # not gone meanwhile; in the outputs before the line says it is answered
+            self._row(job, record)
         if done.result is None:
             if self.view is not None:
                 self.view.state(job, "failed", record.get("error"), f"failed: {record.get('error')}")
         elif self.view is not None:
             steps = len(done.result.steps)
             self.view.state(job, "answered", done.result.answer, f"answered in {steps} step{'s' if steps != 1 else ''}")
-        if doc is not None:  # not gone meanwhile
-            self._row(job, record)
 
     def _row(self, job: Job, record: dict[str, Any]) -> None:
         self.rows[job.key] = record
