@@ -68,48 +68,6 @@ def report(results: dict, path: Path | None) -> dict:
 GPU_LAYERS = 0  # --gpu-layers: 0 measures this CPU; -1 put every layer on the H100 for B4
 
 
-def engine(model: Path, speculate: bool, n_ctx: int):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok = load_tokenizer(info)
-    return LlamaEngine(
-        info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=GPU_LAYERS, speculate=speculate)
-    ), tok
-
-
-def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
-    """A protocol's memory updates; per step its generation and whole seconds, and the texts. The
-    drafts are told `told`: "memory" (the previous memory, as memagent's loop tells it, the
-    engine drafting it first) or "reply" (the previous step's whole reply)."""
-    from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
-
-    chosen = get(protocol)
-    memory, reply, rows = chosen.initial_memory, "", []
-    for chunk in chunks:
-        done = None
-        prompt = chosen.memory_prompt(question, memory, chunk)
-        for item in eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
-        rows.append(done)
-        reply, memory = done.text, chosen.next_memory(done.text)
-    return {
-        "generate_seconds": sum(d.generate_seconds for d in rows),
-        "step_seconds": sum(d.prompt_seconds + d.generate_seconds for d in rows),
-        "generated": sum(d.completion_tokens for d in rows),
-        "drafted": sum(d.drafted_tokens for d in rows),
-        "accepted": sum(d.accepted_tokens for d in rows),
-        "texts": [d.text for d in rows],
-        "memory": memory,
-    }
-
-
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
     engines = {s: engine(model, s, n_ctx)[0] for s in (False, True)}
     runs: dict[bool, list[dict]] = {False: [], True: []}

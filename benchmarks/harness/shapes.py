@@ -4,7 +4,7 @@ Speed depends on a model's shapes and quantization, not on what its weights lear
 model of Qwen2.5-7B-Instruct's (or 1.5B's, or Qwen3-4B's) exact tensor shapes, with the real
 Qwen2.5 vocabulary and chat template and random weights, quantized to Q4_K_M by llama.cpp's own
 quantizer, runs at the real model's speed. Nothing is downloaded: the vocabulary is the
-converter's output in ../shared/fixtures (or --vocab), the weights are drawn here. Qwen3 adds
+converter's output in tests/data/shared/fixtures (or --vocab), the weights are drawn here. Qwen3 adds
 four tokens to that vocabulary (<tool_response>, </tool_response>, <think>, </think>, ids 151665
 to 151668): they take the place of the converter's padding rows there, as in Qwen3's own GGUFs.
 
@@ -17,7 +17,7 @@ The output rows of the control tokens (<|endoftext|>, <|im_start|>, <|im_end|>, 
 so their logits are 0 where every other token's is random with a spread of several units:
 greedy decoding never ends its turn, and every step generates its whole budget.
 
-    python benchmarks/shapes.py qwen2.5-7b OUT_DIR [--vocab FILE]
+    python -m benchmarks.harness.shapes qwen2.5-7b OUT_DIR [--vocab FILE]
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-DEFAULT_VOCAB = REPO.parent / "shared" / "fixtures" / "qwen2.5-vocab-llamacpp.gguf"
+from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
+
+DEFAULT_VOCAB = QWEN25_VOCAB
 
 # config.json of each Qwen2.5-Instruct model (Hugging Face); the vocabulary rows are the
 # converter's padded 152,064 for both (1.5B's real embedding has 151,936 rows: 0.08% fewer).
@@ -98,7 +98,8 @@ def use_more_bits(i: int, n: int) -> bool:
 def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path) -> int:
     """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers; the vocabulary's rows."""
     import gguf
-    from tinymodel import add_qwen2_hparams
+
+    add_qwen2_hparams = shared_code("tinymodel").add_qwen2_hparams
 
     s = SHAPES[shape]
     w.add_name(f"random-{shape}")
@@ -239,7 +240,6 @@ def build(
 ) -> Path:
     """The quantized model in `folder`, made once (the F16 intermediate is deleted); `fast` (Q4_K_M
     only) assembles it from a quantized 2-layer model, `n_layer` layers (default the shape's)."""
-    sys.path.insert(0, str(REPO))
     from memagent_cli.model.convert.quantize import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
