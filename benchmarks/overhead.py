@@ -1,19 +1,15 @@
-"""B1: what memagent adds to the engine's own work, measured side by side in one run.
+"""B1: what memagent adds to the engine's own work: the same MemAgent run three ways, side by side.
 
-Three ways to do the same MemAgent run over the same document with the same tiny model, the
-same prompts and the same token budgets (greedy, and the model never ends its turn, so every
-step generates exactly its budget):
+The same document, tiny model, prompts and token budgets (greedy, and the model never ends its
+turn, so every step generates exactly its budget), each a fresh process:
 
   bare   a plain llama-cpp-python loop: Llama.generate() per step, detokenize, next prompt
-  quiet  `memagent ask --quiet --no-trace` as a user runs it (a real process)
+  quiet  `memagent ask --quiet --no-trace` as a user runs it
   live   `memagent ask` with the live view drawing on a pseudo-terminal, and the trace store
 
-Each is run `--repeat` times, interleaved, and the median wall time is kept, at two sizes (short
-budgets, and the reference's 5000-token chunks with 1024-token memories), which separates
-memagent's fixed cost (process start-up, imports) from its cost per generated token. Target: the
-memagent/bare ratio <= 1.10 at the reference budgets (a tiny model is where our overhead shows most).
-
-    python benchmarks/overhead.py [--repeat 3] [--json FILE]
+Interleaved, medians, at two sizes (short budgets, and the reference's 5000-token chunks with
+1024-token memories), which separates memagent's fixed cost (start-up, imports) from its cost per
+generated token. Target: memagent / bare at most 1.10 at the reference budgets.
 """
 
 from __future__ import annotations
@@ -21,32 +17,39 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pty
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from benchmarks.harness.fixtures import shared_code
+from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.runner import memagent, run
+from benchmarks.harness.timing import interleave, median
+
+TITLE = "memagent against the bare engine"
+QUICK = ["--repeat", "1"]
+RATIO = Target("≤ 1.10")
+QUESTION = "What happened at the old mill?"
+SIZES = {"small": (6, 1000, 256, 64), "large": (8, 5000, 1024, 256)}  # steps, chunk, memory, answer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of (bare, quiet, live), interleaved")
 
 
 def make_inputs(folder: Path, steps: int, chunk: int) -> tuple[Path, Path]:
-    from helpers import words
-    from tinymodel import write_tiny_qwen2
-
+    """A tiny random Qwen2 model and a document of exactly `steps` full chunks."""
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 
-    model = write_tiny_qwen2(folder / "tiny.gguf", seed=1)
+    model = shared_code("tinymodel").write_tiny_qwen2(folder / "tiny.gguf", seed=1)
+    words = shared_code("helpers").words
     tok = load_tokenizer(read_gguf(model))
-    text, n = "", 0
-    while True:  # exactly `steps` chunks, the last one full
+    text = ""
+    while True:
         text = words(len(text.split()) + 2000, seed=3)
-        n = len(tok.encode(text))
-        if n >= steps * chunk:
+        if len(tok.encode(text)) >= steps * chunk:
             break
     ids = tok.encode(text)[: steps * chunk]
     doc = folder / "doc.txt"
@@ -99,133 +102,82 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
     return {"seconds": time.perf_counter() - t0, "generated": generated}
 
 
-def bare_process(model: Path, doc: Path, question: str, args) -> dict:
-    """The bare loop in a fresh Python process, so it pays interpreter start-up like memagent."""
-    t0 = time.perf_counter()
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--bare-run",
-            str(model),
-            str(doc),
-            question,
-            "--chunk",
-            str(args.chunk),
-            "--memory",
-            str(args.memory),
-            "--answer",
-            str(args.answer),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-    ).stdout
-    return {**json.loads(out), "seconds": time.perf_counter() - t0}
-
-
-def memagent(
-    model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, answer_tokens: int, live: bool, home: Path
-) -> dict:
-    args = [
-        sys.executable,
-        "-m",
-        "memagent_cli",
-        "ask",
-        str(doc),
-        question,
-        "-m",
-        str(model),
-        "--threads",
-        "1",
-        "--chunk-tokens",
-        str(chunk),
-        "--memory-tokens",
-        str(memory_tokens),
-        "--answer-tokens",
-        str(answer_tokens),
-        "--temperature",
-        "0",
-        "--no-speculate",  # the bare loop drafts nothing: this measures memagent's own cost (B6 measures drafts)
-        "--json",
-    ]
-    env = {**os.environ, "MEMAGENT_HOME": str(home), "COLUMNS": "110"}
-    t0 = time.perf_counter()
-    if live:
-        leader, follower = pty.openpty()  # stderr is a terminal: the live view draws
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower, env=env, cwd=REPO)
-        os.close(follower)
-        try:
-            while os.read(leader, 65536):
-                pass
-        except OSError:
-            pass
-        out = proc.stdout.read()
-        proc.wait()
-        os.close(leader)
-    else:
-        out = subprocess.run(args + ["--quiet", "--no-trace"], capture_output=True, env=env, cwd=REPO, check=True).stdout
-    seconds = time.perf_counter() - t0
-    result = json.loads(out)
-    generated = sum(s["generated_tokens"] for s in result["steps"]) + answer_tokens
-    return {"seconds": seconds, "generated": generated, "steps": len(result["steps"])}
-
-
-def measure(steps: int, chunk: int, memory: int, answer: int, repeat: int) -> dict:
-    question = "What happened at the old mill?"
-    opts = argparse.Namespace(chunk=chunk, memory=memory, answer=answer)
+def size(steps: int, chunk: int, memory: int, answer: int, repeat: int) -> dict:
+    """One size: the three ways, `repeat` rounds interleaved; medians and ratios."""
     with tempfile.TemporaryDirectory() as tmp:
         model, doc = make_inputs(Path(tmp), steps, chunk)
-        runs: dict[str, list[dict]] = {"bare": [], "quiet": [], "live": []}
-        for _ in range(repeat):  # interleaved, so load on the machine falls on all three alike
-            runs["bare"].append(bare_process(model, doc, question, opts))
-            runs["quiet"].append(memagent(model, doc, question, chunk, memory, answer, False, Path(tmp)))
-            runs["live"].append(memagent(model, doc, question, chunk, memory, answer, True, Path(tmp)))
-    generated = runs["bare"][0]["generated"]
-    assert all(r["generated"] == generated for v in runs.values() for r in v), "the runs did different work"
-    median = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
+        budgets = ["--chunk-tokens", chunk, "--memory-tokens", memory, "--answer-tokens", answer]
+        # --no-speculate: the bare loop drafts nothing; this measures memagent's own cost (B6 measures drafts)
+        ask = ["ask", doc, QUESTION, "-m", model, "--threads", "1", *budgets, "--temperature", "0", "--no-speculate", "--json"]
+        child = [sys.executable, "-m", "benchmarks.overhead", str(model), str(doc), QUESTION, *map(str, (chunk, memory, answer))]
+
+        def quiet() -> tuple[float, int]:
+            r = memagent(*ask, "--quiet", "--no-trace", home=Path(tmp))
+            return r.seconds, sum(s["generated_tokens"] for s in r.record()["steps"]) + answer
+
+        def live() -> tuple[float, int]:
+            r = memagent(*ask, home=Path(tmp), terminal=True)
+            return r.seconds, sum(s["generated_tokens"] for s in r.record()["steps"]) + answer
+
+        def bare_side() -> tuple[float, int]:
+            r = run(child)
+            return r.seconds, json.loads(r.stdout)["generated"]
+
+        runs = interleave({"bare": bare_side, "quiet": quiet, "live": live}, repeat)
+    generated = runs["bare"][0][1]
+    assert all(g == generated for v in runs.values() for _, g in v), "the runs did different work"
+    seconds = {k: median([s for s, _ in v]) for k, v in runs.items()}
     return {
         "steps": steps,
         "chunk_tokens": chunk,
         "memory_tokens": memory,
         "generated_tokens": generated,
-        **{f"{k}_seconds": round(v, 3) for k, v in median.items()},
-        "quiet_ratio": round(median["quiet"] / median["bare"], 3),
-        "live_ratio": round(median["live"] / median["bare"], 3),
+        **{f"{k}_seconds": v for k, v in seconds.items()},
+        "quiet_ratio": round(seconds["quiet"] / seconds["bare"], 3),
+        "live_ratio": round(seconds["live"] / seconds["bare"], 3),
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", dest="json_out")
-    parser.add_argument("--bare-run", nargs=3, metavar=("MODEL", "DOC", "QUESTION"), help=argparse.SUPPRESS)
-    parser.add_argument("--chunk", type=int, default=1000, help=argparse.SUPPRESS)
-    parser.add_argument("--memory", type=int, default=256, help=argparse.SUPPRESS)
-    parser.add_argument("--answer", type=int, default=64, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.bare_run:  # the child process of bare_process()
-        model, doc, question = args.bare_run
-        print(json.dumps(bare(Path(model), Path(doc), question, args.chunk, args.memory, args.answer)))
-        return {}
-    # Two sizes: memagent's extra time = fixed (start-up) + per generated token; two runs solve for both.
-    small = measure(steps=6, chunk=1000, memory=256, answer=64, repeat=args.repeat)
-    large = measure(steps=8, chunk=5000, memory=1024, answer=256, repeat=args.repeat)
-    result = {"small": small, "large": large}
-    for view in ("quiet", "live"):
+def measure(args: argparse.Namespace) -> dict:
+    result = {name: size(*shape, repeat=args.repeat) for name, shape in SIZES.items()}
+    small, large = result["small"], result["large"]
+    for view in ("quiet", "live"):  # extra time = fixed + per generated token: two sizes solve for both
         extra_small = small[f"{view}_seconds"] - small["bare_seconds"]
         extra_large = large[f"{view}_seconds"] - large["bare_seconds"]
         per_token = (extra_large - extra_small) / (large["generated_tokens"] - small["generated_tokens"])
         result[f"{view}_us_per_token"] = round(per_token * 1e6, 1)
         result[f"{view}_fixed_ms"] = round((extra_small - per_token * small["generated_tokens"]) * 1e3)
-    result["target"] = "ratio <= 1.10 at the reference budgets (large)"
-    for key, value in result.items():
-        print(f"{key:20} {value}")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 
 
-if __name__ == "__main__":
-    main()
+def rows(m: dict, results: object) -> list[Row]:
+    large = m["large"]
+    return [
+        RATIO.row("memagent --quiet / bare engine, reference budgets", large["quiet_ratio"]),
+        RATIO.row("memagent with live view / bare engine, reference budgets", large["live_ratio"]),
+        Row("overhead per generated token, quiet / live (µs)", f"{m['quiet_us_per_token']} / {m['live_us_per_token']}"),
+        Row("fixed overhead, quiet / live (ms: start-up, imports)", f"{m['quiet_fixed_ms']} / {m['live_fixed_ms']}"),
+    ]
+
+
+def section(m: dict, results: object) -> str:
+    s, g = m["small"], m["large"]
+    return f"""The same MemAgent run (same document, tiny model, prompts and token budgets; greedy, every
+step generating its full budget) three ways, each a fresh process: a bare llama-cpp-python loop
+(`Llama.generate`), `memagent ask --quiet --no-trace`, and `memagent ask` drawing its live view
+on a pseudo-terminal with the trace store on. Two sizes separate the fixed cost (start-up,
+imports, reading) from the cost per generated token:
+
+| size | generated tokens | bare (s) | quiet (s) | live (s) |
+|---|---|---|---|---|
+| short budgets (1000-token chunks, 256-token memory) | {s["generated_tokens"]} | {s["bare_seconds"]} | {s["quiet_seconds"]} | {s["live_seconds"]} |
+| reference budgets (5000-token chunks, 1024-token memory) | {g["generated_tokens"]} | {g["bare_seconds"]} | {g["quiet_seconds"]} | {g["live_seconds"]} |
+
+The per-token and fixed figures are a two-point fit between the sizes and swing by tens of µs
+between runs on this shared 2-core machine (they can come out negative); the ratios are the
+robust figures."""
+
+
+if __name__ == "__main__":  # the bare side's own process: MODEL DOC QUESTION CHUNK MEMORY ANSWER
+    model, doc, question, chunk, memory, answer = sys.argv[1:]
+    print(json.dumps(bare(Path(model), Path(doc), question, int(chunk), int(memory), int(answer))))
