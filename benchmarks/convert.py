@@ -13,7 +13,7 @@ What it measures, in one run:
   quantize  the bf16 GGUF -> q4_k_m with llama.cpp's quantizer (convert.quantize): its time, peak
             RSS and output size, reported as measured (that is llama.cpp's code, not ours).
 
-How: every timed stage runs in a fresh process (this script with --stage), so its peak RSS
+How: every timed stage runs in a fresh process (`python -m benchmarks.convert STAGE ...`), so its peak RSS
 (VmHWM, read by the process itself at its end) is that stage's alone; the parent also samples the
 child's anonymous and file-backed RSS every 0.2 s, which tells memory a process allocates from
 file pages it has mapped (llama.cpp's quantizer maps its whole input). Before each timed stage the
@@ -22,8 +22,7 @@ whether it worked), so the copy and the conversions all read cold from disk; bot
 fsync. Copy and conversions are interleaved, `--repeat` rounds of (copy, bf16, f16), and the
 ratios compare medians. Speeds are bytes of the checkpoint's shards read per second (MB = 10^6 B).
 
-    python benchmarks/convert.py [--shape tiny|7b] [--work DIR] [--keep] [--repeat 2]
-                                 [--skip-quantize] [--json FILE]
+    python -m benchmarks run B5 [--shape tiny|7b] [--work DIR] [--keep] [--repeat 2] [--skip-quantize]
 
 The checkpoint is reused when --work already holds a complete one (marked by a marker file);
 without --keep, everything this run made is deleted at the end.
@@ -34,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -43,20 +41,29 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.fixtures import REPO, shared_code
+from benchmarks.harness.registry import Row, Target
 
+TITLE = "converting a 7B checkpoint (`memagent models convert`)"
+QUICK = ["--shape", "tiny", "--repeat", "1"]
+SPEED = Target("≥ 0.5")  # "at least half the speed of a plain file copy"
+RSS = Target("≤ 1500")  # "peak RSS at most 1.5 GB, whatever the model size"
 MB = 1_000_000
-RSS_TARGET_MB = 1500  # "peak RSS at most 1.5 GB, whatever the model size"
-SPEED_TARGET = 0.5  # "at least half the speed of a plain file copy"
 MARKER = ".benchmark-complete"
 SEED = 0
 SHARDS = 4
+KINDS = (("bf16", "bf16 → bf16 GGUF (what a q4_k_m pull writes)"), ("f16", "bf16 → f16 GGUF"))
 
 
-# ---------------------------------------------------------------------------------------------
-# Stages, each run in its own process: `convert.py --stage NAME ... --result FILE`
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", choices=("tiny", "7b"), default="7b", help="tiny: a quick self-check")
+    parser.add_argument("--work", type=Path, help="work folder (default: a new one in the temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoint and outputs")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of (copy, bf16, f16), interleaved")
+    parser.add_argument("--skip-quantize", action="store_true", help="skip llama.cpp's q4_k_m stage (the last one is kept)")
+
+
+# Stages, each run in its own process: `python -m benchmarks.convert --stage NAME ... --result FILE`
 
 
 def _own_memory() -> dict:
@@ -114,21 +121,22 @@ def stage_quantize(src: Path, dest: Path, quant: str) -> dict:
     return {"seconds": seconds, "bytes": src.stat().st_size, "output_bytes": dest.stat().st_size}
 
 
-def run_stage(args: argparse.Namespace) -> None:
+def run_stage(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--stage", "--result", "--src", "--dest", "--outtype", "--quant"):
+        parser.add_argument(name)
+    args = parser.parse_args(argv)
     if args.stage == "copy":
         result = stage_copy(Path(args.src))
     elif args.stage == "convert":
         result = stage_convert(Path(args.src), Path(args.dest), args.outtype)
-    elif args.stage == "quantize":
-        result = stage_quantize(Path(args.src), Path(args.dest), args.quant)
     else:
-        raise SystemExit(f"unknown stage {args.stage}")
+        result = stage_quantize(Path(args.src), Path(args.dest), args.quant)
     result["memory"] = _own_memory()
     Path(args.result).write_text(json.dumps(result))
 
 
-# ---------------------------------------------------------------------------------------------
-# The parent: builds the checkpoint, runs the stages, reports
+# The parent: builds the checkpoint, runs the stages
 
 
 def drop_caches() -> bool:
@@ -155,7 +163,7 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
     """Runs one stage in a fresh process after emptying the page cache; its measurements."""
     result_file = work / f".{stage}-result.json"
     result_file.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--result", str(result_file)]
+    command = [sys.executable, "-m", "benchmarks.convert", "--stage", stage, "--result", str(result_file)]
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     cache_dropped = drop_caches()
@@ -192,7 +200,7 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
 
 def build_checkpoint(folder: Path, shape_name: str) -> dict:
     """The checkpoint in `folder`, made or reused; how long making it took."""
-    import hfcheckpoint
+    hfcheckpoint = shared_code("hfcheckpoint")
 
     shape = {"tiny": hfcheckpoint.TINY, "7b": hfcheckpoint.QWEN25_7B}[shape_name]
     key = {"shape": shape_name, "seed": SEED, "shards": SHARDS, "dtype": "BF16", "fast": True}
@@ -215,41 +223,6 @@ def _shard_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
-def machine() -> dict:
-    from importlib.metadata import version
-
-    import gguf  # noqa: F401
-    import numpy
-
-    def safe(name: str) -> str | None:
-        try:
-            return version(name)
-        except Exception:
-            return None
-
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem = next(
-        int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
-    )
-    return {
-        "cores": len(os.sched_getaffinity(0)),
-        "cpu": cpu,
-        "memory_gb": round(mem / 1e9, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": numpy.__version__,
-        "gguf": safe("gguf"),
-        "llama_cpp_python": safe("llama_cpp_python") or safe("llama-cpp-python"),
-    }
-
-
 def summarize(results: dict) -> dict:
     copy = statistics.median(r["mb_per_s"] for r in results["copy"])
     out = {"copy_mb_per_s": round(copy, 1)}
@@ -261,86 +234,13 @@ def summarize(results: dict) -> dict:
             "mb_per_s": round(speed, 1),
             "ratio_to_copy": round(speed / copy, 3),
             "peak_rss_mb": rss,
-            "speed_ok": speed / copy >= SPEED_TARGET,
-            "rss_ok": rss <= RSS_TARGET_MB,
+            "speed_ok": speed / copy >= 0.5,
+            "rss_ok": rss <= 1500,
         }
     return out
 
 
-def print_table(results: dict) -> None:
-    s = results["summary"]
-    rows = [("stage", "seconds", "MB/s", "× copy", "peak RSS MB", "anon/file MB (sampled)", "CPU s")]
-
-    def row(name, r, ratio=""):
-        rows.append(
-            (
-                name,
-                f"{r['seconds']}",
-                f"{r.get('mb_per_s', '')}",
-                ratio,
-                f"{r['peak_rss_mb']}",
-                f"{r['peak_rss_anon_mb_sampled']}/{r['peak_rss_file_mb_sampled']}",
-                f"{r['cpu_seconds']}",
-            )
-        )
-
-    build = results["build"]
-    rows.append(
-        (
-            "build checkpoint",
-            "reused" if build["reused"] else f"{build['seconds']}",
-            f"{build.get('mb_per_s', '')}",
-            "",
-            "",
-            "",
-            "",
-        )
-    )
-    for i in range(len(results["copy"])):
-        row(f"copy #{i + 1}", results["copy"][i])
-        for kind in ("bf16", "f16"):
-            if i < len(results[kind]):
-                r = results[kind][i]
-                row(f"convert bf16→{kind} #{i + 1}", r, f"{r['mb_per_s'] / s['copy_mb_per_s']:.2f}")
-    if results.get("quantize"):
-        row("quantize bf16→q4_k_m", results["quantize"])
-    widths = [max(len(str(r[c])) for r in rows) for c in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(str(v).rjust(w) if c else str(v).ljust(w) for c, (v, w) in enumerate(zip(r, widths))))
-    print()
-    for kind in ("bf16", "f16"):
-        k = s[kind]
-        print(
-            f"bf16→{kind}: {k['ratio_to_copy']} × copy (target ≥ {SPEED_TARGET}: {'met' if k['speed_ok'] else 'MISSED'}), "
-            f"peak RSS {k['peak_rss_mb']} MB (target ≤ {RSS_TARGET_MB}: {'met' if k['rss_ok'] else 'MISSED'})"
-        )
-    if results.get("quantize"):
-        q = results["quantize"]
-        print(f"quantize: {q['seconds']} s, peak RSS {q['peak_rss_mb']} MB, output {q['output_bytes'] / MB:.0f} MB")
-    if not results["cache_dropped"]:
-        print("note: the page cache could not be emptied between stages (not root?): speeds include cache hits")
-
-
-def main(argv: list[str] | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=("tiny", "7b"), default="7b", help="tiny: a quick self-check")
-    parser.add_argument("--work", type=Path, help="work folder (default: a new one in the temp folder)")
-    parser.add_argument("--keep", action="store_true", help="keep the checkpoint and outputs")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds of (copy, bf16, f16), interleaved")
-    parser.add_argument("--skip-quantize", action="store_true", help="skip llama.cpp's q4_k_m stage")
-    parser.add_argument("--json", type=Path, default=REPO / "benchmarks" / "convert-results.json")
-    # a stage's own process
-    parser.add_argument("--stage", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--src", help=argparse.SUPPRESS)
-    parser.add_argument("--dest", help=argparse.SUPPRESS)
-    parser.add_argument("--outtype", help=argparse.SUPPRESS)
-    parser.add_argument("--quant", default="q4_k_m", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.stage:
-        run_stage(args)
-        return None
-
+def measure(args: argparse.Namespace) -> dict:
     made_work = args.work is None or not args.work.exists()
     work = args.work or Path(tempfile.gettempdir()) / f"memagent-convert-bench-{args.shape}"
     work.mkdir(parents=True, exist_ok=True)
@@ -350,7 +250,6 @@ def main(argv: list[str] | None = None) -> dict | None:
     results: dict = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "shape": args.shape,
-        "machine": machine(),
         "copy": [],
         "bf16": [],
         "f16": [],
@@ -385,12 +284,49 @@ def main(argv: list[str] | None = None) -> dict | None:
                 shutil.rmtree(work, ignore_errors=True)
             elif results.get("build") and not results["build"]["reused"]:
                 shutil.rmtree(folder, ignore_errors=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print()
-    print_table(results)
-    print(f"\nresults in {args.json}")
     return results
 
 
-if __name__ == "__main__":
-    main()
+def rows(b5: dict, results: object) -> list[Row]:
+    out = []
+    for kind, what in KINDS:
+        row = b5["summary"][kind]
+        out.append(SPEED.row(f"convert {what}, speed / a file copy", row["ratio_to_copy"]))
+        out.append(RSS.row(f"convert {what}, peak RSS (MB)", row["peak_rss_mb"]))
+    return out
+
+
+def section(b5: dict, results: object) -> str:
+    s, q = b5["summary"], b5.get("quantize") or {}
+    runs = {kind: " / ".join(f"{r['mb_per_s']}" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
+    times = {kind: " / ".join(f"{r['seconds']:.0f} s" for r in b5[kind]) for kind in ("copy", "bf16", "f16")}
+    quant = (
+        f"| quantize bf16 → q4_k_m (llama.cpp; {q['output_bytes'] / 1e9:.2f} GB out) | {q['seconds']:.0f} s | "
+        f"{q['mb_per_s']} | — | {q['peak_rss_mb']} |\n"
+        if q
+        else ""
+    )
+    return f"""`python -m benchmarks run B5 --shape 7b` ({b5["when"]}): a checkpoint with
+Qwen2.5-7B-Instruct's exact tensor names and shapes (random bf16,
+{b5["build"]["bytes"] / 1e9:.2f} GB in 4 shards), converted stage by stage, each stage in a fresh
+process with the page cache emptied first. The yardstick is a plain copy of the same bytes in the
+same run, interleaved with the conversions ({len(b5["copy"])} rounds; medians). Speeds are MB (10^6 B)
+of the checkpoint read per second.
+
+| stage | time | MB/s (each round) | × copy | peak RSS (MB) |
+|---|---|---|---|---|
+| plain file copy | {times["copy"]} | {runs["copy"]} | 1 | — |
+| convert bf16 → bf16 GGUF | {times["bf16"]} | {runs["bf16"]} | {s["bf16"]["ratio_to_copy"]} | {s["bf16"]["peak_rss_mb"]} |
+| convert bf16 → f16 GGUF | {times["f16"]} | {runs["f16"]} | {s["f16"]["ratio_to_copy"]} | {s["f16"]["peak_rss_mb"]} |
+{quant}
+The converter's memory does not grow with the model: it holds a 32 MB window of one tensor at a
+time and releases the pages it has read. bf16 → f16 goes through a 65,536-entry table made by
+the converter's own conversion (bit-identical output; before it, the stage was CPU-bound at 0.43×
+a copy on these 2 cores). The quantizer's time and memory are llama.cpp's own, reported as
+measured: it maps its whole input, so part of its RSS is file pages. {b5.get("note", "")}
+
+"""
+
+
+if __name__ == "__main__":  # one stage's own process
+    run_stage(sys.argv[1:])
