@@ -5,6 +5,9 @@ one context driven by llama_decode alone (Bare)."""
 from __future__ import annotations
 
 import os
+import statistics
+import sys
+import time
 from pathlib import Path
 
 
@@ -130,3 +133,160 @@ class Bare:
         llama_cpp.llama_batch_free(self.batch)
         llama_cpp.llama_free(self.ctx)
         llama_cpp.llama_model_free(self.model)
+
+
+def engine_vs_bare(
+    model: Path,
+    messages: list[str],
+    gen: int,
+    counts: list[int],
+    *,
+    gpu_layers: int,
+    flash_attn: bool,
+    threads: int,
+    repeat: int,
+) -> dict:
+    """memagent's engine against a bare llama_decode loop at the same shape. For each N in
+    `counts`, N sequences (the first N `messages`, each a user message) generate `gen` tokens
+    each after their prompt: greedy, no drafts (the bare loop drafts nothing), one token per
+    sequence per llama_decode.
+
+    memagent is `LlamaEngine` as `ask` builds it: its own loop for one sequence; for several,
+    model/batched.py's driver with one caller thread per sequence, as `ask -q` runs questions.
+    The bare side is `Bare` with the same context: cells per sequence, n_batch, a KV cache per
+    sequence, flash attention, threads. Both read every prompt once, untimed; each timed run then
+    keeps all of a prompt but its last token in the cache (memagent by its own prefix reuse),
+    decodes that token for every sequence and generates. Interleaved, the order swapped each
+    round; medians. A sequence ends at an end of turn on both sides, so each side's tokens per
+    second are its own count over its own time."""
+    import llama_cpp
+
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    messages = messages[: max(counts)]
+    prompts = [chat.encode(tok, m) for m in messages]
+    n_ctx = max(len(p) for p in prompts) + gen + 16
+    out: dict = {
+        "context_tokens": round(statistics.mean(len(p) for p in prompts)),
+        "generated_per_sequence": gen,
+        "threads": threads,
+        "gpu_layers": gpu_layers,
+        "flash_attn": flash_attn,
+        "repeat": repeat,
+    }
+    for n in counts:
+        engine = LlamaEngine(
+            info,
+            tok,
+            chat,
+            n_ctx=n_ctx,
+            sequences=n,
+            options=EmbeddedOptions(gpu_layers=gpu_layers, threads=threads, flash_attn=flash_attn, speculate=False, batch=n > 1),
+        )
+        assert engine.sequences == n, engine.description
+        # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
+        n_batch = min(2048, n_ctx) if n == 1 else 512
+        bare = Bare(model, n_ctx, n, flash_attn, gpu_layers=gpu_layers, threads=threads, n_batch=n_batch)
+        vocab = llama_cpp.llama_model_get_vocab(bare.model)
+        for s in range(n):
+            bare.prompt(prompts[s][:-1], s)
+        _memagent_generate(engine, messages[:n], gen)  # reads the prompts into its cache
+        runs: dict[str, list[tuple[float, int]]] = {"memagent": [], "bare": []}
+        for r in range(repeat):
+            for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
+                if side == "bare":
+                    runs[side].append(_bare_generate(bare, prompts[:n], gen, vocab))
+                else:
+                    runs[side].append(_memagent_generate(engine, messages[:n], gen))
+        engine.close()
+        bare.close()
+        tok_s = {side: statistics.median(made / seconds for seconds, made in v) for side, v in runs.items()}
+        out[str(n)] = {
+            "memagent_tok_s": round(tok_s["memagent"], 2),
+            "bare_tok_s": round(tok_s["bare"], 2),
+            "tok_s_ratio": round(tok_s["memagent"] / tok_s["bare"], 3),  # memagent / bare: at least 0.95 (B8)
+            "time_ratio": round(tok_s["bare"] / tok_s["memagent"], 3),  # memagent / bare: at most 1.05 (B4)
+            "memagent_generated": runs["memagent"][0][1],
+            "bare_generated": runs["bare"][0][1],
+            "memagent_seconds": [round(s, 3) for s, _ in runs["memagent"]],
+            "bare_seconds": [round(s, 3) for s, _ in runs["bare"]],
+        }
+        print("engine", n, out[str(n)], file=sys.stderr, flush=True)
+    return out
+
+
+def _memagent_generate(engine, messages: list[str], gen: int) -> tuple[float, int]:
+    """Seconds and tokens for `messages` through memagent's engine, one caller thread each when
+    there are several (they start together)."""
+    import threading
+
+    from memagent_cli.model.engine import CompletionDone, Sampling
+
+    done: list = [None] * len(messages)
+    failed: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            for item in engine.complete(messages[i], gen, Sampling(temperature=0.0)):
+                if isinstance(item, CompletionDone):
+                    done[i] = item
+        except BaseException as exc:  # re-raised in the caller
+            failed.append(exc)
+
+    if len(messages) == 1:
+        t0 = time.perf_counter()
+        one(0)
+    else:
+        start = threading.Barrier(len(messages) + 1)
+
+        def worker(i: int) -> None:
+            start.wait()
+            one(i)
+
+        workers = [threading.Thread(target=worker, args=(i,)) for i in range(len(messages))]
+        for w in workers:
+            w.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+    seconds = time.perf_counter() - t0
+    if failed:
+        raise failed[0]
+    return seconds, sum(d.completion_tokens for d in done)
+
+
+def _bare_generate(bare: Bare, prompts: list[list[int]], gen: int, vocab) -> tuple[float, int]:
+    """Seconds and tokens for the same through the bare loop: every prompt's last token in one
+    llama_decode, then one token for each live sequence per llama_decode."""
+    import llama_cpp
+
+    for s, p in enumerate(prompts):
+        llama_cpp.llama_memory_seq_rm(bare.mem, s, len(p) - 1, -1)
+    t0 = time.perf_counter()
+    bare.decode([(p[-1], len(p) - 1, s, True) for s, p in enumerate(prompts)])
+    last = [bare.sample(i) for i in range(len(prompts))]
+    pos = [len(p) for p in prompts]
+    live = [s for s in range(len(prompts)) if not llama_cpp.llama_vocab_is_eog(vocab, last[s])]
+    made = len(live)
+    count = dict.fromkeys(live, 1)
+    while True:
+        live = [s for s in live if count[s] < gen]
+        if not live:
+            break
+        bare.decode([(last[s], pos[s], s, True) for s in live])
+        for i, s in enumerate(list(live)):
+            pos[s] += 1
+            last[s] = bare.sample(i)
+            if llama_cpp.llama_vocab_is_eog(vocab, last[s]):
+                live.remove(s)
+            else:
+                count[s] += 1
+                made += 1
+    bare.sync()
+    return time.perf_counter() - t0, made

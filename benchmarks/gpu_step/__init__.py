@@ -21,18 +21,18 @@ one run, on one device:
 each with flash attention on and off (engine: as memagent picks it). Also `memagent doctor --json`
 and the `gpu` record of `ask --json`, which say whether every layer went to the GPU.
 
-    python benchmarks/gpu_step.py [--shape qwen2.5-7b] [--work DIR] [--json FILE]
+    python -m benchmarks run B4 --device gpu [--shape qwen2.5-7b] [--work DIR]   (on a lent GPU)
+    python -m benchmarks run B4                                                  (this CPU)
 
-The engine part on this CPU, with a small model (the CPU figure B4 reports beside the GPU's):
-
-    python benchmarks/gpu_step.py --parts engine --gpu-layers 0 --model SmolLM2.gguf --chunk 400 --engine-tokens 64
+On a CPU it measures the engine part alone with SmolLM2-135M (a 400-token chunk): the `cpu` part
+of its results; on a GPU every part with the 7B-shaped model: the `gpu` part. Each run keeps the
+other part. `--parts speculate` (GPU) runs B6's two cases with every layer offloaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -40,10 +40,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO))
+from benchmarks.gpu_step.page import rows, section
+from benchmarks.harness.engines import Bare, engine_vs_bare
+from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, shared_code, smollm2
+from benchmarks.harness.runner import memagent as memagent_run
+from benchmarks.harness.runner import run
+
+TITLE = "one step on a GPU"
+QUICK = ["--engine-tokens", "32", "--sequences", "1,4"]
+GPU_PARTS = "bare,memagent,engine,e2e,batch,verify,doctor"
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "REPO"]
 
 QUESTION = "What did the committee decide about the old mill?"
 QUESTIONS = [
@@ -75,15 +81,13 @@ def device_name() -> str:
 
 def make_doc(model: Path, folder: Path, chunk: int) -> Path:
     """A document of exactly `chunk` tokens: one step."""
-    from helpers import words
-
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(read_gguf(model))
     n = chunk
     while True:
-        text = words(n, seed=7)
+        text = shared_code("helpers").words(n, seed=7)
         ids = tok.encode(text)
         if len(ids) >= chunk:
             break
@@ -166,179 +170,12 @@ def verify_cost(engine: Bare, prompt: list[int], ks: tuple[int, ...] = (1, 2, 4,
     return {"ms": out, "ratio": {k: round(v / out[1], 3) for k, v in out.items()}}
 
 
-# --- memagent's engine against the bare loop, N sequences at the same shape ---------------------
-
-
-def engine_vs_bare(
-    model: Path,
-    messages: list[str],
-    gen: int,
-    counts: list[int],
-    *,
-    gpu_layers: int,
-    flash_attn: bool,
-    threads: int,
-    repeat: int,
-) -> dict:
-    """memagent's engine against a bare llama_decode loop at the same shape. For each N in
-    `counts`, N sequences (the first N `messages`, each a user message) generate `gen` tokens
-    each after their prompt: greedy, no drafts (the bare loop drafts nothing), one token per
-    sequence per llama_decode.
-
-    memagent is `LlamaEngine` as `ask` builds it: its own loop for one sequence; for several,
-    model/batched.py's driver with one caller thread per sequence, as `ask -q` runs questions.
-    The bare side is `Bare` with the same context: cells per sequence, n_batch, a KV cache per
-    sequence, flash attention, threads. Both read every prompt once, untimed; each timed run then
-    keeps all of a prompt but its last token in the cache (memagent by its own prefix reuse),
-    decodes that token for every sequence and generates. Interleaved, the order swapped each
-    round; medians. A sequence ends at an end of turn on both sides, so each side's tokens per
-    second are its own count over its own time."""
-    import llama_cpp
-
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
-    messages = messages[: max(counts)]
-    prompts = [chat.encode(tok, m) for m in messages]
-    n_ctx = max(len(p) for p in prompts) + gen + 16
-    out: dict = {
-        "context_tokens": round(statistics.mean(len(p) for p in prompts)),
-        "generated_per_sequence": gen,
-        "threads": threads,
-        "gpu_layers": gpu_layers,
-        "flash_attn": flash_attn,
-        "repeat": repeat,
-    }
-    for n in counts:
-        engine = LlamaEngine(
-            info,
-            tok,
-            chat,
-            n_ctx=n_ctx,
-            sequences=n,
-            options=EmbeddedOptions(gpu_layers=gpu_layers, threads=threads, flash_attn=flash_attn, speculate=False, batch=n > 1),
-        )
-        assert engine.sequences == n, engine.description
-        # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
-        n_batch = min(2048, n_ctx) if n == 1 else 512
-        bare = Bare(model, n_ctx, n, flash_attn, gpu_layers=gpu_layers, threads=threads, n_batch=n_batch)
-        vocab = llama_cpp.llama_model_get_vocab(bare.model)
-        for s in range(n):
-            bare.prompt(prompts[s][:-1], s)
-        _memagent_generate(engine, messages[:n], gen)  # reads the prompts into its cache
-        runs: dict[str, list[tuple[float, int]]] = {"memagent": [], "bare": []}
-        for r in range(repeat):
-            for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
-                if side == "bare":
-                    runs[side].append(_bare_generate(bare, prompts[:n], gen, vocab))
-                else:
-                    runs[side].append(_memagent_generate(engine, messages[:n], gen))
-        engine.close()
-        bare.close()
-        tok_s = {side: statistics.median(made / seconds for seconds, made in v) for side, v in runs.items()}
-        out[str(n)] = {
-            "memagent_tok_s": round(tok_s["memagent"], 2),
-            "bare_tok_s": round(tok_s["bare"], 2),
-            "tok_s_ratio": round(tok_s["memagent"] / tok_s["bare"], 3),  # memagent / bare: at least 0.95 (B8)
-            "time_ratio": round(tok_s["bare"] / tok_s["memagent"], 3),  # memagent / bare: at most 1.05 (B4)
-            "memagent_generated": runs["memagent"][0][1],
-            "bare_generated": runs["bare"][0][1],
-            "memagent_seconds": [round(s, 3) for s, _ in runs["memagent"]],
-            "bare_seconds": [round(s, 3) for s, _ in runs["bare"]],
-        }
-        print("engine", n, json.dumps(out[str(n)]), file=sys.stderr, flush=True)
-    return out
-
-
-def _memagent_generate(engine, messages: list[str], gen: int) -> tuple[float, int]:
-    """Seconds and tokens for `messages` through memagent's engine, one caller thread each when
-    there are several (they start together)."""
-    import threading
-
-    from memagent_cli.model.engine import CompletionDone, Sampling
-
-    done: list = [None] * len(messages)
-    failed: list[BaseException] = []
-
-    def one(i: int) -> None:
-        try:
-            for item in engine.complete(messages[i], gen, Sampling(temperature=0.0)):
-                if isinstance(item, CompletionDone):
-                    done[i] = item
-        except BaseException as exc:  # re-raised in the caller
-            failed.append(exc)
-
-    if len(messages) == 1:
-        t0 = time.perf_counter()
-        one(0)
-    else:
-        start = threading.Barrier(len(messages) + 1)
-
-        def worker(i: int) -> None:
-            start.wait()
-            one(i)
-
-        workers = [threading.Thread(target=worker, args=(i,)) for i in range(len(messages))]
-        for w in workers:
-            w.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-    seconds = time.perf_counter() - t0
-    if failed:
-        raise failed[0]
-    return seconds, sum(d.completion_tokens for d in done)
-
-
-def _bare_generate(bare: Bare, prompts: list[list[int]], gen: int, vocab) -> tuple[float, int]:
-    """Seconds and tokens for the same through the bare loop: every prompt's last token in one
-    llama_decode, then one token for each live sequence per llama_decode."""
-    import llama_cpp
-
-    for s, p in enumerate(prompts):
-        llama_cpp.llama_memory_seq_rm(bare.mem, s, len(p) - 1, -1)
-    t0 = time.perf_counter()
-    bare.decode([(p[-1], len(p) - 1, s, True) for s, p in enumerate(prompts)])
-    last = [bare.sample(i) for i in range(len(prompts))]
-    pos = [len(p) for p in prompts]
-    live = [s for s in range(len(prompts)) if not llama_cpp.llama_vocab_is_eog(vocab, last[s])]
-    made = len(live)
-    count = dict.fromkeys(live, 1)
-    while True:
-        live = [s for s in live if count[s] < gen]
-        if not live:
-            break
-        bare.decode([(last[s], pos[s], s, True) for s in live])
-        for i, s in enumerate(list(live)):
-            pos[s] += 1
-            last[s] = bare.sample(i)
-            if llama_cpp.llama_vocab_is_eog(vocab, last[s]):
-                live.remove(s)
-            else:
-                count[s] += 1
-                made += 1
-    bare.sync()
-    return time.perf_counter() - t0, made
-
-
 # --- memagent ------------------------------------------------------------------------------------
 
 
 def memagent(args_: list[str], home: Path) -> tuple[dict, float]:
-    env = {**os.environ, "MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "memagent_cli", *args_], capture_output=True, text=True, env=env, cwd=home, timeout=900
-    )
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"memagent {' '.join(args_[:2])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout), seconds
+    r = memagent_run(*args_, home=home, cwd=home)
+    return r.record(), r.seconds
 
 
 def ask_args(
@@ -359,14 +196,8 @@ def ask_args(
 
 def bare_process(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> float:
     """The same protocol as one `ask` (load, the step, the final answer) in a fresh process."""
-    t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, __file__, "--bare-run", str(model), str(doc), str(n_ctx), str(memory), str(answer), str(int(fa))],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-    )
-    return time.perf_counter() - t0
+    args = [str(model), str(doc), str(n_ctx), str(memory), str(answer), str(int(fa))]
+    return run([sys.executable, "-m", "benchmarks.gpu_step", *args]).seconds
 
 
 def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> None:
@@ -399,32 +230,49 @@ def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: b
 # --- the run -----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="qwen2.5-7b")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="which part of the results to measure")
+    parser.add_argument("--shape", default="qwen2.5-7b", help="the random-weight model's shape (GPU)")
     parser.add_argument("--work", type=Path, default=None, help="where the model is built (kept between runs)")
     parser.add_argument("--vocab", type=Path, default=None)
-    parser.add_argument("--chunk", type=int, default=5000)
+    parser.add_argument("--chunk", type=int, help="chunk tokens (default: 5000 on a GPU, 400 on this CPU)")
     parser.add_argument("--memory", type=int, default=1024)
     parser.add_argument("--answer", type=int, default=32)
     parser.add_argument("--sequences", default="1,4,16")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--parts", default="bare,memagent,engine,e2e,batch,verify,doctor")
-    parser.add_argument("--model", type=Path, default=None, help="this GGUF instead of building --shape")
-    parser.add_argument("--gpu-layers", type=int, default=-1, help="for the engine part: 0 measures it on the CPU")
-    parser.add_argument("--engine-tokens", type=int, default=256, help="tokens per sequence in the engine part")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
+    parser.add_argument("--parts", help=f"default: {GPU_PARTS} on a GPU, engine on this CPU")
+    parser.add_argument("--model", type=Path, default=None, help="this GGUF instead of building --shape (CPU: SmolLM2)")
+    parser.add_argument("--engine-tokens", type=int, help="tokens per sequence in the engine part (256 GPU, 64 CPU)")
+
+
+def measure(args: argparse.Namespace) -> dict:
+    gpu = args.device == "gpu"
+    args.gpu_layers = -1 if gpu else 0
+    args.parts = args.parts or (GPU_PARTS if gpu else "engine")
+    args.chunk = args.chunk or (5000 if gpu else 400)
+    args.engine_tokens = args.engine_tokens or (256 if gpu else 64)
+    if not gpu:
+        args.model = args.model or smollm2()
+        args.repeat = max(args.repeat, 3)
+        args.work = args.work or Path(tempfile.gettempdir()) / "memagent-b4-cpu"
+    measured = _measure(args)
+    if gpu:
+        return {"gpu": measured}
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return {"cpu": {**measured, "model": "SmolLM2-135M-Instruct Q4_1", "when": when}}
+
+
+def _measure(args: argparse.Namespace) -> dict:
     parts = set(args.parts.split(","))
 
     import llama_cpp
-    import shapes
 
+    from benchmarks.harness import shapes
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
     from memagent_cli.model.runtime import available_cores
 
     work = args.work or Path(tempfile.mkdtemp(prefix="memagent-b4-"))
-    model = args.model or shapes.build(args.shape, work, args.vocab or shapes.DEFAULT_VOCAB)
+    model = args.model or shapes.build(args.shape, work, args.vocab or QWEN25_VOCAB)
     work.mkdir(parents=True, exist_ok=True)
     doc = make_doc(model, work, args.chunk)
     home = work / "home"
@@ -547,25 +395,19 @@ def main(argv: list[str] | None = None) -> dict:
             log("verify", fa, json.dumps(results["verify_fa_on" if fa else "verify_fa_off"]))
 
     if "doctor" in parts:
-        env = {**os.environ, "MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
-        subprocess.run(
-            [sys.executable, "-m", "memagent_cli", "models", "add", str(model), "--name", "b4"],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-        )
+        memagent_run("models", "add", model, "--name", "b4", home=home, check=False)
         out, _ = memagent(["doctor", "--json"], home)
         results["doctor"] = {"gpu": out.get("gpu"), "models": out.get("models")}
         log("doctor", json.dumps(results["doctor"]))
 
-    import speculate
+    if "speculate" in parts:  # B6's two cases with every layer on the GPU
+        from benchmarks import speculate
 
-    return speculate.report(results, args.json)
+        speculate.GPU_LAYERS = -1
+        results["speculate"] = {"copying": speculate.copying(args.repeat), "real": speculate.real(args.repeat, 2000, 256, 3)}
+    return results
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--bare-run":
-        m, d, c, mem, ans, fa = sys.argv[2:8]
-        bare_run(Path(m), Path(d), int(c), int(mem), int(ans), bool(int(fa)))
-        sys.exit(0)
-    main()
+if __name__ == "__main__":  # bare_process()'s child: MODEL DOC N_CTX MEMORY ANSWER FLASH_ATTN
+    m, d, c, mem, ans, fa = sys.argv[1:7]
+    bare_run(Path(m), Path(d), int(c), int(mem), int(ans), bool(int(fa)))
