@@ -11,7 +11,7 @@ just after a command that kept a core busy for `--burst` seconds (the machine id
 just after a busy process started: what the load average (the default before) and the CPU
 clocks sampled now (the default after) choose there, and the speed of that choice above.
 
-    python benchmarks/threads.py [--repeat 5] [--burst 60] [--json FILE]
+    python -m benchmarks run B7 [--repeat 5] [--burst 60]
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.engines import Bare
+from benchmarks.harness.fixtures import real_prose, smollm2
+from benchmarks.harness.registry import Row
+from benchmarks.harness.results import cores as available
+
+TITLE = "generation threads"
+QUICK = ["--repeat", "1", "--burst", "5", "--context", "1000", "--tokens", "16"]
 
 
 def _spin() -> None:  # a CPU-bound neighbour: another user's build, a browser tab
@@ -96,29 +98,25 @@ def generate(bare, n_threads: int, start: list[int], tokens: int) -> float:
     return (tokens - 1) / (time.perf_counter() - t0)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--context", type=int, default=5500)
-    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--context", type=int, default=5500, help="tokens in the cache before generating")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens generated per run")
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens read after the context, per run")
     parser.add_argument("--burst", type=float, default=60.0, help="seconds the busy command runs before the first moment")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
 
-    import gpu_step
-    import speculate
 
+def measure(args: argparse.Namespace) -> dict:
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 
-    model = speculate.smollm2()
+    model = smollm2()
     tok = load_tokenizer(read_gguf(model))
-    text = speculate.real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
+    text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)[: args.context]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = available()
     counts = sorted({1, cores})
-    bare = gpu_step.Bare(model, args.context + args.tokens + 64, 1, False, gpu_layers=0)
+    bare = Bare(model, args.context + args.tokens + 64, 1, False, gpu_layers=0)
     bare.prompt(ids)
     runs: dict[str, list[float]] = {}
     prompts: dict[str, list[float]] = {}
@@ -150,8 +148,57 @@ def main(argv: list[str] | None = None) -> dict:
         "burst_seconds": args.burst,
         "policies": chosen,
     }
-    return speculate.report(results, args.json)
+    return results
 
 
-if __name__ == "__main__":
-    main()
+def rows(b7: dict, results: object) -> list[Row]:
+    """Generation speed on one thread and on every core, idle and beside a busy process."""
+    out = []
+    for load in ("idle", "beside one busy process"):
+        speeds = {k.split(" ")[0]: v for k, v in b7["tok_s"].items() if k.endswith(load)}
+        one, many = speeds.get("1"), max(speeds.items(), key=lambda kv: int(kv[0]))
+        out.append(Row(f"generation tok/s, 1 thread / {many[0]} threads, {load} ({b7['model']})", f"{one} / {many[1]}"))
+    return out
+
+
+def section(b7: dict, results: object) -> str:
+    prompt = b7.get("prompt_tok_s", {})
+    rows = "\n".join(
+        f"| {k} | {v} | {b7['spread'][k][0]}–{b7['spread'][k][1]} | {prompt.get(k, '–')} |" for k, v in b7["tok_s"].items()
+    )
+    policies = ""
+    if b7.get("policies"):
+        lines = []
+        for moment, p in b7["policies"].items():
+            where = "idle" if moment.startswith("idle") else "beside one busy process"
+            speed = {n: b7["tok_s"].get(f"{n} thread{'s' if n > 1 else ''}, {where}", "–") for n in (p["before"], p["after"])}
+            lines.append(
+                f"| {moment} | {p['load_average']} → {p['before']} ({speed[p['before']]} tok/s) |"
+                f" {p['busy_now']} → {p['after']} ({speed[p['after']]} tok/s) |"
+            )
+        policies = f"""
+The default's two policies at the two moments the load average gets wrong, measured in the same run
+(the first {b7["burst_seconds"]:.0f} s after a command began keeping one core busy, the second half a
+second after a busy process started); the speed is the table's above for that thread count:
+
+| moment | 1-minute load average → threads (before) | busy cores now → threads (after) |
+|---|---|---|
+{chr(10).join(lines)}
+"""
+    return f"""`python -m benchmarks run B7`: {b7["model"]} at a {b7["context_tokens"]:,}-token context on {b7["cores"]} cores,
+64 generated tokens per run and a {b7.get("prompt_tokens", 256)}-token prompt read after the context,
+interleaved; median and range in tokens per second.
+
+| threads, machine | generation tok/s | range | prompt tok/s |
+|---|---|---|---|
+{rows}
+
+Every core is best on an idle machine, and threads that outnumber the free cores collapse (llama.cpp's
+threads spin waiting for each other). The default is therefore the cores not busy with other work now:
+the kernel's CPU clocks (/proc/stat) read 0.1 s apart, less this process's own time, a core counting
+as busy when other work kept it so half the time or more; at least one (`model.runtime.default_threads`).
+It followed the 1-minute load average before, which still counts a command that has just ended and not
+yet one that has just begun. Without /proc/stat (macOS) the load average decides, and half the cores
+where neither exists (Windows); `--threads` overrides it, and `memagent doctor` shows the choice.
+{policies}
+"""
