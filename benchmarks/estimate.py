@@ -13,8 +13,10 @@ ratio measured / predicted must stay under 1. The trace store is a fresh one per
 estimate is the reference one (CPU_SPEEDS); `--again` then asks inspect once more, calibrated by
 the run just recorded, and runs again.
 
-    python benchmarks/estimate.py --calibrate [--repeat 3] [--earlier FILE ...] [--json FILE]
-    python benchmarks/estimate.py [--models smollm2,codeword] [--again] [--json FILE]
+    python -m benchmarks run B12 --calibrate [--repeat 3] [--earlier FILE ...]
+    python -m benchmarks run B12 [--models smollm2,codeword] [--again]
+
+A calibration is the `calibration` part of the results; a comparison the rest (each keeps the other).
 """
 
 from __future__ import annotations
@@ -22,19 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.engines import Bare
+from benchmarks.harness.fixtures import CODEWORD_MODEL as CODEWORD
+from benchmarks.harness.fixtures import REAL_PDFS as PDFS
+from benchmarks.harness.fixtures import real_prose, smollm2
+from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.results import machine
+from benchmarks.harness.runner import memagent as memagent_run
 
-PDFS = REPO / "tests" / "data" / "shared" / "fixtures" / "real-pdfs"
-CODEWORD = REPO / "tests" / "data" / "codeword.gguf"
+TITLE = "`inspect`'s time estimate against the run"
+QUICK = ["--models", "codeword", "--documents", "0", "--wait", "5"]
+ESTIMATE = Target("≤ 1")
 # (label, sources, question): one page, a 6-page scan's OCR text, 19 pages, and 26 pages of the three
 DOCUMENTS = (
     ("crazyones.pdf (1 page)", ("crazyones.pdf",), "Who are the crazy ones?"),
@@ -60,9 +64,7 @@ BUDGETS = {
 def model_path(name: str) -> Path:
     if name == "codeword":
         return CODEWORD
-    import speculate
-
-    return speculate.smollm2()
+    return smollm2()
 
 
 def memagent(*args: str, home: Path) -> tuple[str, float, float]:
@@ -70,25 +72,14 @@ def memagent(*args: str, home: Path) -> tuple[str, float, float]:
     CPU clocks over the run, less the run's own CPU time)."""
     from memagent_cli.model.runtime import cpu_times
 
-    env = {**os.environ, "MEMAGENT_HOME": str(home)}
     before = cpu_times()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", *args], stdout=out, stderr=err, env=env, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        after = cpu_times()
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"memagent {' '.join(args)} failed: {stderr[-2000:]}")
+    run = memagent_run(*args, home=home)
+    after = cpu_times()
     others = -1.0
     if before is not None and after is not None:
-        tick = os.sysconf("SC_CLK_TCK")
-        busy = (after.busy - before.busy) / tick - (usage.ru_utime + usage.ru_stime)
-        others = max(0.0, busy / seconds)
-    return stdout, seconds, others
+        busy = (after.busy - before.busy) / os.sysconf("SC_CLK_TCK") - run.cpu_seconds
+        others = max(0.0, busy / run.seconds)
+    return run.stdout, run.seconds, others
 
 
 def wait_for_idle(limit: float) -> float:
@@ -199,21 +190,19 @@ def _fit(xs: list[list[float]], ys: list[float]) -> list[float]:
 def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dict:
     """Seconds to read a prompt of each size from an empty cache, and per token generated after it,
     with every core: the fastest of `repeat` tries (other work on the machine only ever slows one)."""
-    import gpu_step
     import llama_cpp
-    import speculate
 
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
     from memagent_cli.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(read_gguf(model))
-    text = speculate.real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
+    text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)
     while len(ids) < max(sizes):
         ids += ids
     threads = available_cores()
-    bare = gpu_step.Bare(model, max(sizes) + generate + 64, 1, False, gpu_layers=0, threads=threads)
+    bare = Bare(model, max(sizes) + generate + 64, 1, False, gpu_layers=0, threads=threads)
     prompt: dict[int, list[float]] = {n: [] for n in sizes}
     per_token: dict[int, list[float]] = {n: [] for n in sizes}
     try:
@@ -242,10 +231,8 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
 def calibrate(repeat: int, earlier: list[dict]) -> dict:
     """CPU_SPEEDS's rates from SmolLM2; `earlier`: results of earlier --calibrate runs, whose
     fastest tries count too."""
-    import speculate
-
     generate = 64
-    timed = time_model(speculate.smollm2(), [512, 2048, 6144], generate, repeat)
+    timed = time_model(smollm2(), [512, 2048, 6144], generate, repeat)
     for before in earlier:
         for key in ("prompt_seconds", "generation_seconds_per_token"):
             for n, seconds in before["smollm2"][key].items():
@@ -262,12 +249,11 @@ def calibrate(repeat: int, earlier: list[dict]) -> dict:
 def fit_speeds(timed: dict, generate: int) -> dict:
     """The rates of CPU_SPEEDS that give `timed`'s seconds; the fixed cost per generated token is
     B1's (memagent's own loop with its live view, 63 µs, rounded up): too small to fit from these."""
-    import speculate
 
     from memagent_cli.core.inspection import model_shape
     from memagent_cli.model.gguf import read_gguf
 
-    weights, kv, _ = model_shape(read_gguf(speculate.smollm2()))
+    weights, kv, _ = model_shape(read_gguf(smollm2()))
     per_token = 1e-4
     # prompt: T(n) = n * weights / prompt_weights + kv * n^2 / 2 / prompt_kv
     sizes = sorted(int(n) for n in timed["prompt_seconds"])
@@ -287,15 +273,7 @@ def fit_speeds(timed: dict, generate: int) -> dict:
     }
 
 
-def machine() -> str:
-    """This machine in a line: its processor (B10's reading of it), cores and Python."""
-    import jobs
-
-    about = jobs.machine()
-    return f"{platform.machine()}, {about['cpu']}, {about['cores']} cores, Python {about['python']}"
-
-
-def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
+def rows(results: dict, found: object) -> list[Row]:
     """B12's rows in PERFORMANCE.md's table: the largest measured / predicted of the first runs, and
     of the calibrated ones (`again`), leaving out a calibrated run that a later row reran with the
     margin changed (the results' `note` says which)."""
@@ -303,7 +281,7 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
     worst = max(rows, key=lambda r: r["ratio"])
     where = f"{worst['model']}, {worst['document']}"
     what = f"run time / `inspect`'s estimate, largest of {len(rows)} runs on real PDFs ({where})"
-    out = [("B12", what, f"{worst['ratio']} {'✓' if worst['ratio'] <= 1 else '✗'}", "≤ 1")]
+    out = [ESTIMATE.row(what, worst["ratio"])]
 
     def rerun(r: dict) -> bool:
         return any(o is not r and o["model"] == r["model"] and o["document"].startswith(r["document"] + ",") for o in rows)
@@ -313,12 +291,11 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
         worst = max(again, key=lambda r: r["again"]["ratio"])
         ratio = worst["again"]["ratio"]
         what = f"the same, calibrated by the run before, largest of {len(again)} ({worst['model']}, {worst['document']})"
-        out.append(("B12", what, f"{ratio} {'✓' if ratio <= 1 else '✗'}", "≤ 1"))
+        out.append(ESTIMATE.row(what, ratio))
     return out
 
 
-def section(results: dict) -> str:
-    """B12 for docs/PERFORMANCE.md (benchmarks/run.py puts it there from estimate-results.json)."""
+def section(results: dict, found: object) -> str:
     rows = []
     for r in results["rows"]:
         run = r["run"]
@@ -345,9 +322,7 @@ def section(results: dict) -> str:
             f" generation at {s['generation_weights'] / 1e9:.1f} and {s['generation_kv'] / 1e9:.1f} GB/s, plus"
             f" {s['per_token'] * 1e6:.0f} µs a generated token: `core.inspection.CPU_SPEEDS`.\n"
         )
-    return f"""## B12: `inspect`'s time estimate against the run
-
-`python benchmarks/estimate.py` ({results["when"]}, {results["machine"]}): `memagent inspect`'s estimate
+    return f"""`python -m benchmarks run B12` ({results["when"]}, {results["machine"]}): `memagent inspect`'s estimate
 (an upper bound: every memory update writes its full budget), then `memagent ask --temperature 0`
 run to the end in a process of its own and timed from outside (start-up, reading, loading included),
 on real PDFs; SmolLM2-135M-Instruct Q4_1 at the reference budgets (5,000-token chunks, 1,024-token
@@ -379,8 +354,7 @@ measured / predicted over the model's latest runs on this machine, plus the same
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true", help="measure CPU_SPEEDS on this machine")
     parser.add_argument("--earlier", type=Path, nargs="*", default=[], help="--calibrate: earlier results to count too")
     parser.add_argument("--repeat", type=int, default=3)
@@ -388,22 +362,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--again", action="store_true", help="then estimate and run again, calibrated by the first run")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for an idle machine before each run")
     parser.add_argument("--documents", default="", help="comma-separated indices into DOCUMENTS (default all)")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
 
-    import speculate
 
+def measure(args: argparse.Namespace) -> dict:
     if args.calibrate:
         earlier = [json.loads(path.read_text(encoding="utf-8")) for path in args.earlier]
-        return speculate.report(calibrate(args.repeat, earlier), args.json)
+        return {"calibration": calibrate(args.repeat, earlier)}
     chosen = [int(i) for i in args.documents.split(",")] if args.documents else list(range(len(DOCUMENTS)))
-    results = {
+    return {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
         "rows": compare(args.models.split(","), args.again, args.wait, chosen),
     }
-    return speculate.report(results, args.json)
-
-
-if __name__ == "__main__":
-    main()
