@@ -406,8 +406,3 @@ def _measure(args: argparse.Namespace) -> dict:
         speculate.GPU_LAYERS = -1
         results["speculate"] = {"copying": speculate.copying(args.repeat), "real": speculate.real(args.repeat, 2000, 256, 3)}
     return results
-
-
-if __name__ == "__main__":  # bare_process()'s child: MODEL DOC N_CTX MEMORY ANSWER FLASH_ATTN
-    m, d, c, mem, ans, fa = sys.argv[1:7]
-    bare_run(Path(m), Path(d), int(c), int(mem), int(ans), bool(int(fa)))

@@ -161,7 +161,7 @@ _IMPORTS = {
 }
 
 
-def _child(mode: str, kind: str, path: str) -> None:
+def child_main(mode: str, kind: str, path: str) -> None:
     """Run in a fresh process: import, read (unless `mode` is "imports"), print peak RSS."""
     import importlib
     import resource
@@ -468,7 +468,3 @@ def measure(args: argparse.Namespace) -> dict:
             results["tokens"] = tokens(folder)
     results["seconds"] = round(time.perf_counter() - started, 1)
     return results
-
-
-if __name__ == "__main__":  # a memory measurement's own process: --child MODE KIND PATH
-    _child(sys.argv[2], sys.argv[3], sys.argv[4])
