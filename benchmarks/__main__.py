@@ -50,10 +50,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list() -> int:
-    for name, mod in BENCHMARKS.items():
+    for name, mod in BENCHMARKS.items():  # each module's own file, or its package's folder
         found = results.load(name)
         when = found["when"] if found else "never run"
-        print(f"{name:4} {mod + '.py':22} {module(name).TITLE}  [{when}]")
+        where = Path(module(name).__file__ or mod).relative_to(results.REPO / "benchmarks")
+        shown = f"{where.parent}/" if where.name == "__init__.py" else str(where)
+        print(f"{name:4} {shown:20} {module(name).TITLE}  [{when}]")
     return 0
 
 

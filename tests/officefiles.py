@@ -1,6 +1,6 @@
 """Legacy Office files built byte by byte, where no installed library writes them: an OLE
 compound file (`cfb`) and an Excel 97-2003 workbook in one (`biff8`). tests/test_office.py and
-benchmarks/ingest.py both build theirs here."""
+benchmarks/ingest/ both build theirs here."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ def test_upgrade_from_migration_6_keeps_every_run_readable_and_finds_none_again(
 
 
 def test_answer_lookup_uses_its_index(store):
-    """The key look-up reads one row of an index, whatever the number of runs (benchmarks/reuse.py times it)."""
+    """The key look-up reads one row of an index, whatever the number of runs (B18, benchmarks/reuse.py, times it)."""
     plan = store._conn.execute(
         "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE answer_key = ? AND status = 'complete' AND result IS NOT NULL"
         " ORDER BY ended_at DESC LIMIT 1",

@@ -8,7 +8,7 @@ if [ ! -f /tmp/build.started ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -2; nproc
   mkdir -p /tmp/b4
   [ "${B4_F16:-1}" = 0 ] || setsid nohup python3 -c "
-import sys; sys.path.insert(0, 'benchmarks'); import shapes; from pathlib import Path
+from benchmarks.harness import shapes; from pathlib import Path
 p = Path('/tmp/b4'); f = p / 'random-qwen2.5-7b-f16.gguf.partial'
 shapes.write_f16('qwen2.5-7b', f, Path('.gpu/qwen2.5-vocab-llamacpp.gguf')); f.rename(p / 'random-qwen2.5-7b-f16.gguf')
 " > /tmp/b4/f16.log 2>&1 < /dev/null &

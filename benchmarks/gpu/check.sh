@@ -9,7 +9,7 @@ T0=$(date +%s); LIMIT=${1:-580}
 B4_F16=0 bash .gpu/build.sh || exit $?
 source .gpu/setup.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee $OUT/gpu.txt
-[ "${KV:-0}" = 1 ] && timeout 90 python3 benchmarks/gpu/gpu_kv.py /tmp/kv 2>&1 | tee $OUT/kv.jsonl
+[ "${KV:-0}" = 1 ] && timeout 90 python3 -m benchmarks.gpu.gpu_kv /tmp/kv 2>&1 | tee $OUT/kv.jsonl
 left=$(( LIMIT - ($(date +%s) - T0) - 10 ))
 echo "pytest gets ${left}s"
 timeout $left python3 -m pytest -n ${WORKERS:-4} -p no:cacheprovider -v -o addopts=-ra --timeout ${TEST_TIMEOUT:-100} -W ignore \

@@ -5,7 +5,7 @@
 source .gpu/setup.sh || exit 1
 M=/tmp/b4/random-qwen2.5-7b-f16.gguf
 while pgrep -f "shapes.write_f16" >/dev/null; do sleep 2; done
-setsid nohup python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import shapes; from pathlib import Path; shapes.build('qwen2.5-7b', Path('/tmp/b4'), Path('.gpu/qwen2.5-vocab-llamacpp.gguf'))" > /tmp/b4/quant.log 2>&1 < /dev/null &
+setsid nohup python3 -c "from benchmarks.harness import shapes; from pathlib import Path; shapes.build('qwen2.5-7b', Path('/tmp/b4'), Path('.gpu/qwen2.5-vocab-llamacpp.gguf'))" > /tmp/b4/quant.log 2>&1 < /dev/null &
 L=/tmp/site/llama_cpp/lib
 for f in libllama.so libggml-cuda.so; do echo "-- $f needs:"; readelf -d $L/$f | grep NEEDED | sed 's/.*\[/  /; s/\]//'; done
 echo "std:: symbols libggml-cuda.so exports: $(nm -DC --defined-only $L/libggml-cuda.so | grep -c ' std::')"

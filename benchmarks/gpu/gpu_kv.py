@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def gpu_used_mib() -> int:
@@ -63,7 +62,9 @@ def case(model: Path, doc: Path, *flags: str) -> dict:
 
 
 def main() -> int:
-    from tinymodel import write_tiny_qwen2
+    from benchmarks.harness.fixtures import shared_code
+
+    write_tiny_qwen2 = shared_code("tinymodel").write_tiny_qwen2
 
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/kv")
     work.mkdir(parents=True, exist_ok=True)

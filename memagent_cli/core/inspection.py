@@ -70,7 +70,7 @@ class Speeds:
 
 
 # Measured on this project's 2-core machine (AMD EPYC, 2 threads; B12 in docs/PERFORMANCE.md,
-# `python benchmarks/estimate.py --calibrate`): llama.cpp reading prompts of 512 to 6,144 tokens
+# `python -m benchmarks run B12 --calibrate`): llama.cpp reading prompts of 512 to 6,144 tokens
 # of SmolLM2-135M-Instruct Q4_1 and generating after each, the fastest of 6 tries of each (other
 # work only slows one down); the fixed cost per generated token is B1's. A model far larger than
 # SmolLM2 reads its weights faster than this (fewer, larger matrices), so its estimate errs long

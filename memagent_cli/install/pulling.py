@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # A write refused for want of space: a full disk, a quota, a file-size limit (RLIMIT_FSIZE).
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
-# Rates for the time estimate, in bytes of input a second, from benchmarks/convert.py on 2 cores
+# Rates for the time estimate, in bytes of input a second, from B5 (benchmarks/convert.py) on 2 cores
 # (docs/PERFORMANCE.md): converting is bound by the disk, quantizing by the cores llama.cpp uses.
 CONVERT_RATE = 200e6
 CONVERT_FIXED = 6.0  # seconds to build the GGUF header of a 152K-token vocabulary, whatever the model

@@ -6,7 +6,7 @@ convert_hf_to_gguf.py lays it out. The tensor data is then written window by win
 read through a memory map of the shard, widened to float32 and narrowed to the output type with
 gguf's `quants.quantize` (the converter's own conversion, so f16 output is bit-identical), written,
 and its pages released. A bf16 embedding of 1 GB is never widened whole; peak memory is a few
-windows, whatever the model size (`benchmarks/convert.py` measures it).
+windows, whatever the model size (B5, `python -m benchmarks run B5`, measures it).
 
 A mixture-of-experts layer's experts (`mlp.experts.{e}.{gate,up,down}_proj`) become one 3-D tensor
 each (`ffn_gate_exps`...), as the converter's `torch.stack` makes them: expert 0's rows, then
@@ -302,7 +302,7 @@ def _windows(p: Planned, maps: dict[Path, tuple[BinaryIO, mmap.mmap]]) -> Genera
 def _bf16_to_f16() -> np.ndarray:
     """The f16 bits of every bf16 bit pattern, made by the same widening and the converter's own
     narrowing: a lookup gives identical bits at twice the speed of converting each window (the
-    f16 stage was CPU-bound at 0.43x a file copy; see benchmarks/convert.py)."""
+    f16 stage was CPU-bound at 0.43x a file copy; see B5, benchmarks/convert.py)."""
     from gguf import GGMLQuantizationType as T
     from gguf.quants import quantize
 
