@@ -45,7 +45,7 @@ def measure(args: argparse.Namespace) -> dict:
 
     import llama_cpp
 
-    words = shared_code("helpers").words
+    words = shared_code("texts").words
     tinymodel = shared_code("tinymodel")
     LONG_TOKEN, build_vocab, write_tiny_qwen2 = tinymodel.LONG_TOKEN, tinymodel.build_vocab, tinymodel.write_tiny_qwen2
 

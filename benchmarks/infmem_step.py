@@ -55,7 +55,7 @@ def log(*a: object) -> None:
 
 def prose(tok, n: int, seed: int) -> str:
     """Prose of `n` tokens or just under."""
-    words = shared_code("helpers").words
+    words = shared_code("texts").words
 
     k = n
     while len(ids := tok.encode(words(k, seed=seed))) < n:

@@ -44,7 +44,7 @@ def make_inputs(folder: Path, steps: int, chunk: int) -> tuple[Path, Path]:
     from memagent_cli.model.tokenizer import load_tokenizer
 
     model = shared_code("tinymodel").write_tiny_qwen2(folder / "tiny.gguf", seed=1)
-    words = shared_code("helpers").words
+    words = shared_code("texts").words
     tok = load_tokenizer(read_gguf(model))
     text = ""
     while True:

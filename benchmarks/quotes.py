@@ -50,7 +50,7 @@ def ask(source: Path, question: str, model: Path, budgets: list[str]) -> dict:
 
 def codeword(seeds: int) -> list[dict]:
     QUESTION, fact_sentence = shared_code("codeword").QUESTION, shared_code("codeword").fact_sentence
-    whole_fact = shared_code("helpers").whole_fact
+    whole_fact = shared_code("texts").whole_fact
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -197,7 +197,7 @@ def watch(work: Path, files: int = 100, settle: float = 0.5) -> dict[str, Any]:
     import io
     import signal
 
-    helpers = shared_code("helpers")
+    helpers = shared_code("texts")
     CODEWORD_ASK, whole_fact = helpers.CODEWORD_ASK, helpers.whole_fact
 
     docs, out, home = work / "docs", work / "out.csv", work / "home"

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def document(path: Path, tokens: int, tok) -> int:
     """Writes prose of about `tokens` tokens; returns the exact count."""
-    block = shared_code("helpers").words(20_000, seed=5) + "\n"
+    block = shared_code("texts").words(20_000, seed=5) + "\n"
     per_block = len(tok.encode(block))
     with open(path, "w", encoding="utf-8") as fh:
         for _ in range(max(1, round(tokens / per_block))):
@@ -117,7 +117,7 @@ def pdf_ingestion(folder: Path, pages: int) -> dict:
     pdf.set_font("Helvetica", size=9)
     for page in range(pages):
         pdf.add_page()
-        pdf.multi_cell(0, 4, shared_code("helpers").words(250, seed=page))
+        pdf.multi_cell(0, 4, shared_code("texts").words(250, seed=page))
     path = folder / "big.pdf"
     pdf.output(str(path))
 

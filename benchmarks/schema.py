@@ -103,7 +103,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
 def fields_right(n: int = 20) -> dict:
     codeword = shared_code("codeword")
     NO_ANSWER, QUESTION, make_document = codeword.NO_ANSWER, codeword.QUESTION, codeword.make_document
-    whole_fact = shared_code("helpers").whole_fact
+    whole_fact = shared_code("texts").whole_fact
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "docs"

@@ -43,7 +43,7 @@ def qwen2_vocab() -> Path:
 def models(tmp_path_factory):
     """Tiny qwen2 GGUFs: `random` writes varied text to its budget; `long` emits a 40-byte
     token forever; `stop` ends its turn at once; `bare` has no chat template."""
-    from tinymodel import LONG_TOKEN, build_vocab, write_tiny_qwen2
+    from testkit.tinymodel import LONG_TOKEN, build_vocab, write_tiny_qwen2
 
     vocab = build_vocab()
     out = tmp_path_factory.mktemp("models")
@@ -58,7 +58,7 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gpt2_pre_model(tmp_path_factory):
     """A model whose pre-tokenizer (GPT-2's) has no tiktoken pattern here: the fallback path."""
-    from tinymodel import write_tiny_qwen2
+    from testkit.tinymodel import write_tiny_qwen2
 
     return write_tiny_qwen2(tmp_path_factory.mktemp("fallback") / "gpt2pre.gguf", seed=4, pre="gpt-2")
 

@@ -1,11 +1,10 @@
-"""What tests (and benchmarks) share that is not a fixture: running memagent as a user does,
+"""What tests share that is not a fixture (testkit holds what the benchmarks use too): running memagent as a user does,
 paths to the shared test data, documents, servers and the trained code-word model's engine. conftest.py keeps
 the fixtures, built on these."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -16,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# The part of the project's ../shared folder (protocol notes, third-party fixtures) that tests read,
-# kept in the repository so that a fresh clone runs every test: tests/data/shared/README.md says
-# each file's origin and license.
-SHARED = REPO / "tests" / "data" / "shared"
+from testkit.texts import CODEWORD_ASK, CODEWORD_FACT, CODEWORD_MODEL, REPO, SHARED, codeword_tokenizer, whole_fact, words
+
+__all__ = ["CODEWORD_ASK", "CODEWORD_FACT", "CODEWORD_MODEL", "REPO", "SHARED", "codeword_tokenizer", "whole_fact", "words"]
 
 
 def run_memagent(*args, input=None, env=None, cwd=None, drop=("MEMAGENT_MODEL",), timeout=300):
@@ -92,22 +89,6 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: tests/data/shared/README.md lists what belongs there")
     return path
-
-
-def words(n: int, seed: int = 0) -> str:
-    """n words of plain prose in lines: a document for tests."""
-    import random
-
-    rng = random.Random(seed)
-    vocab = "the river city banks flooded in spring while a quick brown fox ran over lazy dogs near old mills".split()
-    lines, line = [], []
-    for _ in range(n):
-        line.append(rng.choice(vocab))
-        if len(line) == 11:
-            lines.append(" ".join(line) + ".")
-            line = []
-    lines.append(" ".join(line))
-    return "\n".join(lines).strip()
 
 
 def free_port() -> int:
@@ -182,7 +163,7 @@ def write_clean_model(path: Path) -> Path:
     (abetlen/llama-cpp-python#2362, and its stream decodes with errors="ignore"), the embedded
     engine does not, and served-engine tests compare sampling, not those decoders. Its replies
     run to max_tokens."""
-    from tinymodel import build_vocab, write_tiny_qwen2
+    from testkit.tinymodel import build_vocab, write_tiny_qwen2
 
     vocab = build_vocab()
     banned = {}
@@ -199,9 +180,6 @@ def write_clean_model(path: Path) -> Path:
 
 # --- the trained code-word model's engine, for tests that compare replies ---------------------
 
-CODEWORD_MODEL = Path(__file__).resolve().parent / "data" / "codeword.gguf"
-CODEWORD_FACT = "The code word is amber falcon."
-
 
 def codeword_engine(sequences: int = 1, **options):
     """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
@@ -215,15 +193,11 @@ def codeword_engine(sequences: int = 1, **options):
     return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=1024, sequences=sequences, options=settings)
 
 
-# `ask` on the code-word model with the section size it was trained on, and small budgets.
-CODEWORD_ASK = ["-m", CODEWORD_MODEL, "--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24"]
-
-
 def codeword_document(path: Path, empty_sections: int) -> Path:
     """A code-word document at `path`: the fact in its first 64-token section, then sections without it."""
     import random
 
-    from codeword import make_document
+    from testkit.codeword import make_document
 
     rng = random.Random(5)
     sections = [make_document(rng, 64, where=0.5).text] + [make_document(rng, 64, fact=False).text for _ in range(empty_sections)]
@@ -236,9 +210,8 @@ def codeword_steps(n: int) -> list[tuple[str, str]]:
     memory in turn."""
     import random
 
-    from codeword import QUESTION, make_document
-
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
+    from testkit.codeword import QUESTION, make_document
 
     steps = []
     for s in range(n):
@@ -277,33 +250,6 @@ def read_path(path):
     assert len(sources) == 1
     segments = list(read_source(sources[0], warn=notes.append))
     return "".join(s.text for s in segments), [s.place for s in segments], notes
-
-
-def codeword_tokenizer():
-    """The trained code-word model's tokenizer (tests/data/codeword.gguf): (encode, decode)."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import decode, load_tokenizer
-
-    tok = load_tokenizer(read_gguf(REPO / "tests" / "data" / "codeword.gguf"))
-    return tok.encode, lambda ids: decode(tok, ids)
-
-
-_codeword_tokenizer = functools.lru_cache(maxsize=1)(codeword_tokenizer)  # loaded once for all the documents made
-
-
-def whole_fact(n_tokens: int, seed: int = 0, where: float = 0.5):
-    """A code-word document of about `n_tokens` with the fact at `where` (0 start .. 1 end), from the
-    first seed from `seed` on whose fact no 64-token chunk cuts (the trained model then finds it)."""
-    import random
-
-    from codeword import cut_by_boundary, make_document
-
-    encode, decode = _codeword_tokenizer()
-    for s in range(seed, seed + 200):
-        doc = make_document(random.Random(s), n_tokens, where=where)
-        if not cut_by_boundary(doc, encode, decode, 64):
-            return doc
-    raise AssertionError("no seed gave a whole fact")  # pragma: no cover
 
 
 def mcp_stdio(home: Path, cwd: Path, *args):

@@ -36,7 +36,7 @@ import functools
 import random
 from pathlib import Path
 
-import codeword
+from testkit import codeword
 
 MODEL = Path(__file__).resolve().parent / "data" / "infmem.gguf"
 CHUNK_TOKENS = 128  # the section length it was trained on: run it with --chunk-tokens 128

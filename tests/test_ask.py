@@ -4,7 +4,6 @@ import math
 
 import pytest
 from helpers import shared_path, words
-from tinymodel import LONG_TOKEN
 
 from memagent_cli import AgentConfig, EmbeddedOptions, MemagentError, ask, ask_events
 from memagent_cli.core.events import (
@@ -23,6 +22,7 @@ from memagent_cli.model.engine import Sampling
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import LlamaEngine
 from memagent_cli.model.tokenizer import load_tokenizer
+from testkit.tinymodel import LONG_TOKEN
 
 GREEDY = dict(temperature=0.0)
 

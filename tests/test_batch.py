@@ -11,8 +11,9 @@ import random
 import sqlite3
 
 import pytest
-from codeword import QUESTION, make_document
 from helpers import CODEWORD_ASK, run_memagent, spawn_memagent, whole_fact
+
+from testkit.codeword import QUESTION, make_document
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 

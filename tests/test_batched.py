@@ -12,9 +12,10 @@ import random
 import threading
 
 import pytest
-from codeword import QUESTION, make_document
 from helpers import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
 from helpers import CODEWORD_MODEL as MODEL
+
+from testkit.codeword import QUESTION, make_document
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-drafts", "drafts"])

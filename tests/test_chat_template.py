@@ -6,10 +6,10 @@ import json
 
 import pytest
 from helpers import run_memagent, shared_path, words
-from tinymodel import QWEN25_CHAT_TEMPLATE, write_tiny_qwen2
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.model.chat import read_template
+from testkit.tinymodel import QWEN25_CHAT_TEMPLATE, write_tiny_qwen2
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
 # A template of the user's own, with markers to find in the rendered prompt.

@@ -17,10 +17,10 @@ import sys
 import time
 
 import anyio
-from codeword import QUESTION
 from helpers import CODEWORD_ASK, mcp_stdio, run_memagent, whole_fact
 
 from memagent_cli.core.protocols import FOLLOW_UP, FOLLOW_UP_TURN, follow_up
+from testkit.codeword import QUESTION
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 AGAIN = "Which code word is it?"

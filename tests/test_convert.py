@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import REPO, run_memagent, shared_path, words
-from hfcheckpoint import TINY, Shape, read_tensor, tensor_shapes, write_checkpoint
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.convert.checkpoint import open_checkpoint
 from memagent_cli.model.convert.writer import convert, write_vocabulary
 from memagent_cli.model.gguf import read_gguf
+from testkit.hfcheckpoint import TINY, Shape, read_tensor, tensor_shapes, write_checkpoint
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = json.loads((DATA / "convert-reference.json").read_text())
@@ -366,10 +366,9 @@ def test_qwenlong_l15_30b_plans_as_llama_cpp_lays_it_out():
     """QwenLong-L1.5-30B-A3B's exact tensors (18,867, 30.5B parameters), planned without any data:
     48 layers of three [128, 768, 2048] expert tensors, each written from 128 sources of 3 MiB (the
     most a conversion ever holds of one is a window of those), ~61 GB of f16 out."""
-    from hfcheckpoint import QWENLONG_L15_30B, config_json
-
     from memagent_cli.model.convert.checkpoint import Checkpoint, Tensor, architecture_of
     from memagent_cli.model.convert.writer import plan
+    from testkit.hfcheckpoint import QWENLONG_L15_30B, config_json
 
     shapes = tensor_shapes(QWENLONG_L15_30B)
     assert len(shapes) == 18867 and sum(int(np.prod(s)) for s in shapes.values()) == 30_532_122_624
@@ -528,7 +527,7 @@ def test_too_little_disk_is_refused_before_writing(checkpoints, memagent_home, m
 
 def test_tensor_shapes_match_a_real_qwen25_7b():
     """The benchmark's checkpoint has Qwen2.5-7B-Instruct's exact tensors (28 layers, 339 tensors)."""
-    from hfcheckpoint import QWEN25_7B
+    from testkit.hfcheckpoint import QWEN25_7B
 
     shapes = tensor_shapes(QWEN25_7B)
     assert len(shapes) == 339

@@ -19,7 +19,7 @@ PIP_TAIL = "install --force-reinstall --no-cache-dir llama-cpp-python"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from tinymodel import write_tiny_qwen2
+    from testkit.tinymodel import write_tiny_qwen2
 
     return write_tiny_qwen2(tmp_path_factory.mktemp("doctor") / "tiny.gguf")
 

@@ -13,8 +13,9 @@ import re
 import zipfile
 
 import pytest
-from codeword import QUESTION, make_document
 from helpers import CODEWORD_ASK, run_memagent, whole_fact
+
+from testkit.codeword import QUESTION, make_document
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from codeword import QUESTION
 from helpers import CODEWORD_MODEL, run_memagent, whole_fact, words
+
+from testkit.codeword import QUESTION
 
 BUDGETS = ["--chunk-tokens", "128", "--memory-tokens", "6", "--answer-tokens", "6", "--temperature", "0", "--threads", "1"]
 
@@ -284,7 +285,7 @@ def test_eval_reports_the_mrcr_average_in_json_and_in_the_table(tmp_path):
 def test_quote_hit_is_the_share_of_items_whose_quotes_hold_their_needle(tmp_path):
     """Items with a "needle" (make-niah writes the asked one) are scored on whether the run's quotes
     hold it; items without one are not counted."""
-    from codeword import fact_sentence
+    from testkit.codeword import fact_sentence
 
     doc = whole_fact(200, 3, where=0.5)
     items = [

@@ -15,11 +15,11 @@ import random
 from pathlib import Path
 
 import pytest
-from codeword import QUESTION, fact_sentence, filler_sentence, random_value
 from helpers import codeword_tokenizer, run_memagent
 from test_trained import RUN
 
 from memagent_cli.core.pipeline import SourceOptions, document_text
+from testkit.codeword import QUESTION, fact_sentence, filler_sentence, random_value
 
 
 @pytest.fixture(scope="module")

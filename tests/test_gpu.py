@@ -33,7 +33,7 @@ def fake_info(n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, tensors=(), file_
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from tinymodel import write_tiny_qwen2
+    from testkit.tinymodel import write_tiny_qwen2
 
     return write_tiny_qwen2(tmp_path_factory.mktemp("gpu") / "tiny.gguf", n_layer=3, n_embd=64, n_head=4, n_head_kv=2)
 

@@ -15,11 +15,11 @@ import socket
 
 import pytest
 from fakehub import FakeHub
-from tinymodel import write_tiny_qwen2
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.install import hub as hubmod
 from memagent_cli.install.hub import HubFile, download, list_gguf_files, pick_file, quant_of, resolve_spec
+from testkit.tinymodel import write_tiny_qwen2
 
 REPO = "owner/tiny-GGUF"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}

@@ -21,7 +21,6 @@ import random
 import signal
 
 import pytest
-from codeword import QUESTION, fact_sentence, make_document
 from helpers import run_memagent, shared_path, spawn_memagent, wait_for_steps
 from infmem_task import (
     CHUNK_TOKENS,
@@ -40,6 +39,8 @@ from infmem_task import (
     whole_fact,
     write_reply,
 )
+
+from testkit.codeword import QUESTION, fact_sentence, make_document
 
 DOC_TOKENS = 1800  # as codeword.make_document counts: ~1,150 of this model's tokens, 3 units, 9 chunks
 BUDGETS = ["--chunk-tokens", str(CHUNK_TOKENS), "--memory-tokens", "64", "--answer-tokens", "32"]

@@ -123,7 +123,7 @@ def test_control_characters_are_shown_not_obeyed():
 
 
 def test_answer_is_made_visible_on_a_terminal_and_kept_as_data_in_a_pipe(tmp_path):
-    from tinymodel import build_vocab, write_tiny_qwen2
+    from testkit.tinymodel import build_vocab, write_tiny_qwen2
 
     esc = write_tiny_qwen2(tmp_path / "esc.gguf", constant=True, bias={build_vocab().token_id(b"\x1b"): 30.0})
     doc = tmp_path / "d.txt"

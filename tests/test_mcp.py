@@ -19,8 +19,9 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from codeword import QUESTION, fact_sentence
 from helpers import CODEWORD_ASK, free_port, run_memagent, spawn_memagent, whole_fact
+
+from testkit.codeword import QUESTION, fact_sentence
 
 pytest.importorskip("mcp")
 

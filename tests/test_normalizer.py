@@ -58,7 +58,7 @@ def test_qwen_vocabularies_normalize_to_nfc_as_their_tokenizer_json_does(tok, hf
 
 
 def test_a_vocabulary_that_does_not_normalize_leaves_text_as_it_is(tmp_path):
-    from tinymodel import write_tiny_qwen2
+    from testkit.tinymodel import write_tiny_qwen2
 
     for pre in ("llama-bpe", "gpt-2"):  # tiktoken's path, and llama.cpp's fallback
         info = read_gguf(write_tiny_qwen2(tmp_path / f"{pre}.gguf", seed=3, pre=pre))

@@ -15,12 +15,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from officefiles import biff8, cfb
 
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest import office, sheets, slides, word
 from memagent_cli.ingest.base import Part, Place, ReadContext
 from memagent_cli.ingest.sources import collect_sources, read_source
+from testkit.officefiles import biff8, cfb
 
 
 def _png() -> bytes:

@@ -8,8 +8,9 @@ import json
 import signal
 
 import pytest
-from codeword import QUESTION
 from helpers import CODEWORD_MODEL, free_port, llama_server, run_memagent, spawn_memagent, whole_fact
+
+from testkit.codeword import QUESTION
 
 BUDGETS = ["--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24", "--temperature", "0"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from fakehub import FakeHub
 from helpers import shared_path, sigint_default, words
-from hfcheckpoint import TINY, write_checkpoint
 from test_hub import point_at
 from test_pull_cli import FAST, memagent
 
 from memagent_cli.errors import MemagentError
+from testkit.hfcheckpoint import TINY, write_checkpoint
 
 REPO_ID = "owner/tiny-qwen2"
 WEIGHTS_14B = "BytedTsinghua-SIA/RL-MemoryAgent-14B"  # the catalog's `weights` for memagent-14b

@@ -12,7 +12,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from codeword import QUESTION, fact_sentence
 from helpers import REPO, run_memagent
 from test_trained import RUN
 
@@ -21,6 +20,7 @@ from memagent_cli.core.pipeline import SourceOptions, source_text
 from memagent_cli.core.quotes import MAX_QUOTE_CHARS, describe_quote, find_quotes
 from memagent_cli.ingest.reading import read_source
 from memagent_cli.ingest.sources import collect_sources
+from testkit.codeword import QUESTION, fact_sentence
 
 VOCAB = REPO / "tests" / "data" / "shared" / "fixtures" / "qwen2.5-vocab-llamacpp.gguf"
 

@@ -18,9 +18,10 @@ import random
 import re
 import signal
 
-from codeword import QUESTION, make_document
 from helpers import llama_server, run_memagent, spawn_memagent
 from qwenlong_task import CAPITALS, CHUNK_TOKENS, MODEL, answer, final_reply, memory_after, whole_fact
+
+from testkit.codeword import QUESTION, make_document
 
 BUDGETS = ["--chunk-tokens", str(CHUNK_TOKENS), "--memory-tokens", "64", "--answer-tokens", "32", "--temperature", "0"]
 RUN = ["-m", MODEL, *BUDGETS, "--threads", "1"]

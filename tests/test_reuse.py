@@ -17,7 +17,6 @@ import shutil
 import sqlite3
 
 import anyio
-from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
 from helpers import CODEWORD_ASK, CODEWORD_MODEL, codeword_tokenizer, mcp_stdio, run_memagent, whole_fact
 
 from memagent_cli.core.config import AgentConfig
@@ -25,6 +24,7 @@ from memagent_cli.core.reuse import answer_key, deciding, differences
 from memagent_cli.ingest.sources import Source, collect_sources
 from memagent_cli.model.llama import EmbeddedOptions
 from memagent_cli.model.served.options import ServedOptions
+from testkit.codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 NOTE = re.compile(r"answered before \(run ([0-9a-f]{8}), \d{4}-\d\d-\d\d \d\d:\d\d\) from the same text; --fresh reads it again")

@@ -13,10 +13,10 @@ import random
 from pathlib import Path
 
 import pytest
-from codeword import NO_ANSWER, QUESTION, fact_sentence, make_document
 from helpers import llama_server, run_memagent, whole_fact
 
 from memagent_cli.core.schema import AnswerSchema, concise_schema, parse_schema
+from testkit.codeword import NO_ANSWER, QUESTION, fact_sentence, make_document
 
 MODEL = Path(__file__).parent / "data" / "schema.gguf"
 BUDGETS = ["--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "48", "--temperature", "0"]

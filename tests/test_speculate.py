@@ -13,7 +13,6 @@ import json
 import random
 
 import pytest
-from codeword import QUESTION, make_document
 from helpers import CODEWORD_ASK, codeword_document, codeword_engine, codeword_prompts, codeword_steps, reply, run_memagent
 from helpers import CODEWORD_FACT as FACT
 from typer.testing import CliRunner
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 from memagent_cli.cli.app import app
 from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 from memagent_cli.model.speculate import NGRAM_MIN, PRIOR_EXTRA, Checked, DraftPolicy, PromptLookup, take_drafts
+from testkit.codeword import QUESTION, make_document
 
 # --- the drafter ---------------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ QUESTION = "who\x1b[5m is\x1b]0;asked\x07 it\x9b?"
 def echo_model(tmp_path_factory):
     """A tiny model whose every token is MODEL_PAYLOAD: the default vocabulary plus a chain of
     merges that builds the payload as one token (id = 256 + merge rank, controls last)."""
-    from tinymodel import CONTROL_TOKENS, TinyVocab, build_vocab, write_tiny_qwen2
+    from testkit.tinymodel import CONTROL_TOKENS, TinyVocab, build_vocab, write_tiny_qwen2
 
     base = build_vocab()
     payload = MODEL_PAYLOAD.encode("utf-8")

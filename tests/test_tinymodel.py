@@ -13,7 +13,7 @@ np = pytest.importorskip("numpy")
 gguf = pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from tinymodel import (  # noqa: E402  (pytest puts tests/ on sys.path)
+from testkit.tinymodel import (  # noqa: E402  (after the skip above)
     DEFAULT_CORPUS,
     LONG_TOKEN,
     QWEN2_PRETOKENIZE_PATTERN,
@@ -360,7 +360,7 @@ def test_rendered_prompt_tokenizes_with_control_tokens(llm, ids):
 
 
 def test_cli_writes_a_model(tmp_path):
-    import tinymodel
+    from testkit import tinymodel
 
     out = tmp_path / "cli.gguf"
     res = subprocess.run(

@@ -100,9 +100,9 @@ def test_stream_decoder_holds_split_characters(tok):
 
 def test_vocabularies_tiktoken_cannot_run_fall_back_to_llama_cpp(gpt2_pre_model):
     import llama_cpp
-    from tinymodel import LONG_TOKEN
 
     from memagent_cli.model.tokenizer import LlamaTokenizer
+    from testkit.tinymodel import LONG_TOKEN
 
     tok = load_tokenizer(read_gguf(gpt2_pre_model))
     assert isinstance(tok, LlamaTokenizer) and tok.name.startswith("llama.cpp")

@@ -293,7 +293,7 @@ def test_resume_refuses_a_protocol_option_that_differs_and_names_both_values(doc
 
 
 def test_resume_uses_the_runs_chat_template_and_refuses_it_changed(doc, models, tmp_path):
-    from tinymodel import QWEN25_CHAT_TEMPLATE
+    from testkit.tinymodel import QWEN25_CHAT_TEMPLATE
 
     template = tmp_path / "template.jinja"
     template.write_text(QWEN25_CHAT_TEMPLATE.replace("You are Qwen", "You are a reader"), encoding="utf-8")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
 from helpers import REPO, codeword_tokenizer, run_memagent, spawn_memagent, whole_fact
+
+from testkit.codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
 
 MODEL = REPO / "tests" / "data" / "codeword.gguf"
 LOGITS = REPO / "tests" / "data" / "codeword-logits.npz"

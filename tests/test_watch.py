@@ -16,8 +16,9 @@ import threading
 import time
 
 import pytest
-from codeword import QUESTION
 from helpers import CODEWORD_ASK, run_memagent, spawn_memagent, whole_fact
+
+from testkit.codeword import QUESTION
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]
 DEADLINE = 120  # seconds a step of a test may take on a busy machine

@@ -87,7 +87,7 @@ def make_doc(model: Path, folder: Path, chunk: int) -> Path:
     tok = load_tokenizer(read_gguf(model))
     n = chunk
     while True:
-        text = shared_code("helpers").words(n, seed=7)
+        text = shared_code("texts").words(n, seed=7)
         ids = tok.encode(text)
         if len(ids) >= chunk:
             break

@@ -50,11 +50,8 @@ def real_prose(*names: str) -> str:
 
 
 def shared_code(name: str) -> ModuleType:
-    """A module the tests and the benchmarks share: `tinymodel` (tiny GGUF builders), `codeword`
-    (the code-word task), `helpers` (words, whole_fact), `hfcheckpoint`, `officefiles`."""
+    """A module of testkit, which the tests share: `tinymodel` (tiny GGUF builders), `codeword` (the
+    code-word task), `texts` (words, whole_fact), `hfcheckpoint`, `officefiles`."""
     import importlib
 
-    tests = str(REPO / "tests")
-    if tests not in sys.path:
-        sys.path.append(tests)
-    return importlib.import_module(name)
+    return importlib.import_module(f"testkit.{name}")

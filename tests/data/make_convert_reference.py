@@ -50,9 +50,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))  # tests/: the checkpoint writer
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the checkpoint writer
 
-import hfcheckpoint  # noqa: E402
+from testkit import hfcheckpoint  # noqa: E402
 
 SEED = 1234
 DTYPE = "BF16"

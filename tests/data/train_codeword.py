@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: the task and the GGUF writer
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the task and the GGUF writer
 
-import codeword  # noqa: E402
-from tinymodel import CONTROL_TOKENS, build_vocab, write_qwen2_gguf  # noqa: E402
+from testkit import codeword  # noqa: E402
+from testkit.tinymodel import CONTROL_TOKENS, build_vocab, write_qwen2_gguf  # noqa: E402
 
 OUT = HERE / "codeword.gguf"
 TAIL_LOGITS = 24  # positions of reference logits kept per prompt: the file stays small
@@ -102,7 +102,8 @@ def make_vocab(cfg: TrainConfig):
 def make_encoding(vocab):
     """tiktoken over the vocabulary: rank = id, control tokens as specials (the ids llama.cpp gives)."""
     import tiktoken
-    from tinymodel import QWEN2_PRETOKENIZE_PATTERN
+
+    from testkit.tinymodel import QWEN2_PRETOKENIZE_PATTERN
 
     ranks = {tok: i for i, (tok, kind) in enumerate(zip(vocab.tokens, vocab.token_types)) if kind == 1}
     return tiktoken.Encoding(

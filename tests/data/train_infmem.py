@@ -46,10 +46,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: the task and the GGUF writer
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the task and the GGUF writer
 sys.path.insert(0, str(HERE))  # the code-word model's layers, the QwenLong model's training helpers
 
-import codeword  # noqa: E402
 import train_codeword  # noqa: E402
 import train_qwenlong  # noqa: E402
 from infmem_task import (  # noqa: E402  # the replies the model is trained to write
@@ -64,7 +63,9 @@ from infmem_task import (  # noqa: E402  # the replies the model is trained to w
     planner_reply,
     write_reply,
 )
-from tinymodel import build_vocab, write_qwen2_gguf  # noqa: E402
+
+from testkit import codeword  # noqa: E402
+from testkit.tinymodel import build_vocab, write_qwen2_gguf  # noqa: E402
 
 OUT = HERE / "infmem.gguf"
 NAME = "InfMem code-word stand-in"  # "infmem" in general.name: memagent picks the protocol from it
@@ -339,12 +340,11 @@ def check_ids(vocab) -> list[str]:
     replies as a second stage re-tokenizes them, <think> and </think> one token each."""
     import tempfile
 
-    from tinymodel import write_tiny_qwen2
-
     from memagent_cli.core import infmem
     from memagent_cli.core.infmem_loop import raw_chat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import LlamaTokenizer, encode_template, load_tokenizer
+    from testkit.tinymodel import write_tiny_qwen2
 
     samples = Samples(TrainConfig(), vocab, random.Random(5))
     with tempfile.TemporaryDirectory() as tmp:

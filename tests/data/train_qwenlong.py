@@ -39,10 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: the task and the GGUF writer
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the task and the GGUF writer
 sys.path.insert(0, str(HERE))  # the code-word model's layers and sampling of sections
 
-import codeword  # noqa: E402
 import train_codeword  # noqa: E402
 from qwenlong_task import (  # noqa: E402  # the replies the model is trained to write
     CAPITALS,
@@ -57,7 +56,9 @@ from qwenlong_task import (  # noqa: E402  # the replies the model is trained to
     memory_reply,
     question,
 )
-from tinymodel import build_vocab  # noqa: E402
+
+from testkit import codeword  # noqa: E402
+from testkit.tinymodel import build_vocab  # noqa: E402
 
 OUT = HERE / "qwenlong.gguf"
 NAME = "QwenLong code-word stand-in"  # "qwenlong" in general.name: memagent picks the protocol from it

@@ -25,12 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: the task
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the task
 sys.path.insert(0, str(HERE))  # the code-word training script, whose model and samples these are
 
-import codeword  # noqa: E402
 import train_codeword  # noqa: E402
 from train_codeword import FINAL_PROMPT, INITIAL_MEMORY  # noqa: E402
+
+from testkit import codeword  # noqa: E402
 
 OUT = HERE / "schema.gguf"
 NAME = "memagent-codeword-schema-tiny"

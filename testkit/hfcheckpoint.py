@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from helpers import SHARED
+
+from testkit.texts import SHARED
 
 # The real Qwen2.5 tokenizer files (see tests/data/shared/README.md).
 QWEN25_TOKENIZER = SHARED / "fixtures" / "hf" / "qwen2.5"
