@@ -7,7 +7,6 @@ import sys
 
 faulthandler.enable()
 variant, model = sys.argv[1], sys.argv[2]
-sys.path.insert(0, ".")
 
 from memagent_cli.model.gguf import read_gguf  # noqa: E402
 from memagent_cli.model.tokenizer import load_tokenizer  # noqa: E402

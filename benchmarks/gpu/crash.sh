@@ -15,7 +15,7 @@ if [ -n "$GDB" ]; then
   grep -q SIGSEGV $OUT/gdb.log && grep -A70 SIGSEGV $OUT/gdb.log | head -90 || tail -20 $OUT/gdb.log
 fi
 for v in engine encode_then_llama encode_then_engine encode_in_thread_while_engine; do
-  echo "== $v"; timeout 120 python3 benchmarks/gpu/crash.py $v $M > $OUT/crash-$v.log 2>&1; echo "rc=$?"
+  echo "== $v"; timeout 120 python3 -m benchmarks.gpu.crash $v $M > $OUT/crash-$v.log 2>&1; echo "rc=$?"
   grep -E "^OK|Fatal|File \"/tmp/site/(memagent|llama)|File \"benchmarks" $OUT/crash-$v.log | head -8
 done
 for setting in "" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_MODULE_LOADING=EAGER; do

@@ -14,8 +14,8 @@ LOAD="import llama_cpp; llama_cpp.Llama(model_path='$M', n_gpu_layers=-1, n_ctx=
 run "llama_cpp alone" python3 -c "$LOAD"
 run "numpy first (SIGSEGV before the fix)" python3 -c "import numpy; $LOAD"
 run "numpy first, then memagent_cli.model (the fix)" python3 -c "import sys; sys.path.insert(0, '.'); import numpy, memagent_cli.model; $LOAD"
-run "LlamaEngine after tokenizing" python3 benchmarks/gpu/crash.py encode_then_engine $M
-run "LlamaEngine, ingest thread during the load" python3 benchmarks/gpu/crash.py encode_in_thread_while_engine $M
+run "LlamaEngine after tokenizing" python3 -m benchmarks.gpu.crash encode_then_engine $M
+run "LlamaEngine, ingest thread during the load" python3 -m benchmarks.gpu.crash encode_in_thread_while_engine $M
 export MEMAGENT_HOME=/tmp/b4/home
 printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > /tmp/b4/crash.txt
 run "ask, every layer on the GPU" python3 -X faulthandler -m memagent_cli ask /tmp/b4/crash.txt Who? -m $M --no-trace --temperature 0 --memory-tokens 8 --answer-tokens 4 --quiet --gpu-layers -1
