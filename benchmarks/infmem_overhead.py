@@ -1,19 +1,6 @@
-"""B16: what memagent's InfMem loop adds to the engine's own work, side by side in one process.
-
-The same InfMem steps two ways, on the same model, prompts and budgets (a tiny model that never ends
-its turn, so every call writes its whole budget: stage one's 1,024 thinking tokens, stage two's
-`--memory-tokens`):
-
-  bare      llama-cpp-python alone: for each step the planner's and the write's prompts (InfMem's
-            strings, rendered as memagent renders them), each generated in two stages with
-            Llama.generate (stage two's prompt the first's text re-tokenized after it, the cache's
-            common prefix kept), the memory taken after "</think>"
-  memagent  core.infmem_loop.run_infmem over LlamaEngine: the index, the planner's reading, the
-            decisions, the events, the memory's token count
-
-Interleaved, `--repeat` times each, the median kept. Target: memagent / bare <= 1.05.
-
-    python -m benchmarks run B16 [--steps 2] [--repeat 3]
+"""B16: what memagent's InfMem loop adds to the engine's own work: two InfMem steps and the answer
+at full budgets on a tiny model, by llama-cpp-python's generate loop and by memagent's loop over
+its engine, in one process, interleaved (target 1.05x).
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
-"""B17: one InfMem step at Qwen3-4B's exact shapes, one MemAgent step at Qwen2.5-7B's, and what they
-make of a 1M-token input.
-
-Random-weight models of each shape at Q4_K_M (harness/shapes.py, the fast build), the real Qwen2.5
-vocabulary (with Qwen3's four added tokens for the 4B). Their control tokens never win, so every call
-writes its whole budget: the longest step each protocol can take.
-
-  infmem    one InfMem step through memagent's engine (LlamaEngine.complete_raw, as core/infmem_loop
-            calls it): the planner (Qwen-Agent's tool system message, a 1,024-token memory, three
-            searches in the history), then the memory write (a 5,000-token chunk, the four
-            500-token units a search found, the memory); each call two stages: stage one's 1,024
-            thinking tokens, the forced close, stage two's 1,024 (`--memory-tokens`)
-  bare      the same four generations with llama-cpp-python alone (Llama.generate, greedy, the same
-            token ids, the same context settings): memagent / bare <= 1.05 is the target
-  memagent  one MemAgent step at Qwen2.5-7B's shapes through the same engine: the 5,000-token chunk
-            and a 1,024-token memory, 1,024 tokens written (LlamaEngine.complete)
-
-Drafts are off on both engines (the bare loop has none; on random weights they are never accepted),
-and one context each (no batching of sequences). Then time-to-answer for a 1M-token input (200
-chunks of 5,000 tokens): InfMem stopping early after 10%, 25% or all of the chunks (each read chunk
-one step; the stopping step's planner call and the final answer added; the index from B15), against
-MemAgent's 200 steps and answer. Interleaved `--repeat` times, the median kept.
-
-    python -m benchmarks run B17 [--gpu] [--work DIR] [--layers N] [--repeat 2]
+"""B17: one InfMem step at Qwen3-4B's exact shapes and one MemAgent step at Qwen2.5-7B's (random
+weights, every call its whole budget), memagent's engine against llama-cpp-python's generate loop
+(target 1.05x), and what each makes of a 1M-token input.
 
 A CPU run is the `cpu` part of the results, a GPU run (benchmarks/gpu/infmem.sh) the `gpu` part.
+The section in docs/PERFORMANCE.md says how they are measured.
 """
 
 from __future__ import annotations

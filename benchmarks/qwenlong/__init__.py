@@ -1,50 +1,12 @@
-"""B11: QwenLong-L1.5-30B-A3B's exact shapes: one memory step, memagent against the bare engine;
-and whether drafting from the previous memory pays for QwenLong's memory plus plan.
+"""B11: QwenLong-L1.5-30B-A3B's exact shapes (a random-weight Q4_K_M built from two quantized layers,
+qwenlong/model.py): one memory step, memagent's engine against a bare llama_decode loop on the same
+loaded model (step, generation, decode widths: qwenlong/step.py); and whether drafting from the
+previous memory pays for QwenLong's memory plus plan, on the trained stand-in (drafts).
 
-Speed depends on shapes and quantization, not on what the weights learned (see harness/shapes.py), so the
-model is random: Qwen3-30B-A3B's exact tensors (tests/hfcheckpoint.QWENLONG_L15_30B: 48 layers,
-hidden 2048, 32 heads / 4 KV heads of 128, 128 experts of width 768 with 8 per token, vocabulary
-151,936), the real Qwen vocabulary from tests/data/shared/fixtures (its 151,936 first entries), the trained
-QwenLong stand-in's Qwen3-Thinking-style chat template, Q4_K_M by llama.cpp's own quantizer. The
-control tokens' output rows are zero, so greedy decoding never ends its turn.
-
-A 61 GB F16 model and its 18 GB Q4_K_M do not fit on a small disk together, so the model is made
-from two layers: a 2-layer F16 (3.7 GB) is quantized by llama.cpp, whose Q4_K_M mix gives layer 0
-the plain types (Q4_K everywhere) and layer 1 the "more bits" ones (attn_v and ffn_down_exps in
-Q6_K; in a 2-layer model that is layer 1); the 48-layer file is then written from those bytes,
-each layer taking layer 1's when llama.cpp's rule (use_more_bits(i, 48)) would give it more bits,
-layer 0's otherwise. The mix is llama.cpp's, tensor for tensor; only the values repeat.
-
-  step      one memory step with QwenLong's memory prompt (a chunk of `--chunk` tokens, the first
-            step's "No previous memory"), `--gen` generated tokens, greedy, no drafts: through
-            memagent's engine (LlamaEngine, as `ask` builds it) and through a bare llama_decode
-            loop in a second context on the same loaded model (one copy of the weights in memory,
-            the same threads, batch sizes and flash attention). Each run starts cold; the two are
-            interleaved, the order swapped each round; medians. Target: memagent at most 1.05x.
-  generation  the same, generation alone: each side has read the prompt (B4's engine part). A run
-            is a minute here, not a cold step's seven: more rounds (--warm), less drift within one.
-  widths    what one decode of w tokens costs against one of a single token, after the step's prompt:
-            the price of checking w - 1 drafted tokens (a mixture of experts reads more experts for
-            more tokens, which a dense model does not).
-  drafts    QwenLong's loop (memory update after memory update, the reply's memory and plan
-            carried) with drafts and without, through memagent's engine, with the trained stand-in
-            tests/data/qwenlong.gguf (a random model copies nothing): drafted and taken tokens,
-            generation time, identical steps; told the previous step's whole reply instead of its
-            memory (the reply opens with its reasoning); and memagent's drafter replayed over the
-            same replies checking every proposal: decodes per token, whatever checks cost here.
-
-    python -m benchmarks run B11
-
-builds the model in --work once (18.56 GB; the F16 intermediate is deleted; kept for the next run
-unless --delete-model) and measures on this CPU: a 1,024-token chunk, 256 generated tokens. On a
-lent GPU (benchmarks/gpu/README.md: build.sh first; ../shared does not travel, so the vocabulary
-goes in the carried .gpu/), every layer offloaded, the full 32,768-token chunk, 1,024 generated:
-
-    python3 -m benchmarks run B11 --gpu --parts build --vocab .gpu/qwen2.5-vocab-llamacpp.gguf
-    python3 -m benchmarks run B11 --gpu --vocab .gpu/qwen2.5-vocab-llamacpp.gguf --out $OUT/B11.json
-
-A CPU run is the `cpu` part of the results, a GPU run the `gpu` part; within a part, the pieces a
-run does not redo are kept from the last one.
+On this CPU a 1,024-token chunk and 256 generated tokens (the `cpu` part of the results); with --gpu
+every layer offloaded, the full 32,768-token chunk and 1,024 tokens (the `gpu` part: on a lent GPU,
+benchmarks/gpu/qwenlong.sh). Within a part, the pieces a run does not redo are kept from the last.
+The section in docs/PERFORMANCE.md says how each piece is measured.
 """
 
 from __future__ import annotations
