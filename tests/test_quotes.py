@@ -8,6 +8,7 @@ its trace store and `traces show`."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -292,3 +293,67 @@ def test_the_jobs_page_marks_each_runs_quote(tmp_path, memagent_home):
     for result in json.loads(done.stdout)["results"]:
         (quote,) = result["quotes"]
         assert f"<h4>[1] {quote['location']}</h4>" in page and f"<mark>{quote['text']}</mark>" in page
+
+
+# --- ligatures: a TeX-made PDF (crazyones.pdf, xdvipdfmx) extracts as "misﬁts" and "diﬀerently" --------
+
+CRAZY = REPO / "tests" / "data" / "shared" / "fixtures" / "real-pdfs" / "crazyones.pdf"
+LIGATURE = re.compile("[\ufb00-\ufb06]")
+
+
+def test_a_tex_pdf_is_read_with_its_ligatures_written_out(tmp_path, tokenizer):
+    """What pypdf gives is "misﬁts" (U+FB01); what inspect --text, the model and the quotes see is
+    "misfits", and a quote's offsets slice that text exactly."""
+    import shutil
+
+    import pypdf
+
+    raw = "".join(p.extract_text() for p in pypdf.PdfReader(CRAZY).pages)
+    assert "mis\ufb01ts" in raw and "di\ufb00erently" in raw  # the file still has them
+
+    pdf = tmp_path / "crazyones.pdf"
+    shutil.copy(CRAZY, pdf)
+    shown = run_memagent("inspect", pdf, "--text", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "The misfits. The rebels." in shown.stdout and "differently" in shown.stdout
+    assert not LIGATURE.search(shown.stdout)
+
+    found = collect_sources([str(pdf)], warn=lambda _: None)
+    stats = IngestStats()
+    pieces = layout(found, lambda s: read_source(s, warn=lambda _: None, index=0))
+    chunks = list(iter_chunks(pieces, tokenizer, 1000, found, stats))
+    records = [{"path": s.path, "title": s.title} for s in found]
+    quotes = find_quotes("the misfits and the rebels", "Here's to the misfits, the rebels.", chunks, records, stats.source_starts)
+    assert quotes and "misfits" in quotes[0].text
+    text = own_text(found[0])
+    assert text[quotes[0].start : quotes[0].end] == quotes[0].text
+    assert shown.stdout.strip().endswith(text.strip()[-40:])  # the text inspect prints is that text
+
+
+def test_infmem_search_finds_a_word_a_ligature_held(tmp_path):
+    """InfMem's BM25 search for "differently" finds the unit that pypdf gave as "diﬀerently"."""
+    from memagent_cli.core.infmem import Search
+
+    pdf_text = source_text(collect_sources([str(CRAZY)], warn=lambda _: None)[0], SourceOptions(), lambda _: None, "NFC")
+    units = [FILLER * 4, pdf_text, "Gulls circled the lighthouse. " * 20]
+    # the reference's BM25 splits on white space, so the word is as the page has it, period and all
+    assert "differently." in pdf_text.split()
+    assert Search(units).top("differently.", n=1) == [1]
+
+
+def test_the_highlight_finds_the_glyphs_of_an_expanded_quote():
+    """The quote says "misfits"; the page draws "mis", the ﬁ glyph and "ts": the highlight covers them."""
+    import pypdfium2 as pdfium
+
+    from memagent_cli.traces.pdfmarks import locate
+
+    document = pdfium.PdfDocument(str(CRAZY))
+    marked = locate(document, "The misfits. The rebels.", 1, 1)
+    assert [m.page for m in marked] == [1] and marked[0].boxes
+    textpage = document[0].get_textpage()
+    page_text = textpage.get_text_range()
+    start = page_text.index("mis")
+    for i in range(start, start + len("misﬁts")):
+        left, bottom, right, top = textpage.get_charbox(i)
+        x, y = (left + right) / 2, (bottom + top) / 2
+        assert any(b[0] <= x <= b[2] and b[1] <= y <= b[3] for b in marked[0].boxes), f"glyph {page_text[i]!r} not covered"

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -674,9 +675,11 @@ def test_pdf_with_only_an_owner_password_opens_without_one(tmp_path, notes):
 
 
 def test_crazyones_matches_its_text(notes):
+    """pypdf's reference text, with the ligatures it holds ("misﬁts") written out as NFKC has them."""
     text = read_file(REAL_PDFS / "crazyones.pdf", notes)
-    expected = (REAL_PDFS / "crazyones.txt").read_text(encoding="utf-8")
-    assert squash(text) == squash(expected)
+    reference = (REAL_PDFS / "crazyones.txt").read_text(encoding="utf-8")
+    expected = re.sub("[\ufb00-\ufb06]", lambda m: unicodedata.normalize("NFKC", m.group()), reference)
+    assert expected != reference and squash(text) == squash(expected)
 
 
 def test_multilang_keeps_every_script(notes):

@@ -195,6 +195,21 @@ def printable(text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+# The Latin ligatures of Unicode's Alphabetic Presentation Forms (U+FB00-U+FB06), as NFKC
+# decomposes them: TeX-made PDFs give "deﬁnes" for "defines", which the model reads as rare byte
+# tokens, InfMem's search does not match and a reader cannot find. ſt (U+FB05) becomes "st", its
+# long s the plain one, as NFKC has it. Only these are expanded: NFKC on the whole text would also
+# change superscripts, fractions and full-width forms, which mean something.
+_LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}
+
+
+def expand_ligatures(text: str) -> str:
+    """`text` with the Latin ligature characters written out in their letters."""
+    if text.isascii():
+        return text
+    return text.translate(_LIGATURES)
+
+
 # Terminal escape sequences (CSI, OSC, single-character) and the other C0/C1 controls, which a
 # mail header or a notebook's colored traceback carries: the model gains nothing from them.
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)|\x9b[0-?]*[ -/]*[@-~]?")

@@ -29,6 +29,7 @@ from .base import (
     Source,
     Unreadable,
     Warn,
+    expand_ligatures,
     normalise_newlines,
     open_error,
     printable,
@@ -201,13 +202,14 @@ def _read_nested(file: BinaryIO, name: str, context: ReadContext) -> Iterator[Pa
 
 
 def _numbered(parts: Iterable[Part], index: int) -> Iterator[Segment]:
-    """Parts to Segments: offsets counted, units separated, blank units dropped, control
+    """Parts to Segments: offsets counted, units separated, blank units dropped, ligatures written
+    out (base.expand_ligatures: every format, so the model, the search and the quotes see "defines"), control
     characters removed (base.without_controls; an escape sequence a streamed block ends in is
     held back until the next block finishes it)."""
     offset = 0
     held = Part("")  # the unfinished escape sequence a joined part ended in
     for part in parts:
-        text = printable(normalise_newlines(part.text))
+        text = expand_ligatures(printable(normalise_newlines(part.text)))
         if held.text and part.joined:
             text = held.text + text
         elif held.text:  # a new unit: what was held ends the last one
