@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 
 import pytest
@@ -102,6 +103,37 @@ def test_a_late_fact_is_found_by_the_first_search_and_three_stops_end_the_readin
     assert out["raw_answer"] == final_reply(doc.value)  # reasoning, "</think>", then "the answer is"
     assert f"plan 1: search '{QUERY}' found {path} chars " in err and "plan 2: STOP 1/3" in err
     assert f"stopped early after 3 of {total} chunks (STOP 3 times in a row)" in err
+    # each passage found is named by its whole span, the three tiling the text (not its first character)
+    spans = sorted(
+        tuple(
+            int(x.replace(",", ""))
+            for x in re.fullmatch(rf"{re.escape(str(path))} chars ([\d,]+)–([\d,]+)", u["location"]).groups()
+        )
+        for u in search["units"]
+    )
+    assert spans[0][0] == 0 and all(0 <= b[0] - a[1] <= 3 and a[1] - a[0] > 1000 for a, b in zip(spans, spans[1:]))
+    assert spans[-1][1] >= len(doc.text.strip()) - 2
+    assert all(u["location"] in err for u in search["units"])
+
+
+def test_a_pdf_passage_is_named_by_its_pages(tmp_path):
+    """A passage the search found in a PDF is named by the pages it spans ("doc.pdf pp. 2–3")."""
+    from fpdf import FPDF
+
+    doc = whole_fact(DOC_TOKENS, 0, where=0.85)
+    lines = doc.text.split("\n")
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=10)
+    for k in range(6):  # six pages, about half a retrieval unit each
+        pdf.add_page()
+        pdf.multi_cell(0, 5, "\n".join(lines[k * len(lines) // 6 : (k + 1) * len(lines) // 6]))
+    pdf.output(str(tmp_path / "doc.pdf"))
+    out, err = ask(tmp_path / "doc.pdf", QUESTION, *RUN, env={"MEMAGENT_HOME": str(tmp_path / "home")})
+    (search,) = out["steps"][0]["decision"]["searches"]
+    places = [u["location"] for u in search["units"]]
+    assert all(re.fullmatch(rf"{re.escape(str(tmp_path / 'doc.pdf'))} (p\. \d|pp\. \d–\d)", p) for p in places), places
+    assert any("pp." in p for p in places)  # a passage of 500 tokens spans pages
+    assert f"plan 1: search '{QUERY}' found {places[0]}" in err
 
 
 def test_the_evidence_is_the_sentence_the_search_found_ahead(late):

@@ -138,7 +138,7 @@ class Retrieved:
     unit: int  # 0-based: the input's ids [500 * unit, 500 * unit + 500)
     start_token: int
     end_token: int
-    location: str  # where its text begins, e.g. "report.pdf p. 31"
+    location: str  # where its text is, in its source's units: "report.pdf pp. 31–32", "notes.txt chars 0–2,140"
 
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "start_token": self.start_token, "end_token": self.end_token, "location": self.location}

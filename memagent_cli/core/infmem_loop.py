@@ -37,6 +37,7 @@ from .events import (
     TokenText,
 )
 from .protocols import get as get_protocol
+from .provenance import describe_spans
 
 _START, _END = "<|im_start|>", "<|im_end|>"
 
@@ -78,10 +79,23 @@ class RetrievalUnits:
     def retrieved(self, unit: int) -> Retrieved:
         start = unit * infmem.UNIT_TOKENS
         end = min(self.total, start + infmem.UNIT_TOKENS)
-        k = bisect_right(self.starts, start) - 1
+        return Retrieved(unit, start, end, self._span(start, end))
+
+    def _at(self, token: int) -> tuple[Chunk, int]:
+        """The chunk holding token `token` of the input, and that token's first character in its text."""
+        k = bisect_right(self.starts, token) - 1
         chunk = self.chunks[k]
-        # the unit's first character in its chunk's text: the chunk's ids before it, decoded
-        return Retrieved(unit, start, end, _location(chunk, _chars(self._tokenizer, chunk.ids[: start - self.starts[k]])))
+        return chunk, _chars(self._tokenizer, chunk.ids[: token - self.starts[k]])
+
+    def _span(self, start: int, end: int) -> str:
+        """Where tokens [start, end) are in words, in their sources' own units: "report.pdf pp. 3–4",
+        "notes.txt chars 2,123–4,410"; a unit that runs from one source into the next names both."""
+        first, last = _place(*self._at(start)), _place(*self._at(end - 1))
+        if first is None or last is None:
+            return self._at(start)[0].describe()
+        if first.source == last.source and first.part == last.part:
+            return dataclasses.replace(first, last=last.last, end=last.end).describe()
+        return describe_spans([first.to_dict(), last.to_dict()])
 
 
 def _chars(tokenizer: Tokenizer, ids: Sequence[int]) -> int:
@@ -89,20 +103,20 @@ def _chars(tokenizer: Tokenizer, ids: Sequence[int]) -> int:
     return len(tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")) if ids else 0
 
 
-def _location(chunk: Chunk, at: int) -> str:
-    """Where character `at` of a chunk's text is, in words ("report.pdf p. 31"): the chunk's span
-    that holds it, narrowed to its anchor's page (or slide, sheet…)."""
+def _place(chunk: Chunk, at: int) -> Span | None:
+    """Character `at` of a chunk's text as a span of one character in its source, at its anchor's
+    page (or slide, sheet…); None for layout text (a header, a separator)."""
     anchors = [a.at for a in chunk.anchors]
     k = bisect_right(anchors, at) - 1
     anchor = chunk.anchors[k] if k >= 0 else None
     if anchor is None or anchor.source is None:
-        return chunk.describe()
+        return None
     for span in chunk.spans:
         if span.source == anchor.source:
             place = anchor.place if anchor.place is not None and anchor.place.unit is not None else None
             offset = anchor.offset + at - anchor.at
-            return Span(span.source, span.title, place, place, offset, offset + 1, span.part, span.ocr).describe()
-    return chunk.describe()
+            return Span(span.source, span.title, place, place, offset, offset + 1, span.part, span.ocr)
+    return None
 
 
 class _Reading:
