@@ -477,3 +477,57 @@ def test_pages_to_share_hold_no_path_of_the_machine_no_none_and_whole_seconds(tm
         plain = page.replace("\\", "")  # Markdown escapes the underscore of a setting's name
         for name in ("docs/a.txt", "b.txt", "docs/z.zip/inner/c.txt", "tiny-qwen2-test (random.gguf)", "seed=random"):
             assert name in plain or name.replace("=", "</code> = <code>") in plain, (fmt, name)
+
+
+SETTINGS = {
+    "chunk_tokens": 5000,
+    "temperature": 0.7,
+    "seed": None,
+    "final": "boxed",
+    "protocol": "memagent",
+    "instructions": "",
+    "answer_schema": "",
+    "answer_schema_multi": False,
+    "early_stop": 3,
+}
+
+
+@pytest.mark.parametrize(
+    "settings, shown, hidden",
+    [
+        (SETTINGS, ["chunk_tokens", "final"], ["early_stop", "answer_schema_multi", "answer_schema", "instructions"]),
+        ({**SETTINGS, "protocol": "infmem", "seed": 7}, ["early_stop", "seed"], ["final", "answer_schema_multi"]),
+        ({**SETTINGS, "protocol": "qwenlong"}, ["chunk_tokens"], ["early_stop", "final"]),
+        (
+            {**SETTINGS, "answer_schema": '{"type": "object"}', "answer_schema_multi": True},
+            ["answer_schema", "answer_schema_multi"],
+            [],
+        ),
+    ],
+)
+def test_a_page_shows_the_settings_the_run_used_and_json_keeps_all(settings, shown, hidden):
+    """An exported MemAgent run listed early_stop = 3 and answer_schema_multi = False, which it never
+    used: the Markdown and HTML pages show what the run's protocol and options use, JSONL keeps all."""
+    run = make_run(settings=settings)
+    markdown = export_markdown(run)
+    line = next(x for x in markdown.splitlines() if x.startswith("- **Settings:**")).replace("\\_", "_")
+    page = export_html(run)
+    for name in shown:
+        assert f"{name}=" in line and f"<code>{name}</code>" in page
+    for name in hidden:
+        assert f"{name}=" not in line and f"<code>{name}</code>" not in page
+    assert json.loads(export_jsonl(run).splitlines()[0])["settings"] == settings
+
+
+def test_traces_show_lists_the_settings_a_run_used(tmp_path, memagent_home):
+    from helpers import CODEWORD_ASK
+
+    (tmp_path / "d.txt").write_text("The code word is amber falcon.\n")
+    done = run_memagent("ask", "d.txt", "What is the code word?", *CODEWORD_ASK, "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = run_memagent("traces", "show", "last", env={"COLUMNS": "400"}, cwd=tmp_path)
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("settings "))
+    assert "chunk_tokens=64" in line and "final=boxed" in line
+    assert "early_stop" not in line and "answer_schema" not in line and "cwd=" not in line
+    recorded = json.loads(run_memagent("traces", "show", "last", "--json", cwd=tmp_path).stdout)["settings"]
+    assert recorded["early_stop"] == 3 and recorded["answer_schema_multi"] is False

@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..core.config import shown_settings
 from ..core.memdiff import changes, evidence_record, evidence_steps, word_diff
 from ..core.protocols import DEFAULT as DEFAULT_PROTOCOL
 from ..core.protocols import get as get_protocol
@@ -195,6 +196,10 @@ def _note(text: str) -> None:
     stderr_console().print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
 
 
+# Shown in the header's own words already, or where the run was (not how it read)
+_HEADER_SETTINGS = ("protocol", "cwd")
+
+
 def _header(run: Mapping[str, Any]) -> Text:
     model = run.get("model") or {}
     sources = ", ".join(
@@ -221,6 +226,9 @@ def _header(run: Mapping[str, Any]) -> Text:
     protocol = _protocol_name(run)
     if protocol != DEFAULT_PROTOCOL:
         text.append_text(Text.assemble(("  protocol ", "dim"), visible(protocol)))
+    shown = {k: v for k, v in shown_settings(run.get("settings") or {}).items() if k not in _HEADER_SETTINGS}
+    if shown:
+        text.append_text(Text.assemble(("\nsettings ", "dim"), visible(", ".join(f"{k}={v}" for k, v in shown.items()))))
     if run.get("error"):
         text.append_text(Text("\nerror: " + visible(run["error"]), style="red"))
     continued = run.get("continued_from")

@@ -7,7 +7,7 @@ not set."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from .protocols import get as get_protocol
 from .schema import AnswerSchema
@@ -76,3 +76,22 @@ class AgentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Settings at a value that does nothing: a page shows them only when they were set.
+_UNSET = {"instructions": "", "answer_schema": ""}
+
+
+def shown_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a run's pages show (traces show, its HTML and Markdown): those its protocol and
+    options use. Left out: what its protocol does not read (early_stop outside InfMem, the final
+    variant outside MemAgent), options at a value that does nothing, and schema_multi without a
+    schema. Its JSON record keeps them all."""
+    try:
+        unused = get_protocol(str(settings.get("protocol") or "memagent")).unused_settings
+    except ValueError:  # a protocol this version does not know: show everything
+        unused = ()
+    out = {k: v for k, v in settings.items() if k not in unused and not (k in _UNSET and v == _UNSET[k])}
+    if not out.get("answer_schema_multi"):
+        out.pop("answer_schema_multi", None)
+    return out

@@ -44,6 +44,9 @@ class Protocol:
     # step (two calls a step), a run that may end early (its loop is infmem_loop.run_infmem)
     planner: bool = False
     extra_final_tokens: int = 0
+    # settings a run keeps that this protocol does not use (early_stop is InfMem's; final, the
+    # final prompt's variant, MemAgent's): a run's pages leave them out (config.shown_settings)
+    unused_settings: tuple[str, ...] = ("early_stop",)
 
     def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
         return memagent_strings.memory_prompt(question, memory, chunk)
@@ -80,6 +83,7 @@ class QwenLong(Protocol):
     memory_tokens: int = qwenlong_strings.MEMORY_TOKENS
     answer_tokens: int = qwenlong_strings.ANSWER_TOKENS
     has_plan: bool = True
+    unused_settings: tuple[str, ...] = ("early_stop", "final")
 
     def memory_prompt(self, question: str, memory: str, chunk: str) -> str:
         return memagent_strings.fill(qwenlong_strings.MEMORY_PROMPT, question=question.strip(), memory=memory, chunk=chunk)
@@ -114,6 +118,7 @@ class InfMem(Protocol):
     memory_tokens: int = 1024  # stage two's budget; stage one (the thinking) has its own 1024
     answer_tokens: int = 1024
     temperature: float = 0.0  # greedy, as every benchmark script of the reference sets it
+    unused_settings: tuple[str, ...] = ("final",)
     top_p: float = 1.0
     # what a memory write holds beyond MemAgent's: the 4 retrieved units and stage one's thinking
     extra_step_tokens: int = infmem_strings.RESULTS * infmem_strings.UNIT_TOKENS + infmem_strings.THINKING_TOKENS

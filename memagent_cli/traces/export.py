@@ -29,6 +29,7 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.config import shown_settings
 from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
@@ -141,7 +142,7 @@ def _source_line(source: Record) -> str:
 
 
 def _settings(run: Record) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (run.get("settings") or {}).items()) or "(none recorded)"
+    return ", ".join(f"{k}={v}" for k, v in shown_settings(run.get("settings") or {}).items()) or "(none recorded)"
 
 
 def _progress(run: Record) -> str:
@@ -335,7 +336,9 @@ def run_meta_html(run: Record) -> str:
         + "</li>"
         for s in run.get("sources") or []
     )
-    settings = "".join(f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>" for k, v in (run.get("settings") or {}).items())
+    settings = "".join(
+        f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>" for k, v in shown_settings(run.get("settings") or {}).items()
+    )
     meta = [
         ("Status", f'<span class="status {_e(status)}">{_e(status)}</span> ({_e(_progress(run))})'),
         ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
