@@ -1,7 +1,10 @@
-"""Every command's --help renders, and teaches: no traceback, and a flag (which takes no value) is
-never shown with a value's type (`--json <bool>`)."""
+"""Every command's --help renders, and teaches: no traceback, a flag (which takes no value) is
+never shown with a value's type (`--json <bool>`), and a value is named by what is expected
+(`SCHEMA`, `TOKENS`, `GLOB`), never by a Python type (`<str>`, `<float range>`, `<list[str]>`)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import typer
@@ -30,6 +33,8 @@ def test_help_renders_and_shows_no_value_for_a_flag(path):
     assert result.exit_code == 0, result.output
     assert result.exception is None and "Traceback" not in result.output
     assert "<bool>" not in result.output
+    python_types = re.findall(r"<(?:str|int|float|bool|Path|list\[[^>]*\]|[a-z]+ range)>", result.output)
+    assert not python_types, f"a value shown as a Python type: {python_types}"
     assert "--help" in result.output and "Show this message and exit." in result.output
 
 

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED
+from .metavars import name_values
 
 app = typer.Typer(
     name="memagent",
@@ -114,6 +115,7 @@ def _reflow_help(group: typer.Typer) -> None:
 
 
 _reflow_help(app)
+name_values(app)  # every value's metavar a word, not a Python type
 
 
 def _version(value: bool) -> None:
