@@ -8,9 +8,11 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -261,3 +263,81 @@ def mcp_stdio(home: Path, cwd: Path, *args):
     return StdioServerParameters(
         command=sys.executable, args=["-m", "memagent_cli", "mcp", *map(str, args)], env=env, cwd=str(cwd)
     )
+
+
+# --- a real browser: headless Chromium (Debian's chromium-headless-shell) ---------------------
+
+BROWSERS = ("chromium-headless-shell", "headless_shell", "chromium", "chromium-browser", "google-chrome")
+INSTALL_BROWSER = "apt-get install chromium-headless-shell (as root; .ci/run does it)"
+
+
+def headless_browser() -> str:
+    """The headless Chromium that draws the pages; where none is installed a skip that says how
+    to get one, or under CI (`CI` set), which must run these tests, a failure."""
+    import shutil
+
+    found = next((path for name in BROWSERS if (path := shutil.which(name))), None)
+    if found:
+        return found
+    message = f"headless Chromium is not installed (none of {', '.join(BROWSERS)} on PATH): {INSTALL_BROWSER}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def chromium(page: Path, *flags: str, size: tuple[int, int] = (1200, 1600)) -> subprocess.CompletedProcess:
+    """Headless Chromium on `page` with `flags` (--dump-dom, --screenshot=FILE), a profile of its
+    own beside the page; root needs --no-sandbox."""
+    profile = page.parent / f".chromium-{page.stem}"
+    argv = [headless_browser(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run"]
+    argv += [f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}", *flags, page.as_uri()]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def screenshot(page: Path, shot: Path, size: tuple[int, int] = (1200, 1600)) -> Path:
+    chromium(page, f"--screenshot={shot}", size=size)
+    assert shot.is_file()
+    return shot
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chromium-headless-shell", "headless_shell")
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[list[bytes]]]:
+    """(width, height, rows of RGB pixels) of an 8-bit RGB or RGBA PNG, its filters undone."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert header is not None
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, f"unexpected PNG layout {header}"
+    bpp = 3 if color == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append(bytes(line))
+        prev = line
+    return width, height, [[r[i : i + 3] for i in range(0, stride, bpp)] for r in rows]

@@ -58,7 +58,10 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_no_import_circle_and_no_file_over_600_lines():
-    files = {".".join(("benchmarks", *p.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__"): p for p in ROOT.rglob("*.py")}
+    files = {
+        ".".join(("benchmarks", *p.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__"): p
+        for p in ROOT.rglob("*.py")
+    }
     graph = {name: {m for m in _imports(path) if m in files and m != name} for name, path in files.items()}
     for name, path in files.items():
         assert len(path.read_text(encoding="utf-8").splitlines()) <= 600, f"{path} is over 600 lines"

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import struct
-import subprocess
-import zlib
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
-from helpers import run_memagent, words
+from helpers import png_pixels, run_memagent, screenshot, words
 
 from memagent_cli.core.memdiff import evidence_record, evidence_steps
 from memagent_cli.traces.export import timeline_html
@@ -299,72 +294,12 @@ def test_statuses_summary_and_locations():
 
 # --- a real browser ------------------------------------------------------------------------------
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chromium-headless-shell", "headless_shell")
-
-
-def png_pixels(path: Path) -> tuple[int, int, list[list[bytes]]]:
-    """(width, height, rows of RGB pixels) of an 8-bit RGB or RGBA PNG, its filters undone."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    pos, idat, header = 8, b"", None
-    while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    assert header is not None
-    width, height, depth, color, _, _, interlace = header
-    assert depth == 8 and color in (2, 6) and interlace == 0, f"unexpected PNG layout {header}"
-    bpp = 3 if color == 2 else 4
-    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
-    for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - bpp] if i >= bpp else 0
-            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-            if kind == 1:
-                line[i] = (line[i] + a) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + b) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (a + b) // 2) & 0xFF
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        rows.append(bytes(line))
-        prev = line
-    return width, height, [[r[i : i + 3] for i in range(0, stride, bpp)] for r in rows]
-
 
 def test_a_headless_chromium_draws_the_page(job, tmp_path):
-    browser = next((found for name in BROWSERS if (found := shutil.which(name))), None)
-    if browser is None:
-        pytest.skip(f"headless Chromium is not installed: none of {', '.join(BROWSERS)} is on PATH")
     rows, runs = job
     page = tmp_path / "report.html"
     page.write_text(each_report_html(rows, runs, title="Boats and decks"), encoding="utf-8")
-    shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--disable-gpu",
-            "--no-sandbox",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={shot}",
-            "--window-size=1200,1600",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    shot = screenshot(page, tmp_path / "shot.png")
     width, height, pixels = png_pixels(shot)
     assert (width, height) == (1200, 1600)
     colours = {px for row in pixels for px in row}
