@@ -108,7 +108,7 @@ def test_bad_data_is_one_line(models, tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f'error: {data} line 2 needs "context", the question ("input" or "question") and the answer ("answers", a list, '
-        'or "answer", a text); "id", "instructions", "random_string_to_prepend", "needle", "schema" (with "schema_multi")'
+        'or "answer", a text); "id", "instructions", "random_string_to_prepend", "needle", "schema" (or "schema_multi")'
         ' and "data" (the expected data, which may stand for the answer) are optional.'
     )
     nothing = run_memagent("eval", tmp_path / "none.jsonl", "-m", models["random"])

@@ -98,8 +98,8 @@ def test_a_document_without_the_fact_gives_its_typed_no(tmp_path):
 def test_schema_multi_gives_a_list(tmp_path):
     path, value = document(tmp_path)
     empty, _ = document(tmp_path, "empty.txt", fact=False)
-    found = run_memagent("ask", path, QUESTION, "--schema", "code_word", "--schema-multi", *RUN, "--json")
-    none = run_memagent("ask", empty, QUESTION, "--schema", "code_word", "--schema-multi", *RUN, "--json")
+    found = run_memagent("ask", path, QUESTION, "--schema-multi", "code_word", *RUN, "--json")
+    none = run_memagent("ask", empty, QUESTION, "--schema-multi", "code_word", *RUN, "--json")
     assert found.returncode == 0 and none.returncode == 0, found.stderr + none.stderr
     assert json.loads(found.stdout)["data"] == [{"code_word": value}]
     assert json.loads(none.stdout)["data"] == []
@@ -129,10 +129,20 @@ def test_a_schema_that_cannot_be_used_is_one_line_and_runs_nothing(tmp_path, sch
     assert "Traceback" not in done.stderr
 
 
-def test_schema_multi_alone_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--schema", "code_word", "--schema-multi", "code_word"], "error: --schema or --schema-multi, not both."),
+        (["--schema-multi"], "error: Option '--schema-multi' requires an argument."),
+    ],
+)
+def test_schema_multi_takes_the_schema_as_llm_does(tmp_path, args, said):
+    """`--schema-multi SCHEMA`, as llm takes it: beside --schema, or where the switch stood before
+    another option or at the end, it is one line and reads nothing."""
     path, _ = document(tmp_path)
-    done = run_memagent("ask", path, QUESTION, "--schema-multi", *RUN)
-    assert done.returncode == 2 and done.stderr == "error: --schema-multi goes with --schema. Add --schema FIELDS.\n"
+    done = run_memagent("ask", path, QUESTION, *RUN, *args)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith(said), done.stderr
+    assert done.stderr.count("\n") in (1, 2) and "Traceback" not in done.stderr
 
 
 def test_an_answer_that_never_matches_fails_the_run_and_its_trace_keeps_the_reply(tmp_path):
@@ -171,7 +181,7 @@ def test_batch_lines_carry_their_own_schema(tmp_path):
     path, value = document(tmp_path)
     lines = [
         {"custom_id": "typed", "sources": [str(path)], "question": QUESTION, "schema": FOUND_SCHEMA},
-        {"custom_id": "list", "sources": [str(path)], "question": QUESTION, "schema": "code_word", "schema_multi": True},
+        {"custom_id": "list", "sources": [str(path)], "question": QUESTION, "schema_multi": "code_word"},
         {"custom_id": "asked", "sources": [str(path)], "schema": "code_word"},  # no question: the field's
         {"custom_id": "text", "sources": [str(path)], "question": QUESTION},
     ]
@@ -297,3 +307,98 @@ def test_inspect_shows_the_final_prompt_with_the_schema(tmp_path):
     schema = parse_schema("code_word")
     assert f"<problem> \n{QUESTION}\n{schema.instructions()}\n</problem>" in final.stdout
     assert f"<problem> \n{QUESTION}\n</problem>" in step.stdout and "JSON" not in step.stdout
+
+
+# --- answers cut at their budget: the random tiny model under a grammar, sampled with a fixed seed --------
+
+CUT = ["--memory-tokens", "16", "--chunk-tokens", "200", "--temperature", "1.5", "--no-trace"]
+
+
+def _items_doc(tmp_path: Path) -> Path:
+    path = tmp_path / "items.txt"
+    path.write_text("Some text about items.\n", encoding="utf-8")
+    return path
+
+
+def test_a_list_cut_at_its_budget_keeps_its_complete_items(tmp_path, models):
+    """A --schema-multi list the budget cuts mid-item: `data` holds the items written whole, the
+    record says data_truncated, stderr says how many were kept and which budget to raise, exit 0.
+    The same run with room for the whole list starts with the same items."""
+    path, model = _items_doc(tmp_path), models["random"]
+    ask = ["ask", path, "List the numbers", "-m", model, "--schema-multi", "n int", *CUT, "--seed", "4", "--json"]
+    cut = run_memagent(*ask, "--answer-tokens", "22")
+    assert cut.returncode == 0, cut.stderr
+    record = json.loads(cut.stdout)
+    assert record["data_truncated"] is True and record["data"] and all(set(i) == {"n"} for i in record["data"])
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(record["raw_answer"])  # cut: the reply itself is not JSON
+    kept = len(record["data"])
+    assert f"kept its {kept} complete item" in cut.stderr and "raise --answer-tokens" in cut.stderr
+    assert cut.stderr.count("The list was cut") == 1 and "did not match" not in cut.stderr
+
+    whole = run_memagent(*ask, "--answer-tokens", "200")
+    assert whole.returncode == 0, whole.stderr
+    full = json.loads(whole.stdout)
+    assert "data_truncated" not in full and full["data"][:kept] == record["data"] and len(full["data"]) > kept
+
+
+def test_an_object_cut_at_its_budget_is_asked_again_with_twice_the_budget(tmp_path, models):
+    """An object cut inside its value: the one retry gets twice --answer-tokens; cut again, the run
+    fails in one line and its trace keeps the longer reply."""
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    path, model = _items_doc(tmp_path), models["random"]
+    home = {"MEMAGENT_HOME": str(tmp_path / "home")}
+    cut = ["--memory-tokens", "16", "--chunk-tokens", "200", "--temperature", "1.5", "--seed", "6"]
+    done = run_memagent(
+        "ask", path, "What is the number?", "-m", model, "--schema", "n int", *cut, "--answer-tokens", "8", env=home
+    )
+    assert done.returncode == 1, done.stderr
+    assert "asking once more with twice the answer budget (16 tokens)" in done.stderr
+    assert "does not match --schema twice (cut at its budget: raise --answer-tokens)" in done.stderr
+    trace = json.loads(run_memagent("traces", "show", "last", "--json", env=home).stdout)
+    tokens = len(load_tokenizer(read_gguf(model)).encode(trace["raw_answer"]))
+    assert 8 < tokens <= 16, trace["raw_answer"]
+
+
+def test_a_mismatch_is_said_once_per_document(tmp_path, models):
+    """`--each --schema` where each document's first answer is cut: one line for each document's
+    retry, not a second "warning: the answer is not JSON" for the same mismatch."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for k in range(2):
+        (docs / f"d{k}.txt").write_text(f"Some text about items, part {k}.\n", encoding="utf-8")
+    args = ["--schema", "n int", *CUT, "--seed", "6", "--answer-tokens", "8", "--parallel", "1"]
+    done = run_memagent("ask", docs, "--each", "-q", "What is the number?", "-m", models["random"], *args)
+    said = done.stderr.splitlines()
+    assert 1 <= sum("did not match the schema" in line for line in said) <= 2, done.stderr
+    assert not [line for line in said if line.startswith("warning: the answer is not JSON")], done.stderr
+
+
+@pytest.mark.parametrize(
+    "single, multi, where, said",
+    [
+        ("code_word", True, "job.jsonl line 3", 'job.jsonl line 3: "schema_multi" takes the schema itself'),
+        ("code_word", "code_word", "ask", 'ask: "schema" or "schema_multi", not both'),
+        (None, 7, "item 2", 'item 2: "schema_multi" is a JSON Schema object or a string of fields'),
+        (None, "name date", "item 2", "item 2: Unknown type 'date' for the field name"),
+    ],
+)
+def test_a_lines_or_a_calls_schema_multi_takes_the_schema(single, multi, where, said):
+    """Job lines, eval items and MCP calls give "schema_multi" the schema, as the flag now takes it."""
+    from memagent_cli.core.schema import chosen_schema
+    from memagent_cli.errors import MemagentError
+
+    with pytest.raises(MemagentError) as caught:
+        chosen_schema(single, multi, where)
+    assert caught.value.message.startswith(said) and caught.value.exit_code == 2
+
+
+def test_schema_multi_in_a_line_or_a_call_is_a_list_schema():
+    from memagent_cli.core.schema import chosen_schema
+
+    listed = chosen_schema(None, {"type": "object", "properties": {"name": {"type": "string"}}}, "ask")
+    assert listed is not None and listed.multi and listed.fields == ["name"]
+    assert chosen_schema("name", False, "ask") == chosen_schema("name", None, "ask") and not chosen_schema("name", None).multi
+    assert chosen_schema(None, None, "ask") is None

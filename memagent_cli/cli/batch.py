@@ -2,7 +2,7 @@
 
 Each line of the job file is `{"custom_id", "sources": [...] | "context": "...", "question" |
 "questions": [...]}`, with optional `"instructions"` (how its answers are written) and `"schema"`
-(its answers as data: a JSON Schema, or the concise form as a string; `"schema_multi": true` for a
+(its answers as data: a JSON Schema, or the concise form as a string; `"schema_multi"` in its place for a
 list), under which the question may be left out; each question is
 its own run on one loaded model (or pool of servers), and each line's result is appended to the
 results file, keyed by its custom_id, as it finishes. A rerun skips the ids already there, redoes
@@ -94,7 +94,9 @@ def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
         raise bad('"sources" must be a non-empty list of paths')
     if "context" in obj and not isinstance(context, str):
         raise bad('"context" must be a string')
-    schema = _line_schema(obj, where)
+    from ..core.schema import chosen_schema
+
+    schema = chosen_schema(obj.get("schema"), obj.get("schema_multi"), where)
     if "question" in obj and "questions" in obj:
         raise bad('give exactly one of "question" and "questions"')
     if "question" not in obj and "questions" not in obj:
@@ -114,25 +116,6 @@ def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
     if instructions is not None and not isinstance(instructions, str):
         raise bad('"instructions" must be a string')
     return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context, instructions, schema)
-
-
-def _line_schema(obj: dict[str, Any], where: str) -> AnswerSchema | None:
-    """A line's "schema" (a JSON Schema object, or the concise form) and "schema_multi", checked."""
-    import json
-
-    from ..core.schema import parse_schema
-
-    spec, multi = obj.get("schema"), obj.get("schema_multi", False)
-    if not isinstance(multi, bool) or (multi and spec is None):
-        raise MemagentError(f'{where}: "schema_multi" is true or false, beside a "schema".', exit_code=EXIT_USAGE)
-    if spec is None:
-        return None
-    if not isinstance(spec, (dict, str)):
-        raise MemagentError(f'{where}: "schema" is a JSON Schema object or a string of fields.', exit_code=EXIT_USAGE)
-    try:
-        return parse_schema(json.dumps(spec) if isinstance(spec, dict) else spec, multi)
-    except MemagentError as exc:
-        raise MemagentError(f"{where}: {exc.message}", exc.hint, exit_code=EXIT_USAGE) from None
 
 
 def read_lines(path: Path, schema_flag: bool = False) -> Iterator[Line]:

@@ -86,7 +86,7 @@ def inspect(
     show_prompt: ShowPromptOpt = None,
     instructions: InstructionsOpt = None,
     schema: SchemaOpt = None,
-    schema_multi: SchemaMultiOpt = False,
+    schema_multi: SchemaMultiOpt = None,
     protocol: ProtocolOpt = None,
     chunk_tokens: ChunkOpt = None,
     memory_tokens: MemoryOpt = None,
@@ -198,7 +198,7 @@ class _Reading:
         )
 
 
-def _answer_config(instructions: str | None, schema: str | None, multi: bool) -> AgentConfig:
+def _answer_config(instructions: str | None, schema: str | None, multi: str | None) -> AgentConfig:
     """What --instructions and --schema add to the final prompt, as the run setup reads them."""
     from ..core.config import AgentConfig
 

@@ -169,9 +169,11 @@ SchemaOpt = Annotated[
     ),
 ]
 SchemaMultiOpt = Annotated[
-    bool,
+    Optional[str],
     option(
-        "With --schema: the answer is a list of such objects, for every line item, party or date in a document.",
+        "Answer as a list of data: SCHEMA, as --schema takes it, for each item (every line item, party or date in a"
+        " document), as llm's --schema-multi. --json gives the list as [b]data[/], --csv a row per item."
+        " A list cut at --answer-tokens keeps its complete items.",
         "--schema-multi",
         panel="Sampling",
     ),

@@ -75,7 +75,7 @@ class RunFlags:
     # Sampling and budgets: the agent's settings; a budget left None is the protocol's
     instructions: InstructionsOpt = None
     schema: SchemaOpt = None
-    schema_multi: SchemaMultiOpt = False
+    schema_multi: SchemaMultiOpt = None
     temperature: TemperatureOpt = None
     top_p: TopPOpt = None
     seed: SeedOpt = DEFAULTS.seed
@@ -95,14 +95,11 @@ class RunFlags:
     timeout: TimeoutOpt = None
 
     def answer_schema(self) -> AnswerSchema | None:
-        """--schema, read and checked (a usage error when it cannot be used); None without it."""
-        from ..core.schema import parse_schema
+        """--schema or --schema-multi, read and checked (a usage error when it cannot be used); None
+        without either."""
+        from ..core.schema import chosen_schema
 
-        if self.schema is None:
-            if self.schema_multi:
-                raise MemagentError("--schema-multi goes with --schema.", "Add --schema FIELDS.", exit_code=EXIT_USAGE)
-            return None
-        return parse_schema(self.schema, self.schema_multi)
+        return chosen_schema(self.schema, self.schema_multi)
 
     def budgets(self) -> dict[str, Any]:
         """The agent's settings these flags give (None: the protocol's)."""

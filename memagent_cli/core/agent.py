@@ -306,15 +306,16 @@ def run_loop(run: LoopInput) -> Iterator[Event]:
         done = yield from _call(run.engine, prompt, run.config.answer_tokens, sampling_for(run.config, 0), 0)
         raw = done.text
         answer, found = protocol.extract_answer(raw, run.config.final)
-        data = None
+        data, truncated = None, False
     else:
-        done, data = yield from _answer_as_data(run.engine, prompt, run.config, schema, retry_call=steps + 1)
+        done, data, truncated = yield from _answer_as_data(run.engine, prompt, run.config, schema, retry_call=steps + 1)
         raw = answer = done.text.strip()
         found = True
     yield AnswerFinished(
         raw=raw,
         answer=answer,
         data=data,
+        data_truncated=truncated,
         found=found,
         finish_reason=done.finish_reason,
         prompt_tokens=done.prompt_tokens,
@@ -330,21 +331,33 @@ def _continued_note(run: str, steps: int) -> str:
 
 def _answer_as_data(
     engine: Engine, prompt: str, config: AgentConfig, schema: AnswerSchema, retry_call: int
-) -> Generator[Event, None, tuple[CompletionDone, Any]]:
-    """The final answer generated under the schema, and its data. A reply that does not match (a
-    server that ignores response_format, a reply cut at its budget) is asked for once more, with
-    the next seed; a second one fails the run (its reply is in the AnswerFinished before the error,
-    so the trace keeps it)."""
+) -> Generator[Event, None, tuple[CompletionDone, Any, bool]]:
+    """The final answer generated under the schema, its data, and whether that data is a list cut
+    at the budget. A --schema-multi list cut at its budget keeps its complete items (said once).
+    Another reply that does not match (a server that ignores response_format, an object cut at its
+    budget) is asked for once more, with the next seed and, when it was cut, twice the budget; a
+    second one fails the run (its reply is in the AnswerFinished before the error, so the trace
+    keeps it)."""
     wire = schema.wire_json()
+    budget = config.answer_tokens
     for attempt, call in enumerate((0, retry_call)):
         sampling = dataclasses.replace(sampling_for(config, call), json_schema=wire)
-        done = yield from _call(engine, prompt, config.answer_tokens, sampling, 0)
+        done = yield from _call(engine, prompt, budget, sampling, 0)
         data, problem = schema.read(done.text)
         if problem is None:
-            return done, data
+            return done, data, False
+        kept = schema.complete_items(done.text) if done.finish_reason == "length" else []
+        if kept:
+            whole = f"its {len(kept)} complete item{'s' if len(kept) != 1 else ''}"
+            yield Notice(f"The list was cut at {budget} answer tokens: kept {whole}; raise --answer-tokens for the rest.")
+            return done, kept, True
         if attempt == 0:
-            yield Notice(f"The answer did not match the schema ({problem}); asking once more.")
-            yield ReplyRestarted(0, problem)
+            more = ""
+            if done.finish_reason == "length":
+                budget *= 2
+                more = f" with twice the answer budget ({budget} tokens)"
+            yield Notice(f"The answer did not match the schema ({problem}); asking once more{more}.")
+            yield ReplyRestarted(0, problem, told=True)
     yield AnswerFinished(
         raw=done.text,
         answer=done.text.strip(),

@@ -125,10 +125,12 @@ class PromptProgressed:
 
 @dataclass(frozen=True)
 class ReplyRestarted:
-    """A served engine lost the reply being written and asks again: its text so far is void."""
+    """A reply is asked for again (a served engine lost it; an answer did not match the schema):
+    its text so far is void."""
 
     step: int  # 0 is the final answer
     reason: str
+    told: bool = False  # a Notice said it already: a view that says restarts leaves this one out
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,7 @@ class AnswerFinished:
     generated_tokens: int
     seconds: float
     data: Any = None  # under --schema: the answer read as JSON and validated (a list with --schema-multi)
+    data_truncated: bool = False  # a --schema-multi list cut at its budget: `data` holds its complete items
 
 
 @dataclass
@@ -326,6 +329,7 @@ class RunResult:
     gpu: dict[str, Any] = field(default_factory=dict)  # the offload choice: layers and why
     servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
     data: Any = None  # under --schema: the answer as data (AnswerFinished.data); None otherwise
+    data_truncated: bool = False  # AnswerFinished.data_truncated
     evidence_by_field: dict[str, list[Quote]] = field(default_factory=dict)  # under --schema: each field's quotes
     continued_from: dict[str, Any] | None = None  # {"run", "step"}: the first steps were taken from that run
 
@@ -337,6 +341,7 @@ class RunResult:
             "question": self.question,
             "answer": self.answer,
             "data": self.data,
+            **({"data_truncated": True} if self.data_truncated else {}),
             "raw_answer": self.raw_answer,
             "memory": self.memory,
             "model": model_record(self.model, self.model_path, self.servers),

@@ -545,6 +545,7 @@ def _result(
         answer=answer.answer,
         raw_answer=answer.raw,
         data=answer.data,
+        data_truncated=answer.data_truncated,
         memory=memory,
         model=prep.model_name,
         model_path=prep.model_path,

@@ -112,6 +112,28 @@ class AnswerSchema:
             return None, f"the answer does not match the schema{f' at {where}' if where else ''}: {error.message}"
         return (value[MULTI_KEY] if self.multi else value), None
 
+    def complete_items(self, reply: str) -> list[Any]:
+        """A list answer cut at its budget (`{"items": [{...}, {...}, {"na`): the items written
+        whole that match the schema, in order, up to the first that is not."""
+        import jsonschema
+
+        start = reply.find("[")
+        if not self.multi or start < 0:
+            return []
+        decoder, validator = json.JSONDecoder(), jsonschema.Draft202012Validator(self.item)
+        items: list[Any] = []
+        at = start + 1
+        while True:
+            while at < len(reply) and reply[at] in " \t\r\n,":
+                at += 1
+            try:
+                value, at = decoder.raw_decode(reply, at)
+            except json.JSONDecodeError:
+                return items
+            if not validator.is_valid(value):
+                return items
+            items.append(value)
+
     def to_config(self) -> str:
         """How a run's settings keep it (AgentConfig.answer_schema): compact JSON, in the order given:
         the fields' order is the answer's, and the schema's text is what the final prompt shows."""
@@ -120,6 +142,35 @@ class AnswerSchema:
     @classmethod
     def from_config(cls, text: str, multi: bool) -> AnswerSchema:
         return cls(json.loads(text), multi)
+
+
+def chosen_schema(single: Any, multi: Any, where: str = "") -> AnswerSchema | None:
+    """The answer schema of `--schema SCHEMA` (the answer is such an object) or `--schema-multi
+    SCHEMA` (a list of them), as llm takes them; a job line's, an eval item's and an MCP call's
+    "schema" and "schema_multi" alike (`where` names the line or item). Each is a JSON Schema (an
+    object, or its text, or a file) or the concise form; None without either."""
+    flags = ('"schema"', '"schema_multi"') if where else ("--schema", "--schema-multi")
+    prefix = f"{where}: " if where else ""
+    if multi is False:
+        multi = None
+    if multi is True:  # the switch beside --schema that it was before 0.2
+        raise _usage(
+            f"{prefix}{flags[1]} takes the schema itself",
+            f"Write {flags[1]} with the fields in place of {flags[0]} and the switch.",
+        )
+    if single is not None and multi is not None:
+        raise _usage(f"{prefix}{flags[0]} or {flags[1]}, not both", f"{flags[1]} alone makes the answer a list of such objects.")
+    spec = multi if multi is not None else single
+    if spec is None:
+        return None
+    if not isinstance(spec, (dict, str)):
+        raise _usage(f"{prefix}{flags[1] if multi is not None else flags[0]} is a JSON Schema object or a string of fields", "")
+    try:
+        return parse_schema(json.dumps(spec) if isinstance(spec, dict) else spec, multi is not None)
+    except MemagentError as exc:
+        if not where:
+            raise
+        raise _usage(f"{where}: {exc.message}", exc.hint or "") from None
 
 
 def parse_schema(spec: str, multi: bool = False) -> AnswerSchema:

@@ -27,7 +27,7 @@ from ..core.config import AgentConfig
 from ..core.events import AnswerFinished, Event, RunFailed, RunFinished
 from ..core.jobs import Job, run_jobs
 from ..core.records import json_records, written_records
-from ..core.schema import AnswerSchema, parse_schema
+from ..core.schema import AnswerSchema, chosen_schema
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.backends import EngineOptions
 from .scoring import METRICS, normalize, score
@@ -49,7 +49,7 @@ class Item:
 # Said by every error about an item's fields: what a reader accepts.
 _FIELDS = (
     'needs "context", the question ("input" or "question") and the answer ("answers", a list, or "answer", a text);'
-    ' "id", "instructions", "random_string_to_prepend", "needle", "schema" (with "schema_multi") and "data"'
+    ' "id", "instructions", "random_string_to_prepend", "needle", "schema" (or "schema_multi") and "data"'
     " (the expected data, which may stand for the answer) are optional."
 )
 
@@ -93,22 +93,9 @@ def _item(obj: object, n: int, where: str) -> Item:
         optional["instructions"],
         optional["random_string_to_prepend"],
         optional["needle"],
-        _item_schema(obj, where),
+        chosen_schema(obj.get("schema"), obj.get("schema_multi"), where),
         obj.get("data"),
     )
-
-
-def _item_schema(obj: dict[str, Any], where: str) -> AnswerSchema | None:
-    """An item's "schema" (a JSON Schema object, or the concise form) and "schema_multi", checked."""
-    spec, multi = obj.get("schema"), obj.get("schema_multi", False)
-    if spec is None and not multi:
-        return None
-    if not isinstance(spec, (dict, str)) or not isinstance(multi, bool):
-        raise MemagentError(f'{where}: "schema" is a JSON Schema object or a string of fields.', exit_code=EXIT_USAGE)
-    try:
-        return parse_schema(json.dumps(spec) if isinstance(spec, dict) else spec, multi)
-    except MemagentError as exc:
-        raise MemagentError(f"{where}: {exc.message}", exc.hint, exit_code=EXIT_USAGE) from None
 
 
 def done_ids(out: Path | None) -> dict[str, dict[str, Any]]:

@@ -183,7 +183,7 @@ def _ask_output() -> "type[BaseModel]":
         question: Optional[str] = None
         answer: Optional[str] = Field(None, description="The answer, written from the final memory alone.")
         data: Optional[Any] = Field(
-            None, description="With `schema`: the answer as data, an object (a list of them with `schema_multi`)."
+            None, description="With `schema`: the answer as data, an object (with `schema_multi`, a list of them)."
         )
         evidence: Optional[list[Evidence]] = Field(None, description="Where the answer comes from, in reading order.")
         quotes: Optional[list[Quote]] = Field(
@@ -267,8 +267,12 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
             ),
         ] = None,
         schema_multi: Annotated[
-            bool, Field(description="With `schema`: the answer is a list of such objects (every line item, every party).")
-        ] = False,
+            Optional[Union[dict[str, Any], str]],
+            Field(
+                description="Answer as a list of data: the schema of one item, as `schema` takes it (every line item,"
+                " every party); in place of `schema`. The answer comes back as `data`, a list.",
+            ),
+        ] = None,
         include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
         exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,

@@ -49,7 +49,7 @@ class Tools:
         exclude: Sequence[str] = (),
         model: str | None = None,
         schema: Mapping[str, Any] | str | None = None,
-        schema_multi: bool = False,
+        schema_multi: Mapping[str, Any] | str | None = None,
         fresh: bool = False,
         conversation: str | None = None,
     ) -> tuple[dict[str, Any], str]:
@@ -364,15 +364,9 @@ def render(record: Mapping[str, Any], head: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _answer_schema(schema: Mapping[str, Any] | str | None, multi: bool) -> dict[str, Any]:
-    """An ask call's `schema`, checked, as the settings it makes; {} without one."""
-    import json
+def _answer_schema(schema: Mapping[str, Any] | str | None, multi: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """An ask call's `schema` or `schema_multi`, checked, as the settings it makes; {} without one."""
+    from ..core.schema import chosen_schema
 
-    from ..core.schema import parse_schema
-
-    if schema is None:
-        if multi:
-            raise MemagentError("`schema_multi` goes with `schema`.", "Give the fields in `schema`.", exit_code=EXIT_USAGE)
-        return {}
-    parsed = parse_schema(json.dumps(schema) if not isinstance(schema, str) else schema, multi)
-    return {"answer_schema": parsed.to_config(), "answer_schema_multi": parsed.multi}
+    parsed = chosen_schema(schema, multi, "ask")
+    return {"answer_schema": parsed.to_config(), "answer_schema_multi": parsed.multi} if parsed else {}

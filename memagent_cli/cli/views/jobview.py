@@ -72,7 +72,7 @@ class JobView(RowsView):
         if isinstance(event, StepStarted):
             self.tokens += max(0, event.tokens_read - row.tokens)
             row.tokens = event.tokens_read
-        elif isinstance(event, ReplyRestarted):
+        elif isinstance(event, ReplyRestarted) and not event.told:
             self._say_once(f"warning: {visible(event.reason)}")  # a server lost: said once, whatever runs it hits
         elif isinstance(event, RunFinished):
             del self.rows[key]
