@@ -107,8 +107,8 @@ def size(steps: int, chunk: int, memory: int, answer: int, repeat: int) -> dict:
             r = memagent(*ask, "--quiet", "--no-trace", home=Path(tmp))
             return r.seconds, sum(s["generated_tokens"] for s in r.record()["steps"]) + answer
 
-        def live() -> tuple[float, int]:
-            r = memagent(*ask, home=Path(tmp), terminal=True)
+        def live() -> tuple[float, int]:  # --fresh: with the trace store on, a repeat would be answered from it
+            r = memagent(*ask, "--fresh", home=Path(tmp), terminal=True)
             return r.seconds, sum(s["generated_tokens"] for s in r.record()["steps"]) + answer
 
         def bare_side() -> tuple[float, int]:
