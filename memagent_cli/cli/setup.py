@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypedDict, cast
 
 from rich.console import Console
 
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.schema import AnswerSchema
     from ..model.backends import EngineOptions
+    from ..model.served.options import ServedOptions
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,6 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     """The flags as one RunSetup; `stored`, a stored run to resume (traces' record), gives what
     decides its result (the model, the settings, the template, which engine) and the flags the rest
     (threads, GPU layers; a server's URL, since servers may move). Usage errors are MemagentErrors."""
-    from ..model.served.options import ServedOptions
     from ..traces.recorder import resumed_config
     from .models import model_for_run
 
@@ -264,7 +264,7 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     else:
         template = chat_template(flags.template_file, flags.engine)
         engine = engine_options(flags, err, template)
-    served = engine if isinstance(engine, ServedOptions) else None
+    served = cast("ServedOptions", engine) if engine.served else None  # the served module loads only for it
     if served is not None:  # -m or --tokenizer: the GGUF whose vocabulary cuts the chunks; neither: the server's
         spec = served.tokenizer
     else:
