@@ -7,7 +7,6 @@ and the exit code carried here.
 from __future__ import annotations
 
 # Exit codes, documented in the README: scripts rely on them.
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -349,8 +349,8 @@ def test_a_served_run_sends_the_references_prompts_to_raw_completions(reference,
 
     from memagent_cli.model.served.body import NEUTRAL_SAMPLING
     from memagent_cli.model.served.engine import OpenAIEngine
-    from memagent_cli.model.served.http import Connection
     from memagent_cli.model.served.pool import ServedPool
+    from memagent_cli.model.served.transport import Connection
 
     chunks, stats = chunks_of(tok, document(40))
     oracle = Script(SCRIPT)
@@ -384,8 +384,8 @@ def test_a_server_without_raw_completions_is_one_line(tok, pool):
 
     from memagent_cli.errors import MemagentError
     from memagent_cli.model.served.engine import OpenAIEngine
-    from memagent_cli.model.served.http import Connection
     from memagent_cli.model.served.pool import ServedPool
+    from memagent_cli.model.served.transport import Connection
 
     chunks, stats = chunks_of(tok, document(8))
     with FakeServer(completions=False) as server:

@@ -17,8 +17,8 @@ from memagent_cli.errors import MemagentError
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.served.body import NEUTRAL_SAMPLING
 from memagent_cli.model.served.engine import CHAIN_KEY_HEADERS, OpenAIEngine, wire_key
-from memagent_cli.model.served.http import Connection
 from memagent_cli.model.served.pool import ServedPool
+from memagent_cli.model.served.transport import Connection
 
 GREEDY = Sampling(temperature=0.0, seed=7)
 MESSAGE = memory_prompt("Who wrote it?", "No previous memory", "The report was written by Ada.")

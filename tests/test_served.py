@@ -26,8 +26,8 @@ from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
 from memagent_cli.model.served.body import NEUTRAL_SAMPLING
 from memagent_cli.model.served.engine import OpenAIEngine, count_margin, normalize_base_url
-from memagent_cli.model.served.http import DEFAULT_TIMEOUT, Connection, longest_wait
 from memagent_cli.model.served.tokenizer import DIALECTS, remote_tokenizer
+from memagent_cli.model.served.transport import DEFAULT_TIMEOUT, Connection, longest_wait
 from memagent_cli.model.tokenizer import load_tokenizer
 
 GREEDY = Sampling(temperature=0.0)

@@ -200,7 +200,7 @@ def test_served_options_are_checked_first(doc, command, args, message):
 def test_a_server_that_stops_answering_ends_the_run_within_the_timeout_and_resumes(clean, tmp_path):
     import signal
 
-    from memagent_cli.model.served.http import longest_wait
+    from memagent_cli.model.served.transport import longest_wait
 
     long_doc = tmp_path / "long.txt"
     long_doc.write_text(words(3000, seed=12))

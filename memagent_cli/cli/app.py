@@ -16,24 +16,21 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED
+from .common import command_group
 from .metavars import name_values
 
-app = typer.Typer(
-    name="memagent",
-    help="Ask questions about documents of any length, on your own machine.\n\n"
+app = command_group(
+    "Ask questions about documents of any length, on your own machine.\n\n"
     "MemAgent reads the text in chunks; after each chunk the model rewrites a bounded memory, and the "
     "answer is written from the final memory alone. Context stays ~8K tokens whatever the length.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    name="memagent",
     pretty_exceptions_enable=False,  # main() decides what an unexpected error looks like
 )
 
 from .ask import ask  # noqa: E402  # the commands, registered below in the order --help lists them
 from .batch import batch  # noqa: E402
 from .chat import chat  # noqa: E402
-from .inspect import inspect  # noqa: E402
+from .inspecting import inspect  # noqa: E402
 from .watch import watch  # noqa: E402
 
 app.command(no_args_is_help=True)(ask)

@@ -26,6 +26,18 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def command_group(help: str, **settings: object) -> typer.Typer:
+    """A typer app (memagent, or a group of its commands) with the settings every one shares: help
+    when run bare, -h beside --help, rich markup in help, no shell-completion commands."""
+    shared: dict[str, object] = {
+        "no_args_is_help": True,
+        "add_completion": False,
+        "rich_markup_mode": "rich",
+        "context_settings": {"help_option_names": ["-h", "--help"]},
+    }
+    return typer.Typer(help=help, **{**shared, **settings})  # type: ignore[arg-type]
+
+
 def stderr_console() -> Console:
     # Bound to the real stderr now: later redirections (llama.cpp's loader) must not catch it.
     return SafeConsole(file=sys.stderr, stderr=True, highlight=False)

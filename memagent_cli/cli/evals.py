@@ -16,7 +16,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
-from .common import check_outputs, fail, open_store, stderr_console, warner
+from .common import check_outputs, command_group, fail, open_store, stderr_console, warner
 from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups, quiet_library_logs
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, check_same_setup, setup
@@ -50,12 +50,8 @@ class _DefaultRun(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(
+app = command_group(
     cls=_DefaultRun,
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
     help="Measure a model: run a data set of questions and score the answers as the paper does.\n\n"
     "  memagent eval items.jsonl --out results.jsonl\n"
     "  memagent eval make-niah --tokens 32000 --needles 4 --n 20 -o niah.jsonl\n\n"

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..install import catalog, registry, settings
 from ..model.convert.quantize import DEFAULT_QUANT, QUANTS
-from .common import run_guard
+from .common import command_group, run_guard
 from .options import JsonOpt, OfflineOpt
 from .textout import SafeConsole, print_json, visible
 
@@ -25,10 +25,8 @@ if TYPE_CHECKING:
 
     from ..install.pulling import Plan
 
-models_app = typer.Typer(
-    help="Install and inspect models: the catalog, pull, add, rm, path, info.", no_args_is_help=True, rich_markup_mode="rich"
-)
-config_app = typer.Typer(help="Read and change settings (config.toml).", no_args_is_help=True, rich_markup_mode="rich")
+models_app = command_group("Install and inspect models: the catalog, pull, add, rm, path, info.")
+config_app = command_group("Read and change settings (config.toml).")
 
 NameArg = Annotated[str, typer.Argument(help="An installed model's name (see memagent models list).")]
 

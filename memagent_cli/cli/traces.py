@@ -23,18 +23,14 @@ from ..core.protocols import get as get_protocol
 from ..core.provenance import describe_extent, describe_spans
 from ..core.quotes import QUOTE_FIELDS, describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
-from .common import check_outputs, run_guard, stderr_console, warner
+from .common import check_outputs, command_group, run_guard, stderr_console, warner
 from .options import JsonOpt
 from .textout import SafeConsole, clip, print_json, visible
 
 if TYPE_CHECKING:
     from ..traces.store import TraceStore
 
-app = typer.Typer(
-    help="Inspect recorded runs: every memory step with where it read, and the answer.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-)
+app = command_group("Inspect recorded runs: every memory step with where it read, and the answer.")
 
 RunArg = Annotated[str, typer.Argument(metavar="ID|last", help="A run: any unique prefix of its id, or last.")]
 

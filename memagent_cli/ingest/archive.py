@@ -30,7 +30,7 @@ MAX_MEMBERS = 100_000
 SPOOL_BYTES = 32 << 20
 
 
-class Refused(Exception):
+class ArchiveRefused(Exception):
     """An archive (or a member) past the bounds, or not a zip: said in a note or an error."""
 
     def __init__(self, reason: str, hint: str = "Check that it is a complete zip archive") -> None:
@@ -48,18 +48,18 @@ def listing(file: IO[bytes], title: str) -> Listing:
     try:
         archive = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise Refused(f"not a readable zip archive ({short_reason(exc)})") from exc
+        raise ArchiveRefused(f"not a readable zip archive ({short_reason(exc)})") from exc
     infos = sorted((i for i in archive.infolist() if not i.is_dir()), key=lambda i: i.filename)
     if len(infos) > MAX_MEMBERS:
         archive.close()
-        raise Refused(
+        raise ArchiveRefused(
             f"{len(infos):,} files in one archive, over the {MAX_MEMBERS:,} memagent opens",
             hint="Extract the documents you want read and name them",
         )
     total = sum(i.file_size for i in infos)
     if total > MAX_BYTES:
         archive.close()
-        raise Refused(
+        raise ArchiveRefused(
             f"{total / 2**30:.1f} GiB uncompressed, over the {MAX_BYTES >> 30} GiB memagent expands (a zip bomb?)",
             hint="Extract the documents you want read and name them",
         )
@@ -95,7 +95,7 @@ def extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, title: str) -> Iter
     cannot expand past what the bounds were checked against."""
     problem = member_problem(info)
     if problem is not None:
-        raise Refused(problem)
+        raise ArchiveRefused(problem)
     spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
     try:
         try:
@@ -129,6 +129,6 @@ def open_member(file: IO[bytes], names: Sequence[str], title: str, shown: str) -
                 raise MemagentError(
                     f"Cannot read {shown}: {short_reason(exc)}", hint="Check that the archive did not change"
                 ) from exc
-            except Refused as refused:
+            except ArchiveRefused as refused:
                 raise MemagentError(f"{shown}: {refused}", hint=refused.hint) from None
         yield current

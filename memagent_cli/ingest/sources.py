@@ -406,7 +406,7 @@ class _Collector:
         try:
             with open(path, "rb") as file:
                 return self._walk_archive(file, path, title, rel, (), 1)
-        except archive.Refused as refused:
+        except archive.ArchiveRefused as refused:
             if named:
                 raise MemagentError(f"{title}: {refused}", hint=refused.hint) from None
             self._warn(f"skipped {title} ({refused})")
@@ -456,7 +456,7 @@ class _Collector:
                     try:
                         with archive.extract(members.archive, info, member_title) as inner:
                             found += self._walk_archive(inner, path, member_title, member_rel, prefix + (name,), depth + 1)
-                    except archive.Refused as refused:
+                    except archive.ArchiveRefused as refused:
                         skipped.add(str(refused), name)
                     continue
                 if refusal is not None:

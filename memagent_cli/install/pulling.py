@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.convert.checkpoint import METADATA_FILES
 from ..model.convert.quantize import DEFAULT_QUANT
-from ..model.memory import format_bytes
+from ..model.memory import format_bytes, format_duration
 from ..paths import models_dir
 from . import catalog
 
@@ -50,7 +50,6 @@ CONVERT_RATE = 200e6
 CONVERT_FIXED = 6.0  # seconds to build the GGUF header of a 152K-token vocabulary, whatever the model
 QUANTIZE_RATE_PER_CORE = 11e6
 DOWNLOAD_RATE = 50e6  # a nominal connection; the estimate says it assumes this
-DISK_MARGIN = 64 * 1024 * 1024
 
 Progress = Callable[[str, int, "int | None"], None]  # (stage, done, total)
 
@@ -88,19 +87,11 @@ class Plan:
         parts.append(f"needs {format_bytes(self.peak_disk)} of free disk at its peak")
         total = sum(self.seconds.values())
         timing = ", ".join(
-            f"{stage} {_duration(s)}" + (f" at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if stage == "download" else "")
+            f"{stage} {format_duration(s)}" + (f" at {DOWNLOAD_RATE / 1e6:.0f} MB/s" if stage == "download" else "")
             for stage, s in self.seconds.items()
         )
-        parts.append(f"takes about {_duration(total)} ({timing})")
+        parts.append(f"takes about {format_duration(total)} ({timing})")
         return "; ".join(parts)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -351,6 +342,8 @@ def check_disk(plan: Plan) -> None:
     folder = plan.dest.parent
     while not folder.exists():
         folder = folder.parent
+    from .hub import DISK_MARGIN
+
     free = shutil.disk_usage(folder).free
     if free < plan.disk_needed + DISK_MARGIN:
         from ..model.memory import format_bytes

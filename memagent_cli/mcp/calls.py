@@ -26,6 +26,7 @@ import anyio.to_thread
 from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..errors import MemagentError
+from ..model.memory import format_duration
 from .runs import SharedModel, Told
 
 TELL_POLL_SECONDS = 0.02  # how often a run's news is looked for: its worker thread only queues it
@@ -218,15 +219,6 @@ class _Progress:
             await self._send(f"{label}{steps}: reading its prompt, {read:,} of {prompt:,} tokens")
             return
         self.done[told.run] = max(self.done[told.run], float(told.step))
-        left = f", about {_duration(told.eta)} left" if told.eta is not None else ""
+        left = f", about {format_duration(told.eta)} left" if told.eta is not None else ""
         steps = f"step {told.step} of {told.total}" if told.total else f"step {told.step}"
         await self._send(f"{label}{steps}, {told.tokens:,} tokens read{left}")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    minutes = round(seconds / 60)
-    if minutes < 90:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60:02d} min"

@@ -19,8 +19,6 @@ MAX_QUESTIONS = 50  # questions one `ask` call takes
 MAX_RUNS = 1_000  # runs one `ask` call makes (documents x questions with `each`)
 MAX_WALK_ENTRIES = 20_000  # entries looked at under the folders one call names, before reading
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
 
 @dataclass(frozen=True)
 class HttpAddress:

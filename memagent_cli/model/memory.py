@@ -71,6 +71,17 @@ COMPUTE_BASE_BYTES = 256 * MIB
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
 
+def format_duration(seconds: float) -> str:
+    """A time a person is told to expect, in one form wherever it is said (an estimate, a pull's
+    plan, an MCP progress note): "42 s", "12 min", "1 h 05 min"."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 def format_bytes(n: int | float | None) -> str:
     """'4.4 GiB', '512 MiB', '?' for unknown."""
     if n is None:

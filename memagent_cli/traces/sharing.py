@@ -186,8 +186,3 @@ def for_run(run: Record) -> Sharing:
     """The Sharing of one run: its own working directory, sources and model."""
     cwd = (run.get("settings") or {}).get("cwd")
     return Sharing(cwd if isinstance(cwd, str) else None, run.get("sources") or [], [run.get("model") or {}])
-
-
-def shared_run(run: Record) -> dict[str, Any]:
-    """`run` as a page to share shows it (see the module docstring)."""
-    return for_run(run).run(run)

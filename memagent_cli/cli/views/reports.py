@@ -12,14 +12,7 @@ from rich.text import Text
 from ...core.inspection import Report
 from ...core.protocols import get as get_protocol
 from ...core.provenance import describe_extent
-
-
-def _duration(seconds: float) -> str:
-    minutes = int(round(seconds / 60))
-    if minutes < 1:
-        return f"{seconds:.0f}s"
-    h, m = divmod(minutes, 60)
-    return f"{h}h {m:02d}m" if h else f"{m} min"
+from ...model.memory import format_duration
 
 
 def render_inspection(report: Report) -> Group:
@@ -57,11 +50,11 @@ def render_inspection(report: Report) -> Group:
         Text.assemble(
             ("estimate  ", "bold"),
             (
-                f"~{_duration(est['seconds_at_earliest_stop'])} if the planner stops at step 3, "
+                f"~{format_duration(est['seconds_at_earliest_stop'])} if the planner stops at step 3, "
                 if "seconds_at_earliest_stop" in est
                 else ""
             ),
-            f"up to ~{_duration(est['seconds'])} on {est['device']}",
+            f"up to ~{format_duration(est['seconds'])} on {est['device']}",
             (f"\n          assumes {est['assumes']}", "dim"),
         ),
     ]

@@ -6,7 +6,7 @@ as server-sent events: one user message per call (the server applies the model's
 the authors' runner did), every sampling knob pinned so no server default changes the output, and
 transient faults (refused, timed out, 5xx/429, a stream cut mid-reply) retried from scratch with
 backoff; and the base URL's normal form. The HTTP plumbing (client, faults, retries) that the
-server's tokenizer shares is http.py's. It also owns what a chain of calls (one MemAgent loop)
+server's tokenizer shares is transport.py's. It also owns what a chain of calls (one MemAgent loop)
 sends so that a router keeps it on one replica: `Chain`, its key headers (CHAIN_KEY_HEADERS, why
 those: pool.py's docstring), and `ChainEngine`, the per-chain view both `OpenAIEngine` and
 pool.ServedPool hand out (`for_chain`). pool.py drives several servers through `attempt`.
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, RawPrompt, Retrying, Sampling, TextDelta
 from .body import SCHEMA_FORMS, Request, log_request
-from .http import (
+from .transport import (
     Connection,
     Fault,
     message_of,
@@ -278,9 +278,6 @@ class OpenAIEngine(Sender):
         listing = post_json(self._http, self.base_url, f"{self.base_url}/models", None, self.connection.timeout, method="GET")
         data = listing.get("data") if isinstance(listing, dict) else None
         return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
-
-    def request_body(self, user_message: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        return Request(user_message, max_tokens, sampling).body(self.model, self.schema_form)
 
     def send(self, request: Request, chain: Chain | None = None) -> Iterator[Completion]:
         body = request.body(self.model, self.schema_form)

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from ..backends import EngineOptions, register
 from .engine import normalize_base_url
-from .http import DEFAULT_TIMEOUT, Connection
+from .transport import DEFAULT_TIMEOUT, Connection
 
 if TYPE_CHECKING:
     from ..chat import ChatFormat
@@ -64,7 +64,7 @@ class ServedOptions(EngineOptions):
     servers: tuple[str, ...] = field(default=())
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token; never recorded
     served_model: str | None = None  # the model's name on the server; None: the one it serves
-    timeout: float | None = None  # the longest silence waited for, per attempt; None: served.http's default
+    timeout: float | None = None  # the longest silence waited for, per attempt; None: served.transport's default
     tokenizer: str | None = None  # the GGUF (or model name) whose vocabulary cuts the chunks, as given; None: the server's
     log: Callable[[str], None] | None = field(default=None, repr=False, compare=False)  # where --verbose shows requests
 

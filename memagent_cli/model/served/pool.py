@@ -55,7 +55,7 @@ from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying
 from .body import Request, log_request
 from .engine import Chain, ChainEngine, OpenAIEngine, Sender, normalize_base_url
-from .http import Connection, Fault, retry_delay
+from .transport import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)
 

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from ...errors import MemagentError
 from ..tokenizer import byte_decoder
 from .engine import normalize_base_url, server_root
-from .http import Connection, Fault, post_json, shorten, with_retries
+from .transport import Connection, Fault, post_json, shorten, with_retries
 
 if TYPE_CHECKING:
     import httpx2
