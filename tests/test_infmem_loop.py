@@ -491,7 +491,7 @@ def test_the_live_view_and_the_progress_lines_say_each_decision_and_the_early_st
     first = [e for e in events if isinstance(e, StepPlanned)][0].decision.searches[0]
     where = "; ".join(dict.fromkeys(r.location for r in first.found))
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=400)
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     with view:
         for event in events:
             view.handle(event)
@@ -588,7 +588,7 @@ def test_the_planner_thinks_aloud_apart_from_the_memory(tok):
     assert [e.text for e in texts if not e.planning][:2] == write(1)  # the write streams as before
 
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=200)
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     row = Row()
     with view:
         for event in events[: planned_at[0]]:

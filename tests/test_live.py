@@ -22,7 +22,7 @@ def test_live_view_renders_steps_memory_and_answer(tmp_path, models):
     doc = tmp_path / "doc.txt"
     doc.write_text(words(400), encoding="utf-8")
     console = recording_console()
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     with view:
         for event in ask_events(
             "Where?",
@@ -173,7 +173,7 @@ def test_the_live_generation_rate_counts_from_the_first_token(monkeypatch):
 
     now = [100.0]
     monkeypatch.setattr(live.time, "perf_counter", lambda: now[0])
-    view = LiveView(recording_console(), fps=1000)
+    view = LiveView(recording_console(), fps=1000, draw_share=None)
     view.handle(StepStarted(1, Chunk(1, "text", 5000, (), 5000), 3, 5000))
     now[0] += 10.0  # reading the prompt
     view.handle(TokenText(1, "a"))
@@ -190,7 +190,7 @@ def test_ocr_progress_is_a_line_of_the_live_view_while_pages_are_recognised():
     from memagent_cli.core.events import OcrProgressed
 
     console = recording_console()
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     view.handle(OcrProgressed("scan\x1b[2J.pdf", 2, 6, 4.0))
     console.print(view.render())
     shown = console.export_text()
@@ -227,7 +227,7 @@ def test_a_long_prompt_is_told_as_it_is_read_and_shown(tmp_path, models):
     assert all(b.done - a.done == 512 for a, b in zip(read, read[1:-1]))
 
     console = recording_console()
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     for event in first_step:
         view.handle(event)
         if event is read[0]:
@@ -237,3 +237,28 @@ def test_a_long_prompt_is_told_as_it_is_read_and_shown(tmp_path, models):
     view.step_seconds, view.total_steps, view.streaming = [10.0], 2, True
     view.step_started -= 60  # the step has gone on past the average: the estimate has run out
     assert view._eta() is None
+
+
+def test_a_slow_redraw_is_made_less_often(monkeypatch):
+    """A redraw takes at most DRAW_SHARE of the time between redraws: after one that took 10 ms the
+    next waits 0.5 s, not the 1/8 s of FPS (the clock pinned, so a busy machine changes nothing)."""
+    from memagent_cli.cli.views import live
+
+    now = [100.0]
+    monkeypatch.setattr(live.time, "perf_counter", lambda: now[0])
+    view = LiveView(recording_console())
+    drawn: list[float] = []
+    view.live = type("Live", (), {"console": view.console, "refresh": lambda self: drawn.append(now[0])})()
+    view.draw_seconds = 0.01
+    view.last_draw = 100.0
+    for t in (100.2, 100.4, 100.49):
+        now[0] = t
+        view._draw()
+    assert drawn == []  # 10 ms / DRAW_SHARE = 0.5 s
+    now[0] = 100.51
+    view._draw()
+    assert drawn == [100.51]
+    view.draw_seconds = 0.0  # a quick redraw: back to FPS
+    now[0] = 100.51 + 1 / live.FPS
+    view._draw()
+    assert len(drawn) == 2

@@ -158,7 +158,7 @@ def test_the_live_view_shows_the_plan_apart(tmp_path):
     from memagent_cli.core.events import RunStarted
 
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=120)
-    view = LiveView(console, fps=1000)
+    view = LiveView(console, fps=1000, draw_share=None)
     view.handle(RunStarted(QUESTION, "m", "m.gguf", (), AgentConfig.with_protocol("qwenlong"), "tok", "auto"))
     view.memory = STORED
     console.print(view.snapshot())
@@ -177,7 +177,7 @@ def test_the_live_view_shows_reasoning_as_thinking_then_the_reply_without_it():
         return console.export_text()
 
     for protocol in ("qwenlong", "memagent"):
-        view = LiveView(Console(file=io.StringIO()), fps=1000)
+        view = LiveView(Console(file=io.StringIO()), fps=1000, draw_share=None)
         view.handle(RunStarted(QUESTION, "m", "m.gguf", (), AgentConfig.with_protocol(protocol), "tok", "auto"))
         view.writing, view.streaming = ["The section names ", "the signatory."], True
         before = shown(view)

@@ -1,8 +1,9 @@
 """What a person watching sees on stderr: the live view, or plain progress lines.
 
 Both consume the agent's events. The live view keeps a little state and redraws at most
-`FPS` times a second from the thread that runs the model, so a fast model is never held
-up by drawing (a redraw costs milliseconds; a token costs far less on a small model).
+`FPS` times a second from the thread that runs the model, and less often where a redraw is slow
+(DRAW_SHARE), so a fast model is never held up by drawing (a redraw costs milliseconds; a token
+costs far less on a small model).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from ...core.quotes import describe_quotes
 from ..textout import clip, visible
 
 FPS = 8
+# A redraw takes at most this share of the time between redraws: where drawing is slow (a long memory
+# to wrap, a slow terminal) the view draws less often, so the model never waits on it for long.
+DRAW_SHARE = 0.02
 TICKS = 2  # redraws a second with no event, so the clock moves while a CPU reads a long prompt
 MEMORY_LINES = 12  # lines of the memory shown while it is written
 PLAN_LINES = 4  # lines of a qwenlong plan shown under the memory
@@ -89,7 +93,7 @@ class LiveView:
     """The full-screen-width live display: header, progress, the memory as it is written.
     Everything, printed lines included, is drawn at most `fps` times a second."""
 
-    def __init__(self, console: Console, fps: float = FPS, gpu_hint: str | None = None):
+    def __init__(self, console: Console, fps: float = FPS, gpu_hint: str | None = None, draw_share: float | None = DRAW_SHARE):
         self.console = console
         self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.gpu_hint_due)
         self.interval = 1.0 / fps
@@ -116,6 +120,8 @@ class LiveView:
         self.pending: list[RenderableType] = []  # lines to print above the view at the next frame
         self.ocr: str | None = None  # the OCR progress line, while a document's pages are recognised
         self.last_draw = 0.0
+        self.draw_seconds = 0.0  # what the last redraw took (DRAW_SHARE)
+        self.draw_share = draw_share  # None: every `fps` redraw, however long (tests pin the frames so)
         # Events redraw the view (at most `fps` times a second); between them a timer redraws it
         # TICKS times a second, so the clock and the prompt's progress never look frozen.
         self.live = Live(
@@ -289,12 +295,14 @@ class LiveView:
 
     def _draw(self, force: bool = False) -> None:
         now = time.perf_counter()
-        if force or now - self.last_draw >= self.interval:
+        wait = max(self.interval, self.draw_seconds / self.draw_share) if self.draw_share else self.interval
+        if force or now - self.last_draw >= wait:
             self.last_draw = now
             for renderable in self.pending:
                 self.live.console.print(renderable)
             self.pending.clear()
             self.live.refresh()
+            self.draw_seconds = time.perf_counter() - now
 
     def _eta(self) -> float | None:
         """Seconds left for the steps, from their average so far less what the current one has
