@@ -78,7 +78,8 @@ def measure(args: argparse.Namespace) -> dict:
         n_ctx=n_ctx,
         options=EmbeddedOptions(gpu_layers=0, threads=1, speculate=False),
     )
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=1, n_threads_batch=1, verbose=False)
+    # the engine's own thread counts: it reads prompts on every core where asked for one thread to generate
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False)
 
     def generate(prompt_ids: list[int], budget: int) -> str:
         out = []
