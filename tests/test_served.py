@@ -851,9 +851,9 @@ def test_an_answer_dribbled_byte_by_byte_is_cut_at_the_timeout(where):
 
 
 def test_an_answer_larger_than_any_api_sends_is_refused(monkeypatch):
-    from memagent_cli.model.served import http
+    from memagent_cli.model.served import transport
 
-    monkeypatch.setattr(http, "MAX_BODY", 4096)
+    monkeypatch.setattr(transport, "MAX_BODY", 4096)
 
     def script(n, handler, body):
         send_json(handler, 200, {"data": [{"id": "m", "pad": "x" * 10_000}]})
