@@ -79,7 +79,9 @@ def measure(args: argparse.Namespace) -> dict:
         options=EmbeddedOptions(gpu_layers=0, threads=1, speculate=False),
     )
     # the engine's own thread counts: it reads prompts on every core where asked for one thread to generate
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(model), n_ctx=n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False
+    )
 
     def generate(prompt_ids: list[int], budget: int) -> str:
         out = []
@@ -125,7 +127,8 @@ def measure(args: argparse.Namespace) -> dict:
     row.update(steps=args.steps, memory_tokens=memory_tokens, repeat=args.repeat)
     engine.close()
     when = time.strftime("%Y-%m-%d", time.gmtime())
-    return {"when": when, "conditions": f"this {cores()}-core CPU, one thread, load average {os.getloadavg()[0]:.1f}", **row}
+    threads = f"{engine.threads} thread{'s' if engine.threads > 1 else ''} to generate and {engine.threads_batch} to read prompts, both sides"
+    return {"when": when, "conditions": f"this {cores()}-core CPU, {threads}, load average {os.getloadavg()[0]:.1f}", **row}
 
 
 def rows(m: dict, results: object) -> list[Row]:
@@ -149,5 +152,6 @@ off in memagent (the bare loop has none).
 |---|---|---|
 | {m["bare"]:.2f} s | {m["memagent"]:.2f} s | {m["ratio"]:.2f}× |
 
-memagent's engine samples in llama.cpp's own sampler chain and copies no logits to Python, so its loop
-costs less than the plain library's generate loop it replaces (target ≤ 1.05×). At real shapes: B17."""
+memagent's engine samples in llama.cpp's own sampler chain and copies no logits to Python; with the
+index, the planner's reading and the events, its loop costs {m["ratio"]:.2f}× the plain library's generate loop it
+replaces (target ≤ 1.05×). At real shapes: B17."""
