@@ -41,3 +41,16 @@ def test_every_test_named_in_reliability_md_exists():
     assert missing == []
     bare = [m for m in re.findall(r"\btest_\w+\b(?!::)", text) if m not in {t for _, t in refs}]
     assert bare == [], "name tests as file::test"
+
+
+def test_json_md_shows_the_job_line_schema_batch_checks():
+    """docs/JSON.md's schema of a batch job line is the one batch checks lines against."""
+    import json
+    import re
+
+    from memagent_cli.cli.batch import JOB_LINE
+
+    page = (REPO / "docs" / "JSON.md").read_text(encoding="utf-8")
+    section = page[page.index("## `memagent batch`") :]
+    shown = re.search(r"\n\n((?:    .*\n)+)", section)  # the indented block
+    assert shown is not None and json.loads(shown.group(1)) == JOB_LINE

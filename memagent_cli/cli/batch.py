@@ -70,8 +70,45 @@ class Line:
     schema: AnswerSchema | None = None  # its answers as data, over --schema
 
 
+# A line of the job file, as JSON Schema (docs/JSON.md shows it; tests/test_docs.py keeps the two the
+# same). Each check's one-line message is in _SAID, by the property (or the rule) it is about.
+JOB_LINE: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "A line of a memagent batch job file",
+    "type": "object",
+    "required": ["custom_id"],
+    "properties": {
+        "custom_id": {"type": ["string", "integer"], "minLength": 1},
+        "sources": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "context": {"type": "string"},
+        "question": {"type": "string", "pattern": "\\S"},
+        "questions": {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "\\S"}},
+        "instructions": {"type": "string"},
+        "schema": {"type": ["object", "string"]},
+        "schema_multi": {"type": ["object", "string"]},
+    },
+    "oneOf": [{"required": ["sources"]}, {"required": ["context"]}],
+    "not": {"required": ["question", "questions"]},
+}
+_SAID = {
+    "": "not a JSON object",
+    "custom_id": '"custom_id" must be a non-empty string',
+    "sources": '"sources" must be a non-empty list of paths',
+    "context": '"context" must be a string',
+    "question": '"question" must be a non-empty string',
+    "questions": '"questions" must be a non-empty list of strings',
+    "instructions": '"instructions" must be a string',
+    "schema": '"schema" is a JSON Schema object or a string of fields',
+    "schema_multi": '"schema_multi" is a JSON Schema object or a string of fields',
+    "oneOf": 'give exactly one of "sources" (a list of paths) and "context" (the text)',
+    "not": 'give exactly one of "question" and "questions"',
+}
+
+
 def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
-    """A line, checked; `schema_flag`: --schema was given, so a line may leave its question out."""
+    """A line, checked against JOB_LINE (a usage error in one line); `schema_flag`: --schema was
+    given, so a line may leave its question out."""
+    import jsonschema
 
     def bad(what: str) -> MemagentError:
         return MemagentError(
@@ -80,42 +117,25 @@ def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
             exit_code=EXIT_USAGE,
         )
 
-    if not isinstance(obj, dict):
-        raise bad("not a JSON object")
-    custom_id = obj.get("custom_id")
-    if isinstance(custom_id, int) and not isinstance(custom_id, bool):
-        custom_id = str(custom_id)
-    if not isinstance(custom_id, str) or not custom_id:
-        raise bad('"custom_id" must be a non-empty string')
-    if ("sources" in obj) == ("context" in obj):
-        raise bad('give exactly one of "sources" (a list of paths) and "context" (the text)')
-    sources, context = obj.get("sources"), obj.get("context")
-    if "sources" in obj and (not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources)):
-        raise bad('"sources" must be a non-empty list of paths')
-    if "context" in obj and not isinstance(context, str):
-        raise bad('"context" must be a string')
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(JOB_LINE).iter_errors(obj))
+    if error is not None:
+        if not isinstance(obj, dict):
+            raise bad(_SAID[""])
+        about = str(error.absolute_path[0]) if error.absolute_path else error.validator
+        if error.validator == "required":
+            about = "custom_id"
+        raise bad(_SAID.get(str(about), error.message))
+    assert isinstance(obj, dict)
     from ..core.schema import chosen_schema
 
     schema = chosen_schema(obj.get("schema"), obj.get("schema_multi"), where)
-    if "question" in obj and "questions" in obj:
-        raise bad('give exactly one of "question" and "questions"')
-    if "question" not in obj and "questions" not in obj:
-        if schema is None and not schema_flag:
-            raise bad('give one of "question" and "questions" (or a "schema", whose fields make one)')
-        questions: tuple[str, ...] = ("",)
-    elif "question" in obj:
-        if not isinstance(obj["question"], str) or not obj["question"].strip():
-            raise bad('"question" must be a non-empty string')
-        questions = (obj["question"],)
-    else:
-        listed = obj["questions"]
-        if not isinstance(listed, list) or not listed or not all(isinstance(q, str) and q.strip() for q in listed):
-            raise bad('"questions" must be a non-empty list of strings')
-        questions = tuple(listed)
-    instructions = obj.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise bad('"instructions" must be a string')
-    return Line(custom_id, questions, "questions" in obj, tuple(sources or ()), context, instructions, schema)
+    if "question" not in obj and "questions" not in obj and schema is None and not schema_flag:
+        raise bad('give one of "question" and "questions" (or a "schema", whose fields make one)')
+    questions = tuple(obj["questions"]) if "questions" in obj else (obj.get("question", ""),)
+    sources = obj.get("sources") or ()
+    return Line(
+        str(obj["custom_id"]), questions, "questions" in obj, tuple(sources), obj.get("context"), obj.get("instructions"), schema
+    )
 
 
 def read_lines(path: Path, schema_flag: bool = False) -> Iterator[Line]:
