@@ -137,7 +137,7 @@ says so in `gpu` and `device`. {_b4_doctor(g)}
 
 def _b4_engine(g: dict | None, cpu: dict | None) -> str:
     """memagent against the bare engine at 1, 4 and 16 sequences (B4's target): on the GPU once
-    gpu_step.py's `engine` part has run there, and on this CPU with a small model."""
+    B4's `engine` part has run there, and on this CPU with a small model."""
     engine = (g or {}).get("engine")
     head = """memagent's engine against the bare `llama_decode` loop at 1, 4 and 16 sequences (`run B4
 --parts engine`, `engine_vs_bare`): the step's prompts already read, then each sequence generates,
@@ -239,7 +239,7 @@ scope serves every library; a test checks it on any Linux machine.
 
 
 def _b4_memagent(g: dict) -> str:
-    """memagent on the GPU, once gpu_step.py's `memagent` and `e2e` parts have run there."""
+    """memagent on the GPU, once B4's `memagent` and `e2e` parts have run there."""
     rows = [(name, g.get(key) or {}) for name, key in (("on", "fa_on"), ("off", "fa_off"))]
     measured = [(name, r) for name, r in rows if "step_ratio" in r]
     if not measured:
