@@ -929,3 +929,34 @@ def test_the_timeout_reaches_the_model_lookup_and_the_tokenizer():
     assert looked_up.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
     assert tokenized.value.message == f"The server at {peer.url} timed out: it sent nothing for 0.5 s"
     assert elapsed < 3
+
+
+@pytest.mark.parametrize(
+    "host, loopback, here",
+    [
+        ("localhost", True, True),
+        ("LOCALHOST.", True, True),
+        ("127.0.0.1", True, True),
+        ("127.3.2.1", True, True),
+        ("::1", True, True),
+        ("[::1]", True, True),
+        ("::ffff:127.0.0.1", True, True),
+        ("app.localhost", False, True),  # resolves here for a client; not an address to serve MCP on
+        ("0.0.0.0", False, True),
+        ("::", False, True),
+        ("192.168.1.5", False, False),
+        ("gpu-box", False, False),
+        ("localhost.example.com", False, False),
+    ],
+)
+def test_one_rule_says_which_hosts_are_this_machine(host, loopback, here):
+    """The served engine's URLs (is_local), the MCP server's address and a browser's Origin are
+    judged by model/served/hosts.py alone."""
+    from memagent_cli.mcp.settings import HttpAddress
+    from memagent_cli.model.served.hosts import is_loopback, is_this_host
+    from memagent_cli.model.served.options import is_local
+
+    assert is_loopback(host) is loopback and is_this_host(host) is here
+    named = f"[{host.strip('[]')}]" if ":" in host else host
+    assert is_local(f"http://{named}:8000/v1") is here
+    assert HttpAddress(host.strip("[]"), 8765).loopback is loopback

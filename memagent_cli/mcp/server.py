@@ -460,8 +460,10 @@ class _OriginCheck:
 def _loopback_origin(origin: str) -> bool:
     from urllib.parse import urlparse
 
+    from ..model.served.hosts import is_loopback
+
     parsed = urlparse(origin)
-    return parsed.scheme in ("http", "https") and (parsed.hostname or "") in ("127.0.0.1", "localhost", "::1")
+    return parsed.scheme in ("http", "https") and is_loopback(parsed.hostname or "")
 
 
 async def _serve_http(

@@ -3,7 +3,6 @@ that every call is held to, which the tool descriptions quote."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -11,6 +10,7 @@ from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import OcrMode
 from ..model.backends import EngineOptions
+from ..model.served.hosts import is_loopback
 
 # The bounds of one call: a host is a language model, and a document can ask it for anything.
 MAX_TOTAL_BYTES = 2 * 1024**3  # the sources' bytes, summed over every document they hold
@@ -29,12 +29,7 @@ class HttpAddress:
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
     @property
     def url(self) -> str:

@@ -6,13 +6,13 @@ compares them: `http://h:8000` and `http://h:8000/v1/` are one server. One serve
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from ..backends import EngineOptions, register
 from .engine import normalize_base_url
+from .hosts import is_this_host
 from .transport import DEFAULT_TIMEOUT, Connection
 
 if TYPE_CHECKING:
@@ -41,16 +41,7 @@ def is_local(url: str) -> bool:
     """Whether the server at `url` is on this host, as its URL names it (no name is looked up):
     localhost, a loopback address (127.0.0.0/8, ::1) or the unspecified one (0.0.0.0, which a
     client reaches here)."""
-    host = (urlsplit(normalize_base_url(url)).hostname or "").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback or address.is_unspecified
+    return is_this_host(urlsplit(normalize_base_url(url)).hostname or "")
 
 
 @register
