@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -286,12 +287,15 @@ def headless_browser() -> str:
 
 
 def chromium(page: Path, *flags: str, size: tuple[int, int] = (1200, 1600)) -> subprocess.CompletedProcess:
-    """Headless Chromium on `page` with `flags` (--dump-dom, --screenshot=FILE), a profile of its
-    own beside the page; root needs --no-sandbox."""
-    profile = page.parent / f".chromium-{page.stem}"
-    argv = [headless_browser(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run"]
-    argv += [f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}", *flags, page.as_uri()]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    """Headless Chromium on `page` with `flags` (--dump-dom, --screenshot=FILE) and a throwaway
+    profile; root needs --no-sandbox."""
+    # The profile is a temporary directory, never beside the page: a page of the repository
+    # (docs/live-view.svg) would leave Chromium's caches in the work tree, and parallel runs
+    # would share one profile.
+    with tempfile.TemporaryDirectory(prefix="memagent-chromium-") as profile:
+        argv = [headless_browser(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run"]
+        argv += [f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}", *flags, page.as_uri()]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 
@@ -300,9 +304,6 @@ def screenshot(page: Path, shot: Path, size: tuple[int, int] = (1200, 1600)) -> 
     chromium(page, f"--screenshot={shot}", size=size)
     assert shot.is_file()
     return shot
-
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chromium-headless-shell", "headless_shell")
 
 
 def png_pixels(path: Path) -> tuple[int, int, list[list[bytes]]]:

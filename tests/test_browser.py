@@ -5,6 +5,7 @@ which installs it (.ci/run), they fail instead."""
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -29,8 +30,6 @@ def exported(tmp_path, memagent_home, browser):
     (tmp_path / "notes.txt").write_text(doc.text, encoding="utf-8")
     done = run_memagent("ask", "notes.txt", QUESTION, *CODEWORD_ASK, "--temperature", "0", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    import json
-
     record = json.loads(done.stdout)
     assert record["answer"] == doc.value and record["quotes"]
     page = tmp_path / "run.html"
