@@ -503,6 +503,7 @@ SETTINGS = {
             ["answer_schema", "answer_schema_multi"],
             [],
         ),
+        ({**SETTINGS, "answer_schema_multi": True}, ["chunk_tokens"], ["answer_schema_multi", "answer_schema"]),
     ],
 )
 def test_a_page_shows_the_settings_the_run_used_and_json_keeps_all(settings, shown, hidden):

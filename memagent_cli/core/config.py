@@ -92,6 +92,6 @@ def shown_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError:  # a protocol this version does not know: show everything
         unused = ()
     out = {k: v for k, v in settings.items() if k not in unused and not (k in _UNSET and v == _UNSET[k])}
-    if not out.get("answer_schema_multi"):
+    if not (out.get("answer_schema") and out.get("answer_schema_multi")):
         out.pop("answer_schema_multi", None)
     return out
