@@ -489,7 +489,7 @@ def test_the_live_view_and_the_progress_lines_say_each_decision_and_the_early_st
     config = AgentConfig.with_protocol("infmem", temperature=0.0, top_p=1.0)
     events = list(run_infmem(LoopInput(QUESTION, chunks, stats, ScriptedEngine(Script(SCRIPT)), tok, config)))
     first = [e for e in events if isinstance(e, StepPlanned)][0].decision.searches[0]
-    where = "; ".join(dict.fromkeys(r.location for r in first.found))
+    where = " | ".join(dict.fromkeys(r.location for r in first.found))  # the passages told apart
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=400)
     view = LiveView(console, fps=1000, draw_share=None)
     with view:

@@ -103,7 +103,8 @@ def test_a_late_fact_is_found_by_the_first_search_and_three_stops_end_the_readin
     assert out["raw_answer"] == final_reply(doc.value)  # reasoning, "</think>", then "the answer is"
     assert f"plan 1: search '{QUERY}' found {path} chars " in err and "plan 2: STOP 1/3" in err
     assert f"stopped early after 3 of {total} chunks (STOP 3 times in a row)" in err
-    # each passage found is named by its whole span, the three tiling the text (not its first character)
+    # each passage found is named by its whole span, first character to last: the three tile the text
+    # exactly, as the units' tokens tile the input (they gave one character: 'chars 2,123–2,124')
     spans = sorted(
         tuple(
             int(x.replace(",", ""))
@@ -111,29 +112,101 @@ def test_a_late_fact_is_found_by_the_first_search_and_three_stops_end_the_readin
         )
         for u in search["units"]
     )
-    assert spans[0][0] == 0 and all(0 <= b[0] - a[1] <= 3 and a[1] - a[0] > 1000 for a, b in zip(spans, spans[1:]))
-    assert spans[-1][1] >= len(doc.text.strip()) - 2
-    assert all(u["location"] in err for u in search["units"])
+    text = doc.text.strip()
+    assert spans[0][0] == 0 and all(b[0] == a[1] for a, b in zip(spans, spans[1:])) and spans[-1][1] == len(text)
+    assert [text[a:b] for a, b in spans] == pieces(text, UNIT_TOKENS, encode, decode)  # each span is its unit's text
+    assert f"found {' | '.join(u['location'] for u in search['units'])}" in err  # the passages told apart
 
 
-def test_a_pdf_passage_is_named_by_its_pages(tmp_path):
-    """A passage the search found in a PDF is named by the pages it spans ("doc.pdf pp. 2–3")."""
+def _squashed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _unit_ranges(laid_out: str) -> list[tuple[int, int]]:
+    """Each retrieval unit of a document laid out as `inspect --text` prints it, as a range of
+    that text with its white space taken out."""
+    encode, decode = tokenizer()
+    ranges, at = [], 0
+    for unit in pieces(laid_out, UNIT_TOKENS, encode, decode):
+        ranges.append((at, at + len(_squashed(unit))))
+        at += len(_squashed(unit))
+    return ranges
+
+
+def test_a_pdf_passage_is_named_by_the_pages_it_spans(tmp_path):
+    """A passage the search found in a PDF is named by the pages of its first and its last character
+    ("doc.pdf pp. 2–3"), through the real CLI."""
+    from bisect import bisect_right
+
     from fpdf import FPDF
 
     doc = whole_fact(DOC_TOKENS, 0, where=0.85)
     lines = doc.text.split("\n")
+    pages = ["\n".join(lines[k * len(lines) // 6 : (k + 1) * len(lines) // 6]) for k in range(6)]
     pdf = FPDF()
     pdf.set_font("Helvetica", size=10)
-    for k in range(6):  # six pages, about half a retrieval unit each
+    for page in pages:  # six pages, about half a retrieval unit each
         pdf.add_page()
-        pdf.multi_cell(0, 5, "\n".join(lines[k * len(lines) // 6 : (k + 1) * len(lines) // 6]))
-    pdf.output(str(tmp_path / "doc.pdf"))
-    out, err = ask(tmp_path / "doc.pdf", QUESTION, *RUN, env={"MEMAGENT_HOME": str(tmp_path / "home")})
+        pdf.multi_cell(0, 5, page)
+    path = tmp_path / "doc.pdf"
+    pdf.output(str(path))
+    out, err = ask(path, QUESTION, *RUN, env={"MEMAGENT_HOME": str(tmp_path / "home")})
     (search,) = out["steps"][0]["decision"]["searches"]
-    places = [u["location"] for u in search["units"]]
-    assert all(re.fullmatch(rf"{re.escape(str(tmp_path / 'doc.pdf'))} (p\. \d|pp\. \d–\d)", p) for p in places), places
-    assert any("pp." in p for p in places)  # a passage of 500 tokens spans pages
-    assert f"plan 1: search '{QUERY}' found {places[0]}" in err
+
+    # where each page begins and each unit begins and ends, counted without white space (the PDF's
+    # line breaks are its own): the pages of a unit's first and last characters
+    shown = run_memagent("inspect", path, "--text")
+    assert shown.returncode == 0, shown.stderr
+    assert _squashed(shown.stdout) == "".join(_squashed(p) for p in pages)
+    page_starts = [sum(len(_squashed(p)) for p in pages[:k]) for k in range(6)]
+    units = _unit_ranges(shown.stdout)
+    expected = {}
+    for k, (a, b) in enumerate(units):
+        first, last = bisect_right(page_starts, a), bisect_right(page_starts, b - 1)
+        expected[k] = f"{path} p. {first}" if first == last else f"{path} pp. {first}–{last}"
+    assert len(units) == 3 and any(" pp. " in place for place in expected.values())  # a passage spans pages
+    assert {u["unit"]: u["location"] for u in search["units"]} == expected
+    assert f"plan 1: search '{QUERY}' found {' | '.join(expected[u['unit']] for u in search['units'])}" in err
+
+
+def test_a_passage_over_several_files_names_each_files_part(tmp_path):
+    """Of a folder of short files, a passage runs over several: it is named by each file's characters
+    it holds ("b.txt chars 210–880; c.txt chars 0–640"), its headers in none, and the passages are
+    told apart in the plan line by " | "."""
+    doc = whole_fact(DOC_TOKENS, 0, where=0.85)
+    lines = doc.text.split("\n")
+    names = [f"part{k}.txt" for k in range(5)]
+    bodies = ["\n".join(lines[k * len(lines) // 5 : (k + 1) * len(lines) // 5]).strip() for k in range(5)]
+    for name, body in zip(names, bodies):
+        (tmp_path / name).write_text(body)
+    done = run_memagent("ask", ".", QUESTION, *RUN, "--json", cwd=tmp_path, env={"MEMAGENT_HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr
+    (search,) = json.loads(done.stdout)["steps"][0]["decision"]["searches"]
+
+    shown = run_memagent("inspect", ".", "--text", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    laid_out = shown.stdout.strip()
+    encode, decode = tokenizer()
+    units = pieces(laid_out, UNIT_TOKENS, encode, decode)
+    assert "".join(units) == laid_out
+    # each file's text in the laid-out text, after its "Document k:" header; each unit's range in it
+    starts = [
+        laid_out.index(f"Document {k + 1}:\n{name}\n{body}") + len(f"Document {k + 1}:\n{name}\n")
+        for k, (name, body) in enumerate(zip(names, bodies))
+    ]
+    expected, at = {}, 0
+    for k, unit in enumerate(units):
+        a, b = at, at + len(unit)
+        at = b
+        places = []
+        for name, body, start in zip(names, bodies, starts):
+            lo, hi = max(a, start) - start, min(b, start + len(body)) - start
+            if hi > lo:
+                places.append(f"{name} chars {lo:,}–{hi:,}")
+        expected[k] = "; ".join(places)
+    assert any(";" in place for place in expected.values())  # a passage over files
+    assert {u["unit"]: u["location"] for u in search["units"]} == expected
+    assert f"plan 1: search '{QUERY}' found {' | '.join(expected[u['unit']] for u in search['units'])}" in done.stderr
 
 
 def test_the_evidence_is_the_sentence_the_search_found_ahead(late):

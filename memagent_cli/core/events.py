@@ -133,6 +133,9 @@ class ReplyRestarted:
     told: bool = False  # a Notice said it already: a view that says restarts leaves this one out
 
 
+PASSAGE_SEPARATOR = " | "  # between the places of the passages a search found, in a plan line
+
+
 @dataclass(frozen=True)
 class Retrieved:
     """A retrieval unit an InfMem search found: its place among the input's 500-token units."""
@@ -180,8 +183,9 @@ class Decision:
             return "no search" + (f" (streak {self.stop_streak}/{self.stop_at})" if self.stop_streak else "")
         parts = []
         for search in self.searches:
+            # a passage over several sources is itself "a.txt chars 9–80; b.txt chars 0–1,200"
             places = list(dict.fromkeys(r.location for r in search.found))
-            parts.append(f"search {search.query!r} found {'; '.join(places) or 'nothing'}")
+            parts.append(f"search {search.query!r} found {PASSAGE_SEPARATOR.join(places) or 'nothing'}")
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -81,21 +81,29 @@ class RetrievalUnits:
         end = min(self.total, start + infmem.UNIT_TOKENS)
         return Retrieved(unit, start, end, self._span(start, end))
 
-    def _at(self, token: int) -> tuple[Chunk, int]:
-        """The chunk holding token `token` of the input, and that token's first character in its text."""
-        k = bisect_right(self.starts, token) - 1
-        chunk = self.chunks[k]
-        return chunk, _chars(self._tokenizer, chunk.ids[: token - self.starts[k]])
-
     def _span(self, start: int, end: int) -> str:
-        """Where tokens [start, end) are in words, in their sources' own units: "report.pdf pp. 3–4",
-        "notes.txt chars 2,123–4,410"; a unit that runs from one source into the next names both."""
-        first, last = _place(*self._at(start)), _place(*self._at(end - 1))
-        if first is None or last is None:
-            return self._at(start)[0].describe()
-        if first.source == last.source and first.part == last.part:
-            return dataclasses.replace(first, last=last.last, end=last.end).describe()
-        return describe_spans([first.to_dict(), last.to_dict()])
+        """Where tokens [start, end) are in words, in their sources' own units, from the first
+        character of token `start` to the last of token `end - 1`: "report.pdf pp. 3–4",
+        "notes.txt chars 2,123–4,188"; a unit that runs over several sources names each."""
+        spans: list[Span] = []
+        k = bisect_right(self.starts, start) - 1
+        while k < len(self.chunks) and self.starts[k] < end:
+            chunk = self.chunks[k]
+            lo = _chars(self._tokenizer, chunk.ids[: max(0, start - self.starts[k])])
+            hi = _chars(self._tokenizer, chunk.ids[: end - self.starts[k]])
+            for run in _runs(chunk, lo, hi):
+                last = spans[-1] if spans else None
+                # one span per run of a source (and a document inside it) in one kind of unit, as a chunk's
+                if (
+                    last is not None
+                    and (last.source, last.part) == (run.source, run.part)
+                    and (last.last is None or run.first is None or last.last.unit == run.first.unit)
+                ):
+                    spans[-1] = dataclasses.replace(last, last=run.last or last.last, end=run.end, ocr=last.ocr or run.ocr)
+                else:
+                    spans.append(run)
+            k += 1
+        return describe_spans(span.to_dict() for span in spans)
 
 
 def _chars(tokenizer: Tokenizer, ids: Sequence[int]) -> int:
@@ -103,20 +111,29 @@ def _chars(tokenizer: Tokenizer, ids: Sequence[int]) -> int:
     return len(tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")) if ids else 0
 
 
-def _place(chunk: Chunk, at: int) -> Span | None:
-    """Character `at` of a chunk's text as a span of one character in its source, at its anchor's
-    page (or slide, sheet…); None for layout text (a header, a separator)."""
-    anchors = [a.at for a in chunk.anchors]
-    k = bisect_right(anchors, at) - 1
-    anchor = chunk.anchors[k] if k >= 0 else None
-    if anchor is None or anchor.source is None:
-        return None
-    for span in chunk.spans:
-        if span.source == anchor.source:
-            place = anchor.place if anchor.place is not None and anchor.place.unit is not None else None
-            offset = anchor.offset + at - anchor.at
-            return Span(span.source, span.title, place, place, offset, offset + 1, span.part, span.ocr)
-    return None
+def _runs(chunk: Chunk, lo: int, hi: int) -> Iterator[Span]:
+    """The sources' text among characters [lo, hi) of a chunk's text, one span per anchor's run, at
+    its anchor's page (or slide, sheet…); layout text (a header, a separator) gives none."""
+    titles = {span.source: span.title for span in chunk.spans}
+    anchors = chunk.anchors
+    for i, anchor in enumerate(anchors):
+        end = anchors[i + 1].at if i + 1 < len(anchors) else len(chunk.text)
+        a, b = max(anchor.at, lo), min(end, hi)
+        if b <= a or anchor.source is None:
+            continue
+        whole = anchor.place
+        place = whole if whole is not None and whole.unit is not None else None
+        offset = anchor.offset - anchor.at
+        yield Span(
+            anchor.source,
+            titles.get(anchor.source, "?"),
+            place,
+            place,
+            offset + a,
+            offset + b,
+            whole.part if whole is not None else None,
+            whole.ocr if whole is not None else False,
+        )
 
 
 class _Reading:
