@@ -198,8 +198,9 @@ def printable(text: str) -> str:
 # The Latin ligatures of Unicode's Alphabetic Presentation Forms (U+FB00-U+FB06), as NFKC
 # decomposes them: TeX-made PDFs give "deﬁnes" for "defines", which the model reads as rare byte
 # tokens, InfMem's search does not match and a reader cannot find. ſt (U+FB05) becomes "st", its
-# long s the plain one, as NFKC has it. Only these are expanded: NFKC on the whole text would also
-# change superscripts, fractions and full-width forms, which mean something.
+# long s the plain one, as NFKC has it: the long s is only an old way to write s, and a search for
+# "first" must find "ﬁrﬅ". Only these are expanded: NFKC on the whole text would also change
+# superscripts, fractions and full-width forms, which mean something.
 _LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}
 
 
