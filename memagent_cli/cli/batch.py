@@ -16,6 +16,7 @@ before the model loads, and only the rest load it (cli/reuse.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,14 @@ _SAID = {
 }
 
 
+@functools.cache
+def _job_line_validator() -> Any:
+    """JOB_LINE's validator, made once: a job file of 10,000 lines is checked line by line."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(JOB_LINE)
+
+
 def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
     """A line, checked against JOB_LINE (a usage error in one line); `schema_flag`: --schema was
     given, so a line may leave its question out."""
@@ -117,7 +126,7 @@ def _check(obj: object, where: str, schema_flag: bool = False) -> Line:
             exit_code=EXIT_USAGE,
         )
 
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(JOB_LINE).iter_errors(obj))
+    error = jsonschema.exceptions.best_match(_job_line_validator().iter_errors(obj))
     if error is not None:
         if not isinstance(obj, dict):
             raise bad(_SAID[""])
