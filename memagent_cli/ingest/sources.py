@@ -526,19 +526,19 @@ def _stat_named(path: str) -> os.stat_result:
         raise open_error(path, exc) from exc
 
 
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "named pipe"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
 def _special_kind(mode: int) -> str | None:
     """What a path that is neither a regular file nor a folder is, in words; None for those two."""
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    if stat.S_ISFIFO(mode):
-        return "named pipe"
-    if stat.S_ISCHR(mode):
-        return "character device"
-    if stat.S_ISBLK(mode):
-        return "block device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
+    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), "special file")
 
 
 def _sniff(path: str) -> bytes:
