@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional
 
@@ -18,20 +18,16 @@ from .common import check_outputs, check_paths, fail, open_store, stderr_console
 from .conversation import Conversation, FollowFlags, changed_since, find_conversation, turn_setup
 from .many import resume_hint, run_many
 from .options import (
-    CiteOpt,
     FreshOpt,
-    JsonOpt,
     NoTraceOpt,
     OcrChoice,
     OutputFlags,
     ParallelOpt,
     QuestionFlags,
-    QuietOpt,
-    RawOpt,
+    ShowFlags,
     SourceFlags,
     flag_groups,
     option,
-    quiet_library_logs,
 )
 from .reuse import Lookup, show_reused
 from .setup import RunFlags, RunSetup, setup
@@ -86,10 +82,7 @@ def ask(
     each: EachOpt = False,
     outputs: OutputFlags = OutputFlags(),
     parallel: ParallelOpt = 4,
-    json_out: JsonOpt = False,
-    raw: RawOpt = False,
-    cite: CiteOpt = False,
-    quiet: QuietOpt = False,
+    shown: ShowFlags = ShowFlags(),
     svg: SvgOpt = None,
     flags: RunFlags = RunFlags(),
 ) -> None:
@@ -110,8 +103,7 @@ def ask(
       memagent ask --resume last
     """
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
-    out = Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=svg.resolve() if svg else None)  # resumed runs move
+    out = Output(**asdict(shown), svg=svg.resolve() if svg else None)  # resumed runs move
     one = _One()
     try:
         _check_together(each=each, resume=resume, svg=svg, outputs=outputs)
@@ -135,7 +127,7 @@ def ask(
         if each:
             from .each import EachOutput, run_each
 
-            output = EachOutput(quiet=quiet, json_out=json_out, raw=raw, cite=cite, files=outputs)
+            output = EachOutput(**asdict(shown), files=outputs)
             run_each(
                 plan.paths,
                 plan.questions,

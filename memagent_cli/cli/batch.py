@@ -39,7 +39,6 @@ from .options import (
     SourceFlags,
     flag_groups,
     option,
-    quiet_library_logs,
 )
 from .reuse import Lookup
 from .setup import RunFlags, check_same_setup, setup
@@ -235,7 +234,6 @@ def batch(
       memagent batch job.jsonl -o out.jsonl --engine openai --base-url urls.txt --parallel 64
     """
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
     try:
         check_outputs({"--out": out, "--csv": csv_file}, inputs=[job_file])
         plan = _plan(job_file, out, flags.schema is not None)

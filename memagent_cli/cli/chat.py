@@ -11,7 +11,7 @@ a line from stdin, an answer a line on stdout (`--json`: a record a line), so th
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
@@ -22,7 +22,7 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
 from .common import check_paths, fail, open_store, stderr_console
 from .conversation import CidOpt, Conversation, changed_since, find_conversation, turn_setup
-from .options import CiteOpt, FreshOpt, JsonLinesOpt, QuietOpt, RawOpt, SourceFlags, flag_groups, quiet_library_logs
+from .options import FreshOpt, LineShowFlags, SourceFlags, flag_groups
 from .reuse import Lookup, record_text, say_reused
 from .setup import RunFlags, setup
 from .single import Output, Traced, given_flags, show_one, turn_of_reused
@@ -56,10 +56,7 @@ def chat(
     cid: CidOpt = None,
     source_flags: SourceFlags = SourceFlags(),
     fresh: FreshOpt = False,
-    json_out: JsonLinesOpt = False,
-    cite: CiteOpt = False,
-    raw: RawOpt = False,
-    quiet: QuietOpt = False,
+    shown: LineShowFlags = LineShowFlags(),
     flags: RunFlags = RunFlags(),
 ) -> None:
     """Ask questions about documents one after another, each a follow-up of the ones before.
@@ -74,12 +71,11 @@ def chat(
       printf 'Who signed it?\\nWhen does it end?\\n' | memagent chat contract.pdf --json
     """
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
     try:
         session = _session(ctx, sources, cid, source_flags, fresh, flags, err)
     except MemagentError as exc:
         fail(err, exc)
-    session.output = Output(quiet=quiet, json_out=json_out, raw=raw, cite=cite, svg=None, lines=True)
+    session.output = Output(**asdict(shown), lines=True)
     terminal = sys.stdin.isatty() and err.is_terminal
     questions = _typed(session) if terminal else _piped()
     for line in questions:
@@ -159,7 +155,7 @@ class Session:
     err: Console
     conversation: Conversation | None = None
     changed: dict[str, Any] = field(default_factory=dict)
-    output: Output = Output(quiet=False, json_out=False, raw=False, cite=False, svg=None)
+    output: Output = Output()
     fresh_next: bool = False
     standalone_next: bool = False
     done: bool = False

@@ -22,7 +22,7 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
 from .common import fail, warner
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
-from .options import OutputFlags
+from .options import OutputFlags, ShowFlags
 from .reuse import Lookup, record_text
 from .textout import print_json, visible
 
@@ -37,13 +37,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class EachOutput:
+class EachOutput(ShowFlags):
     """Where `ask --each` puts what it finds, besides stdout."""
 
-    quiet: bool = False
-    json_out: bool = False
-    raw: bool = False
-    cite: bool = False
     files: OutputFlags = OutputFlags()
 
 

@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from ..errors import EXIT_USAGE, MemagentError
 from .common import check_outputs, command_group, fail, open_store, stderr_console, warner
-from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups, quiet_library_logs
+from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, check_same_setup, setup
 from .textout import SafeConsole
@@ -115,7 +115,6 @@ def run(
     from .textout import json_text, print_json
 
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
     traced: _Traced | None = None
     try:
         if not data.is_file():

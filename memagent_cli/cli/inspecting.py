@@ -29,9 +29,8 @@ from .options import (
     SchemaOpt,
     SourceFlags,
     flag_groups,
-    quiet_library_logs,
 )
-from .setup import RunFlags, chat_template
+from .setup import RunFlags, chat_template, quiet_library_logs
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:

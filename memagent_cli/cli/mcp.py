@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, stderr_console
-from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option, quiet_library_logs
+from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
 from .setup import RunFlags, RunSetup, setup
 
 if TYPE_CHECKING:
@@ -72,7 +72,6 @@ def mcp(
       memagent mcp --http 0.0.0.0:8765 --token "$SECRET" --allow /srv/docs
     """
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
     try:
         run = setup(flags, err)  # the model is found now, loaded on the first call
         settings = _settings(

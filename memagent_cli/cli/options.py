@@ -11,7 +11,6 @@ import dataclasses
 import enum
 import functools
 import inspect
-import logging
 import sys
 import typing
 from dataclasses import dataclass
@@ -379,6 +378,23 @@ class QuestionFlags:
 
 
 @dataclass(frozen=True)
+class ShowFlags:
+    """How a command that answers as it reads prints each answer (ask, chat)."""
+
+    json_out: JsonOpt = False
+    raw: RawOpt = False
+    cite: CiteOpt = False
+    quiet: QuietOpt = False
+
+
+@dataclass(frozen=True)
+class LineShowFlags(ShowFlags):
+    """ShowFlags where the answers come one after another (chat): --json prints a record a line."""
+
+    json_out: JsonLinesOpt = False
+
+
+@dataclass(frozen=True)
 class OutputFlags:
     """The files a command of many runs writes its answers to (`ask --each`, `watch`)."""
 
@@ -407,12 +423,6 @@ FreshOpt = Annotated[
         panel="Traces",
     ),
 ]
-
-
-def quiet_library_logs(verbose: bool) -> None:
-    # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
-    # Python prints raw to stderr; what matters reaches the user as our own notes.
-    logging.getLogger("pypdf").setLevel(logging.WARNING if verbose else logging.ERROR)
 
 
 def stdin_piped() -> bool:

@@ -8,6 +8,7 @@ URLs in their normal form; and the conversions from what the flags say to what a
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,6 +250,12 @@ def gpu_layers_setting(flag: str | None) -> int | None:
     return None if isinstance(layers, str) else layers  # the parser gives a str for "auto" alone
 
 
+def quiet_library_logs(verbose: bool) -> None:
+    # pypdf logs repairs of damaged files ("incorrect startxref pointer") as warnings, which
+    # Python prints raw to stderr; what matters reaches the user as our own notes.
+    logging.getLogger("pypdf").setLevel(logging.WARNING if verbose else logging.ERROR)
+
+
 def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None) -> RunSetup:
     """The flags as one RunSetup; `stored`, a stored run to resume (traces' record), gives what
     decides its result (the model, the settings, the template, which engine) and the flags the rest
@@ -256,6 +263,7 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     from ..traces.recorder import resumed_config
     from .models import model_for_run
 
+    quiet_library_logs(flags.verbose)
     settings: Mapping[str, Any] = stored["settings"] if stored is not None else {}
     budgets = flags.budgets() if stored is None else {}  # a bad --schema is said before a missing model
     if stored is not None:

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from ..errors import MemagentError
 from .common import sigterm_as_interrupt, warner
+from .options import ShowFlags
 from .reuse import record_text
 from .textout import SCHEMA, SafeConsole, json_text, print_json
 
@@ -31,14 +32,10 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Output:
+class Output(ShowFlags):
     """How one run's result is shown: the live view or progress, and what stdout gets."""
 
-    quiet: bool
-    json_out: bool
-    raw: bool
-    cite: bool
-    svg: Path | None
+    svg: Path | None = None
     lines: bool = False  # the JSON record on one line (a chat's answers, one a line)
 
 

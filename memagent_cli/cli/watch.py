@@ -46,7 +46,6 @@ from .options import (
     SourceFlags,
     flag_groups,
     option,
-    quiet_library_logs,
 )
 from .reuse import Lookup
 from .setup import RunFlags, RunSetup, setup
@@ -121,7 +120,6 @@ def watch(
       memagent watch /mnt/share/reports -q "What is the total?" --poll 30 --csv totals.csv
     """
     err = stderr_console()
-    quiet_library_logs(flags.verbose)
     warn = warner(err)
     try:
         questions = asked.gathered(warn)
