@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import anyio
 import anyio.to_thread
 
-from ..core.config import AgentConfig
-from ..core.jobs import Job
 from ..errors import MemagentError
 from ..model.memory import format_duration
-from .runs import SharedModel, Told
+from .runs import Planned, SharedModel, Told
 
 TELL_POLL_SECONDS = 0.02  # how often a run's news is looked for: its worker thread only queues it
 
@@ -38,21 +35,6 @@ class Host(Protocol):
     async def progress(self, done: float, total: float | None, message: str) -> None: ...
 
     async def log(self, level: str, text: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One run a call asks for: its job and settings, what names it to the host (`label`, for a
-    call of several runs), the stored run it continues (`resume`), if any, and whether it reads
-    again whatever the traces hold (`fresh`)."""
-
-    job: Job
-    config: AgentConfig
-    label: str = ""
-    resume: Mapping[str, Any] | None = None
-    fresh: bool = False  # read again: no answer from the traces, no earlier run continued
-    turn: bool = False  # a turn of a conversation (a call of one question): of `conversation`, else the first of a new one
-    conversation: str | None = None
 
 
 class Queue:
@@ -115,17 +97,7 @@ class Queue:
 
         def work() -> dict[str, Any] | None:
             try:
-                return self.engine.run_one(
-                    plan.job,
-                    plan.config,
-                    index=index,
-                    cancel=cancel,
-                    tell=told.put,
-                    resume=plan.resume,
-                    fresh=plan.fresh,
-                    turn=plan.turn,
-                    conversation=plan.conversation,
-                )
+                return self.engine.run_one(plan, index=index, cancel=cancel, tell=told.put)
             finally:
                 ended.set()
 

@@ -1,4 +1,5 @@
-"""The server's one model, and one run on it driven to its record, in a worker thread.
+"""The server's one model, and one run on it (`Planned`, as a call asks for it) driven to its
+record, in a worker thread.
 
 `SharedModel` loads the model on first use (core.jobs.JobRunner: the model and its engine, opened
 once) and shares it with every call. `SharedModel.run_one` drives one run: its events are fed to a
@@ -24,20 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..core import events as ev
 from ..core.config import AgentConfig
-from ..core.events import (
-    AnswerStarted,
-    DocumentRead,
-    Event,
-    Notice,
-    PromptProgressed,
-    RunFinished,
-    RunResult,
-    RunStarted,
-    StepFinished,
-    StepPlanned,
-    StepStarted,
-)
 from ..core.jobs import Job
 from ..core.pipeline import SourceOptions
 from ..errors import MemagentError
@@ -72,6 +61,21 @@ class Told:
     text: str = ""
     level: str = "info"
     read: tuple[int, int] | None = None  # kind "prompt": (read, of) tokens of step `step`'s prompt
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One run a call asks for: its job and settings, what names it to the host (`label`, for a
+    call of several runs), the stored run it continues (`resume`), if any, and whether it reads
+    again whatever the traces hold (`fresh`)."""
+
+    job: Job
+    config: AgentConfig
+    label: str = ""
+    resume: Mapping[str, Any] | None = None
+    fresh: bool = False  # read again: no answer from the traces, no earlier run continued
+    turn: bool = False  # a turn of a conversation (a call of one question): of `conversation`, else the first of a new one
+    conversation: str | None = None
 
 
 class SharedModel:
@@ -115,27 +119,18 @@ class SharedModel:
                 self._runner = None
 
     def run_one(
-        self,
-        job: Job,
-        config: AgentConfig,
-        *,
-        index: int,
-        cancel: threading.Event,
-        tell: Callable[[Told], None],
-        resume: Mapping[str, Any] | None = None,
-        fresh: bool = False,
-        turn: bool = False,
-        conversation: str | None = None,
+        self, plan: Planned, *, index: int, cancel: threading.Event, tell: Callable[[Told], None]
     ) -> dict[str, Any] | None:
-        """One run to its record (see `record`); None when `cancel` stopped it (recorded as
-        interrupted). Raises MemagentError when it fails (recorded as failed). Unless `fresh`, an
-        answer the traces have is given again, and an earlier run over an earlier version of the
-        documents is gone on from. With `turn`, the run is a turn of `conversation` (its next one; a
-        new conversation where None), answered from the store or not."""
+        """The planned run to its record (see `record`); None when `cancel` stopped it (recorded as
+        interrupted). Raises MemagentError when it fails (recorded as failed). Unless `plan.fresh`,
+        an answer the traces have is given again, and an earlier run over an earlier version of the
+        documents is gone on from. With `plan.turn`, the run is a turn of `plan.conversation` (its
+        next one; a new conversation where None), answered from the store or not."""
         from ..core.protocols import get as get_protocol
         from ..traces.reuse import continuation, reused_answer
         from ..traces.store import TraceStore
 
+        job, config, resume, fresh, turn = plan.job, plan.config, plan.resume, plan.fresh, plan.turn
         runner = self.runner()
         store = TraceStore()
         claimed: str | None = None
@@ -150,7 +145,7 @@ class SharedModel:
                 tell(Told(index, "note", text=found.note(), level="info"))
                 answered = reused_record(found, job, runner)
                 if turn:
-                    cid, number = store.add_turn(conversation, found.run, job.question)
+                    cid, number = store.add_turn(plan.conversation, found.run, job.question)
                     answered["conversation"] = {"id": cid, "turn": number}
                 return answered
             if resume is None:
@@ -162,7 +157,7 @@ class SharedModel:
                 job = dataclasses.replace(job, continued=continuation(store, key))
             recorder = self._recorder(store, resume, warn, key)
             if turn and resume is None:
-                recorder.conversation, recorder.asked = conversation, job.question
+                recorder.conversation, recorder.asked = plan.conversation, job.question
             result = _drive(runner, job, config, recorder, cancel, _Tracker(index, tell))
             if result is None:
                 return None
@@ -247,11 +242,11 @@ class SharedModel:
 
 def _drive(
     runner: JobRunner, job: Job, config: AgentConfig, recorder: Recorder, cancel: threading.Event, tracker: _Tracker
-) -> RunResult | None:
+) -> ev.RunResult | None:
     """A run's events through the recorder and the tracker; None when cancelled."""
     events = runner.run(job, config)  # raises before the run starts when the budgets do not fit
     started = False
-    result: RunResult | None = None
+    result: ev.RunResult | None = None
     try:
         for event in events:
             if cancel.is_set():
@@ -263,11 +258,11 @@ def _drive(
                     pass
                 recorder.stopped("interrupted")
                 return None
-            if isinstance(event, RunStarted):
+            if isinstance(event, ev.RunStarted):
                 started = True
             recorder.handle(event)
             tracker.handle(event)
-            if isinstance(event, RunFinished):
+            if isinstance(event, ev.RunFinished):
                 result = event.result
     except MemagentError as exc:
         if started:
@@ -294,16 +289,16 @@ class _Tracker:
         self.paces: collections.deque[float] = collections.deque(maxlen=ETA_WINDOW)
         self.last_replay = 0.0
 
-    def handle(self, event: Event) -> None:
+    def handle(self, event: ev.Event) -> None:
         now = time.monotonic()
-        if isinstance(event, Notice):
+        if isinstance(event, ev.Notice):
             self.tell(Told(self.index, "note", text=event.message, level="warning" if event.level == "warning" else "info"))
-        elif isinstance(event, DocumentRead):
+        elif isinstance(event, ev.DocumentRead):
             self.total = event.steps
-        elif isinstance(event, StepStarted):
+        elif isinstance(event, ev.StepStarted):
             self.total = event.total_steps or self.total
             self.began[event.index] = now
-        elif isinstance(event, StepFinished):
+        elif isinstance(event, ev.StepFinished):
             step = event.step
             self.tokens = step.chunk.end_token
             if event.replayed:
@@ -319,15 +314,15 @@ class _Tracker:
             self.tell(Told(self.index, "step", step.index, self.total, self.tokens, eta))
             if not event.replayed:
                 self.tell(Told(self.index, "memory", step.index, self.total, text=step.memory))
-        elif isinstance(event, PromptProgressed) and event.step > 0 and event.done < event.total:
+        elif isinstance(event, ev.PromptProgressed) and event.step > 0 and event.done < event.total:
             self.tell(Told(self.index, "prompt", event.step, self.total, self.tokens, read=(event.done, event.total)))
-        elif isinstance(event, AnswerStarted):
+        elif isinstance(event, ev.AnswerStarted):
             self.tell(Told(self.index, "answer", self.total or 0, self.total, self.tokens))
-        elif isinstance(event, StepPlanned):  # InfMem: each step's search or STOP, as the live view says it
+        elif isinstance(event, ev.StepPlanned):  # InfMem: each step's search or STOP, as the live view says it
             self.tell(Told(self.index, "note", event.index, self.total, text=f"plan {event.index}: {event.decision.describe()}"))
 
 
-def record(result: RunResult, trace: str | None, resumed: int = 0) -> dict[str, Any]:
+def record(result: ev.RunResult, trace: str | None, resumed: int = 0) -> dict[str, Any]:
     """A run as the `ask` tool returns it: the answer, its evidence with the passage each step
     read, and the trace to show or continue it."""
     quotes = [q.to_dict() for q in result.quotes]
@@ -389,7 +384,6 @@ def _cited_again(stored: Mapping[str, Any], job: Job, runner: JobRunner) -> list
     """A reused answer's evidence excerpts (excerpt.cite), where it has no quotes: the documents
     are cut into the same chunks again (their text is the stored run's) up to the last evidence
     step; nothing is sent to the model."""
-    from ..core.events import StepRecord
     from ..core.pipeline import chunk_stream
     from ..core.protocols import get as get_protocol
 
@@ -405,7 +399,7 @@ def _cited_again(stored: Mapping[str, Any], job: Job, runner: JobRunner) -> list
         for chunk in chunks:
             if chunk.index in wanted:
                 memory, before = memories[chunk.index], memories.get(chunk.index - 1, initial)
-                step = StepRecord(chunk.index, chunk, memory, before, 0, 0, 0, 0, "", 0.0, 0.0)
+                step = ev.StepRecord(chunk.index, chunk, memory, before, 0, 0, 0, 0, "", 0.0, 0.0)
                 cited.append(cite(step))
             if chunk.index >= max(wanted):
                 break

@@ -20,9 +20,9 @@ from ..core.quotes import describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Source
 from ..model.llama import EmbeddedOptions
-from .calls import Host, Planned, Queue
+from .calls import Host, Queue
 from .guard import Refused, Roots, check_named, check_sources, run_visible, stored_sources
-from .runs import stored_job
+from .runs import Planned, stored_job
 from .settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
 
 TRACE_URI = "memagent://traces/{id}"
