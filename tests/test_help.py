@@ -84,3 +84,42 @@ def test_a_flag_means_one_thing_wherever_it_is_taken():
     assert set(MEANINGS) - differing == set()
     for shared in ("--parallel", "--quiet", "--no-trace", "--offline", "--csv", "--jsonl", "--html", "--cite", "--fresh"):
         assert len(helps[shared]) == 1 and len(next(iter(helps[shared].values()))) >= 2, (shared, helps[shared])
+
+
+def _examples(help_text: str) -> list[str]:
+    """The example command lines a help text gives: the indented lines after its "Examples:"."""
+    lines = help_text.split("\n")
+    starts = [k for k, line in enumerate(lines) if line.rstrip().endswith("Examples:[/]")]
+    found: list[str] = []
+    for start in starts:
+        for line in lines[start + 1 :]:
+            if not line.startswith(" "):
+                break
+            found.append(line.strip())
+    return found
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_every_help_keeps_its_example_lines_and_prints_no_markup(columns):
+    """Why app._reflow, and not typer's markdown help mode: tried on every command, markdown mode
+    joined each example's lines into one paragraph ("...signed.csv memagent ask --engine ...") and
+    printed the rich markup ("[dim]Examples:[/]") as it stands. Here, at 80 and 120 columns: every
+    example line starts a line of its own, and no markup tag is printed."""
+    root = typer.main.get_command(app)
+    checked = 0
+
+    def command_at(path: list[str]):
+        command = root
+        for name in path:
+            command = command.commands[name]
+        return command
+
+    for path in command_paths():
+        command = command_at(path)
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"NO_COLOR": "1", "COLUMNS": str(columns)}).output
+        assert not re.search(r"\[/\]|\[/?(?:b|i|dim|bold)\]", shown), (path, shown)
+        starts = [line.strip("│ ") for line in shown.split("\n")]
+        for example in _examples(command.help or ""):
+            assert any(line.startswith(example[: columns - 12]) for line in starts), (path, example, shown)
+            checked += 1
+    assert checked >= 20  # the walk found the examples it checks

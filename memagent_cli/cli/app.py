@@ -81,7 +81,9 @@ _register_mcp()
 def _reflow(text: str | None) -> str | None:
     """A help text's paragraphs as single lines, for the terminal to wrap: typer's rich help keeps
     a docstring's line breaks, which cut sentences at the source's width ("the / number of"). An
-    indented line (an example command) and a blank line stay where they are."""
+    indented line (an example command) and a blank line stay where they are. Typer's markdown help
+    mode reflows too, but joins the examples' lines into one paragraph and prints rich markup as it
+    stands (tests/test_help.py holds every --help to both, at 80 and 120 columns)."""
     import inspect as pyinspect
 
     if not text:
