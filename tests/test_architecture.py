@@ -1,6 +1,6 @@
 """The package's layers, checked: imports point one way, and only the CLI knows typer and rich.
 
-    cli → mcp → evals, traces → core → install → model, ingest → paths, errors
+    cli → mcp → evals, traces → core → install → model, ingest → paths, errors, display
 
 Every import is seen, those inside functions too (an import deferred for speed must still point
 down the layers; it may never hide a circle).
@@ -27,6 +27,7 @@ RANKS = {
     "ingest": 1,
     "paths": 0,
     "errors": 0,
+    "display": 0,
     "models": 0,
 }
 UI_LIBRARIES = ("typer", "rich", "click")

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping, TypeVar, overload
 from rich.console import Console, Group
 from rich.text import Text, TextType
 
-from ..core.display import SCHEMA, clip, json_controls_escaped, visible
 from ..core.quotes import NO_QUOTE, describe_quotes
+from ..display import SCHEMA, clip, json_controls_escaped, visible
 
 __all__ = ["SCHEMA", "SafeConsole", "clip", "json_text", "print_json", "visible"]
 

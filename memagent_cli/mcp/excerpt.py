@@ -36,7 +36,7 @@ def cite(step: StepRecord, limit: int = EXCERPT_CHARS) -> dict[str, Any]:
         "step": step.index,
         "source": span.to_dict()["path"] if span is not None else "",
         "location": describe_span(span.to_dict()) if span is not None else describe_spans([]),
-        "excerpt": clip(chunk.text, lo, hi),
+        "excerpt": _cut_out(chunk.text, lo, hi),
     }
 
 
@@ -84,7 +84,7 @@ def _widen(text: str, lo: int, hi: int, limit: int) -> tuple[int, int]:
     return lo, hi
 
 
-def clip(text: str, lo: int, hi: int) -> str:
+def _cut_out(text: str, lo: int, hi: int) -> str:
     """text[lo:hi] on one line, with … where it was cut."""
     body = " ".join(text[lo:hi].split())
     return ("…" if lo > 0 else "") + body + ("…" if hi < len(text) else "")

@@ -30,10 +30,10 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.config import shown_settings
-from ..core.display import SCHEMA, json_controls_escaped, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
+from ..display import SCHEMA, json_controls_escaped, visible
 from .sharing import Sharing, for_run, model_name, shared_time
 
 FORMATS = ("jsonl", "markdown", "html")

@@ -20,10 +20,10 @@ import html
 import os
 from typing import Any, Mapping, Sequence
 
-from ..core.display import clip, visible
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import split_changes, word_diff
 from ..core.provenance import describe_span, describe_spans
+from ..display import clip, visible
 from .export import PAGE_CSS, answer_html, note_html, page_head, quotes_html, run_meta_html, status_note, timeline_html
 from .sharing import Sharing
 

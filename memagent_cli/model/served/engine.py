@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
+from ...display import clip
 from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, RawPrompt, Retrying, Sampling, TextDelta
 from .body import SCHEMA_FORMS, Request, log_request
@@ -56,7 +57,6 @@ from .transport import (
     post_json,
     read_body,
     retry_delay,
-    shorten,
     stall_fault,
     status_fault,
     transport_fault,
@@ -510,7 +510,7 @@ class OpenAIEngine(Sender):
             payload = json.loads(value)
         except ValueError:
             payload = value
-        message = message_of(payload) or shorten(str(value))
+        message = message_of(payload) or clip(str(value), 200)
         error = payload.get("error") if isinstance(payload, dict) else None
         code = (error if isinstance(error, dict) else payload if isinstance(payload, dict) else {}).get("code")
         code = code if isinstance(code, int) else None

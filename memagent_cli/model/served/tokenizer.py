@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from ...display import clip
 from ...errors import MemagentError
 from ..tokenizer import byte_decoder
 from .engine import normalize_base_url, server_root
-from .transport import Connection, Fault, post_json, shorten, with_retries
+from .transport import Connection, Fault, post_json, with_retries
 
 if TYPE_CHECKING:
     import httpx2
@@ -242,7 +243,7 @@ class RemoteTokenizer:
             raise fault.error() from None
         if not isinstance(answer, dict):
             raise MemagentError(
-                f"The server at {self.base_url} answered {url} with {shorten(str(answer), 80)}",
+                f"The server at {self.base_url} answered {url} with {clip(str(answer), 80)}",
                 "Pass --tokenizer with the model's GGUF instead.",
             )
         return answer

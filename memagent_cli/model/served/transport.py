@@ -4,7 +4,7 @@ each server of a pool and the server's tokenizer take), the client (`make_client
 request (`post_json`), retries with backoff (`with_retries`, `retry_delay`), and the
 classification of what went wrong into a `Fault` (transient or not, with the line and hint a user
 sees), from an HTTP status (`status_fault`), a transport error (`transport_fault`) or the error
-text a server sent (`message_of`), shortened to one line (`shorten`).
+text a server sent (`message_of`), on one line (display.clip).
 
 How long a silent server is waited for: `timeout` (seconds, `DEFAULT_TIMEOUT` unless the caller
 says otherwise) bounds each wait for the server's next byte, the connect (never longer than
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ...display import clip
 from ...errors import MemagentError
 
 if TYPE_CHECKING:
@@ -85,11 +86,6 @@ _RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or ch
 _SLOW_HINT = "It may be overloaded or stuck: check its log, or give it longer with --timeout."
 
 
-def shorten(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _server_message(body: bytes) -> str:
     """The error text a server put in its answer: {"error": {"message"}} (OpenAI, vLLM, llama-server,
     llama-cpp-python), {"message"} (SGLang, older vLLM), {"detail"} (FastAPI), else the body itself."""
@@ -97,8 +93,8 @@ def _server_message(body: bytes) -> str:
     try:
         payload = json.loads(body)
     except ValueError:  # UnicodeDecodeError included
-        return shorten(text)
-    return message_of(payload) or shorten(text)
+        return clip(text, 200)
+    return message_of(payload) or clip(text, 200)
 
 
 def read_body(response: httpx2.Response, base: str, timeout: float) -> bytes:
@@ -137,7 +133,7 @@ def message_of(payload: Any) -> str:
             if isinstance(value, list):  # FastAPI validation errors: a list of {"msg", "loc"}
                 value = "; ".join(str(item.get("msg", item)) if isinstance(item, dict) else str(item) for item in value)
             if value:
-                return shorten(str(value))
+                return clip(str(value), 200)
     return ""
 
 
@@ -212,7 +208,7 @@ def transport_fault(base: str, error: Exception, timeout: float) -> Fault:
         if "refused" in str(error).lower():
             return Fault(f"The server at {base} refused the connection", _RUNNING_HINT, transient=True)
         return Fault(
-            f"The server at {base} could not be reached ({shorten(str(error), 120) or type(error).__name__})",
+            f"The server at {base} could not be reached ({clip(str(error), 120) or type(error).__name__})",
             _RUNNING_HINT,
             transient=True,
         )
