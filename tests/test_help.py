@@ -123,3 +123,19 @@ def test_every_help_keeps_its_example_lines_and_prints_no_markup(columns):
             assert any(line.startswith(example[: columns - 12]) for line in starts), (path, example, shown)
             checked += 1
     assert checked >= 20  # the walk found the examples it checks
+
+
+def test_inspect_takes_the_prompt_flags_as_ask_takes_them():
+    """`ask` with its flags becomes `inspect` by its name alone, for everything that decides what
+    the model is sent: both take setup.PromptFlags, with one help text each (test above)."""
+    from dataclasses import fields
+
+    from memagent_cli.cli.setup import PromptFlags
+
+    root = typer.main.get_command(app)
+    wanted = {"--model", "-m", "--protocol", "--chat-template", "--instructions", "--schema", "--schema-multi"}
+    wanted |= {"--chunk-tokens", "--memory-tokens"}
+    for name in ("ask", "inspect"):
+        params = root.commands[name].params
+        assert {f.name for f in fields(PromptFlags)} <= {p.name for p in params}, name
+        assert wanted <= {opt for p in params for opt in p.opts}, name

@@ -17,20 +17,12 @@ from ..model.runtime import MAX_SEQUENCES
 from .common import check_paths, fail, stderr_console, warner
 from .conversation import FollowFlags
 from .options import (
-    ChatTemplateOpt,
-    ChunkOpt,
-    InstructionsOpt,
     JsonOpt,
-    MemoryOpt,
-    ModelOpt,
     ProtocolChoice,
-    ProtocolOpt,
-    SchemaMultiOpt,
-    SchemaOpt,
     SourceFlags,
     flag_groups,
 )
-from .setup import RunFlags, chat_template, quiet_library_logs
+from .setup import PromptFlags, chat_template, quiet_library_logs
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
@@ -79,21 +71,14 @@ SequencesOpt = Annotated[
 @flag_groups
 def inspect(
     sources: SourcesArg = None,
-    model: ModelOpt = None,
     show_text: TextOpt = False,
     question: QuestionOpt = None,
     show_prompt: ShowPromptOpt = None,
-    instructions: InstructionsOpt = None,
-    schema: SchemaOpt = None,
-    schema_multi: SchemaMultiOpt = None,
-    protocol: ProtocolOpt = None,
-    chunk_tokens: ChunkOpt = None,
-    memory_tokens: MemoryOpt = None,
     sequences: SequencesOpt = 1,
-    template_file: ChatTemplateOpt = None,
     source_flags: SourceFlags = SourceFlags(),
     follow: FollowFlags = FollowFlags(),
     json_out: JsonOpt = False,
+    flags: PromptFlags = PromptFlags(),
 ) -> None:
     """Count what a question would cost, without loading any weights; or show what memagent reads.
 
@@ -118,13 +103,14 @@ def inspect(
     quiet_library_logs(False)
     warn = warner(err)
     if show_text:
-        _print_document_text(sources or [], source_flags, warn, err, model)
+        _print_document_text(sources or [], source_flags, warn, err, flags.model)
         return
     try:
-        answer = _answer_config(instructions, schema, schema_multi)
+        answer = _answer_config(flags)
         question, step = _prompt_plan(show_prompt, question, answer)
-        template = chat_template(template_file, "llama")
-        read = _Reading(sources or [], model, chunk_tokens, memory_tokens, protocol).following(follow, question, err)
+        template = chat_template(flags.template_file, "llama")
+        read = _Reading(sources or [], flags.model, flags.chunk_tokens, flags.memory_tokens, flags.protocol)
+        read = read.following(follow, question, err)
         check_paths(read.paths)  # a missing file is said before a missing model
         report = inspect_sources(
             read.paths,
@@ -197,12 +183,11 @@ class _Reading:
         )
 
 
-def _answer_config(instructions: str | None, schema: str | None, multi: str | None) -> AgentConfig:
+def _answer_config(flags: PromptFlags) -> AgentConfig:
     """What --instructions and --schema add to the final prompt, as the run setup reads them."""
     from ..core.config import AgentConfig
 
-    flags = RunFlags(instructions=instructions, schema=schema, schema_multi=multi).budgets()
-    return AgentConfig(**{k: flags[k] for k in ("instructions", "answer_schema", "answer_schema_multi")})
+    return AgentConfig(**flags.asked_for())
 
 
 def _print_prompt(text: str, note: str | None, err: Console) -> None:

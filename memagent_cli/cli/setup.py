@@ -58,14 +58,46 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class RunFlags:
-    """The flags of every command that runs a model, as given; a command takes them as one parameter
-    (options.flag_groups). A field's name is its parameter's. They stand by help panel, the panels
-    in the order --help lists them (the first of each places its panel)."""
+class PromptFlags:
+    """The flags that decide what the model is sent: the model (its tokenizer and chat template),
+    the protocol, the budgets that cut the text and bound the memory, and what the final prompt
+    asks for (instructions, a schema). `inspect` takes these, which is all it needs to count and show
+    a run's prompts; RunFlags adds the rest. A field's name is its parameter's."""
 
-    # Model: which model, and how the embedded engine runs it
     model: ModelOpt = None
     protocol: ProtocolOpt = None
+    template_file: ChatTemplateOpt = None
+    instructions: InstructionsOpt = None
+    schema: SchemaOpt = None
+    schema_multi: SchemaMultiOpt = None
+    chunk_tokens: ChunkOpt = None
+    memory_tokens: MemoryOpt = None
+
+    def answer_schema(self) -> AnswerSchema | None:
+        """--schema or --schema-multi, read and checked (a usage error when it cannot be used); None
+        without either."""
+        from ..core.schema import chosen_schema
+
+        return chosen_schema(self.schema, self.schema_multi)
+
+    def asked_for(self) -> dict[str, Any]:
+        """What the final prompt asks for besides the question: --instructions and the schema, as
+        the agent's settings."""
+        schema = self.answer_schema()
+        return {
+            "answer_schema": schema.to_config() if schema else "",
+            "answer_schema_multi": schema.multi if schema else False,
+            "instructions": self.instructions or "",
+        }
+
+
+@dataclass(frozen=True)
+class RunFlags(PromptFlags):
+    """The flags of every command that runs a model, as given; a command takes them as one parameter
+    (options.flag_groups). They stand by help panel, the panels in the order --help lists them (the
+    first of each places its panel; PromptFlags' come first, each in its panel)."""
+
+    # Model: how the embedded engine runs it
     offline: OfflineOpt = False
     gpu_layers: GpuLayersOpt = None
     threads: ThreadsOpt = None
@@ -73,17 +105,11 @@ class RunFlags:
     speculate: SpeculateOpt = None
     batch: BatchOpt = None
     n_ctx: CtxOpt = None
-    template_file: ChatTemplateOpt = None
     # Sampling and budgets: the agent's settings; a budget left None is the protocol's
-    instructions: InstructionsOpt = None
-    schema: SchemaOpt = None
-    schema_multi: SchemaMultiOpt = None
     temperature: TemperatureOpt = None
     top_p: TopPOpt = None
     seed: SeedOpt = DEFAULTS.seed
     final: FinalOpt = DEFAULTS.final
-    chunk_tokens: ChunkOpt = None
-    memory_tokens: MemoryOpt = None
     answer_tokens: AnswerOpt = None
     early_stop: EarlyStopOpt = DEFAULTS.early_stop
     # In no panel: listed with the command's own options
@@ -96,19 +122,10 @@ class RunFlags:
     tokenizer: TokenizerOpt = None
     timeout: TimeoutOpt = None
 
-    def answer_schema(self) -> AnswerSchema | None:
-        """--schema or --schema-multi, read and checked (a usage error when it cannot be used); None
-        without either."""
-        from ..core.schema import chosen_schema
-
-        return chosen_schema(self.schema, self.schema_multi)
-
     def budgets(self) -> dict[str, Any]:
         """The agent's settings these flags give (None: the protocol's)."""
-        schema = self.answer_schema()
         return {
-            "answer_schema": schema.to_config() if schema else "",
-            "answer_schema_multi": schema.multi if schema else False,
+            **self.asked_for(),
             "chunk_tokens": self.chunk_tokens,
             "memory_tokens": self.memory_tokens,
             "answer_tokens": self.answer_tokens,
@@ -116,7 +133,6 @@ class RunFlags:
             "top_p": self.top_p,
             "seed": self.seed,
             "final": self.final,
-            "instructions": self.instructions or "",
             "early_stop": self.early_stop,
         }
 
