@@ -60,6 +60,15 @@ def warner(err: Console) -> Callable[[str], None]:
     return warn
 
 
+def noter(err: Console) -> Callable[[str], None]:
+    """What says a side note on `err`: a dim line, printed as it is (no markup, no highlighting)."""
+
+    def note(message: str) -> None:
+        err.print(message, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    return note
+
+
 def run_guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Turns MemagentError into one line on stderr and its exit code, as `ask` does."""
     import functools

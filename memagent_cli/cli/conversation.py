@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Collection, Mapping,
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
+from .common import noter
 from .options import option
 from .setup import RunFlags, RunSetup, setup
 
@@ -101,7 +102,7 @@ class Conversation:
     def say_turn(self, err: Console) -> None:
         """The line that says which turn a follow-up is, and that it reads the sources again."""
         turn = f"turn {self.turns + 1} of conversation {self.id[:8]}"
-        err.print(f"{turn}: reads the sources again for this question", style="dim", markup=False, soft_wrap=True)
+        noter(err)(f"{turn}: reads the sources again for this question")
 
 
 def find_conversation(store: TraceStore, ref: str) -> Conversation:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH
-from .common import fail, warner
+from .common import fail, noter, warner
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
 from .options import OutputFlags, ShowFlags
 from .reuse import Lookup, record_text
@@ -193,7 +193,7 @@ def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | No
     from ..traces.report import each_report_html
 
     atomic_write(path, each_report_html(html_rows(records), stored_runs(records, store)))
-    err.print(f"wrote {path}", style="dim", markup=False, soft_wrap=True)
+    noter(err)(f"wrote {path}")
 
 
 def stored_runs(records: list[dict[str, Any]], store: TraceStore | None) -> dict[str, Mapping[str, Any]]:

@@ -3,6 +3,8 @@ interrupt while modules are still loading exits 130 quietly like one at any othe
 
 import sys
 
+from ..errors import EXIT_INTERRUPTED
+
 
 def main() -> None:
     try:
@@ -10,7 +12,7 @@ def main() -> None:
             from .app import main as cli_main
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
         cli_main()
     finally:
         _forget_python_interrupt()

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from ..errors import EXIT_USAGE, MemagentError
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from .common import check_outputs, command_group, fail, open_store, stderr_console, warner
 from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups
 from .reuse import Lookup
@@ -171,7 +171,7 @@ def run(
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
     result = summary(rows)
     if json_out:
         print_json({**result, "failed": len(failures), "out": str(out) if out else None})

@@ -14,7 +14,7 @@ from rich.console import Console
 from ..errors import EXIT_USAGE, MemagentError
 from ..install.settings import whole_number
 from ..model.runtime import MAX_SEQUENCES
-from .common import check_paths, fail, stderr_console, warner
+from .common import check_paths, fail, noter, stderr_console, warner
 from .conversation import FollowFlags
 from .options import (
     JsonOpt,
@@ -192,7 +192,7 @@ def _answer_config(flags: PromptFlags) -> AgentConfig:
 
 def _print_prompt(text: str, note: str | None, err: Console) -> None:
     if note:
-        err.print(note, style="dim", markup=False)
+        noter(err)(note)
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -246,7 +246,9 @@ def _ocr_reporter(err: Console) -> Callable[[OcrProgress], None] | None:
     """OCR progress on stderr for `inspect --text`, one line per page (a live view has none)."""
     from .views.live import ocr_line
 
+    say = noter(err)
+
     def report(progress: OcrProgress) -> None:
-        err.print(ocr_line(progress.title, progress.done, progress.total, progress.seconds), style="dim", markup=False)
+        say(ocr_line(progress.title, progress.done, progress.total, progress.seconds))
 
     return report

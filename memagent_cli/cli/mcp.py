@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
-from .common import fail, stderr_console
+from .common import fail, noter, stderr_console
 from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
 from .setup import RunFlags, RunSetup, setup
 
@@ -88,7 +88,7 @@ def mcp(
     from ..mcp.server import serve
 
     try:
-        serve(settings, announce=lambda line: err.print(line, style="dim", markup=False, soft_wrap=True))
+        serve(settings, announce=noter(err))
     except MemagentError as exc:
         fail(err, exc)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypedDict,
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
+from .common import noter
 from .options import (
     DEFAULTS,
     AnswerOpt,
@@ -366,15 +367,16 @@ def _served_options(flags: RunFlags, err: Console, stored: Mapping[str, Any] | N
             exit_code=EXIT_USAGE,
         )
     servers, notes = normal_servers(urls)
+    say = noter(err)
     for note in notes:
-        err.print(f"note: {note}", style="dim", markup=False, highlight=False, soft_wrap=True)
-    log = (lambda line: err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)) if flags.verbose else None
+        say(f"note: {note}")
+    log = say if flags.verbose else None
     served = ServedOptions(
         servers=servers, api_key=flags.api_key, served_model=served_model, timeout=flags.timeout, tokenizer=tokenizer, log=log
     )
     hint = served.tokenizer_note()
     if hint is not None:
-        err.print(f"note: {hint}", style="dim", markup=False, highlight=False, soft_wrap=True)
+        say(f"note: {hint}")
     return served
 
 
