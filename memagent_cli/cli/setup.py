@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     from ..model.served.options import ServedOptions
 
 
+# The flags that are agent settings (core.config.AgentConfig) by the same name, as they are given.
+_AGENT_SETTINGS = ("chunk_tokens", "memory_tokens", "answer_tokens", "temperature", "top_p", "seed", "final", "early_stop")
+
+
 @dataclass(frozen=True)
 class PromptFlags:
     """The flags that decide what the model is sent: the model (its tokenizer and chat template),
@@ -125,17 +129,7 @@ class RunFlags(PromptFlags):
 
     def budgets(self) -> dict[str, Any]:
         """The agent's settings these flags give (None: the protocol's)."""
-        return {
-            **self.asked_for(),
-            "chunk_tokens": self.chunk_tokens,
-            "memory_tokens": self.memory_tokens,
-            "answer_tokens": self.answer_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "seed": self.seed,
-            "final": self.final,
-            "early_stop": self.early_stop,
-        }
+        return {**self.asked_for(), **{name: getattr(self, name) for name in _AGENT_SETTINGS}}
 
     def given_settings(self, given: Collection[str]) -> dict[str, Any]:
         """The agent's settings, the protocol among them, whose flags were `given` (by parameter name)."""
