@@ -2,12 +2,14 @@
 trace_show) and its resource (memagent://traces/{id}), bound to tools.py, and the transports:
 stdio, or streamable HTTP with the SDK's Host/Origin checks and an optional bearer token.
 
-The SDK is imported when a server is built, never when memagent starts. `build` makes the server
-and registers the tools a group at a time (`_add_ask`, `_add_inspect_resume`, `_add_traces`); each
-group's tools are defined inside its function with real (not postponed) annotations, because the
-SDK reads their signatures at runtime to make each tool's JSON schema (types, bounds and the Field
-descriptions below). What they share (descriptions, annotations, roots, the request's host, a
-tool's answer) is `_shared`'s, and ask's and resume's output schema `_ask_output`'s.
+This module, and with it the SDK, is imported when a server is built (cli/mcp.py), never when
+memagent starts. `build` makes the server and registers the tools a group at a time (`_add_ask`,
+`_add_inspect_resume`, `_add_traces`); each group's tools are defined inside its function with real
+(not postponed) annotations, because the SDK reads their signatures at runtime to make each tool's
+JSON schema (types, bounds and the Field descriptions below). The parameters that mean one thing
+wherever they stand are declared once below (`ClientRoots`, `IncludeGlobs`, `ExcludeGlobs`); what
+the tools share at runtime (descriptions, annotations, roots, the request's host, a tool's answer)
+is `_shared`'s, and ask's and resume's output schema `_ask_output`'s.
 """
 
 import hmac
@@ -16,6 +18,10 @@ import json
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Optional, Union, cast
+
+from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..errors import MemagentError
@@ -38,14 +44,22 @@ from .tools import TRACE_URI, Tools
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
-    from mcp.server.mcpserver import Context, ListRoots, MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
-    from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
-    from pydantic import BaseModel
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+async def _declared_roots(ctx: Context[Any, Any]) -> Optional[ListRoots]:
+    """Asks the client for its roots where it declares them (the SDK resolves this before a tool runs)."""
+    capabilities = ctx.client_capabilities
+    return ListRoots() if capabilities is not None and capabilities.roots is not None else None
+
+
+ClientRoots = Annotated[Optional[ListRootsResult], Resolve(_declared_roots)]
+IncludeGlobs = Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")]
+ExcludeGlobs = Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")]
 
 
 def serve(settings: ServerSettings, announce: Callable[[str], None]) -> None:
@@ -67,10 +81,9 @@ def serve(settings: ServerSettings, announce: Callable[[str], None]) -> None:
         engine.close()
 
 
-def build(settings: ServerSettings) -> "tuple[MCPServer[Any], SharedModel]":
+def build(settings: ServerSettings) -> tuple[MCPServer[Any], SharedModel]:
     """The server, its tools and resource, and the model they share."""
     from mcp.server.auth.settings import AuthSettings
-    from mcp.server.mcpserver import MCPServer
 
     engine = SharedModel(settings)
     tools = Tools(settings, Queue(engine))
@@ -100,23 +113,20 @@ def build(settings: ServerSettings) -> "tuple[MCPServer[Any], SharedModel]":
 class _Shared:
     """What every tool uses: the settings, a tool's description (`text`), its annotations (`read_only`:
     every tool only reads, and only this machine), a request's context as calls.Host (`host`), the
-    client's roots, asked for where it declares them (`declared_roots`, resolved by the SDK) and
-    joined to --allow (`roots_of`), and a tool's answer (`result`)."""
+    client's roots (ClientRoots) joined to --allow (`roots_of`), and a tool's answer (`result`)."""
 
     settings: ServerSettings
     text: Callable[[str], str]
-    read_only: "ToolAnnotations"
-    host: "Callable[[Context[Any, Any]], Host]"
-    declared_roots: "Callable[[Context[Any, Any]], Awaitable[Optional[ListRoots]]]"
-    roots_of: "Callable[[Optional[ListRootsResult]], Roots]"
-    result: "Callable[[Awaitable[tuple[dict[str, Any], str]]], Awaitable[CallToolResult]]"
+    read_only: ToolAnnotations
+    host: Callable[[Context[Any, Any]], Host]
+    roots_of: Callable[[Optional[ListRootsResult]], Roots]
+    result: Callable[[Awaitable[tuple[dict[str, Any], str]]], Awaitable[CallToolResult]]
 
 
 def _shared(settings: ServerSettings) -> _Shared:
     """The helpers the tools share (see _Shared), on the SDK's types."""
-    from mcp.server.mcpserver import Context, ListRoots
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, ListRootsResult, LoggingLevel, TextContent, ToolAnnotations
+    from mcp_types import LoggingLevel, TextContent
 
     device = "served engine" if settings.engine.served else "embedded llama.cpp engine (CPU or GPU, as found)"
     rule = concurrency_rule(settings)
@@ -136,10 +146,6 @@ def _shared(settings: ServerSettings) -> _Shared:
         async def log(self, level: str, line: str) -> None:
             await self.ctx.log(cast(LoggingLevel, level), line, logger_name="memagent")
 
-    async def declared_roots(ctx: Context[Any, Any]) -> Optional[ListRoots]:
-        capabilities = ctx.client_capabilities
-        return ListRoots() if capabilities is not None and capabilities.roots is not None else None
-
     def roots_of(declared: Optional[ListRootsResult]) -> Roots:
         found = client_roots(str(root.uri) for root in declared.roots) if declared is not None else None
         return Roots(settings.allow, found)
@@ -154,12 +160,11 @@ def _shared(settings: ServerSettings) -> _Shared:
         return CallToolResult(content=[TextContent(type="text", text=rendered)], structured_content=structured)
 
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    return _Shared(settings, text, read_only, RequestHost, declared_roots, roots_of, result)
+    return _Shared(settings, text, read_only, RequestHost, roots_of, result)
 
 
-def _ask_output() -> "type[BaseModel]":
+def _ask_output() -> type[BaseModel]:
     """The output schema of ask and resume: one run's record, or a record per run."""
-    from pydantic import BaseModel, Field
 
     class Evidence(BaseModel):
         step: int = Field(description="The memory step whose reading the answer rests on.")
@@ -217,18 +222,14 @@ def _ask_output() -> "type[BaseModel]":
     return AskOutput
 
 
-def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
+def _add_ask(server: MCPServer[Any], tools: Tools, shared: _Shared, AskOutput: type[BaseModel]) -> None:
     """Registers the ask tool."""
-    from mcp.server.mcpserver import Context, Resolve
-    from mcp_types import CallToolResult, ListRootsResult
-    from pydantic import Field
-
     budget = shared.settings.config
 
     @server.tool(name="ask", title="Ask documents", description=shared.text(ASK), annotations=shared.read_only)
     async def ask(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
+        roots: ClientRoots,
         sources: Annotated[
             Optional[list[str]],
             Field(
@@ -273,8 +274,8 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
                 " every party); in place of `schema`. The answer comes back as `data`, a list.",
             ),
         ] = None,
-        include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
-        exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
+        include: IncludeGlobs = None,
+        exclude: ExcludeGlobs = None,
         model: Annotated[Optional[str], Field(description="Only the server's own model; another is refused.")] = None,
         conversation: Annotated[
             Optional[str],
@@ -317,25 +318,21 @@ def _add_ask(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput:
         )
 
 
-def _add_inspect_resume(server: "MCPServer[Any]", tools: Tools, shared: _Shared, AskOutput: "type[BaseModel]") -> None:
+def _add_inspect_resume(server: MCPServer[Any], tools: Tools, shared: _Shared, AskOutput: type[BaseModel]) -> None:
     """Registers the inspect and resume tools."""
-    from mcp.server.mcpserver import Context, Resolve
-    from mcp_types import CallToolResult, ListRootsResult
-    from pydantic import Field
-
     budget = shared.settings.config
 
     @server.tool(name="inspect", title="Inspect documents", description=shared.text(INSPECT), annotations=shared.read_only)
     async def inspect(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
+        roots: ClientRoots,
         sources: Annotated[list[str], Field(description="Files and folders, as for ask.", min_length=1, max_length=MAX_FILES)],
         question: Annotated[Optional[str], Field(description="The question, for the prompt's size.")] = None,
         chunk_tokens: Annotated[
             Optional[int], Field(description="Document tokens per memory step.", ge=1, le=budget.chunk_tokens)
         ] = None,
-        include: Annotated[Optional[list[str]], Field(description="Only files matching these globs inside folders.")] = None,
-        exclude: Annotated[Optional[list[str]], Field(description="Skip files matching these globs inside folders.")] = None,
+        include: IncludeGlobs = None,
+        exclude: ExcludeGlobs = None,
     ) -> Annotated[CallToolResult, dict[str, Any]]:
         return await shared.result(
             tools.inspect(shared.roots_of(roots), shared.host(ctx), sources, question, chunk_tokens, include or (), exclude or ())
@@ -344,19 +341,16 @@ def _add_inspect_resume(server: "MCPServer[Any]", tools: Tools, shared: _Shared,
     @server.tool(name="resume", title="Resume a run", description=shared.text(RESUME), annotations=shared.read_only)
     async def resume(
         ctx: Context[Any, Any],
-        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
+        roots: ClientRoots,
         id: Annotated[str, Field(description='The run\'s trace id, a unique prefix of it, or "last".', min_length=1)],
     ) -> Annotated[CallToolResult, AskOutput]:
         return await shared.result(tools.resume(shared.roots_of(roots), shared.host(ctx), id))
 
 
-def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None:
+def _add_traces(server: MCPServer[Any], tools: Tools, shared: _Shared) -> None:
     """Registers the traces_list and trace_show tools and the trace resource."""
     import anyio.to_thread
-    from mcp.server.mcpserver import Resolve
     from mcp.server.mcpserver.exceptions import ResourceError
-    from mcp_types import CallToolResult, ListRootsResult
-    from pydantic import Field
 
     roots_of = shared.roots_of
 
@@ -364,7 +358,7 @@ def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None
         name="traces_list", title="List recorded runs", description=shared.text(TRACES_LIST), annotations=shared.read_only
     )
     async def traces_list(
-        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
+        roots: ClientRoots,
         status: Annotated[
             Optional[str],
             Field(description="Only runs with this status.", pattern="^(running|complete|interrupted|failed)$"),
@@ -378,7 +372,7 @@ def _add_traces(server: "MCPServer[Any]", tools: Tools, shared: _Shared) -> None
         name="trace_show", title="Show a recorded run", description=shared.text(TRACE_SHOW), annotations=shared.read_only
     )
     async def trace_show(
-        roots: Annotated[Optional[ListRootsResult], Resolve(shared.declared_roots)],
+        roots: ClientRoots,
         id: Annotated[str, Field(description='A trace id, a unique prefix of it, or "last".', min_length=1)],
         step: Annotated[Optional[int], Field(description="Only this step, with its memory.", ge=1)] = None,
         memories: Annotated[bool, Field(description="Include every step's memory text (long runs: large).")] = False,
@@ -467,7 +461,7 @@ def _loopback_origin(origin: str) -> bool:
 
 
 async def _serve_http(
-    server: "MCPServer[Any]", settings: ServerSettings, address: HttpAddress, announce: Callable[[str], None]
+    server: MCPServer[Any], settings: ServerSettings, address: HttpAddress, announce: Callable[[str], None]
 ) -> None:
     import uvicorn
 
