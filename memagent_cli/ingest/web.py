@@ -420,27 +420,31 @@ def read_html(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     yield from _sections(blocks, intro_ends)
 
 
+# What trafilatura is asked for: a page's main text and tables, without comments, images, links
+# or metadata.
+_EXTRACTION: dict[str, Any] = {
+    "include_comments": False,
+    "include_tables": True,
+    "include_images": False,
+    "include_links": False,
+    # Recall over precision: a question about the page may turn on a line that a precise
+    # extraction drops; a little boilerplate costs less than a lost answer.
+    "favor_recall": True,
+    "with_metadata": False,
+    # The tree is all that is used: "xml" spares the plain-text rendering that the default
+    # ("python") makes of it; no formatting spares walking <hi> elements.
+    "output_format": "xml",
+    "include_formatting": False,
+}
+
+
 def _main_content(text: str) -> list[Block]:
     """The page's main content as found by trafilatura, without comments, images or links."""
     import trafilatura
 
     _quiet_logs()
     try:
-        document = trafilatura.bare_extraction(
-            text,
-            include_comments=False,
-            include_tables=True,
-            include_images=False,
-            include_links=False,
-            # Recall over precision: a question about the page may turn on a line that a
-            # precise extraction drops; a little boilerplate costs less than a lost answer.
-            favor_recall=True,
-            with_metadata=False,
-            # The tree is all that is used: "xml" spares the plain-text rendering that the
-            # default ("python") makes of it; no formatting spares walking <hi> elements.
-            output_format="xml",
-            include_formatting=False,
-        )
+        document = trafilatura.bare_extraction(text, **_EXTRACTION)
     except Exception:  # a library fault on a damaged page: the page's visible text is used instead
         return []
     body = getattr(document, "body", None)
