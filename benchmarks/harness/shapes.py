@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
+from benchmarks.harness.fixtures import DATA, QWEN25_VOCAB, shared_code
 
 DEFAULT_VOCAB = QWEN25_VOCAB
 
@@ -40,6 +40,26 @@ SHAPES = {
         "head_dim": 128,
         "rows": 151936,
         "context": 40960,
+    },
+    # QwenLong-L1.5-30B-A3B, Qwen3-30B-A3B's shape (testkit.hfcheckpoint.QWENLONG_L15_30B): 128
+    # experts, 8 of them run for each token; the trained QwenLong stand-in's chat template (its
+    # prompt opens "<think>"). B11's model.
+    "qwenlong-l1.5-30b-a3b": {
+        "n_embd": 2048,
+        "n_layer": 48,
+        "n_head": 32,
+        "n_head_kv": 4,
+        "n_ff": 6144,
+        "tied": False,
+        "arch": "qwen3moe",
+        "head_dim": 128,
+        "rows": 151936,
+        "context": 262144,
+        "rope_base": 1e7,
+        "experts": 128,
+        "experts_used": 8,
+        "expert_ff": 768,
+        "template_of": DATA / "qwenlong.gguf",
     },
 }
 FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
@@ -96,12 +116,24 @@ def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path) -> int:
     w.add_name(f"random-{shape}")
     w.add_file_type(file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_qwen2_hparams(w, s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768))
+    hparams = (s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768), s.get("rope_base", 1e6))
+    add_qwen2_hparams(w, *hparams)
     if "head_dim" in s:
         w.add_key_length(s["head_dim"])
         w.add_value_length(s["head_dim"])
+    if "experts" in s:
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["experts_used"])
+        w.add_expert_feed_forward_length(s["expert_ff"])
     added = QWEN3_ADDED if s.get("arch") == "qwen3" else None
-    return copy_tokenizer(w, vocab, rows=s.get("rows"), added=added)
+    template = s.get("template_of")
+    skip = ("tokenizer.chat_template",) if template else ()
+    n_tokens = copy_tokenizer(w, vocab, rows=s.get("rows"), added=added, skip=skip)
+    if template:
+        from memagent_cli.model.gguf import read_gguf
+
+        w.add_chat_template(read_gguf(template).chat_template or "")
+    return n_tokens
 
 
 def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
@@ -110,21 +142,22 @@ def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
     n_embd, n_ff = s["n_embd"], s["n_ff"]
     head = s.get("head_dim", n_embd // s["n_head"])
     n_q, n_kv = head * s["n_head"], head * s["n_head_kv"]
-    qwen3 = s.get("arch") == "qwen3"
+    qwen3 = s.get("arch") in ("qwen3", "qwen3moe")
     out = [("attn_norm.weight", (n_embd,), "ones"), ("attn_q.weight", (n_q, n_embd), "random")]
     out += [("attn_q_norm.weight", (head,), "ones")] if qwen3 else [("attn_q.bias", (n_q,), "random")]
     out += [("attn_k.weight", (n_kv, n_embd), "random")]
     out += [("attn_k_norm.weight", (head,), "ones")] if qwen3 else [("attn_k.bias", (n_kv,), "random")]
     out += [("attn_v.weight", (n_kv, n_embd), "random")]
     out += [] if qwen3 else [("attn_v.bias", (n_kv,), "random")]
-    out += [
-        ("attn_output.weight", (n_embd, n_q), "random"),
-        ("ffn_norm.weight", (n_embd,), "ones"),
-        ("ffn_gate.weight", (n_ff, n_embd), "random"),
-        ("ffn_up.weight", (n_ff, n_embd), "random"),
-        ("ffn_down.weight", (n_embd, n_ff), "random"),
-    ]
-    return out
+    out += [("attn_output.weight", (n_embd, n_q), "random"), ("ffn_norm.weight", (n_embd,), "ones")]
+    if "experts" not in s:
+        ffn = [("ffn_gate", (n_ff, n_embd)), ("ffn_up", (n_ff, n_embd)), ("ffn_down", (n_embd, n_ff))]
+        return out + [(f"{name}.weight", dims, "random") for name, dims in ffn]
+    e, f = s["experts"], s["expert_ff"]
+    # the router stays float32, as llama.cpp's converter (and memagent's) writes it
+    out += [("ffn_gate_inp.weight", (e, n_embd), "router")]
+    experts = [("ffn_gate_exps", (e, f, n_embd)), ("ffn_up_exps", (e, f, n_embd)), ("ffn_down_exps", (e, n_embd, f))]
+    return out + [(f"{name}.weight", dims, "random") for name, dims in experts]
 
 
 def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None) -> Path:
@@ -143,18 +176,23 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
 
     w = gguf.GGUFWriter(str(dest), s.get("arch", "qwen2"))
     n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab)
-    tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), "random")]
+    # a tied embedding is the output too: its control rows are zeroed as the output's are
+    embedding = "output" if s["tied"] else "random"
+    tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), embedding)]
     for i in range(n_layer):
         tensors += [(f"blk.{i}.{name}", dims, kind) for name, dims, kind in _layer(shape)]
     tensors.append(("output_norm.weight", (n_embd,), "ones"))
     if not s["tied"]:
         tensors.append(("output.weight", (n_vocab, n_embd), "output"))
 
+    def dtype(shape_: tuple[int, ...], kind: str) -> np.dtype:
+        # norms, biases and the router stay float32, as llama.cpp's converter writes them
+        return np.dtype(np.float32 if len(shape_) == 1 or kind == "router" else np.float16)
+
     def values(shape_: tuple[int, ...], kind: str) -> np.ndarray:
-        n = int(np.prod(shape_))
-        # Norms and biases stay float32, as llama.cpp's converter writes them.
         if kind == "ones":
             return np.ones(shape_, dtype=np.float32)
+        n = int(np.prod(shape_))
         out = np.empty(n, dtype=np.float16)
         done = 0
         while done < n:
@@ -163,15 +201,12 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
             out[done : done + take] = pool[start : start + take]
             done += take
         out = out.reshape(shape_)
-        if kind == "output" or (kind == "random" and shape_[0] == n_vocab and s["tied"]):
+        if kind == "output":
             out[FIRST_CONTROL:] = 0  # control tokens never win a greedy choice
-        if len(shape_) == 1:
-            return out.astype(np.float32)
-        return out
+        return out.astype(dtype(shape_, kind), copy=False)
 
     for name, shape_, kind in tensors:
-        dtype = np.float32 if len(shape_) == 1 else np.float16
-        w.add_tensor_info(name, shape_, np.dtype(dtype), int(np.prod(shape_)) * np.dtype(dtype).itemsize)
+        w.add_tensor_info(name, shape_, dtype(shape_, kind), int(np.prod(shape_)) * dtype(shape_, kind).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
