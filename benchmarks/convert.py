@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.harness.fixtures import REPO, shared_code
 from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.runner import proc_status
 
 TITLE = "converting a 7B checkpoint (`memagent models convert`)"
 QUICK = ["--shape", "tiny", "--repeat", "1"]
@@ -47,12 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _own_memory() -> dict:
     """This process's peak and current RSS from /proc/self/status, in MB."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "RssAnon", "RssFile"):
-            out[key] = int(value.split()[0]) * 1024 / MB
-    return out
+    kb = proc_status()
+    return {key: kb[key] * 1024 / MB for key in ("VmHWM", "RssAnon", "RssFile") if key in kb}
 
 
 def stage_copy(src: Path) -> dict:
@@ -129,13 +126,9 @@ def drop_caches() -> bool:
 
 
 def _sample(pid: int, peaks: dict) -> None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("RssAnon", "RssFile"):
-                peaks[key] = max(peaks.get(key, 0.0), int(value.split()[0]) * 1024 / MB)
-    except (OSError, ValueError, IndexError):
-        pass
+    kb = proc_status(pid)
+    for key in ("RssAnon", "RssFile"):
+        peaks[key] = max(peaks.get(key, 0.0), kb.get(key, 0) * 1024 / MB)
 
 
 def spawn(stage: str, work: Path, **options: str) -> dict:

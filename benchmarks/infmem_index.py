@@ -11,22 +11,18 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores
-from benchmarks.harness.runner import run
+from benchmarks.harness.runner import proc_status, run
 
 TITLE = "InfMem's search index"
 QUICK = ["--sizes", "200000"]
 
 
 def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc_status().get("VmRSS", float("nan")) / 1024
 
 
 def words(rng: random.Random, n: int) -> list[str]:

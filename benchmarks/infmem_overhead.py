@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import memagent_engine
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import cores
@@ -44,9 +45,7 @@ def measure(args: argparse.Namespace) -> dict:
     from memagent_cli.core.infmem_loop import raw_chat, run_infmem
     from memagent_cli.ingest.base import Place
     from memagent_cli.ingest.sources import Segment, Source
-    from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import quiet_llama_logs
     from memagent_cli.model.tokenizer import encode_template, load_tokenizer
 
@@ -71,13 +70,7 @@ def measure(args: argparse.Namespace) -> dict:
     config = AgentConfig.with_protocol("infmem", chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=8)
     n_ctx = 16384
     # no drafts: the bare loop has none, and this model's one repeated token makes them nearly free
-    engine = LlamaEngine(
-        info,
-        tokenizer,
-        ChatFormat.from_gguf(info),
-        n_ctx=n_ctx,
-        options=EmbeddedOptions(gpu_layers=0, threads=1, speculate=False),
-    )
+    engine, _ = memagent_engine(model, n_ctx, threads=1, speculate=False)
     # the engine's own thread counts: it reads prompts on every core where asked for one thread to generate
     llm = llama_cpp.Llama(
         model_path=str(model), n_ctx=n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False

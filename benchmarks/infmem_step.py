@@ -16,6 +16,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from benchmarks.harness import shapes
+from benchmarks.harness.engines import memagent_engine
 from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
 from benchmarks.harness.registry import Row, Target
 
@@ -64,24 +65,6 @@ def infmem_prompts(tok, memory_tokens: int) -> list:
         ),
     )
     return [planner, write]
-
-
-def engine(model: Path, n_ctx: int, gpu: bool, threads: int | None):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok = load_tokenizer(info)
-    eng = LlamaEngine(
-        info,
-        tok,
-        ChatFormat.from_gguf(info),
-        n_ctx=n_ctx,
-        options=EmbeddedOptions(gpu_layers=-1 if gpu else 0, threads=threads, speculate=False, batch=False),
-    )
-    return eng, tok
 
 
 def memagent_infmem(eng, prompts: list, budget: int) -> dict:
@@ -199,7 +182,8 @@ def measure(args: argparse.Namespace) -> dict:
 
     budget = args.memory_tokens
     n_ctx = 12288  # the write's prompt (about 8,300 tokens) and both stages' 2,048
-    four, tok4 = engine(models["qwen3-4b"], n_ctx, args.gpu, args.threads)
+    options = {"gpu_layers": -1 if args.gpu else 0, "threads": args.threads, "speculate": False, "batch": False}
+    four, tok4 = memagent_engine(models["qwen3-4b"], n_ctx, **options)
     prompts = infmem_prompts(tok4, budget)
     llm = llama_cpp.Llama(
         model_path=str(models["qwen3-4b"]),
@@ -222,7 +206,7 @@ def measure(args: argparse.Namespace) -> dict:
     four.close()
     del llm
 
-    seven, tok7 = engine(models["qwen2.5-7b"], 8192, args.gpu, args.threads)
+    seven, tok7 = memagent_engine(models["qwen2.5-7b"], 8192, **options)
     log(f"MemAgent step at Qwen2.5-7B's shapes on {seven.description}")
     steps7 = []
     for r in range(args.repeat):

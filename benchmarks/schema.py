@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import memagent_engine
 from benchmarks.harness.fixtures import DATA, shared_code, smollm2
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores
@@ -24,18 +25,6 @@ TITLE = "answers as data (`--schema`)"
 QUICK = ["--prompts", "2", "--skip-smollm2"]
 MODEL = DATA / "schema.gguf"
 FIELDS = "code_word, found bool"
-
-
-def engine(path: Path):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(path)
-    return LlamaEngine(
-        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=2048, options=EmbeddedOptions(gpu_layers=0, threads=1)
-    )
 
 
 def per_token(eng, prompt: str, json_schema: str | None) -> tuple[float, int, str]:
@@ -59,7 +48,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
 
     schema = parse_schema(FIELDS)
     config = AgentConfig(answer_schema=schema.to_config())
-    eng = engine(model)
+    eng, _ = memagent_engine(model, 2048, threads=1)
     rng = random.Random(5)
     free, bound, free_tokens, bound_tokens = [], [], [], []
     try:

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
-    engines = {s: memagent_engine(model, s, n_ctx, GPU_LAYERS)[0] for s in (False, True)}
+    engines = {s: memagent_engine(model, n_ctx, speculate=s, gpu_layers=GPU_LAYERS)[0] for s in (False, True)}
     runs: dict[bool, list[dict]] = {False: [], True: []}
     policy = engines[True].draft_policy
     try:
@@ -251,7 +251,7 @@ def copying(repeat: int) -> dict:
 
 def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict:
     model = smollm2()
-    _, tok = memagent_engine(model, False, 512)
+    _, tok = memagent_engine(model, 512, speculate=False)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     chunks = [
         tok.decode_bytes(ids[i : i + chunk_tokens]).decode("utf-8", "replace")

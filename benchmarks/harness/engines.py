@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 
-def memagent_engine(model: Path, speculate: bool, n_ctx: int, gpu_layers: int = 0):
-    """memagent's LlamaEngine over `model` as `ask` builds it, and its tokenizer."""
+def memagent_engine(model: Path, n_ctx: int, **options):
+    """memagent's LlamaEngine over `model` as `ask` builds it, with `options` as the flags give them
+    (EmbeddedOptions: gpu_layers, threads, speculate, batch; on the CPU unless gpu_layers says),
+    and its tokenizer."""
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
@@ -20,9 +22,8 @@ def memagent_engine(model: Path, speculate: bool, n_ctx: int, gpu_layers: int = 
 
     info = read_gguf(model)
     tok = load_tokenizer(info)
-    return LlamaEngine(
-        info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=speculate)
-    ), tok
+    options = {"gpu_layers": 0, **options}
+    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(**options)), tok
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:

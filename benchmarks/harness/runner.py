@@ -37,15 +37,21 @@ class Run:
         return json.loads(self.stdout)
 
 
-def vmhwm_mb(pid: int) -> float | None:
-    """A live process's peak resident memory so far (MB), or None where /proc does not say."""
+def proc_status(pid: int | str = "self") -> dict[str, int]:
+    """A live process's memory figures in kB (VmHWM, VmRSS, RssAnon, RssFile, …) from
+    /proc/PID/status; empty where /proc does not say (the process has ended, or not Linux)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = (line.split(":", 1) for line in lines if line.endswith(" kB"))
+    return {key: int(value.split()[0]) for key, value in fields}
+
+
+def vmhwm_mb(pid: int | str = "self") -> float | None:
+    """A live process's peak resident memory so far (MB), or None where /proc does not say."""
+    peak = proc_status(pid).get("VmHWM")
+    return None if peak is None else peak / 1024
 
 
 def run(

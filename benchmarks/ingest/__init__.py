@@ -21,49 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness.fixtures import REPO, VOCAB
+from benchmarks.harness.runner import vmhwm_mb
 from benchmarks.harness.timing import race as race_sides
-from benchmarks.ingest.bare import (
-    bare_docx,
-    bare_eml,
-    bare_epub,
-    bare_feed,
-    bare_html,
-    bare_ipynb,
-    bare_odp,
-    bare_ods,
-    bare_odt,
-    bare_pdf,
-    bare_pptx,
-    bare_rtf,
-    bare_txt,
-    bare_xls,
-    bare_xlsx,
-)
-from benchmarks.ingest.files import (
-    make_docx,
-    make_eml,
-    make_epub,
-    make_feed,
-    make_html,
-    make_ipynb,
-    make_odp,
-    make_ods,
-    make_odt,
-    make_pdf,
-    make_pptx,
-    make_rtf,
-    make_txt_cp932,
-    make_xls,
-    make_xlsx,
-    paragraph,
-    sentence,
-    title,
-)
+from benchmarks.ingest import bare as loops
+from benchmarks.ingest import files as docs
 from benchmarks.ingest.page import TARGET, rows, section
 
 TITLE = "reading documents"
 QUICK = ["--small", "--repeat", "3"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "TARGET", "title"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "TARGET"]
 PARTS = ("speed", "memory", "ocr", "tokens")
 
 
@@ -79,21 +45,21 @@ def memagent_text(path: Path) -> str:
 # (name, file ending, maker, bare loop, what the bare loop is, size full, size quick). Sizes put a
 # read at about half a second on this machine.
 FORMATS: list[tuple[str, str, Callable[[Path, int], None], Callable[[Path], str], str, int, int]] = [
-    ("docx", ".docx", make_docx, bare_docx, "python-docx: paragraphs, then tables' cells", 300, 100),
-    ("pptx", ".pptx", make_pptx, bare_pptx, "python-pptx: shapes' text frames and tables, notes", 300, 100),
-    ("xlsx", ".xlsx", make_xlsx, bare_xlsx, "openpyxl read_only iter_rows(values_only=True)", 3000, 1000),
-    ("xls", ".xls", make_xls, bare_xls, "xlrd open_workbook, row_values", 16000, 5000),
-    ("ods", ".ods", make_ods, bare_ods, "odfpy load, teletype.extractText per cell", 1000, 350),
-    ("odt", ".odt", make_odt, bare_odt, "odfpy load, teletype.extractText per block", 700, 250),
-    ("odp", ".odp", make_odp, bare_odp, "odfpy load, teletype.extractText per page", 1200, 400),
-    ("epub", ".epub", make_epub, bare_epub, "ebooklib read_epub, lxml text_content per spine item", 600, 200),
-    ("html", ".html", make_html, bare_html, "trafilatura.extract", 400, 130),
-    ("feed (rss)", ".rss", make_feed, bare_feed, "feedparser.parse, title and summary", 800, 270),
-    ("eml", ".eml", make_eml, bare_eml, "email BytesParser, get_body, text attachments", 8000, 2700),
-    ("ipynb", ".ipynb", make_ipynb, bare_ipynb, "json, sources and text outputs", 8000, 2700),
-    ("rtf", ".rtf", make_rtf, bare_rtf, "striprtf rtf_to_text", 1500, 500),
-    ("txt (cp932)", ".txt", make_txt_cp932, bare_txt, "bytes.decode('cp932'), the encoding known", 300000, 100000),
-    ("pdf", ".pdf", make_pdf, bare_pdf, "pypdf extract_text per page", 100, 35),
+    ("docx", ".docx", docs.make_docx, loops.bare_docx, "python-docx: paragraphs, then tables' cells", 300, 100),
+    ("pptx", ".pptx", docs.make_pptx, loops.bare_pptx, "python-pptx: shapes' text frames and tables, notes", 300, 100),
+    ("xlsx", ".xlsx", docs.make_xlsx, loops.bare_xlsx, "openpyxl read_only iter_rows(values_only=True)", 3000, 1000),
+    ("xls", ".xls", docs.make_xls, loops.bare_xls, "xlrd open_workbook, row_values", 16000, 5000),
+    ("ods", ".ods", docs.make_ods, loops.bare_ods, "odfpy load, teletype.extractText per cell", 1000, 350),
+    ("odt", ".odt", docs.make_odt, loops.bare_odt, "odfpy load, teletype.extractText per block", 700, 250),
+    ("odp", ".odp", docs.make_odp, loops.bare_odp, "odfpy load, teletype.extractText per page", 1200, 400),
+    ("epub", ".epub", docs.make_epub, loops.bare_epub, "ebooklib read_epub, lxml text_content per spine item", 600, 200),
+    ("html", ".html", docs.make_html, loops.bare_html, "trafilatura.extract", 400, 130),
+    ("feed (rss)", ".rss", docs.make_feed, loops.bare_feed, "feedparser.parse, title and summary", 800, 270),
+    ("eml", ".eml", docs.make_eml, loops.bare_eml, "email BytesParser, get_body, text attachments", 8000, 2700),
+    ("ipynb", ".ipynb", docs.make_ipynb, loops.bare_ipynb, "json, sources and text outputs", 8000, 2700),
+    ("rtf", ".rtf", docs.make_rtf, loops.bare_rtf, "striprtf rtf_to_text", 1500, 500),
+    ("txt (cp932)", ".txt", docs.make_txt_cp932, loops.bare_txt, "bytes.decode('cp932'), the encoding known", 300000, 100000),
+    ("pdf", ".pdf", docs.make_pdf, loops.bare_pdf, "pypdf extract_text per page", 100, 35),
 ]
 
 
@@ -172,17 +138,10 @@ def child_main(mode: str, kind: str, path: str) -> None:
             while block := fh.read(1 << 20):
                 chars += len(block)
     elif mode == "bare" and kind == "html":
-        chars = len(bare_html(Path(path)))
+        chars = len(loops.bare_html(Path(path)))
     seconds = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # VmHWM is this process's own peak. ru_maxrss can include the parent's before exec (the
-    # forked copy of its memory counts toward the child's high-water mark).
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    # this process's own peak (VmHWM): ru_maxrss can include the parent's from before exec
+    peak = vmhwm_mb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"peak_mb": round(peak, 1), "seconds": round(seconds, 3), "chars": chars}))
 
 
@@ -199,7 +158,7 @@ def _in_child(mode: str, kind: str, path: Path) -> dict:
 
 def make_text(path: Path, megabytes: int) -> None:
     rng = random.Random(16)
-    block = "\n\n".join(paragraph(rng) for _ in range(2000)).encode()
+    block = "\n\n".join(docs.paragraph(rng) for _ in range(2000)).encode()
     with open(path, "wb") as fh:
         for _ in range(megabytes * 10**6 // len(block) + 1):
             fh.write(block)
@@ -211,7 +170,7 @@ def _large_page(folder: Path, quick: bool) -> tuple[Path, str]:
     if real.exists() and not quick:
         return real, str(real)
     path = folder / "large.html"
-    make_html(path, 400 if quick else 3000)
+    docs.make_html(path, 400 if quick else 3000)
     return path, f"generated ({path.stat().st_size / 1e6:.1f} MB)"
 
 
@@ -220,7 +179,7 @@ def memory(folder: Path, quick: bool) -> list[dict]:
     xlsx = folder / "large.xlsx"
     rows = 20_000 if quick else 120_000
     t = time.perf_counter()
-    make_xlsx(xlsx, rows, sheets=1)
+    docs.make_xlsx(xlsx, rows, sheets=1)
     print(f"large .xlsx: {rows:,} rows written in {time.perf_counter() - t:.1f} s", flush=True)
     files.append(("xlsx", xlsx, f"{rows:,} rows x 8 columns", rows + 1))
     text = folder / "large.txt"
@@ -269,7 +228,7 @@ _SCAN_LINES = 14
 def _page_lines(rng: random.Random) -> list[str]:
     lines = []
     while len(lines) < _SCAN_LINES:
-        text = sentence(rng)
+        text = docs.sentence(rng)
         if len(text) <= 60:
             lines.append(text)
     return lines
@@ -391,13 +350,13 @@ def tokens(folder: Path) -> dict:
     pages = _real_pages()
     if not pages:
         path = folder / "page.html"
-        make_html(path, 60)
+        docs.make_html(path, 60)
         pages = [path]
     rows = []
     for page in pages:
         raw = page.read_bytes().decode("utf-8", "replace")
         ours = memagent_text(page)
-        extracted = bare_html(page)
+        extracted = loops.bare_html(page)
         row: dict = {"page": str(page), "bytes": page.stat().st_size, "memagent_chars": len(ours)}
         for name, count in counters.items():
             n_raw, n_ours, n_extract = count(raw), count(ours), count(extracted)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness.fixtures import REPO
+from benchmarks.harness.runner import proc_status
 from benchmarks.jobs.page import BUDGETS, TOKENIZER
 
 WORDS = (
@@ -127,14 +128,13 @@ def run_cli(
                         with open(f"/proc/{proc.pid}/task/{tid}/stat", encoding="ascii") as f:
                             fields = f.read().rpartition(")")[2].split()
                         cpu[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-                    with open(f"/proc/{proc.pid}/status", encoding="ascii") as f:
-                        info = dict(line.split(":", 1) for line in f if ":" in line)
+                    info = proc_status(proc.pid)
                     if "VmHWM" in info:  # gone once the process has ended
                         # Not os.wait4's ru_maxrss: Linux carries the peak of the memory a process
                         # had before its exec over, here the (v)forked copy of this benchmark.
-                        high[0] = max(high[0], int(info["VmHWM"].split()[0]) / 1024)
+                        high[0] = max(high[0], info["VmHWM"] / 1024)
                         if first:  # before the first result: the start's own peak (the tokenizer)
-                            resident.append(int(info["VmRSS"].split()[0]) / 1024)
+                            resident.append(info["VmRSS"] / 1024)
                 except (OSError, ValueError, IndexError):
                     pass  # a thread (or the process) ended meanwhile
                 if results is not None and not first:

@@ -90,8 +90,6 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
 
     encode, decode = task.tokenizer()
     n = steps * task.CHUNK_TOKENS
@@ -102,14 +100,10 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
             break
         n = int(n * steps * task.CHUNK_TOKENS / len(ids))
     chunks = [decode(ids[k : k + task.CHUNK_TOKENS]) for k in range(0, len(ids), task.CHUNK_TOKENS)]
-    info = read_gguf(STAND_IN)
-    tok = load_tokenizer(info)
-    chat = ChatFormat.from_gguf(info)
+    chat = ChatFormat.from_gguf(read_gguf(STAND_IN))
     variants = {"plain": (False, "memory"), "memory": (True, "memory"), "reply": (True, "reply")}
-    engines = {
-        v: LlamaEngine(info, tok, chat, n_ctx=2048, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=s, batch=False))
-        for v, (s, _) in variants.items()
-    }
+    made = {v: memagent_engine(STAND_IN, 2048, gpu_layers=gpu_layers, speculate=s, batch=False) for v, (s, _) in variants.items()}
+    engines, tok = {v: engine for v, (engine, _) in made.items()}, made["plain"][1]
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     try:
         names = list(variants)

@@ -8,6 +8,8 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import memagent_engine
+from benchmarks.harness.runner import proc_status
 from benchmarks.qwenlong.model import QUESTION, log
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
@@ -135,18 +137,9 @@ def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
 def memory() -> dict:
     """This process's memory (GB): resident in all, anonymous (e.g. repacked weights) and file-backed
     (the mmapped model), and the peak resident."""
-    fields = {}
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-                fields[key] = round(int(value.split()[0]) / 1e6, 2)  # kB
-    return {
-        "rss_gb": fields.get("VmRSS"),
-        "anon_gb": fields.get("RssAnon"),
-        "file_gb": fields.get("RssFile"),
-        "peak_gb": fields.get("VmHWM"),
-    }
+    kb = proc_status()
+    names = {"rss_gb": "VmRSS", "anon_gb": "RssAnon", "file_gb": "RssFile", "peak_gb": "VmHWM"}
+    return {name: round(kb[key] / 1e6, 2) if key in kb else None for name, key in names.items()}
 
 
 def chunk_text(tok, n: int) -> str:
@@ -172,7 +165,6 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import available_cores
     from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -186,9 +178,7 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     out["memory_before_load"] = memory()
     t0 = time.perf_counter()
     # memagent's own choices: threads (one for generation on this 2-core CPU: B7), flash attention
-    engine = LlamaEngine(
-        info, tok, chat, n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=False, batch=False)
-    )
+    engine, _ = memagent_engine(model, n_ctx, gpu_layers=gpu_layers, speculate=False, batch=False)
     out["load_seconds"] = round(time.perf_counter() - t0, 1)
     out["engine"] = engine.description
     out["flash_attn"] = engine.flash_attn
