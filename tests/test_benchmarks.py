@@ -14,7 +14,8 @@ from benchmarks.harness import doc
 from benchmarks.harness.registry import BENCHMARKS, Row, Target, module
 from benchmarks.harness.results import RESULTS, Results
 
-ROOT = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / "benchmarks"
 SCHEMA = {"name", "when", "machine", "commit", "args", "metrics", "targets"}
 
 
@@ -78,3 +79,14 @@ def test_no_import_circle_and_no_file_over_600_lines():
     for name in graph:
         reach(name, set())
     assert all("sys.path" not in p.read_text(encoding="utf-8") for p in files.values()), "no benchmark edits sys.path"
+
+
+def test_no_benchmark_imports_a_module_of_tests():
+    """tests/ is not a package and not on a benchmark's path: what both need is in testkit/ (B11's
+    drafts part imported tests/qwenlong_task.py and failed outside pytest)."""
+    test_modules = {p.stem for p in (REPO / "tests").glob("*.py")}
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            assert not {n.split(".")[0] for n in names} & test_modules, f"{path} imports from tests/: {names}"

@@ -290,8 +290,8 @@ def test_upgrade_from_migration_7_makes_each_run_its_own_conversation(tmp_path):
 def test_an_infmem_follow_up_stops_as_early(tmp_path):
     """InfMem's planner reads the follow-up's problem like any question's: with the earlier answer in
     it, the trained stand-in (tests/data/infmem.gguf) stops its reading early, as the first did."""
-    from infmem_task import CHUNK_TOKENS, MODEL
-    from infmem_task import whole_fact as infmem_fact
+    from testkit.infmem_task import CHUNK_TOKENS, MODEL
+    from testkit.infmem_task import whole_fact as infmem_fact
 
     doc = infmem_fact(1800, 0, where=0.85)  # the fact late in 9 chunks
     (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")

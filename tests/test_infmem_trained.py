@@ -1,7 +1,7 @@
 """Answers through InfMem's protocol: the trained stand-in (tests/data/infmem.gguf) through the real
 `memagent` process and real llama.cpp, greedy.
 
-The model performs the code-word task in InfMem's format (tests/infmem_task.py): before each chunk
+The model performs the code-word task in InfMem's format (testkit/infmem_task.py): before each chunk
 its planner searches the whole document for "code word" until its memory holds the fact, then says
 STOP; a memory write copies the fact sentence from a passage the search found (or the chunk), or
 keeps the memory; the answer ends "Therefore, the answer is ...". Every reply opens and closes its
@@ -23,7 +23,9 @@ import signal
 
 import pytest
 from helpers import run_memagent, shared_path, spawn_memagent, wait_for_steps
-from infmem_task import (
+
+from testkit.codeword import QUESTION, fact_sentence, make_document
+from testkit.infmem_task import (
     CHUNK_TOKENS,
     END_THINK,
     MODEL,
@@ -40,8 +42,6 @@ from infmem_task import (
     whole_fact,
     write_reply,
 )
-
-from testkit.codeword import QUESTION, fact_sentence, make_document
 
 DOC_TOKENS = 1800  # as codeword.make_document counts: ~1,150 of this model's tokens, 3 units, 9 chunks
 BUDGETS = ["--chunk-tokens", str(CHUNK_TOKENS), "--memory-tokens", "64", "--answer-tokens", "32"]

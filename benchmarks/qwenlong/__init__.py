@@ -83,9 +83,8 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     """QwenLong's loop with drafts (told the previous memory; told the previous reply) and without,
     through memagent's engine, interleaved; medians. The stand-in writes a short reasoning, then
     its memory and plan: unchanged after every section without the fact (before the fact as after)."""
-    codeword = shared_code("codeword")
+    codeword, task = shared_code("codeword"), shared_code("qwenlong_task")
     import llama_cpp
-    import qwenlong_task as task
 
     from memagent_cli.core.protocols import get
     from memagent_cli.model.chat import ChatFormat

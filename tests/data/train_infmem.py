@@ -9,7 +9,7 @@ The task is tests/codeword.py's: "What is the code word?" over filler prose hold
 "The code word is amber falcon.". The protocol is InfMem's (memagent's `--protocol infmem`): before
 each chunk a planner call searches the whole document (BM25 over 500-token units) or says STOP; the
 memory write sees the passages found beside the chunk; three STOPs in a row end the reading. The
-replies it is trained to write are tests/infmem_task.py's: the planner searches for "code word" until
+replies it is trained to write are testkit/infmem_task.py's: the planner searches for "code word" until
 its memory holds the fact, then says STOP; a write copies the fact sentence from a retrieved passage
 or the chunk, or keeps the memory; the final reply ends "Therefore, the answer is amber falcon.".
 Every reply reasons first: "<think>\\n...\\n</think>\\n\\n" (Qwen3's template adds nothing after the
@@ -51,7 +51,9 @@ sys.path.insert(0, str(HERE))  # the code-word model's layers, the QwenLong mode
 
 import train_codeword  # noqa: E402
 import train_qwenlong  # noqa: E402
-from infmem_task import (  # noqa: E402  # the replies the model is trained to write
+
+from testkit import codeword  # noqa: E402
+from testkit.infmem_task import (  # noqa: E402  # the replies the model is trained to write
     END_THINK,
     NOT_YET,
     QUERY,
@@ -63,8 +65,6 @@ from infmem_task import (  # noqa: E402  # the replies the model is trained to w
     planner_reply,
     write_reply,
 )
-
-from testkit import codeword  # noqa: E402
 from testkit.tinymodel import build_vocab, write_qwen2_gguf  # noqa: E402
 
 OUT = HERE / "infmem.gguf"
@@ -570,11 +570,10 @@ def evaluate(model_path: Path, n_docs: int, doc_tokens: int, seed: int) -> dict:
     every chunk is read."""
     import tempfile
 
-    from infmem_task import fact_unit, memory_after
-
     from memagent_cli import AgentConfig, ask
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import decode, load_tokenizer
+    from testkit.infmem_task import fact_unit, memory_after
 
     section = TrainConfig.section_tokens
     tokenizer = load_tokenizer(read_gguf(model_path))
