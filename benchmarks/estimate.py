@@ -17,7 +17,7 @@ from pathlib import Path
 from benchmarks.harness.engines import Bare
 from benchmarks.harness.fixtures import CODEWORD_MODEL as CODEWORD
 from benchmarks.harness.fixtures import REAL_PDFS as PDFS
-from benchmarks.harness.fixtures import real_prose, smollm2
+from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import machine
 from benchmarks.harness.runner import memagent as memagent_run
@@ -178,11 +178,9 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
     with every core: the fastest of `repeat` tries (other work on the machine only ever slows one)."""
     import llama_cpp
 
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(read_gguf(model))
+    tok = gguf_tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)
     while len(ids) < max(sizes):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from benchmarks.harness.drafts import SAME_DISTRIBUTION, policy_cell, policy_record
 from benchmarks.harness.engines import Bare, memagent_engine, run_loop
-from benchmarks.harness.fixtures import CODEWORD_MODEL, real_prose, shared_code, smollm2
+from benchmarks.harness.fixtures import CODEWORD_MODEL, gguf_chat, real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
 
 TITLE = "speculative memory rewrites (`--speculate`)"
@@ -94,13 +94,9 @@ def exactness(model: Path, question: str, chunks: list[str], memory_tokens: int,
     import numpy as np
 
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt, next_memory
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = gguf_chat(model)
     plain, fast = texts["plain"], texts["speculate"]
     prompts, memory = [], INITIAL_MEMORY
     for chunk, text in zip(chunks, plain):  # the memories carried; the same in both runs up to their first difference

@@ -12,7 +12,7 @@ import statistics
 import time
 
 from benchmarks.harness.engines import Bare
-from benchmarks.harness.fixtures import real_prose, smollm2
+from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores as available
 
@@ -96,11 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = gguf_tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)[: args.context]
     cores = available()

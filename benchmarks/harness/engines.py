@@ -10,11 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness.fixtures import gguf_chat
 
-def memagent_engine(model: Path, n_ctx: int, **options):
-    """memagent's LlamaEngine over `model` as `ask` builds it, with `options` as the flags give them
-    (EmbeddedOptions: gpu_layers, threads, speculate, batch; on the CPU unless gpu_layers says),
-    and its tokenizer."""
+
+def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
+    """memagent's LlamaEngine over `model` as `ask` builds it, `sequences` in one context, with
+    `options` as the flags give them (EmbeddedOptions: gpu_layers, threads, speculate, batch; on the
+    CPU unless gpu_layers says), and its tokenizer."""
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
@@ -23,7 +25,8 @@ def memagent_engine(model: Path, n_ctx: int, **options):
     info = read_gguf(model)
     tok = load_tokenizer(info)
     options = {"gpu_layers": 0, **options}
-    return LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(**options)), tok
+    chat = ChatFormat.from_gguf(info)
+    return LlamaEngine(info, tok, chat, n_ctx=n_ctx, sequences=sequences, options=EmbeddedOptions(**options)), tok
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
@@ -171,13 +174,7 @@ def engine_vs_bare(
     second are its own count over its own time."""
     import llama_cpp
 
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = gguf_chat(model)
     messages = messages[: max(counts)]
     prompts = [chat.encode(tok, m) for m in messages]
     n_ctx = max(len(p) for p in prompts) + gen + 16
@@ -190,14 +187,8 @@ def engine_vs_bare(
         "repeat": repeat,
     }
     for n in counts:
-        engine = LlamaEngine(
-            info,
-            tok,
-            chat,
-            n_ctx=n_ctx,
-            sequences=n,
-            options=EmbeddedOptions(gpu_layers=gpu_layers, threads=threads, flash_attn=flash_attn, speculate=False, batch=n > 1),
-        )
+        options = {"gpu_layers": gpu_layers, "threads": threads, "flash_attn": flash_attn, "speculate": False, "batch": n > 1}
+        engine, _ = memagent_engine(model, n_ctx, n, **options)
         assert engine.sequences == n, engine.description
         # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
         n_batch = min(2048, n_ctx) if n == 1 else 512

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, VOCAB
+from benchmarks.harness.fixtures import REPO, VOCAB, gguf_tokenizer
 from benchmarks.harness.runner import vmhwm_mb
 from benchmarks.harness.timing import race as race_sides
 from benchmarks.ingest import bare as loops
@@ -337,10 +337,7 @@ def _tokenizers() -> dict[str, Callable[[str], int]]:
     except Exception as exc:  # tiktoken downloads its data on first use: offline, there is none
         print(f"tiktoken cl100k_base not available ({type(exc).__name__}: its data is not cached and this machine is offline)")
     if VOCAB.exists():
-        from memagent_cli.model.gguf import read_gguf
-        from memagent_cli.model.tokenizer import load_tokenizer
-
-        qwen = load_tokenizer(read_gguf(str(VOCAB)))
+        qwen = gguf_tokenizer(str(VOCAB))
         counters["qwen2"] = lambda text: len(qwen.encode(text))
     return counters
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness.fixtures import REPO, real_prose, smollm2
+from benchmarks.harness.fixtures import REPO, gguf_tokenizer, real_prose, smollm2
 from benchmarks.jobs.page import ANSWER, BUDGETS, CHUNK, MEMORY, TOKENIZER, mark, rows, section
 from benchmarks.jobs.served import (
     ANSWER_TEXT,
@@ -68,11 +68,9 @@ PARTS = ("embedded", "scale", "rss", "loss")
 
 def embedded(work: Path, documents: int = 4, chunk: int = 500, steps: int = 3, memory: int = 64) -> dict[str, Any]:
     """Batched --each against one run after another, on this machine's CPU (or a lent GPU)."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = gguf_tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "multilang.pdf"))
     size = chunk * steps
     if len(ids) < size * documents:

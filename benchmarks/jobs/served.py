@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness.fixtures import REPO
+from benchmarks.harness.fixtures import REPO, gguf_tokenizer
 from benchmarks.harness.runner import proc_status
 from benchmarks.jobs.page import BUDGETS, TOKENIZER
 
@@ -185,10 +185,8 @@ def run_cli(
 
 
 def tokenizer() -> Any:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    return load_tokenizer(read_gguf(REPO / TOKENIZER))
+    return gguf_tokenizer(REPO / TOKENIZER)
 
 
 def context(tok: Any, n: int, tokens: int) -> str:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.engines import Bare, memagent_engine
+from benchmarks.harness.fixtures import gguf_chat, prose_of_tokens
 from benchmarks.harness.runner import proc_status
 from benchmarks.qwenlong.model import QUESTION, log
 
@@ -104,36 +105,16 @@ def memory() -> dict:
     return {name: round(kb[key] / 1e6, 2) if key in kb else None for name, key in names.items()}
 
 
-def chunk_text(tok, n: int) -> str:
-    """Prose of exactly `n` tokens or just under (B4's document: helpers.words)."""
-    from helpers import words
-
-    k = n
-    while True:
-        ids = tok.encode(words(k, seed=7))
-        if len(ids) >= n:
-            break
-        k = int(k * 1.3)
-    text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
-    while len(tok.encode(text)) > n:  # a cut token may re-encode as more
-        text = text[:-1].strip()
-    return text
-
-
 def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int, warm: int = 0, wide: int = 0) -> dict:
     """One QwenLong memory step (the first: "No previous memory"), memagent against bare, `repeat`
     rounds; then `warm` rounds of generation alone (out["warm"]) and `wide` rounds of decodes
     of each width (out["widths"]); see the module's docstring."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = gguf_chat(model)
     qwenlong = get("qwenlong")
-    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, chunk_text(tok, chunk))
+    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, prose_of_tokens(tok, chunk))
     prompt = chat.encode(tok, message)
     n_ctx = len(prompt) + gen + 64
     out: dict = {"chunk_tokens": chunk, "prompt_tokens": len(prompt), "generated_tokens": gen}
