@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness.fixtures import REPO, gguf_tokenizer, real_prose, smollm2
-from benchmarks.jobs.page import ANSWER, BUDGETS, CHUNK, MEMORY, TOKENIZER, mark, rows, section
+from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
+from benchmarks.jobs.page import CHUNK, MEMORY, rows, section
 from benchmarks.jobs.served import (
     ANSWER_TEXT,
     SERVED_QUESTION,
-    Measured,
     Servers,
-    chain_keys,
     checked,
     context,
     environment,
@@ -43,21 +41,7 @@ from benchmarks.jobs.served import (
 
 TITLE = "many runs at once (`ask --each`, `batch`)"
 QUICK = ["--only", "loss"]  # about a minute; embedded takes twelve
-__all__ = [
-    "TITLE",
-    "QUICK",
-    "add_arguments",
-    "measure",
-    "rows",
-    "section",
-    "ANSWER",
-    "mark",
-    "REPO",
-    "BUDGETS",
-    "TOKENIZER",
-    "Measured",
-    "chain_keys",
-]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 QUESTION = "What is this document about?"
 PARTS = ("embedded", "scale", "rss", "loss")
 

@@ -27,7 +27,7 @@ from benchmarks.qwenlong.step import projected_ratio, step_vs_bare
 
 TITLE = "QwenLong-L1.5-30B-A3B's shapes"
 QUICK = ["--parts", "drafts", "--repeat", "1"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "memagent_engine", "projected_ratio"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "projected_ratio"]
 
 
 # --- drafts for memory plus plan: the trained stand-in ----------------------------------------------
