@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import memagent_engine
+from benchmarks.harness.engines import greedy_text, memagent_engine
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import cores
@@ -77,12 +77,7 @@ def measure(args: argparse.Namespace) -> dict:
     )
 
     def generate(prompt_ids: list[int], budget: int) -> str:
-        out = []
-        for token in llm.generate(prompt_ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-            if llm.token_eos() == token or len(out) >= budget:
-                break
-            out.append(token)
-        return tokenizer.decode_bytes(out).decode("utf-8", errors="replace")
+        return greedy_text(llm, tokenizer, prompt_ids, budget)
 
     def think(prompt, budget: int) -> str:
         first = generate(encode_template(tokenizer, prompt.pieces), infmem.THINKING_TOKENS)

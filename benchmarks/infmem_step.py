@@ -16,8 +16,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from benchmarks.harness import shapes
-from benchmarks.harness.engines import memagent_engine
-from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
+from benchmarks.harness.engines import greedy_text, memagent_engine
+from benchmarks.harness.fixtures import QWEN25_VOCAB, prose_of_tokens
 from benchmarks.harness.registry import Row, Target
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
@@ -34,34 +34,21 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def prose(tok, n: int, seed: int) -> str:
-    """Prose of `n` tokens or just under."""
-    words = shared_code("texts").words
-
-    k = n
-    while len(ids := tok.encode(words(k, seed=seed))) < n:
-        k = int(k * 1.3)
-    text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
-    while len(tok.encode(text)) > n:  # a cut token may re-encode as more
-        text = text[:-1].strip()
-    return text
-
-
 def infmem_prompts(tok, memory_tokens: int) -> list:
     """The step's two prompts (RawPrompt), as core/infmem_loop renders them."""
     from memagent_cli.core import infmem
     from memagent_cli.core.infmem_loop import raw_chat
 
-    memory = prose(tok, memory_tokens, seed=11)
+    memory = prose_of_tokens(tok, memory_tokens, seed=11)
     history = infmem.history_text(100, 200, [("old mill", 8), ("committee decision", 8), ("vote on the mill", 8)])
     planner = raw_chat(
         infmem.TOOL_SYSTEM, infmem.PLANNER_PROMPT.format(prompt=QUESTION, retrieval_history=history, memory=memory)
     )
-    units = [prose(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
+    units = [prose_of_tokens(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
     write = raw_chat(
         None,
         infmem.MEMORY_PROMPT.format(
-            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=prose(tok, CHUNK, seed=7), memory=memory
+            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=prose_of_tokens(tok, CHUNK, seed=7), memory=memory
         ),
     )
     return [planner, write]
@@ -102,12 +89,7 @@ def bare_infmem(llm, tok, prompts: list, budget: int) -> dict:
     from memagent_cli.model.tokenizer import encode_template
 
     def generate(ids: list[int], tokens: int) -> str:
-        out: list[int] = []
-        for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-            if llm.token_eos() == token or len(out) >= tokens:
-                break
-            out.append(token)
-        return tok.decode_bytes(out).decode("utf-8", errors="replace")
+        return greedy_text(llm, tok, ids, tokens)
 
     t0 = time.perf_counter()
     generated = 0
@@ -124,7 +106,7 @@ def memagent_step(eng, tok, memory_tokens: int) -> dict:
     from memagent_cli.model.engine import CompletionDone, Sampling
 
     memagent = get("memagent")
-    message = memagent.memory_prompt(QUESTION, prose(tok, memory_tokens, seed=11), prose(tok, CHUNK, seed=7))
+    message = memagent.memory_prompt(QUESTION, prose_of_tokens(tok, memory_tokens, seed=11), prose_of_tokens(tok, CHUNK, seed=7))
     t0 = time.perf_counter()
     done = None
     for item in eng.complete(message, memory_tokens, Sampling(temperature=0.0)):

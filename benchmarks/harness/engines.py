@@ -29,6 +29,17 @@ def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
     return LlamaEngine(info, tok, chat, n_ctx=n_ctx, sequences=sequences, options=EmbeddedOptions(**options)), tok
 
 
+def greedy_text(llm, tok, ids: list[int], budget: int) -> str:
+    """llama-cpp-python's own generate loop over `ids`, greedy, to an end of generation or `budget`
+    tokens (its prefix reuse as it does it): the bare side where a comparison takes that loop."""
+    out: list[int] = []
+    for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+        if llm.token_eos() == token or len(out) >= budget:
+            break
+        out.append(token)
+    return tok.decode_bytes(out).decode("utf-8", errors="replace")
+
+
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
     """A protocol's memory updates; per step its generation and whole seconds, and the texts. The
     drafts are told `told`: "memory" (the previous memory, as memagent's loop tells it, the

@@ -67,15 +67,12 @@ def gguf_chat(model: Path | str):
     return load_tokenizer(info), ChatFormat.from_gguf(info)
 
 
-def prose_of_tokens(tok, n: int) -> str:
-    """Plain prose (testkit.texts.words, seed 7) of exactly `n` tokens of `tok`, or just under: one
-    memory step's chunk (B4, B11)."""
+def prose_of_tokens(tok, n: int, seed: int = 7) -> str:
+    """Plain prose (testkit.texts.words) of exactly `n` tokens of `tok`, or just under: one memory
+    step's chunk (B4, B11), a memory or a unit (B17)."""
     words = shared_code("texts").words
     k = n
-    while True:
-        ids = tok.encode(words(k, seed=7))
-        if len(ids) >= n:
-            break
+    while len(ids := tok.encode(words(k, seed=seed))) < n:
         k = int(k * 1.3)
     text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
     while len(tok.encode(text)) > n:  # a cut token may re-encode as more
