@@ -37,6 +37,18 @@ def machine() -> str:
     return f"{platform.machine()}, Python {platform.python_version()}, {cores()} cores"
 
 
+def device(gpu: bool) -> str:
+    """Where a run ran: the GPU as nvidia-smi names it (name, memory, driver; "no NVIDIA GPU" where
+    there is none), or this CPU and its cores."""
+    if not gpu:
+        return f"this CPU ({cores()} cores)"
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    try:
+        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no NVIDIA GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "no NVIDIA GPU"
+
+
 def commit() -> str | None:
     """The checkout's commit, with "+changes" when the working tree differs from it."""
     try:

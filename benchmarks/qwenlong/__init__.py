@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks.harness.engines import memagent_engine, run_loop
 from benchmarks.harness.fixtures import shared_code
-from benchmarks.harness.results import load
+from benchmarks.harness.results import device, load
 from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, log, model_record
 from benchmarks.qwenlong.page import rows, section
 from benchmarks.qwenlong.step import projected_ratio, step_vs_bare
@@ -169,20 +169,6 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
 # --- the run -----------------------------------------------------------------------------------------
 
 
-def device_name(gpu: bool) -> str:
-    import subprocess
-
-    from memagent_cli.model.runtime import available_cores
-
-    if not gpu:
-        return f"this CPU ({available_cores()} cores)"
-    try:
-        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no NVIDIA GPU"
-    except (OSError, subprocess.TimeoutExpired):
-        return "no NVIDIA GPU"
-
-
 def machine_gb() -> float:
     """This machine's physical memory (GB)."""
     with open("/proc/meminfo", encoding="ascii") as f:
@@ -220,7 +206,7 @@ def measure(args: argparse.Namespace) -> dict:
     # Should memory run out, this process is the one the kernel ends, not other work on the machine.
     Path("/proc/self/oom_score_adj").write_text("1000")
     t0 = time.perf_counter()
-    results: dict = {"device": device_name(args.gpu), "memory_gb": machine_gb()}
+    results: dict = {"device": device(args.gpu), "memory_gb": machine_gb()}
     cold, warm = args.repeat if "step" in parts else 0, args.warm if "generation" in parts else 0
     wide = args.warm if "widths" in parts else 0
     if args.layers != REAL_LAYERS and (warm or wide or "drafts" in parts):
