@@ -208,12 +208,8 @@ def decode_times(model: Path, n: int, widths: tuple[int, ...], repeat: int, call
     seconds: dict[int, list[float]] = {}
     for _ in range(repeat):
         for w in widths:
-            t = time.perf_counter()
-            for _ in range(calls):
-                llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
-                bare.decode([(7 + k, n + k, 0, True) for k in range(w)])
-                bare.sync()
-            seconds.setdefault(w, []).append((time.perf_counter() - t) / calls)
+            spent = sum(bare.decode_width(n, [7 + k for k in range(w)]) for _ in range(calls))
+            seconds.setdefault(w, []).append(spent / calls)
             if policy is not None:
                 policy.observe(w, seconds[w][-1])
     bare.close()

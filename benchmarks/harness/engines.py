@@ -134,6 +134,17 @@ class Bare:
             last = start + len(part) == len(ids)
             self.decode([(t, start + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)])
 
+    def decode_width(self, n_prompt: int, tokens: list[int]) -> float:
+        """Seconds for one llama_decode of `tokens` after the prompt in the cache, logits for each
+        (as a check of drafted tokens needs); the cache is cut back to the prompt first."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, n_prompt, -1)
+        t0 = time.perf_counter()
+        self.decode([(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
+        self.sync()
+        return time.perf_counter() - t0
+
     def sample(self, index: int) -> int:
         import llama_cpp
 

@@ -47,17 +47,6 @@ class SharedBare(Bare):
         ids = self._reply(len(prompt), gen)
         return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "generated": len(ids)}
 
-    def decode_width(self, n_prompt: int, tokens: list[int]) -> float:
-        """Seconds for one llama_decode of `tokens` after the prompt in the cache, logits for each
-        (as a check of drafted tokens needs); the cache is cut back to the prompt first."""
-        import llama_cpp
-
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, n_prompt, -1)
-        t0 = time.perf_counter()
-        self.decode([(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
-        self.sync()
-        return time.perf_counter() - t0
-
     def _reply(self, n_prompt: int, gen: int) -> list[int]:
         """Greedy tokens from the last decode's logits on, one llama_decode each."""
         import llama_cpp
