@@ -163,14 +163,10 @@ def compare(models: list[str], again: bool, wait: float, chosen: list[int]) -> l
 
 
 def _fit(xs: list[list[float]], ys: list[float]) -> list[float]:
-    """Least squares without numpy's help: the normal equations of a 2-parameter fit."""
-    a11 = sum(x[0] * x[0] for x in xs)
-    a12 = sum(x[0] * x[1] for x in xs)
-    a22 = sum(x[1] * x[1] for x in xs)
-    b1 = sum(x[0] * y for x, y in zip(xs, ys))
-    b2 = sum(x[1] * y for x, y in zip(xs, ys))
-    det = a11 * a22 - a12 * a12
-    return [(b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det]
+    """A least-squares fit of ys to the columns of xs (numpy's)."""
+    import numpy as np
+
+    return [float(v) for v in np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)[0]]
 
 
 def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dict:
