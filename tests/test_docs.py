@@ -1,6 +1,9 @@
 """The README's promises that a machine can check."""
 
+import os
 import re
+import subprocess
+import sys
 
 from helpers import REPO
 
@@ -54,3 +57,21 @@ def test_json_md_shows_the_job_line_schema_batch_checks():
     section = page[page.index("## `memagent batch`") :]
     shown = re.search(r"\n\n((?:    .*\n)+)", section)  # the indented block
     assert shown is not None and json.loads(shown.group(1)) == JOB_LINE
+
+
+def test_the_live_view_picture_is_made_by_its_script(tmp_path):
+    """docs/make_live_view.py, which made the README's picture, still runs: the trained code-word
+    model reads its PDF, and the picture shows the step that found the code word and the answer."""
+    out = tmp_path / "live.svg"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "make_live_view.py"), "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    word = re.search(r"found '([a-z]+ [a-z]+)'", done.stdout).group(1)
+    svg = out.read_text(encoding="utf-8").replace("&#160;", " ")
+    assert f"The code word is {word}." in svg and f"boxed{{{word}}}" in svg
