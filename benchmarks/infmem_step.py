@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -19,6 +18,7 @@ from benchmarks.harness import shapes
 from benchmarks.harness.engines import greedy_text, memagent_engine
 from benchmarks.harness.fixtures import QWEN25_VOCAB, prose_of_tokens
 from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.results import log
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
 QUICK = ["--layers", "2", "--repeat", "1", "--memory-tokens", "32"]
@@ -28,10 +28,6 @@ QUESTION = "What did the committee decide about the old mill?"
 CHUNK, UNIT, MEMORY = 5000, 500, 1024
 DOCUMENT = 1_000_000
 STOPS = (0.10, 0.25, 1.0)
-
-
-def log(*a: object) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def infmem_prompts(tok, memory_tokens: int) -> list:

@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, log
 from benchmarks.harness.runner import memagent
 
 TITLE = "answers found again"
@@ -243,7 +243,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 results[part] = watch(Path(work), files=args.files)
             else:
                 results[part] = {"each": each, "grown": grown}[part](Path(work))
-        print(part, results[part], file=sys.stderr, flush=True)
+        log(part, results[part])
     results["when"] = time.strftime("%Y-%m-%d")
     results["conditions"] = f"this {cores()}-core CPU"
     return results

@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.gpu_step.page import rows, section
 from benchmarks.harness.engines import Bare, engine_vs_bare
 from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, gguf_chat, gguf_tokenizer, prose_of_tokens, shared_code, smollm2
-from benchmarks.harness.results import device
+from benchmarks.harness.results import device, log
 from benchmarks.harness.runner import memagent as memagent_run
 from benchmarks.harness.runner import run
 
@@ -222,7 +222,6 @@ def _measure(args: argparse.Namespace) -> dict:
         "chunk_tokens": args.chunk,
         "memory_tokens": args.memory,
     }
-    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     log(json.dumps(results))
     prompt = step_prompts(model, doc, [QUESTION])[0]
     n_ctx = len(prompt) + args.memory + 64

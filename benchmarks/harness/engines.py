@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from benchmarks.harness.fixtures import gguf_chat
+from benchmarks.harness.results import log
 
 
 def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
@@ -239,7 +239,7 @@ def engine_vs_bare(
             "memagent_seconds": [round(s, 3) for s, _ in runs["memagent"]],
             "bare_seconds": [round(s, 3) for s, _ in runs["bare"]],
         }
-        print("engine", n, out[str(n)], file=sys.stderr, flush=True)
+        log("engine", n, out[str(n)])
     return out
 
 

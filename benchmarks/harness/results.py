@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +27,11 @@ RESULTS = REPO / "benchmarks" / "results"
 
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def log(*parts: object) -> None:
+    """A progress line on stderr, at once (a benchmark's stdout is its rows)."""
+    print(*parts, file=sys.stderr, flush=True)
 
 
 def cores() -> int:

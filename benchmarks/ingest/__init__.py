@@ -13,7 +13,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness.fixtures import REPO, VOCAB, gguf_tokenizer
-from benchmarks.harness.runner import vmhwm_mb
+from benchmarks.harness.runner import run, vmhwm_mb
 from benchmarks.harness.timing import race as race_sides
 from benchmarks.ingest import bare as loops
 from benchmarks.ingest import files as docs
@@ -29,7 +28,7 @@ from benchmarks.ingest.page import TARGET, rows, section
 
 TITLE = "reading documents"
 QUICK = ["--small", "--repeat", "3"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "TARGET"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "TARGET", "REPO"]
 PARTS = ("speed", "memory", "ocr", "tokens")
 
 
@@ -146,13 +145,7 @@ def child_main(mode: str, kind: str, path: str) -> None:
 
 
 def _in_child(mode: str, kind: str, path: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ingest", "--child", mode, kind, str(path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    )
+    out = run([sys.executable, "-m", "benchmarks.ingest", "--child", mode, kind, str(path)])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
+from benchmarks.harness.results import log
 from benchmarks.jobs.page import CHUNK, MEMORY, rows, section
 from benchmarks.jobs.served import (
     ANSWER_TEXT,
@@ -339,5 +340,5 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
             results[name] = parts[name](Path(tmp))
-            print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            log(f"{name}: {time.perf_counter() - started:.0f} s")
     return results

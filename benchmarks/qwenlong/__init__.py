@@ -20,8 +20,8 @@ from pathlib import Path
 
 from benchmarks.harness.engines import memagent_engine, run_loop
 from benchmarks.harness.fixtures import shared_code
-from benchmarks.harness.results import device, load
-from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, log, model_record
+from benchmarks.harness.results import device, load, log
+from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, model_record
 from benchmarks.qwenlong.page import rows, section
 from benchmarks.qwenlong.step import projected_ratio, step_vs_bare
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from benchmarks.harness import shapes
@@ -15,10 +14,6 @@ STAND_IN = shapes.SHAPES[SHAPE]["template_of"]  # the trained QwenLong stand-in
 QUESTION = "What did the committee decide about the old mill?"
 REAL_LAYERS = shapes.SHAPES[SHAPE]["n_layer"]
 REAL_Q4_K_M_GB = 18.6  # QwenLong-L1.5-30B-A3B at Q4_K_M, about (llama.cpp's mix of the real 30.5B parameters)
-
-
-def log(*a: object) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def build(work: Path, vocab: Path = DEFAULT_VOCAB, n_layer: int = REAL_LAYERS) -> Path:

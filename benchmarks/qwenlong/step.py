@@ -10,8 +10,9 @@ from pathlib import Path
 
 from benchmarks.harness.engines import Bare, memagent_engine
 from benchmarks.harness.fixtures import gguf_chat, prose_of_tokens
+from benchmarks.harness.results import log
 from benchmarks.harness.runner import proc_status
-from benchmarks.qwenlong.model import QUESTION, log
+from benchmarks.qwenlong.model import QUESTION
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
 
