@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.drafts import engine_rows
-from benchmarks.harness.engines import Bare, engine_vs_bare
+from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer, tokenizer_and_chat
 from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import Results, cores
@@ -36,11 +36,8 @@ QUESTIONS = [
 
 
 def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf")
     doc = work / "b8-doc.txt"
     doc.write_text(tok.decode_bytes(tok.encode(text)[: chunk * steps]).decode("utf-8", "ignore"), encoding="utf-8")
@@ -127,12 +124,8 @@ def rows(b8: dict, results: object) -> list[Row]:
 def engine_messages(model: Path, tokens: int, n: int) -> list[str]:
     """n memory prompts (one per question) of about `tokens` tokens: real prose as the chunk."""
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf"))
     out = []
     for i in range(n):

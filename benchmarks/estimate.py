@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import Bare
+from benchmarks.harness.engines import Bare, tokenizer
 from benchmarks.harness.fixtures import CODEWORD_MODEL as CODEWORD
 from benchmarks.harness.fixtures import REAL_PDFS as PDFS
 from benchmarks.harness.fixtures import real_prose, smollm2
@@ -178,11 +178,9 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
     with every core: the fastest of `repeat` tries (other work on the machine only ever slows one)."""
     import llama_cpp
 
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(read_gguf(model))
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)
     while len(ids) < max(sizes):
@@ -198,11 +196,8 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
                 t0 = time.perf_counter()
                 bare.prompt(ids[:n])
                 prompt[n].append(time.perf_counter() - t0)
-                token, pos = bare.sample(-1), n
                 t0 = time.perf_counter()
-                for _ in range(generate):
-                    bare.decode([(token, pos, 0, True)])
-                    token, pos = bare.sample(-1), pos + 1
+                bare.generate(n, generate + 1)
                 per_token[n].append((time.perf_counter() - t0) / generate)
     finally:
         bare.close()

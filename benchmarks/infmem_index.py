@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import tokenizer as load
 from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores
@@ -41,10 +42,8 @@ def child(tokens: int) -> dict:
     from memagent_cli.core.infmem_loop import RetrievalUnits
     from memagent_cli.ingest.base import Place
     from memagent_cli.ingest.sources import Segment, Source
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(read_gguf(VOCAB))
+    tokenizer = load(VOCAB)
     rng = random.Random(1)
     # ~1.9 tokens a word with these words: written in 100K-word pages until the size is reached
     pages: list[str] = []

@@ -16,7 +16,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from benchmarks.harness import shapes
-from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
+from benchmarks.harness.engines import bare_think, finished, memagent_engine
+from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose
 from benchmarks.harness.registry import Row, Target
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
@@ -33,69 +34,33 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def prose(tok, n: int, seed: int) -> str:
-    """Prose of `n` tokens or just under."""
-    words = shared_code("texts").words
-
-    k = n
-    while len(ids := tok.encode(words(k, seed=seed))) < n:
-        k = int(k * 1.3)
-    text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
-    while len(tok.encode(text)) > n:  # a cut token may re-encode as more
-        text = text[:-1].strip()
-    return text
-
-
 def infmem_prompts(tok, memory_tokens: int) -> list:
     """The step's two prompts (RawPrompt), as core/infmem_loop renders them."""
     from memagent_cli.core import infmem
     from memagent_cli.core.infmem_loop import raw_chat
 
-    memory = prose(tok, memory_tokens, seed=11)
+    memory = exact_prose(tok, memory_tokens, seed=11)
     history = infmem.history_text(100, 200, [("old mill", 8), ("committee decision", 8), ("vote on the mill", 8)])
     planner = raw_chat(
         infmem.TOOL_SYSTEM, infmem.PLANNER_PROMPT.format(prompt=QUESTION, retrieval_history=history, memory=memory)
     )
-    units = [prose(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
+    units = [exact_prose(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
     write = raw_chat(
         None,
         infmem.MEMORY_PROMPT.format(
-            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=prose(tok, CHUNK, seed=7), memory=memory
+            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=exact_prose(tok, CHUNK, seed=7), memory=memory
         ),
     )
     return [planner, write]
 
 
-def engine(model: Path, n_ctx: int, gpu: bool, threads: int | None):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok = load_tokenizer(info)
-    eng = LlamaEngine(
-        info,
-        tok,
-        ChatFormat.from_gguf(info),
-        n_ctx=n_ctx,
-        options=EmbeddedOptions(gpu_layers=-1 if gpu else 0, threads=threads, speculate=False, batch=False),
-    )
-    return eng, tok
-
-
 def memagent_infmem(eng, prompts: list, budget: int) -> dict:
     """The step through memagent's engine: each prompt's two stages, as _Reading.think makes them."""
     from memagent_cli.core import infmem
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
-    def call(prompt, tokens: int) -> CompletionDone:
-        done = None
-        for item in eng.complete_raw(prompt, tokens, Sampling(temperature=0.0, top_p=1.0)):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
-        return done
+    def call(prompt, tokens: int):
+        return finished(eng.complete_raw(prompt, tokens, Sampling(temperature=0.0, top_p=1.0)))
 
     t0 = time.perf_counter()
     out = {"prompt_tokens": 0, "generated": 0, "prompt_seconds": 0.0, "generate_seconds": 0.0}
@@ -115,39 +80,23 @@ def memagent_infmem(eng, prompts: list, budget: int) -> dict:
 
 def bare_infmem(llm, tok, prompts: list, budget: int) -> dict:
     """The same generations with llama-cpp-python alone (its own prefix reuse, as B16)."""
-    from memagent_cli.core import infmem
-    from memagent_cli.model.tokenizer import encode_template
-
-    def generate(ids: list[int], tokens: int) -> str:
-        out: list[int] = []
-        for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-            if llm.token_eos() == token or len(out) >= tokens:
-                break
-            out.append(token)
-        return tok.decode_bytes(out).decode("utf-8", errors="replace")
-
     t0 = time.perf_counter()
     generated = 0
     for prompt in prompts:
-        first = generate(encode_template(tok, prompt.pieces), infmem.THINKING_TOKENS)
-        second = generate(encode_template(tok, prompt.then(infmem.closed_thinking(first)).pieces), budget)
+        first, second = bare_think(llm, tok, prompt, budget)
         generated += len(tok.encode(first)) + len(tok.encode(second))
     return {"seconds": time.perf_counter() - t0, "generated_about": generated}
 
 
-def memagent_step(eng, tok, memory_tokens: int) -> dict:
+def memagent_step(eng, memory_tokens: int) -> dict:
     """One MemAgent memory step through memagent's engine (rule: the memory prompt, 1,024 written)."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
-    memagent = get("memagent")
-    message = memagent.memory_prompt(QUESTION, prose(tok, memory_tokens, seed=11), prose(tok, CHUNK, seed=7))
+    memagent, tok = get("memagent"), eng.tokenizer
+    message = memagent.memory_prompt(QUESTION, exact_prose(tok, memory_tokens, seed=11), exact_prose(tok, CHUNK, seed=7))
     t0 = time.perf_counter()
-    done = None
-    for item in eng.complete(message, memory_tokens, Sampling(temperature=0.0)):
-        if isinstance(item, CompletionDone):
-            done = item
-    assert done is not None
+    done = finished(eng.complete(message, memory_tokens, Sampling(temperature=0.0)))
     return {
         "seconds": time.perf_counter() - t0,
         "prompt_tokens": done.prompt_tokens - done.cached_tokens,
@@ -199,7 +148,9 @@ def measure(args: argparse.Namespace) -> dict:
 
     budget = args.memory_tokens
     n_ctx = 12288  # the write's prompt (about 8,300 tokens) and both stages' 2,048
-    four, tok4 = engine(models["qwen3-4b"], n_ctx, args.gpu, args.threads)
+    options = {"gpu_layers": -1 if args.gpu else 0, "threads": args.threads, "speculate": False, "batch": False}
+    four = memagent_engine(models["qwen3-4b"], n_ctx, **options)
+    tok4 = four.tokenizer
     prompts = infmem_prompts(tok4, budget)
     llm = llama_cpp.Llama(
         model_path=str(models["qwen3-4b"]),
@@ -222,11 +173,11 @@ def measure(args: argparse.Namespace) -> dict:
     four.close()
     del llm
 
-    seven, tok7 = engine(models["qwen2.5-7b"], 8192, args.gpu, args.threads)
+    seven = memagent_engine(models["qwen2.5-7b"], 8192, **options)
     log(f"MemAgent step at Qwen2.5-7B's shapes on {seven.description}")
     steps7 = []
     for r in range(args.repeat):
-        steps7.append(memagent_step(seven, tok7, budget))
+        steps7.append(memagent_step(seven, budget))
         log(f"  round {r + 1}: {steps7[-1]['seconds']:.1f} s")
     seven.close()
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.engines import tokenizer
 from benchmarks.harness.fixtures import real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import cores
@@ -99,13 +100,11 @@ def each(work: Path, documents: int = 100, tokens: int = 600) -> dict[str, Any]:
     """A rerun of `ask --each` over unchanged documents against the first run."""
     from memagent_cli.core.pipeline import SourceOptions, find_sources
     from memagent_cli.core.reuse import answer_key
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions
-    from memagent_cli.model.tokenizer import load_tokenizer
     from memagent_cli.traces.store import TraceStore
 
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = tokenizer(model)
     _prose_documents(work / "docs", documents, tokens, tok)
     home = work / "home"
     args = ["ask", "docs", "--each", "-q", QUESTION, "-m", str(model), *BUDGETS, "--csv", "out.csv", "--json"]
@@ -141,11 +140,10 @@ def each(work: Path, documents: int = 100, tokens: int = 600) -> dict[str, Any]:
 
 def grown(work: Path, chunks: int = 40, more: float = 0.05) -> dict[str, Any]:
     """A log grown by `more` of its length: continued from the first run against read from the start."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import decode, load_tokenizer
+    from memagent_cli.model.tokenizer import decode
 
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     size = chunks * 256
     log = work / "build.log"

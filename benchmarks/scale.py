@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import tokenizer
 from benchmarks.harness.fixtures import REPO, shared_code
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.runner import vmhwm_mb
@@ -140,14 +141,11 @@ def pdf_ingestion(folder: Path, pages: int) -> dict:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
     result: dict = {"sizes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         model = shared_code("tinymodel").write_tiny_qwen2(folder / "tiny.gguf", seed=1)
-        tok = load_tokenizer(read_gguf(model))
+        tok = tokenizer(model)
         for size in (int(s) for s in args.sizes.split(",")):
             doc = folder / f"doc-{size}.txt"
             tokens = document(doc, size, tok)

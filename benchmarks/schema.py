@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import finished, memagent_engine
 from benchmarks.harness.fixtures import DATA, shared_code, smollm2
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores
@@ -26,25 +27,11 @@ MODEL = DATA / "schema.gguf"
 FIELDS = "code_word, found bool"
 
 
-def engine(path: Path):
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(path)
-    return LlamaEngine(
-        info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=2048, options=EmbeddedOptions(gpu_layers=0, threads=1)
-    )
-
-
 def per_token(eng, prompt: str, json_schema: str | None) -> tuple[float, int, str]:
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
-    for item in eng.complete(prompt, 96, Sampling(temperature=0, json_schema=json_schema)):
-        if isinstance(item, CompletionDone):
-            return item.generate_seconds / max(1, item.completion_tokens), item.completion_tokens, item.text
-    raise AssertionError("no reply")
+    done = finished(eng.complete(prompt, 96, Sampling(temperature=0, json_schema=json_schema)))
+    return done.generate_seconds / max(1, done.completion_tokens), done.completion_tokens, done.text
 
 
 def grammar_cost(model: Path, prompts: int) -> dict:
@@ -59,7 +46,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
 
     schema = parse_schema(FIELDS)
     config = AgentConfig(answer_schema=schema.to_config())
-    eng = engine(model)
+    eng = memagent_engine(model, 2048, threads=1)
     rng = random.Random(5)
     free, bound, free_tokens, bound_tokens = [], [], [], []
     try:
@@ -73,9 +60,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
                 (bound_tokens if json_schema else free_tokens).append(tokens)
     finally:
         eng.close()
-    from memagent_cli.model.gguf import read_gguf
-
-    info = read_gguf(model)
+    info = eng.info
     name = "tests/data/schema.gguf" if model == MODEL else "SmolLM2-135M-Instruct Q4_1" if "SmolLM2" in model.name else model.name
     layers = f"{info.arch_get('block_count')} layers, " if model == MODEL else ""
     row = {

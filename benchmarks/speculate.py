@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.drafts import SAME_DISTRIBUTION, policy_cell, policy_record
-from benchmarks.harness.engines import Bare, memagent_engine, run_loop
+from benchmarks.harness.engines import Bare, memagent_engine, run_loop, tokenizer, tokenizer_and_chat
 from benchmarks.harness.fixtures import CODEWORD_MODEL, real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
-    engines = {s: memagent_engine(model, s, n_ctx, GPU_LAYERS)[0] for s in (False, True)}
+    engines = {s: memagent_engine(model, n_ctx, gpu_layers=GPU_LAYERS, speculate=s) for s in (False, True)}
     runs: dict[bool, list[dict]] = {False: [], True: []}
     policy = engines[True].draft_policy
     try:
@@ -94,13 +94,9 @@ def exactness(model: Path, question: str, chunks: list[str], memory_tokens: int,
     import numpy as np
 
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt, next_memory
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(model)
     plain, fast = texts["plain"], texts["speculate"]
     prompts, memory = [], INITIAL_MEMORY
     for chunk, text in zip(chunks, plain):  # the memories carried; the same in both runs up to their first difference
@@ -251,7 +247,7 @@ def copying(repeat: int) -> dict:
 
 def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict:
     model = smollm2()
-    _, tok = memagent_engine(model, False, 512)
+    tok = tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     chunks = [
         tok.decode_bytes(ids[i : i + chunk_tokens]).decode("utf-8", "replace")

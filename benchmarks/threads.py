@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 
-from benchmarks.harness.engines import Bare
+from benchmarks.harness.engines import Bare, tokenizer
 from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores as available
@@ -80,10 +80,7 @@ def generate(bare, n_threads: int, start: list[int], tokens: int) -> float:
     llama_cpp.llama_memory_seq_rm(bare.mem, 0, n - 1, -1)
     t0 = time.perf_counter()
     bare.decode([(start[-1], n - 1, 0, True)])
-    token, pos = bare.sample(-1), n
-    for _ in range(tokens - 1):
-        bare.decode([(token, pos, 0, True)])
-        token, pos = bare.sample(-1), pos + 1
+    bare.generate(n, tokens)
     return (tokens - 1) / (time.perf_counter() - t0)
 
 
@@ -96,11 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
     model = smollm2()
-    tok = load_tokenizer(read_gguf(model))
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)[: args.context]
     cores = available()

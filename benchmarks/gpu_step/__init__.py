@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from benchmarks.gpu_step.page import rows, section
-from benchmarks.harness.engines import Bare, engine_vs_bare
-from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, shared_code, smollm2
+from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
+from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, exact_prose, smollm2
 from benchmarks.harness.runner import memagent as memagent_run
 from benchmarks.harness.runner import run
 
@@ -61,36 +61,17 @@ def device_name() -> str:
 
 
 def make_doc(model: Path, folder: Path, chunk: int) -> Path:
-    """A document of exactly `chunk` tokens: one step."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    tok = load_tokenizer(read_gguf(model))
-    n = chunk
-    while True:
-        text = shared_code("texts").words(n, seed=7)
-        ids = tok.encode(text)
-        if len(ids) >= chunk:
-            break
-        n = int(n * 1.3)
-    text = tok.decode_bytes(ids[:chunk]).decode("utf-8", errors="ignore")
-    # the cut may leave a token that re-encodes differently: trim until it is exactly `chunk` or just under
-    while len(tok.encode(text.strip())) > chunk:
-        text = text[:-1]
+    """A document of exactly `chunk` tokens (or just under): one step."""
     doc = folder / "doc.txt"
-    doc.write_text(text.strip(), encoding="utf-8")
+    doc.write_text(exact_prose(tokenizer_and_chat(model)[0], chunk, seed=7), encoding="utf-8")
     return doc
 
 
 def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]]:
     """The memory prompt of the first step for each question, as memagent builds it."""
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(model)
     chunk_text = doc.read_text(encoding="utf-8")
     return [chat.encode(tok, memory_prompt(q, INITIAL_MEMORY, chunk_text)) for q in questions]
 
@@ -183,27 +164,16 @@ def bare_process(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, f
 
 def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: bool) -> None:
     from memagent_cli.core.memagent import final_prompt
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
 
     engine = Bare(model, n_ctx, 1, fa)
     prompt = step_prompts(model, doc, [QUESTION])[0]
     engine.prompt(prompt)
-    pos, token, ids = len(prompt), engine.sample(-1), []
-    for _ in range(memory):
-        ids.append(token)
-        engine.decode([(token, pos, 0, True)])
-        pos, token = pos + 1, engine.sample(-1)
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    ids = engine.generate(len(prompt), memory)
+    tok, chat = tokenizer_and_chat(model)
     final = chat.encode(tok, final_prompt(QUESTION, tok.decode_bytes(ids).decode("utf-8", "replace")))
     engine.clear()
     engine.prompt(final)
-    pos, token = len(final), engine.sample(-1)
-    for _ in range(answer - 1):
-        engine.decode([(token, pos, 0, True)])
-        pos, token = pos + 1, engine.sample(-1)
+    engine.generate(len(final), answer)
     engine.sync()
     engine.close()
 

@@ -11,18 +11,71 @@ import time
 from pathlib import Path
 
 
-def memagent_engine(model: Path, speculate: bool, n_ctx: int, gpu_layers: int = 0):
-    """memagent's LlamaEngine over `model` as `ask` builds it, and its tokenizer."""
+def tokenizer(model: Path):
+    """`model`'s tokenizer, as memagent loads it."""
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    return load_tokenizer(read_gguf(model))
+
+
+def tokenizer_and_chat(model: Path):
+    """`model`'s tokenizer and chat format, as memagent loads them."""
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    return load_tokenizer(info), ChatFormat.from_gguf(info)
+
+
+def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
+    """memagent's LlamaEngine over `model` as `ask` builds it; `options` are EmbeddedOptions' (threads,
+    speculate, batch, flash_attn, gpu_layers: 0, this CPU, unless given)."""
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)
-    tok = load_tokenizer(info)
-    return LlamaEngine(
-        info, tok, ChatFormat.from_gguf(info), n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=speculate)
-    ), tok
+    settings = EmbeddedOptions(**{"gpu_layers": 0, **options})
+    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=n_ctx, sequences=sequences, options=settings)
+
+
+def finished(stream):
+    """The CompletionDone that ends a stream of memagent's engine (complete, complete_raw)."""
+    from memagent_cli.model.engine import CompletionDone
+
+    done = None
+    for item in stream:
+        if isinstance(item, CompletionDone):
+            done = item
+    assert done is not None, "the stream ended without its CompletionDone"
+    return done
+
+
+def llama_generate(llm, ids: list[int], budget: int) -> list[int]:
+    """llama-cpp-python's own greedy generate loop (its prefix reuse kept): up to `budget` tokens
+    after `ids`, to the end of turn."""
+    out: list[int] = []
+    for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+        if llm.token_eos() == token or len(out) >= budget:
+            break
+        out.append(token)
+    return out
+
+
+def bare_think(llm, tok, prompt, budget: int) -> tuple[str, str]:
+    """An InfMem call's two stages by llama-cpp-python alone, as memagent's engine makes them: up to
+    THINKING_TOKENS of thinking, then (re-tokenized after the forced close) up to `budget` more."""
+    from memagent_cli.core import infmem
+    from memagent_cli.model.tokenizer import encode_template
+
+    def generate(p, tokens: int) -> str:
+        return tok.decode_bytes(llama_generate(llm, encode_template(tok, p.pieces), tokens)).decode("utf-8", errors="replace")
+
+    first = generate(prompt, infmem.THINKING_TOKENS)
+    return first, generate(prompt.then(infmem.closed_thinking(first)), budget)
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
@@ -30,17 +83,13 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
     drafts are told `told`: "memory" (the previous memory, as memagent's loop tells it, the
     engine drafting it first) or "reply" (the previous step's whole reply)."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     chosen = get(protocol)
     memory, reply, rows = chosen.initial_memory, "", []
     for chunk in chunks:
-        done = None
         prompt = chosen.memory_prompt(question, memory, chunk)
-        for item in eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
+        done = finished(eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply))
         rows.append(done)
         reply, memory = done.text, chosen.next_memory(done.text)
     return {
@@ -116,6 +165,15 @@ class Bare:
 
         return int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, index))
 
+    def generate(self, pos: int, count: int) -> list[int]:
+        """`count` greedy tokens of sequence 0, each sampled from the last decode's logits and
+        decoded at `pos` on (the last one sampled only): its end of turn does not stop it."""
+        ids = [self.sample(-1)]
+        for _ in range(count - 1):
+            self.decode([(ids[-1], pos + len(ids) - 1, 0, True)])
+            ids.append(self.sample(-1))
+        return ids
+
     def sync(self) -> None:
         import llama_cpp
 
@@ -161,13 +219,7 @@ def engine_vs_bare(
     second are its own count over its own time."""
     import llama_cpp
 
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(model)
     messages = messages[: max(counts)]
     prompts = [chat.encode(tok, m) for m in messages]
     n_ctx = max(len(p) for p in prompts) + gen + 16
@@ -180,14 +232,8 @@ def engine_vs_bare(
         "repeat": repeat,
     }
     for n in counts:
-        engine = LlamaEngine(
-            info,
-            tok,
-            chat,
-            n_ctx=n_ctx,
-            sequences=n,
-            options=EmbeddedOptions(gpu_layers=gpu_layers, threads=threads, flash_attn=flash_attn, speculate=False, batch=n > 1),
-        )
+        options = {"gpu_layers": gpu_layers, "threads": threads, "flash_attn": flash_attn}
+        engine = memagent_engine(model, n_ctx, n, **options, speculate=False, batch=n > 1)
         assert engine.sequences == n, engine.description
         # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
         n_batch = min(2048, n_ctx) if n == 1 else 512
@@ -225,16 +271,14 @@ def _memagent_generate(engine, messages: list[str], gen: int) -> tuple[float, in
     there are several (they start together)."""
     import threading
 
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     done: list = [None] * len(messages)
     failed: list[BaseException] = []
 
     def one(i: int) -> None:
         try:
-            for item in engine.complete(messages[i], gen, Sampling(temperature=0.0)):
-                if isinstance(item, CompletionDone):
-                    done[i] = item
+            done[i] = finished(engine.complete(messages[i], gen, Sampling(temperature=0.0)))
         except BaseException as exc:  # re-raised in the caller
             failed.append(exc)
 

@@ -49,6 +49,18 @@ def real_prose(*names: str) -> str:
     return "\n".join(page.extract_text() or "" for name in names for page in PdfReader(REAL_PDFS / name).pages)
 
 
+def exact_prose(tok, n: int, seed: int) -> str:
+    """Prose (testkit's words) of exactly `n` tokens or just under, as `tok` counts them."""
+    words = shared_code("texts").words
+    k = n
+    while len(ids := tok.encode(words(k, seed=seed))) < n:
+        k = int(k * 1.3)
+    text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
+    while len(tok.encode(text)) > n:  # a cut token may re-encode as more
+        text = text[:-1].strip()
+    return text
+
+
 def shared_code(name: str) -> ModuleType:
     """A module of testkit, which the tests share: `tinymodel` (tiny GGUF builders), `codeword` (the
     code-word task), `texts` (words, whole_fact), `hfcheckpoint`, `officefiles`."""

@@ -185,10 +185,9 @@ def run_cli(
 
 
 def tokenizer() -> Any:
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
+    from benchmarks.harness.engines import tokenizer as load
 
-    return load_tokenizer(read_gguf(REPO / TOKENIZER))
+    return load(REPO / TOKENIZER)
 
 
 def context(tok: Any, n: int, tokens: int) -> str:

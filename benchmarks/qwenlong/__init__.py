@@ -18,16 +18,16 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import memagent_engine, run_loop
+from benchmarks.harness.engines import memagent_engine, run_loop, tokenizer_and_chat
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.results import load
 from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, log, model_record
 from benchmarks.qwenlong.page import rows, section
-from benchmarks.qwenlong.step import projected_ratio, step_vs_bare
+from benchmarks.qwenlong.step import step_vs_bare
 
 TITLE = "QwenLong-L1.5-30B-A3B's shapes"
 QUICK = ["--parts", "drafts", "--repeat", "1"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "memagent_engine", "projected_ratio"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 
 
 # --- drafts for memory plus plan: the trained stand-in ----------------------------------------------
@@ -88,10 +88,6 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     import qwenlong_task as task
 
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
-    from memagent_cli.model.tokenizer import load_tokenizer
 
     encode, decode = task.tokenizer()
     n = steps * task.CHUNK_TOKENS
@@ -102,13 +98,10 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
             break
         n = int(n * steps * task.CHUNK_TOKENS / len(ids))
     chunks = [decode(ids[k : k + task.CHUNK_TOKENS]) for k in range(0, len(ids), task.CHUNK_TOKENS)]
-    info = read_gguf(STAND_IN)
-    tok = load_tokenizer(info)
-    chat = ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(STAND_IN)
     variants = {"plain": (False, "memory"), "memory": (True, "memory"), "reply": (True, "reply")}
     engines = {
-        v: LlamaEngine(info, tok, chat, n_ctx=2048, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=s, batch=False))
-        for v, (s, _) in variants.items()
+        v: memagent_engine(STAND_IN, 2048, gpu_layers=gpu_layers, speculate=s, batch=False) for v, (s, _) in variants.items()
     }
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     try:

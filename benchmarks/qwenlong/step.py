@@ -8,6 +8,8 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.harness.engines import finished, memagent_engine, tokenizer_and_chat
+from benchmarks.harness.fixtures import exact_prose
 from benchmarks.qwenlong.model import QUESTION, log
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
@@ -111,17 +113,14 @@ class SharedBare:
 def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
     """The same step through memagent's engine: cold (its prefix reuse told the cache is empty), or
     warm (its prefix reuse keeps all of the prompt but the last token: generation alone)."""
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     if cold:
         engine._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
-    done = None
     c0, t0 = time.process_time(), time.perf_counter()
-    for item in engine.complete(message, gen, Sampling(temperature=0.0)):
-        if isinstance(item, CompletionDone):
-            done = item
+    done = finished(engine.complete(message, gen, Sampling(temperature=0.0)))
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert done is not None and (done.cached_tokens == 0) == cold
+    assert (done.cached_tokens == 0) == cold
     return {
         "prompt_seconds": done.prompt_seconds,
         "generate_seconds": done.generate_seconds,
@@ -149,46 +148,23 @@ def memory() -> dict:
     }
 
 
-def chunk_text(tok, n: int) -> str:
-    """Prose of exactly `n` tokens or just under (B4's document: helpers.words)."""
-    from helpers import words
-
-    k = n
-    while True:
-        ids = tok.encode(words(k, seed=7))
-        if len(ids) >= n:
-            break
-        k = int(k * 1.3)
-    text = tok.decode_bytes(ids[:n]).decode("utf-8", errors="ignore").strip()
-    while len(tok.encode(text)) > n:  # a cut token may re-encode as more
-        text = text[:-1].strip()
-    return text
-
-
 def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int, warm: int = 0, wide: int = 0) -> dict:
     """One QwenLong memory step (the first: "No previous memory"), memagent against bare, `repeat`
     rounds; then `warm` rounds of generation alone (out["warm"]) and `wide` rounds of decodes
     of each width (out["widths"]); see the module's docstring."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import available_cores
-    from memagent_cli.model.tokenizer import load_tokenizer
 
-    info = read_gguf(model)
-    tok, chat = load_tokenizer(info), ChatFormat.from_gguf(info)
+    tok, chat = tokenizer_and_chat(model)
     qwenlong = get("qwenlong")
-    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, chunk_text(tok, chunk))
+    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, exact_prose(tok, chunk, seed=7))
     prompt = chat.encode(tok, message)
     n_ctx = len(prompt) + gen + 64
     out: dict = {"chunk_tokens": chunk, "prompt_tokens": len(prompt), "generated_tokens": gen}
     out["memory_before_load"] = memory()
     t0 = time.perf_counter()
     # memagent's own choices: threads (one for generation on this 2-core CPU: B7), flash attention
-    engine = LlamaEngine(
-        info, tok, chat, n_ctx=n_ctx, options=EmbeddedOptions(gpu_layers=gpu_layers, speculate=False, batch=False)
-    )
+    engine = memagent_engine(model, n_ctx, gpu_layers=gpu_layers, speculate=False, batch=False)
     out["load_seconds"] = round(time.perf_counter() - t0, 1)
     out["engine"] = engine.description
     out["flash_attn"] = engine.flash_attn
