@@ -128,33 +128,43 @@ def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
 
 
 def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None) -> Path:
-    """Writes the random F16 model (`n_layer` layers, default the shape's), tensor by tensor (a 7B
-    one is 15 GB: never all in memory)."""
+    """Writes the random F16 model (`n_layer` layers, default the shape's)."""
     import gguf
-    import numpy as np
 
     s = SHAPES[shape]
     n_embd = s["n_embd"]
     n_layer = s["n_layer"] if n_layer is None else n_layer
-    rng = np.random.default_rng(seed)
-    # A pool of random values read at random offsets: drawing 7.6 billion fresh normals would take
-    # minutes, and speed cannot tell the difference.
-    pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
-
     w = gguf.GGUFWriter(str(dest), s.get("arch", "qwen2"))
     n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab)
-    tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), "random")]
+    # a tied embedding is the output layer too: its control tokens' rows are zero
+    tensors = [("token_embd.weight", (n_vocab, n_embd), "output" if s["tied"] else "random")]
     for i in range(n_layer):
         tensors += [(f"blk.{i}.{name}", dims, kind) for name, dims, kind in _layer(shape)]
     tensors.append(("output_norm.weight", (n_embd,), "ones"))
     if not s["tied"]:
         tensors.append(("output.weight", (n_vocab, n_embd), "output"))
+    return write_tensors(w, dest, tensors, seed)
 
-    def values(shape_: tuple[int, ...], kind: str) -> np.ndarray:
-        n = int(np.prod(shape_))
-        # Norms and biases stay float32, as llama.cpp's converter writes them.
+
+def write_tensors(w, dest: Path, tensors: list[tuple[str, tuple[int, ...], str]], seed: int = 0) -> Path:
+    """Writes to `w` (its header added) random tensors, one by one (a 7B model is 15 GB: never all in
+    memory), and closes it. Each is (name, numpy shape, kind): "ones", "random", "router" (random,
+    kept float32 as the converters keep a MoE router) or "output" (random, the control tokens' rows
+    zero: they never win a greedy choice). Vectors stay float32, as llama.cpp's converter writes them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    # A pool of random values read at random offsets: drawing billions of fresh normals would take
+    # minutes, and speed cannot tell the difference.
+    pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
+
+    def dtype(shape: tuple[int, ...], kind: str) -> np.dtype:
+        return np.dtype(np.float32 if len(shape) == 1 or kind == "router" else np.float16)
+
+    def values(shape: tuple[int, ...], kind: str) -> np.ndarray:
         if kind == "ones":
-            return np.ones(shape_, dtype=np.float32)
+            return np.ones(shape, dtype=np.float32)
+        n = int(np.prod(shape))
         out = np.empty(n, dtype=np.float16)
         done = 0
         while done < n:
@@ -162,21 +172,18 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
             take = min(n - done, len(pool) - start)
             out[done : done + take] = pool[start : start + take]
             done += take
-        out = out.reshape(shape_)
-        if kind == "output" or (kind == "random" and shape_[0] == n_vocab and s["tied"]):
-            out[FIRST_CONTROL:] = 0  # control tokens never win a greedy choice
-        if len(shape_) == 1:
-            return out.astype(np.float32)
-        return out
+        out = out.reshape(shape)
+        if kind == "output":
+            out[FIRST_CONTROL:] = 0
+        return out.astype(dtype(shape, kind), copy=False)
 
-    for name, shape_, kind in tensors:
-        dtype = np.float32 if len(shape_) == 1 else np.float16
-        w.add_tensor_info(name, shape_, np.dtype(dtype), int(np.prod(shape_)) * np.dtype(dtype).itemsize)
+    for name, shape, kind in tensors:
+        w.add_tensor_info(name, shape, dtype(shape, kind), int(np.prod(shape)) * dtype(shape, kind).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shape_, kind in tensors:
-        w.write_tensor_data(values(shape_, kind))
+    for _, shape, kind in tensors:
+        w.write_tensor_data(values(shape, kind))
     w.close()
     return dest
 

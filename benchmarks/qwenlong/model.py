@@ -12,8 +12,6 @@ from benchmarks.harness.fixtures import DATA, QWEN25_VOCAB, shared_code
 DEFAULT_VOCAB = QWEN25_VOCAB
 STAND_IN = DATA / "qwenlong.gguf"
 QUESTION = "What did the committee decide about the old mill?"
-LAYER_TENSORS = ("attn_norm", "attn_q", "attn_q_norm", "attn_k", "attn_k_norm", "attn_v", "attn_output")
-LAYER_TENSORS += ("ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 REAL_LAYERS = 48
 REAL_Q4_K_M_GB = 18.6  # QwenLong-L1.5-30B-A3B at Q4_K_M, about (llama.cpp's mix of the real 30.5B parameters)
 
@@ -78,50 +76,17 @@ def _layer_shapes() -> dict[str, tuple[int, ...]]:
 def write_f16(dest: Path, n_layer: int, vocab: Path, template: str, seed: int = 0) -> Path:
     """The random F16 model of `n_layer` layers, tensor by tensor."""
     import gguf
-    import numpy as np
 
     S = shared_code("hfcheckpoint").QWENLONG_L15_30B
 
-    rng = np.random.default_rng(seed)
-    # random values read at random offsets of a pool: speed cannot tell them from fresh draws
-    pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
-    tensors: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (S.vocab_size, S.hidden_size))]
-    for i in range(n_layer):
-        tensors += [(f"blk.{i}.{n}.weight", shape) for n, shape in _layer_shapes().items()]
-    tensors += [("output_norm.weight", (S.hidden_size,)), ("output.weight", (S.vocab_size, S.hidden_size))]
-
-    def f32(name: str, shape: tuple[int, ...]) -> bool:
-        # vectors and the router stay float32, as llama.cpp's converter (and memagent's) writes them
-        return len(shape) == 1 or name.endswith("ffn_gate_inp.weight")
-
-    def values(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if len(shape) == 1:
-            return np.ones(shape, dtype=np.float32)
-        n = int(np.prod(shape))
-        out = np.empty(n, dtype=np.float16)
-        done = 0
-        while done < n:
-            start = int(rng.integers(0, len(pool) // 2))
-            take = min(n - done, len(pool) - start)
-            out[done : done + take] = pool[start : start + take]
-            done += take
-        out = out.reshape(shape)
-        if name == "output.weight":
-            out[shapes.FIRST_CONTROL :] = 0  # control tokens never win a greedy choice
-        return out.astype(np.float32) if f32(name, shape) else out
-
     w = gguf.GGUFWriter(str(dest), "qwen3moe")
     _add_header(w, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab, template)
-    for name, shape in tensors:
-        dtype = np.dtype(np.float32 if f32(name, shape) else np.float16)
-        w.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for name, shape in tensors:
-        w.write_tensor_data(values(name, shape))
-    w.close()
-    return dest
+    layer = [(n, d, "ones" if len(d) == 1 else "router" if n == "ffn_gate_inp" else "random") for n, d in _layer_shapes().items()]
+    tensors = [("token_embd.weight", (S.vocab_size, S.hidden_size), "random")]
+    for i in range(n_layer):
+        tensors += [(f"blk.{i}.{n}.weight", d, kind) for n, d, kind in layer]
+    tensors += [("output_norm.weight", (S.hidden_size,), "ones"), ("output.weight", (S.vocab_size, S.hidden_size), "output")]
+    return shapes.write_tensors(w, dest, tensors, seed)
 
 
 def assemble(two: Path, dest: Path, n_layer: int, vocab: Path, template: str) -> dict[str, int]:
@@ -130,7 +95,7 @@ def assemble(two: Path, dest: Path, n_layer: int, vocab: Path, template: str) ->
 
     w = gguf.GGUFWriter(str(dest), "qwen3moe")
     _add_header(w, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab, template)
-    layer = [f"{n}.weight" for n in LAYER_TENSORS]
+    layer = [f"{n}.weight" for n in _layer_shapes()]
     return shapes.repeat_layers(two, w, layer, n_layer, ["output_norm.weight", "output.weight"])
 
 
