@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.harness.fixtures import REPO, shared_code
 from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.runner import proc_kb
 
 TITLE = "converting a 7B checkpoint (`memagent models convert`)"
 QUICK = ["--shape", "tiny", "--repeat", "1"]
@@ -43,16 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # Stages, each run in its own process: `python -m benchmarks.convert --stage NAME ... --result FILE`
-
-
-def _own_memory() -> dict:
-    """This process's peak and current RSS from /proc/self/status, in MB."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "RssAnon", "RssFile"):
-            out[key] = int(value.split()[0]) * 1024 / MB
-    return out
 
 
 def stage_copy(src: Path) -> dict:
@@ -111,7 +102,7 @@ def run_stage(argv: list[str]) -> None:
         result = stage_convert(Path(args.src), Path(args.dest), args.outtype)
     else:
         result = stage_quantize(Path(args.src), Path(args.dest), args.quant)
-    result["memory"] = _own_memory()
+    result["memory"] = {key: kb * 1024 / MB for key, kb in proc_kb().items() if key in ("VmHWM", "RssAnon", "RssFile")}
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -126,16 +117,6 @@ def drop_caches() -> bool:
         return True
     except OSError:
         return False
-
-
-def _sample(pid: int, peaks: dict) -> None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("RssAnon", "RssFile"):
-                peaks[key] = max(peaks.get(key, 0.0), int(value.split()[0]) * 1024 / MB)
-    except (OSError, ValueError, IndexError):
-        pass
 
 
 def spawn(stage: str, work: Path, **options: str) -> dict:
@@ -153,7 +134,9 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        _sample(proc.pid, peaks)
+        for key, kb in proc_kb(f"/proc/{proc.pid}/status").items():
+            if key in ("RssAnon", "RssFile"):
+                peaks[key] = max(peaks.get(key, 0.0), kb * 1024 / MB)
         time.sleep(0.2)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)

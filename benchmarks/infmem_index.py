@@ -11,23 +11,15 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from benchmarks.harness.engines import tokenizer as load
 from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores
-from benchmarks.harness.runner import run
+from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "InfMem's search index"
 QUICK = ["--sizes", "200000"]
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def words(rng: random.Random, n: int) -> list[str]:
@@ -65,12 +57,12 @@ def child(tokens: int) -> dict:
         if stats.document_tokens >= tokens and len(chunks) * 5000 >= tokens:
             break
     read_s = time.perf_counter() - started
-    rss_read = rss_mb()
+    rss_read = proc_kb()["VmRSS"] / 1024
     started = time.perf_counter()
     units = RetrievalUnits(chunks, tokenizer)
     search = infmem.Search(units.texts)
     index_s = time.perf_counter() - started
-    rss_index = rss_mb()
+    rss_index = proc_kb()["VmRSS"] / 1024
     queries = [" ".join(words(rng, rng.randint(3, 6))) for _ in range(20)]
     times = []
     for query in queries:

@@ -52,6 +52,7 @@ def document(path: Path, tokens: int, tok) -> int:
 
 
 def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
+    budgets = ["--chunk-tokens", "5000", "--memory-tokens", "32", "--answer-tokens", "4", "--temperature", "0"]
     args = [
         sys.executable,
         "-m",
@@ -61,14 +62,7 @@ def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
         "q",
         "-m",
         str(model),
-        "--chunk-tokens",
-        "5000",
-        "--memory-tokens",
-        "32",
-        "--answer-tokens",
-        "4",
-        "--temperature",
-        "0",
+        *budgets,
         "--no-trace",
         "--threads",
         "1",

@@ -6,10 +6,12 @@ before, the CPU clocks sampled now after) choose at the two moments the load ave
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import statistics
 import time
+from collections.abc import Iterator
 
 from benchmarks.harness.engines import Bare, tokenizer
 from benchmarks.harness.fixtures import real_prose, smollm2
@@ -23,6 +25,20 @@ QUICK = ["--repeat", "1", "--burst", "5", "--context", "1000", "--tokens", "16"]
 def _spin() -> None:  # a CPU-bound neighbour: another user's build, a browser tab
     while True:
         pass
+
+
+@contextlib.contextmanager
+def neighbour(busy: bool = True) -> Iterator[None]:
+    """A CPU-bound process beside this one while the block runs (none unless `busy`)."""
+    hog = multiprocessing.Process(target=_spin, daemon=True) if busy else None
+    if hog is not None:
+        hog.start()
+    try:
+        yield
+    finally:
+        if hog is not None:
+            hog.terminate()
+            hog.join()
 
 
 def read_prompt(bare, n_threads: int, start: list[int], tokens: int) -> float:
@@ -53,22 +69,14 @@ def policies(cores: int) -> dict[str, int | float]:
 
 def moments(cores: int, burst: float) -> dict[str, dict[str, int | float]]:
     """The policies just after a `burst`-second busy command ended, and just after a busy process started."""
-    hog = multiprocessing.Process(target=_spin, daemon=True)
-    hog.start()
-    time.sleep(burst)
-    hog.terminate()
-    hog.join()
+    with neighbour():
+        time.sleep(burst)
     time.sleep(0.5)
     ended = policies(cores)
     time.sleep(max(0.0, 90 - burst))  # the load average sinks back a little before the second moment
-    hog = multiprocessing.Process(target=_spin, daemon=True)
-    hog.start()
-    try:
+    with neighbour():
         time.sleep(0.5)
         started = policies(cores)
-    finally:
-        hog.terminate()
-        hog.join()
     return {"idle, just after a busy command ended": ended, "beside a busy process that just started": started}
 
 
@@ -104,20 +112,12 @@ def measure(args: argparse.Namespace) -> dict:
     runs: dict[str, list[float]] = {}
     prompts: dict[str, list[float]] = {}
     for load in ("idle", "beside one busy process"):
-        hog = None
-        if load != "idle":
-            hog = multiprocessing.Process(target=_spin, daemon=True)
-            hog.start()
-        try:
+        with neighbour(load != "idle"):
             for _ in range(args.repeat):
                 for n in counts:
                     key = f"{n} thread{'s' if n > 1 else ''}, {load}"
                     runs.setdefault(key, []).append(generate(bare, n, ids, args.tokens))
                     prompts.setdefault(key, []).append(read_prompt(bare, n, ids, args.prompt))
-        finally:
-            if hog is not None:
-                hog.terminate()
-                hog.join()
     bare.close()
     chosen = moments(cores, args.burst)
     results = {

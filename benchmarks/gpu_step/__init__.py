@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from benchmarks.gpu_step.page import rows, section
 from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
 from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, exact_prose, smollm2
+from benchmarks.harness.results import gpu_name
 from benchmarks.harness.runner import memagent as memagent_run
 from benchmarks.harness.runner import run
 
@@ -45,19 +45,6 @@ def questions(n: int) -> list[str]:
     """n questions for n sequences: the four, repeated with spaces after them (distinct for `ask -q`;
     the memory prompt strips the spaces)."""
     return [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(n)]
-
-
-def device_name() -> str:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.strip()
-        return out or "no NVIDIA GPU"
-    except (OSError, subprocess.TimeoutExpired):
-        return "no NVIDIA GPU"
 
 
 def make_doc(model: Path, folder: Path, chunk: int) -> Path:
@@ -229,7 +216,7 @@ def _measure(args: argparse.Namespace) -> dict:
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
     results: dict = {
-        "device": device_name() if args.gpu_layers != 0 else f"this CPU ({available_cores()} cores)",
+        "device": gpu_name() if args.gpu_layers != 0 else f"this CPU ({available_cores()} cores)",
         "offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "shape": args.model.name if args.model else args.shape,
         "model_bytes": model.stat().st_size,

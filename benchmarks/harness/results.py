@@ -37,6 +37,15 @@ def machine() -> str:
     return f"{platform.machine()}, Python {platform.python_version()}, {cores()} cores"
 
 
+def gpu_name() -> str:
+    """The NVIDIA GPU as nvidia-smi names it: model, memory, driver."""
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no NVIDIA GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "no NVIDIA GPU"
+
+
 def commit() -> str | None:
     """The checkout's commit, with "+changes" when the working tree differs from it."""
     try:

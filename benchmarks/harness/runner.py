@@ -37,15 +37,21 @@ class Run:
         return json.loads(self.stdout)
 
 
+def proc_kb(path: str = "/proc/self/status") -> dict[str, int]:
+    """The kB figures of a /proc file (a process's status: VmHWM, VmRSS, RssAnon, RssFile; meminfo:
+    MemTotal, MemAvailable), empty where /proc does not say (a process that has ended, not Linux)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return {}
+    found = (line.partition(":") for line in lines)
+    return {key: int(value.split()[0]) for key, _, value in found if value.strip().endswith(" kB")}
+
+
 def vmhwm_mb(pid: int) -> float | None:
     """A live process's peak resident memory so far (MB), or None where /proc does not say."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    kb = proc_kb(f"/proc/{pid}/status").get("VmHWM")
+    return None if kb is None else kb / 1024
 
 
 def run(

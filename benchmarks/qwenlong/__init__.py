@@ -20,7 +20,8 @@ from pathlib import Path
 
 from benchmarks.harness.engines import memagent_engine, run_loop, tokenizer_and_chat
 from benchmarks.harness.fixtures import shared_code
-from benchmarks.harness.results import load
+from benchmarks.harness.results import cores, gpu_name, load
+from benchmarks.harness.runner import proc_kb
 from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, log, model_record
 from benchmarks.qwenlong.page import rows, section
 from benchmarks.qwenlong.step import step_vs_bare
@@ -169,34 +170,6 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
 # --- the run -----------------------------------------------------------------------------------------
 
 
-def device_name(gpu: bool) -> str:
-    import subprocess
-
-    from memagent_cli.model.runtime import available_cores
-
-    if not gpu:
-        return f"this CPU ({available_cores()} cores)"
-    try:
-        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no NVIDIA GPU"
-    except (OSError, subprocess.TimeoutExpired):
-        return "no NVIDIA GPU"
-
-
-def machine_gb() -> float:
-    """This machine's physical memory (GB)."""
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1e6, 2)
-    raise RuntimeError("no MemTotal in /proc/meminfo")
-
-
-def available_gb() -> float:
-    with open("/proc/meminfo", encoding="ascii") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("MemAvailable")) / 1e6
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="store_true", help="every layer on the GPU, the full 32,768-token chunk")
     parser.add_argument("--work", type=Path, default=Path("/tmp/b11"), help="where the model is built (kept)")
@@ -220,7 +193,10 @@ def measure(args: argparse.Namespace) -> dict:
     # Should memory run out, this process is the one the kernel ends, not other work on the machine.
     Path("/proc/self/oom_score_adj").write_text("1000")
     t0 = time.perf_counter()
-    results: dict = {"device": device_name(args.gpu), "memory_gb": machine_gb()}
+    results: dict = {
+        "device": gpu_name() if args.gpu else f"this CPU ({cores()} cores)",
+        "memory_gb": round(proc_kb("/proc/meminfo")["MemTotal"] / 1e6, 2),
+    }
     cold, warm = args.repeat if "step" in parts else 0, args.warm if "generation" in parts else 0
     wide = args.warm if "widths" in parts else 0
     if args.layers != REAL_LAYERS and (warm or wide or "drafts" in parts):
@@ -231,7 +207,7 @@ def measure(args: argparse.Namespace) -> dict:
         results[model_key] = model_record(model)
     if cold or warm or wide:
         need = model.stat().st_size / 1e9 + 1.5  # on a CPU llama.cpp repacks the weights into anonymous memory
-        results["available_gb_before"] = round(available_gb(), 1)
+        results["available_gb_before"] = round(proc_kb("/proc/meminfo")["MemAvailable"] / 1e6, 1)
         log(json.dumps(results))
         if not args.gpu and results["available_gb_before"] < need:
             raise SystemExit(f"{results['available_gb_before']} GB available, {need:.1f} GB needed")

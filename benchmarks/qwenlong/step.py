@@ -10,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.harness.engines import finished, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import exact_prose
+from benchmarks.harness.runner import proc_kb
 from benchmarks.qwenlong.model import QUESTION, log
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
@@ -134,18 +135,9 @@ def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
 def memory() -> dict:
     """This process's memory (GB): resident in all, anonymous (e.g. repacked weights) and file-backed
     (the mmapped model), and the peak resident."""
-    fields = {}
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-                fields[key] = round(int(value.split()[0]) / 1e6, 2)  # kB
-    return {
-        "rss_gb": fields.get("VmRSS"),
-        "anon_gb": fields.get("RssAnon"),
-        "file_gb": fields.get("RssFile"),
-        "peak_gb": fields.get("VmHWM"),
-    }
+    kb = proc_kb()
+    named = {"rss_gb": "VmRSS", "anon_gb": "RssAnon", "file_gb": "RssFile", "peak_gb": "VmHWM"}
+    return {name: round(kb[key] / 1e6, 2) if key in kb else None for name, key in named.items()}
 
 
 def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int, warm: int = 0, wide: int = 0) -> dict:
