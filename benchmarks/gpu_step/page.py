@@ -9,15 +9,8 @@ from benchmarks.harness.registry import Row, Target
 RATIO = Target("≤ 1.05")
 
 
-def _checked(ratio: float) -> str:
-    return f"{ratio} {'✓' if RATIO.met(ratio) else '✗'}"
-
-
 def rows(m: dict, results: object) -> list[Row]:
-    return [
-        Row(what, value, target, None if target == "—" else value.endswith("✓"))
-        for _, what, value, target in _b4_rows(m.get("gpu"), m.get("cpu"))
-    ]
+    return _b4_rows(m.get("gpu"), m.get("cpu"))
 
 
 def section(m: dict, results: object) -> str:
@@ -27,7 +20,7 @@ def section(m: dict, results: object) -> str:
 ENGINE_COUNTS = ("1", "4", "16")  # sequences at which B4 holds memagent to the bare engine
 
 
-def _b4_rows(g: dict | None, cpu: dict | None) -> list[tuple[str, str, str, str]]:
+def _b4_rows(g: dict | None, cpu: dict | None) -> list[Row]:
     """B4's targets for the summary table: memagent against the bare engine at 1, 4 and 16
     sequences on the GPU (rows not measured yet say so) and on this CPU, and the bandwidth share."""
     rows = []
@@ -36,12 +29,7 @@ def _b4_rows(g: dict | None, cpu: dict | None) -> list[tuple[str, str, str, str]
         ratio = (g.get(key) or {}).get("step_ratio")
         if ratio is not None:
             rows.append(
-                (
-                    "B4",
-                    f"memagent / bare engine, 1 sequence (one `ask` step) on the GPU, flash attention {what}",
-                    _checked(ratio),
-                    "≤ 1.05",
-                )
+                RATIO.row(f"memagent / bare engine, 1 sequence (one `ask` step) on the GPU, flash attention {what}", ratio)
             )
     engine = g.get("engine") or {}
     for n in ENGINE_COUNTS:
@@ -49,26 +37,28 @@ def _b4_rows(g: dict | None, cpu: dict | None) -> list[tuple[str, str, str, str]
             continue  # the `ask` step above is the 1-sequence row until the engine part runs there
         what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, on the GPU"
         ratio = (engine.get(n) or {}).get("time_ratio")
-        value = _checked(ratio) if ratio is not None else "not measured yet, needs a GPU"
-        rows.append(("B4", what, value, "≤ 1.05"))
+        rows.append(
+            RATIO.row(what, ratio) if ratio is not None else Row(what, "not measured yet, needs a GPU", RATIO.text, False)
+        )
     cpu_engine = (cpu or {}).get("engine") or {}
     for n in ENGINE_COUNTS:
         ratio = (cpu_engine.get(n) or {}).get("time_ratio")
         if ratio is not None:
             what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, this CPU ({cpu['model']})"
-            rows.append(("B4", what, _checked(ratio), "≤ 1.05"))
+            rows.append(RATIO.row(what, ratio))
     if not g:
         return rows
     on = _median_run(g["fa_on"]["bare"])
     share = round(on["gen_tok_s"] / g["bandwidth_limit_tok_s"], 2)
-    rows.append(("B4", "generation / memory-bandwidth limit, one sequence, on the GPU (llama.cpp itself)", f"{share}", "—"))
+    rows.append(Row("generation / memory-bandwidth limit, one sequence, on the GPU (llama.cpp itself)", f"{share}"))
     four = ((g.get("e2e") or {}).get("questions_4") or {}).get("wall_vs_n_single_runs")
     if four is not None:
-        rows.append(("B4", "`ask -q` x4 batched / four single runs, on the GPU", f"{four}", "—"))
+        rows.append(Row("`ask -q` x4 batched / four single runs, on the GPU", f"{four}"))
     sp = g.get("speculate")
     if sp:
-        r = sp["real"]["generate_ratio"]
-        rows.append(("B4", "`--speculate` / `--no-speculate`, SmolLM2 on real prose, on the GPU", _checked(r), "≤ 1.05"))
+        rows.append(
+            RATIO.row("`--speculate` / `--no-speculate`, SmolLM2 on real prose, on the GPU", sp["real"]["generate_ratio"])
+        )
     return rows
 
 

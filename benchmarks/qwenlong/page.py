@@ -2,43 +2,42 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.registry import Row
+from benchmarks.harness.registry import Row, Target
 from benchmarks.qwenlong.step import projected_ratio
+
+RATIO = Target("≤ 1.05")
 
 
 def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _summary_rows(results: dict) -> list[tuple[str, str, str, str]]:
-    """B11's rows for PERFORMANCE.md's summary table: (id, measure, result, target)."""
+def _summary_rows(results: dict) -> list[Row]:
+    """B11's rows for PERFORMANCE.md's summary table from one part (cpu or gpu) of its results."""
     rows = []
     s, d = results.get("step"), results.get("drafts")
     where = "on the GPU" if "GPU" in (s or {}).get("engine", "") else "this CPU"
     if s:
-        r, each = s["ratio"]["step"], s["ratio"]["step_by_round"]
-        measure = f"memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
-        rows.append(("B11", measure, f"{r} {_mark(r <= 1.05)} (rounds {min(each)} to {max(each)})", "≤ 1.05"))
+        each = s["ratio"]["step_by_round"]
+        what = f"memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
+        rows.append(RATIO.row(what, s["ratio"]["step"], f"rounds {min(each)} to {max(each)}"))
     f = results.get("step_fewer_layers")
     if f:
-        r, n = f["ratio"]["step"], f["model"]["layers"]
-        measure = f"memagent / bare engine, the same step on {n} of its layers (memory to spare), {where}"
-        rows.append(("B11", measure, f"{r} {_mark(r <= 1.05)}", "≤ 1.05"))
+        what = f"memagent / bare engine, the same step on {f['model']['layers']} of its layers (memory to spare), {where}"
+        rows.append(RATIO.row(what, f["ratio"]["step"]))
     w = results.get("generation")
     if w:
-        r = w["ratio"]["time"]
-        measure = f"memagent / bare engine, generation alone at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
-        rows.append(("B11", measure, f"{r} {_mark(r <= 1.05)}", "≤ 1.05"))
+        what = f"memagent / bare engine, generation alone at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
+        rows.append(RATIO.row(what, w["ratio"]["time"]))
     if d:
-        r = d["told_memory"]["generate_ratio"]
-        measure = f"`--speculate` / `--no-speculate`, QwenLong stand-in copying memory and plan, {where}"
-        rows.append(("B11", measure, str(r), "—"))
+        what = f"`--speculate` / `--no-speculate`, QwenLong stand-in copying memory and plan, {where}"
+        rows.append(Row(what, str(d["told_memory"]["generate_ratio"])))
         widths = results.get("widths")
         if widths:
             checked = d["told_memory"]["every_proposal_checked"]
             p = projected_ratio(widths, checked["decodes_per_token"], checked["mean_width"])
-            measure = f"drafts told the memory, every proposal checked, priced at QwenLong-L1.5-30B-A3B's decode widths ({where})"
-            rows.append(("B11", measure, f"{p}x generation time", "—"))
+            what = f"drafts told the memory, every proposal checked, priced at QwenLong-L1.5-30B-A3B's decode widths ({where})"
+            rows.append(Row(what, f"{p}x generation time"))
     return rows
 
 
@@ -245,14 +244,10 @@ def _section(results: dict, gpu: dict | None = None) -> str:
 
 
 def rows(m: dict, results: object) -> list[Row]:
-    out = []
-    for found in (m.get("cpu"), m.get("gpu")):
-        for _, what, value, target in _summary_rows(found or {}):
-            met = {"✓": True, "✗": False}.get(value.split(" ")[1] if " " in value else "")
-            out.append(Row(what, value, target, met))
+    out = _summary_rows(m.get("cpu") or {}) + _summary_rows(m.get("gpu") or {})
     if not m.get("gpu"):
         what = "memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes, on a GPU"
-        out.append(Row(what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", "≤ 1.05"))
+        out.append(Row(what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", RATIO.text))
     return out
 
 
