@@ -14,15 +14,14 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, shared_code
+from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.runner import proc_kb
+from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "converting a 7B checkpoint (`memagent models convert`)"
 QUICK = ["--shape", "tiny", "--repeat", "1"]
@@ -127,31 +126,19 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     cache_dropped = drop_caches()
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=REPO)
-    peaks: dict = {}
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        for key, kb in proc_kb(f"/proc/{proc.pid}/status").items():
-            if key in ("RssAnon", "RssFile"):
-                peaks[key] = max(peaks.get(key, 0.0), kb * 1024 / MB)
-        time.sleep(0.2)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0 or not result_file.is_file():
-        raise SystemExit(f"stage {stage} failed (exit {proc.returncode})")
+    done = run(command, check=False, sample=("RssAnon", "RssFile"))
+    if done.returncode != 0 or not result_file.is_file():
+        raise SystemExit(f"stage {stage} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     result = json.loads(result_file.read_text())
     result_file.unlink()
     memory = result.pop("memory")
     result.update(
         {
-            "process_seconds": round(wall, 2),
-            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "process_seconds": round(done.seconds, 2),
+            "cpu_seconds": round(done.cpu_seconds, 2),
             "peak_rss_mb": round(memory["VmHWM"], 1),
-            "peak_rss_anon_mb_sampled": round(peaks.get("RssAnon", 0.0), 1),
-            "peak_rss_file_mb_sampled": round(peaks.get("RssFile", 0.0), 1),
+            "peak_rss_anon_mb_sampled": round(done.sampled_kb["RssAnon"] * 1024 / MB, 1),
+            "peak_rss_file_mb_sampled": round(done.sampled_kb["RssFile"] * 1024 / MB, 1),
             "mb_per_s": round(result["bytes"] / result["seconds"] / MB, 1),
             "seconds": round(result["seconds"], 2),
             "cache_dropped": cache_dropped,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks.gpu_step.page import rows, section
 from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
-from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, exact_prose, smollm2
+from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose, smollm2
 from benchmarks.harness.results import gpu_name
 from benchmarks.harness.runner import memagent as memagent_run
 from benchmarks.harness.runner import run
@@ -30,7 +30,7 @@ from benchmarks.harness.runner import run
 TITLE = "one step on a GPU"
 QUICK = ["--engine-tokens", "32", "--sequences", "1,4"]
 GPU_PARTS = "bare,memagent,engine,e2e,batch,verify,doctor"
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "REPO"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 
 QUESTION = "What did the committee decide about the old mill?"
 QUESTIONS = [

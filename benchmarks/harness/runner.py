@@ -31,6 +31,7 @@ class Run:
     seconds: float  # wall time, start to exit
     cpu_seconds: float  # the child's user and system time
     peak_rss_mb: float
+    sampled_kb: dict[str, int]  # the largest of each status figure run() was asked to sample
 
     def record(self) -> dict:
         """stdout as the JSON record `--json` prints."""
@@ -61,10 +62,13 @@ def run(
     terminal: bool = False,
     check: bool = True,
     stdin: str | None = None,
+    sample: tuple[str, ...] = (),
 ) -> Run:
     """Runs `command` to its end. With `terminal`, its stderr is a pseudo-terminal (a live view
-    draws there), drained as it writes; else stdout and stderr are collected."""
+    draws there), drained as it writes; else stdout and stderr are collected. `sample`: figures of
+    its /proc status (RssAnon, RssFile, …) whose largest value is kept, as VmHWM's is."""
     peak: list[float] = [0.0]
+    sampled = dict.fromkeys(sample, 0)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         leader = follower = -1
@@ -82,7 +86,7 @@ def run(
         if terminal:
             os.close(follower)
             threading.Thread(target=_drain, args=(leader,), daemon=True).start()
-        watcher = threading.Thread(target=_watch, args=(proc.pid, peak), daemon=True)
+        watcher = threading.Thread(target=_watch, args=(proc.pid, peak, sampled), daemon=True)
         watcher.start()
         if stdin is not None:
             assert proc.stdin is not None
@@ -101,6 +105,7 @@ def run(
         seconds,
         usage.ru_utime + usage.ru_stime,
         round(peak[0] or usage.ru_maxrss / 1024, 1),
+        sampled,
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} … exited {result.returncode}: {result.stderr[-2000:]}")
@@ -114,12 +119,11 @@ def memagent(*args: str | Path, home: Path, env: dict[str, str] | None = None, *
     return run([sys.executable, "-m", "memagent_cli", *map(str, args)], env={**base, **(env or {})}, **options)
 
 
-def _watch(pid: int, peak: list[float]) -> None:
-    while True:
-        now = vmhwm_mb(pid)
-        if now is None:
-            return
-        peak[0] = max(peak[0], now)
+def _watch(pid: int, peak: list[float], sampled: dict[str, int]) -> None:
+    while "VmHWM" in (status := proc_kb(f"/proc/{pid}/status")):  # until the process has ended
+        peak[0] = max(peak[0], status["VmHWM"] / 1024)
+        for key in sampled:
+            sampled[key] = max(sampled[key], status.get(key, 0))
         time.sleep(0.05)
 
 

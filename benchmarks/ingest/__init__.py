@@ -12,16 +12,15 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, VOCAB
+from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.results import machine
-from benchmarks.harness.runner import vmhwm_mb
+from benchmarks.harness.runner import run, vmhwm_mb
 from benchmarks.harness.timing import race
 from benchmarks.ingest import bare, files
 from benchmarks.ingest.page import rows, section
@@ -141,13 +140,7 @@ def child_main(mode: str, kind: str, path: str) -> None:
 
 
 def _in_child(mode: str, kind: str, path: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ingest", "--child", mode, kind, str(path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    )
+    out = run([sys.executable, "-m", "benchmarks.ingest", "--child", mode, kind, str(path)])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness import engines
+from benchmarks.harness import engines, runner
 from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.jobs import served
 from benchmarks.jobs.page import CHUNK, MEMORY, rows, section
@@ -48,13 +47,8 @@ def embedded(work: Path, documents: int = 4, chunk: int = 500, steps: int = 3, m
     common += ["--memory-tokens", str(memory), "--answer-tokens", "32", "--temperature", "0", "--json", "--quiet", "--no-trace"]
 
     def run(*extra: str) -> tuple[float, list[dict[str, Any]]]:
-        t0 = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "memagent_cli", "ask", *common, *extra], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise SystemExit(done.stderr)
-        return time.perf_counter() - t0, json.loads(done.stdout)["results"]
+        done = runner.run([sys.executable, "-m", "memagent_cli", "ask", *common, *extra])
+        return done.seconds, done.record()["results"]
 
     one_s, one = run("--no-batch")
     batched_s, batched = run("--batch", "--parallel", str(documents))
