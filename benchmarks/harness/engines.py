@@ -104,28 +104,34 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
 
 
 class Bare:
-    """A model and one context, driven by llama_decode alone."""
+    """A model and one context, driven by llama_decode alone. `loaded`: a model another context has
+    loaded already (memagent's), shared instead of loading `model`, and not freed by close()."""
 
     def __init__(
         self,
-        model: Path,
+        model: Path | None,
         n_ctx: int,
         n_seq: int,
         flash_attn: bool,
         gpu_layers: int = -1,
         threads: int | None = None,
         n_batch: int = 2048,
+        threads_batch: int | None = None,
+        loaded=None,
     ):
         import llama_cpp
 
         from memagent_cli.model.runtime import quiet_llama_logs
 
-        quiet_llama_logs()
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = gpu_layers
-        self.model = llama_cpp.llama_model_load_from_file(os.fsencode(model), mparams)
-        assert self.model, f"could not load {model}"
+        self.owns_model = loaded is None
+        if loaded is None:
+            quiet_llama_logs()
+            llama_cpp.llama_backend_init()
+            mparams = llama_cpp.llama_model_default_params()
+            mparams.n_gpu_layers = gpu_layers
+            loaded = llama_cpp.llama_model_load_from_file(os.fsencode(str(model)), mparams)
+            assert loaded, f"could not load {model}"
+        self.model = loaded
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_seq
         self.n_batch = n_batch
@@ -136,14 +142,14 @@ class Bare:
         # llama.cpp runs a one-token decode on n_threads and any wider one on n_threads_batch, so
         # a CPU comparison of one sequence against several must give both the same count.
         cparams.n_threads = threads or max(1, (os.cpu_count() or 2) // 2)
-        cparams.n_threads_batch = threads or os.cpu_count() or 1
+        cparams.n_threads_batch = threads_batch or threads or os.cpu_count() or 1
         cparams.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         cparams.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         assert self.ctx, "could not make the context"
-        self.batch = llama_cpp.llama_batch_init(2048, 0, 1)
+        self.batch = llama_cpp.llama_batch_init(max(2048, n_batch), 0, 1)
         self.greedy = llama_cpp.llama_sampler_init_greedy()
         self.mem = llama_cpp.llama_get_memory(self.ctx)
 
@@ -190,7 +196,8 @@ class Bare:
         llama_cpp.llama_sampler_free(self.greedy)
         llama_cpp.llama_batch_free(self.batch)
         llama_cpp.llama_free(self.ctx)
-        llama_cpp.llama_model_free(self.model)
+        if self.owns_model:
+            llama_cpp.llama_model_free(self.model)
 
 
 def engine_vs_bare(

@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import finished, memagent_engine, tokenizer_and_chat
+from benchmarks.harness.engines import Bare, finished, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import exact_prose
 from benchmarks.harness.runner import proc_kb
 from benchmarks.qwenlong.model import QUESTION, log
@@ -16,61 +16,37 @@ from benchmarks.qwenlong.model import QUESTION, log
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
 
 
-class SharedBare:
+class SharedBare(Bare):
     """A second llama.cpp context on a model already loaded (memagent's): llama_decode alone, one
     sequence, greedy. Sharing the model keeps one copy of 18 GB of weights in memory."""
 
     def __init__(self, model, n_ctx: int, n_batch: int, threads: int, threads_batch: int, flash_attn: bool):
         import llama_cpp
 
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = self.n_batch = n_batch
-        cparams.n_ubatch = min(512, n_batch)
-        cparams.n_seq_max = 1
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads_batch
-        cparams.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        cparams.no_perf = True
-        self.ctx = llama_cpp.llama_init_from_model(model, cparams)
-        assert self.ctx, "could not make the bare context"
-        self.batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self.greedy = llama_cpp.llama_sampler_init_greedy()
-        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        super().__init__(None, n_ctx, 1, flash_attn, threads=threads, n_batch=n_batch, threads_batch=threads_batch, loaded=model)
         self.vocab = llama_cpp.llama_model_get_vocab(model)
 
     def step(self, prompt: list[int], gen: int) -> dict:
         """A cold step: the prompt in n_batch pieces (logits for its last token), then one
         llama_decode per generated token. Prompt seconds end when the prompt's decode is done;
         generation is every token sampled, the first one included (as memagent counts them)."""
-        import llama_cpp
-
-        from memagent_cli.model.batched import decode
-
-        llama_cpp.llama_memory_clear(self.mem, True)
+        self.clear()
         c0, t0 = time.process_time(), time.perf_counter()
-        for start in range(0, len(prompt), self.n_batch):
-            part = prompt[start : start + self.n_batch]
-            last = start + len(part) == len(prompt)
-            decode(self.ctx, self.batch, [(t, start + i, 0, last and i == len(part) - 1) for i, t in enumerate(part)])
-        llama_cpp.llama_synchronize(self.ctx)
+        self.prompt(prompt)
+        self.sync()
         t1 = time.perf_counter()
         ids = self._reply(len(prompt), gen)
         t2 = time.perf_counter()
         cpu = time.process_time() - c0
         return {"prompt_seconds": t1 - t0, "generate_seconds": t2 - t1, "cpu_seconds": cpu, "generated": len(ids), "ids": ids}
 
-    def generate(self, prompt: list[int], gen: int) -> dict:
+    def generation(self, prompt: list[int], gen: int) -> dict:
         """Generation alone: all of the prompt but its last token is in the cache (step() read it)."""
         import llama_cpp
 
-        from memagent_cli.model.batched import decode
-
         llama_cpp.llama_memory_seq_rm(self.mem, 0, len(prompt) - 1, -1)
         c0, t0 = time.process_time(), time.perf_counter()
-        decode(self.ctx, self.batch, [(prompt[-1], len(prompt) - 1, 0, True)])
+        self.decode([(prompt[-1], len(prompt) - 1, 0, True)])
         ids = self._reply(len(prompt), gen)
         return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "generated": len(ids)}
 
@@ -79,36 +55,25 @@ class SharedBare:
         (as a check of drafted tokens needs); the cache is cut back to the prompt first."""
         import llama_cpp
 
-        from memagent_cli.model.batched import decode
-
         llama_cpp.llama_memory_seq_rm(self.mem, 0, n_prompt, -1)
         t0 = time.perf_counter()
-        decode(self.ctx, self.batch, [(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
-        llama_cpp.llama_synchronize(self.ctx)
+        self.decode([(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
+        self.sync()
         return time.perf_counter() - t0
 
     def _reply(self, n_prompt: int, gen: int) -> list[int]:
-        """Greedy tokens from the last decode's logits on, one llama_decode each."""
+        """Greedy tokens from the last decode's logits on, one llama_decode each, to the end of turn."""
         import llama_cpp
 
-        from memagent_cli.model.batched import decode
-
         ids: list[int] = []
-        token = int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, -1))
+        token = self.sample(-1)
         while not llama_cpp.llama_vocab_is_eog(self.vocab, token):
             ids.append(token)
             if len(ids) >= gen:
                 break
-            decode(self.ctx, self.batch, [(token, n_prompt + len(ids) - 1, 0, True)])
-            token = int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, -1))
+            self.decode([(token, n_prompt + len(ids) - 1, 0, True)])
+            token = self.sample(-1)
         return ids
-
-    def close(self) -> None:
-        import llama_cpp
-
-        llama_cpp.llama_sampler_free(self.greedy)
-        llama_cpp.llama_batch_free(self.batch)
-        llama_cpp.llama_free(self.ctx)
 
 
 def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
@@ -266,7 +231,7 @@ def warm_generation(engine, bare: SharedBare, message: str, prompt: list[int], g
     runs: dict[str, list[dict]] = {"memagent": [], "bare": []}
     for r in range(repeat):
         for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
-            row = bare.generate(prompt, gen) if side == "bare" else memagent_step(engine, message, gen, cold=False)
+            row = bare.generation(prompt, gen) if side == "bare" else memagent_step(engine, message, gen, cold=False)
             runs[side].append(row)
             log("warm", side, r, round(row["seconds"], 3), round(row["cpu_seconds"], 3), row["generated"])
     out: dict = {"repeat": repeat, "generated": gen}
