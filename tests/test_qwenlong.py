@@ -1,7 +1,7 @@
 """Answers through QwenLong-L1.5's protocol: the trained stand-in (tests/data/qwenlong.gguf) through
 the real `memagent` process and real llama.cpp, greedy.
 
-The model performs the code-word task in the qwenlong format (tests/qwenlong_task.py): each reply
+The model performs the code-word task in the qwenlong format (testkit/qwenlong_task.py): each reply
 reasons, closes "</think>", then writes its memory and plan (or the answer), in a Qwen3-Thinking
 chat template its GGUF carries; its name says "QwenLong", so memagent picks the protocol without
 being told. It learnt the exact qwenlong prompts written out from the paper: a prompt memagent
@@ -19,9 +19,9 @@ import re
 import signal
 
 from helpers import llama_server, run_memagent, spawn_memagent
-from qwenlong_task import CAPITALS, CHUNK_TOKENS, MODEL, answer, final_reply, memory_after, whole_fact
 
 from testkit.codeword import QUESTION, make_document
+from testkit.qwenlong_task import CAPITALS, CHUNK_TOKENS, MODEL, answer, final_reply, memory_after, whole_fact
 
 BUDGETS = ["--chunk-tokens", str(CHUNK_TOKENS), "--memory-tokens", "64", "--answer-tokens", "32", "--temperature", "0"]
 RUN = ["-m", MODEL, *BUDGETS, "--threads", "1"]

@@ -114,15 +114,8 @@ def run_batch(
     """`memagent batch` of `job` on fresh fake servers (at `latency`, else the job's): its figures,
     checks and command line, and the servers' last stats."""
     results, urls, home = work / f"{name}.results.jsonl", work / "urls.txt", work / f"home-{name}"
-    argv = [
-        "batch",
-        str(job.path),
-        "-o",
-        str(results),
-        *served.served(urls, parallel),
-        "--quiet",
-        *([] if trace else ["--no-trace"]),
-    ]
+    quiet = ["--quiet", *([] if trace else ["--no-trace"])]
+    argv = ["batch", str(job.path), "-o", str(results), *served.flags(urls, parallel), *quiet]
     wait = job.latency if latency is None else latency
     with Servers(job.servers, wait, job.slots, urls, pieces) as fake:
         run = served.run_cli(argv, env=served.environment(home), results=results, during=during(fake) if during else None)
@@ -241,7 +234,7 @@ def rss(work: Path, sizes: tuple[int, ...] = (100, 1000, 10000), servers: int = 
                 for n in range(size):
                     (folder / f"doc{n:05d}.txt").write_text(served.context(tok, n, tokens) + "\n", encoding="utf-8")
                 argv = ["ask", str(folder), "--each", "-q", served.SERVED_QUESTION, "--jsonl", str(results)]
-            argv += [*served.served(urls, parallel), "--quiet", "--no-trace"]
+            argv += [*served.flags(urls, parallel), "--quiet", "--no-trace"]
             with Servers(servers, 0.0, slots, urls) as fake:
                 run = served.run_cli(argv, env=served.environment(home), results=results)
                 stats = fake.close()

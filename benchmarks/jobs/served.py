@@ -209,7 +209,8 @@ def write_job(path: Path, tok: Any, prefix: str, count: int, tokens: int) -> lis
     return ids
 
 
-def served(urls: Path, parallel: int) -> list[str]:
+def flags(urls: Path, parallel: int) -> list[str]:
+    """The CLI's options for the fake servers whose URLs `urls` lists."""
     return ["--engine", "openai", "--base-url", str(urls), "--tokenizer", TOKENIZER, *BUDGETS, "--parallel", str(parallel)]
 
 

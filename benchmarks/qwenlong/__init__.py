@@ -86,7 +86,8 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     its memory and plan: unchanged after every section without the fact (before the fact as after)."""
     codeword = shared_code("codeword")
     import llama_cpp
-    import qwenlong_task as task
+
+    task = shared_code("qwenlong_task")
 
     from memagent_cli.core.protocols import get
 

@@ -43,7 +43,9 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository: testkit, the task an
 sys.path.insert(0, str(HERE))  # the code-word model's layers and sampling of sections
 
 import train_codeword  # noqa: E402
-from qwenlong_task import (  # noqa: E402  # the replies the model is trained to write
+
+from testkit import codeword  # noqa: E402
+from testkit.qwenlong_task import (  # noqa: E402  # the replies the model is trained to write
     CAPITALS,
     INSTRUCTIONS,
     KEEP,
@@ -56,8 +58,6 @@ from qwenlong_task import (  # noqa: E402  # the replies the model is trained to
     memory_reply,
     question,
 )
-
-from testkit import codeword  # noqa: E402
 from testkit.tinymodel import build_vocab  # noqa: E402
 
 OUT = HERE / "qwenlong.gguf"

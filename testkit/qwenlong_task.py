@@ -1,7 +1,7 @@
 """The code-word task in QwenLong-L1.5's format: what the trained stand-in (tests/data/qwenlong.gguf)
 writes, and documents for the tests that run it.
 
-The task is tests/codeword.py's ("What is the code word?" over filler prose holding at most one
+The task is testkit/codeword.py's ("What is the code word?" over filler prose holding at most one
 "The code word is amber falcon."); the protocol is memagent's `qwenlong`. Every reply is a short
 reasoning, "\\n</think>\\n\\n" (the chat template's generation prompt opened the reasoning with
 "<think>\\n"), then for a memory update the memory and the plan:
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from testkit import codeword
 
-MODEL = Path(__file__).resolve().parent / "data" / "qwenlong.gguf"
+MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "qwenlong.gguf"
 CHUNK_TOKENS = 128  # the section length it was trained on: run it with --chunk-tokens 128
 
 THINK_END = "\n</think>\n\n"
