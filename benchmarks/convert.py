@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.results import now
 from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "converting a 7B checkpoint (`memagent models convert`)"
@@ -197,7 +198,7 @@ def measure(args: argparse.Namespace) -> dict:
     bf16_out, f16_out, q_out = work / "model-bf16.gguf", work / "model-f16.gguf", work / "model-q4_k_m.gguf"
     print(f"work folder {work}; free disk {shutil.disk_usage(work).free / 1e9:.1f} GB", flush=True)
     results: dict = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "shape": args.shape,
         "copy": [],
         "bf16": [],

@@ -19,7 +19,7 @@ from benchmarks.harness.fixtures import CODEWORD_MODEL as CODEWORD
 from benchmarks.harness.fixtures import REAL_PDFS as PDFS
 from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import machine
+from benchmarks.harness.results import machine, now
 from benchmarks.harness.runner import memagent as memagent_run
 
 TITLE = "`inspect`'s time estimate against the run"
@@ -219,7 +219,7 @@ def calibrate(repeat: int, earlier: list[dict]) -> dict:
             for n, seconds in before["smollm2"][key].items():
                 timed[key][int(n)] = min(timed[key][int(n)], seconds)
     return {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "machine": machine(),
         "runs": 1 + len(earlier),
         "smollm2": timed,
@@ -351,7 +351,7 @@ def measure(args: argparse.Namespace) -> dict:
         return {"calibration": calibrate(args.repeat, earlier)}
     chosen = [int(i) for i in args.documents.split(",")] if args.documents else list(range(len(DOCUMENTS)))
     return {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "machine": machine(),
         "rows": compare(args.models.split(","), args.again, args.wait, chosen),
     }

@@ -15,7 +15,7 @@ import time
 from benchmarks.harness.engines import tokenizer as load
 from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.registry import Row
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "InfMem's search index"
@@ -87,8 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def measure(args: argparse.Namespace) -> dict:
     rows = [json.loads(run([sys.executable, "-m", "benchmarks.infmem_index", str(size)]).stdout) for size in args.sizes]
-    when = time.strftime("%Y-%m-%d", time.gmtime())
-    return {"when": when, "conditions": f"this {cores()}-core CPU, each size in a process of its own", "rows": rows}
+    return {"when": today(), "conditions": f"this {cores()}-core CPU, each size in a process of its own", "rows": rows}
 
 
 def rows(m: dict, results: object) -> list[Row]:

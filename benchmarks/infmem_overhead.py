@@ -15,7 +15,7 @@ from pathlib import Path
 from benchmarks.harness.engines import bare_think, memagent_engine
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.timing import interleave
 
 TITLE = "what the InfMem loop adds to the engine"
@@ -105,9 +105,8 @@ def measure(args: argparse.Namespace) -> dict:
     row["ratio"] = round(row["memagent"] / row["bare"], 3)
     row.update(steps=args.steps, memory_tokens=memory_tokens, repeat=args.repeat)
     engine.close()
-    when = time.strftime("%Y-%m-%d", time.gmtime())
     threads = f"{engine.threads} thread{'s' if engine.threads > 1 else ''} to generate and {engine.threads_batch} to read prompts, both sides"
-    return {"when": when, "conditions": f"this {cores()}-core CPU, {threads}, load average {os.getloadavg()[0]:.1f}", **row}
+    return {"when": today(), "conditions": f"this {cores()}-core CPU, {threads}, load average {os.getloadavg()[0]:.1f}", **row}
 
 
 def rows(m: dict, results: object) -> list[Row]:

@@ -19,6 +19,7 @@ from benchmarks.harness import shapes
 from benchmarks.harness.engines import bare_think, finished, memagent_engine
 from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose
 from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.results import today
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
 QUICK = ["--layers", "2", "--repeat", "1", "--memory-tokens", "32"]
@@ -144,7 +145,7 @@ def measure(args: argparse.Namespace) -> dict:
         log(f"{models[shape].name}: {models[shape].stat().st_size / 1e9:.2f} GB ({time.perf_counter() - t0:.0f} s)")
     if "step" not in parts:
         return {}
-    when = time.strftime("%Y-%m-%d", time.gmtime())
+    when = today()
 
     budget = args.memory_tokens
     n_ctx = 12288  # the write's prompt (about 8,300 tokens) and both stages' 2,048

@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.harness.engines import tokenizer
 from benchmarks.harness.fixtures import real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.runner import memagent
 
 TITLE = "answers found again"
@@ -245,7 +245,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 results[part] = {"each": each, "grown": grown}[part](Path(work))
         print(part, results[part], file=sys.stderr, flush=True)
-    results["when"] = time.strftime("%Y-%m-%d")
+    results["when"] = today()
     results["conditions"] = f"this {cores()}-core CPU"
     return results
 

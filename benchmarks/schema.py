@@ -12,13 +12,12 @@ import os
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.harness.engines import finished, memagent_engine
 from benchmarks.harness.fixtures import DATA, shared_code, smollm2
 from benchmarks.harness.registry import Row
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.runner import memagent
 
 TITLE = "answers as data (`--schema`)"
@@ -116,7 +115,7 @@ def measure(args: argparse.Namespace) -> dict:
     if not args.skip_smollm2:
         grammar.append(grammar_cost(smollm2(), args.prompts))
     return {
-        "when": time.strftime("%Y-%m-%d", time.gmtime()),
+        "when": today(),
         "conditions": f"this {cores()}-core CPU, one thread, load average {os.getloadavg()[0]:.1f}",
         "grammar": grammar,
         "fields": fields_right(),

@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.gpu_step.page import rows, section
 from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
 from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose, smollm2
-from benchmarks.harness.results import gpu_name
+from benchmarks.harness.results import gpu_name, now
 from benchmarks.harness.runner import memagent as memagent_run
 from benchmarks.harness.runner import run
 
@@ -196,8 +196,7 @@ def measure(args: argparse.Namespace) -> dict:
     measured = _measure(args)
     if gpu:
         return {"gpu": measured}
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return {"cpu": {**measured, "model": "SmolLM2-135M-Instruct Q4_1", "when": when}}
+    return {"cpu": {**measured, "model": "SmolLM2-135M-Instruct Q4_1", "when": now()}}
 
 
 def _measure(args: argparse.Namespace) -> dict:

@@ -28,6 +28,10 @@ def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

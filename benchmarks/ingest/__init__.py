@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness.fixtures import VOCAB
-from benchmarks.harness.results import machine
+from benchmarks.harness.results import machine, now
 from benchmarks.harness.runner import run, vmhwm_mb
 from benchmarks.harness.timing import race
 from benchmarks.ingest import bare, files
@@ -378,7 +378,7 @@ def measure(args: argparse.Namespace) -> dict:
     formats = set(args.formats.split(",")) if args.formats else None
     parts = args.parts.split(",")
     results: dict = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "machine": machine(),
         "load_average_at_start": round(os.getloadavg()[0], 1),
         "quick": args.small,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness.fixtures import REPO
+from benchmarks.harness.results import now
 from benchmarks.jobs.page import BUDGETS, TOKENIZER
 
 WORDS = (
@@ -238,7 +239,7 @@ def machine() -> dict[str, Any]:
         "cpu": model or platform.machine(),
         "python": platform.python_version(),
         "load": [round(x, 2) for x in os.getloadavg()],
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
     }
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.registry import Row, Target, mark
 from benchmarks.qwenlong.step import projected_ratio
 
 RATIO = Target("≤ 1.05")
-
-
-def _mark(ok: bool) -> str:
-    return "✓" if ok else "✗"
 
 
 def _summary_rows(results: dict) -> list[Row]:
@@ -54,7 +50,7 @@ def _step_table(s: dict) -> str:
         )
     r = s["ratio"]
     lines.append(
-        f"| **memagent / bare** | | | {r['prompt']}x | {r['generate']}x | **{r['step']}x** {_mark(r['step'] <= 1.05)} "
+        f"| **memagent / bare** | | | {r['prompt']}x | {r['generate']}x | **{r['step']}x** {mark(r['step'] <= 1.05)} "
         f"| {r['cpu']}x |"
     )
     return "\n".join(lines)
@@ -83,7 +79,7 @@ def _fewer_layers_text(f: dict, results: dict) -> str:
     text = (
         f"**The same step, {m['layers']} layers** ({m['gb']} GB, every layer QwenLong's; resident {mem['rss_gb']} GB "
         f"after the steps, {f['engine']}, medians of {f['repeat']} rounds): memagent / bare **{r['step']}x** "
-        f"{_mark(r['step'] <= 1.05)} (prompt {r['prompt']}x, generation {r['generate']}x, CPU seconds {r['cpu']}x; "
+        f"{mark(r['step'] <= 1.05)} (prompt {r['prompt']}x, generation {r['generate']}x, CPU seconds {r['cpu']}x; "
         f"rounds {min(r['step_by_round'])}x to {max(r['step_by_round'])}x)."
     )
     whole = results.get("step")
@@ -105,7 +101,7 @@ def _generation_text(w: dict) -> str:
         f"**Generation alone** ({w['engine']}), the same prompt already read by each side, {w['generated']} tokens "
         f"a run, {w['repeat']} rounds interleaved (a run is short, so the load on the machine moves less within "
         f"one): memagent {m['tok_s']} tok/s, bare {b['tok_s']} tok/s; time **{r['time']}x** "
-        f"{_mark(r['time'] <= 1.05)}, CPU seconds {r['cpu']}x; each round's own ratio: {rounds}."
+        f"{mark(r['time'] <= 1.05)}, CPU seconds {r['cpu']}x; each round's own ratio: {rounds}."
     )
 
 
