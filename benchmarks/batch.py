@@ -165,11 +165,7 @@ def bare_gains(model: Path, args: argparse.Namespace, threads: int) -> dict:
         def wide() -> float:
             # The most any batching could give on these kernels: WIDE tokens of one sequence at
             # the same context in one llama_decode, the shape of a long prompt piece.
-            llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
-            t = time.perf_counter()
-            bare.decode([(2000 + k, n + k, 0, k == WIDE - 1) for k in range(WIDE)])
-            bare.sync()
-            return WIDE / (time.perf_counter() - t)
+            return WIDE / bare.timed_decode(n, [2000 + k for k in range(WIDE)], every=False)
 
         runs: dict[str, list[float]] = {"one": [], "four": [], "wide": []}
         for _ in range(args.repeat):

@@ -89,7 +89,7 @@ def fields_right(n: int = 20) -> dict:
             if k % 4 == 3:
                 text, value = make_document(random.Random(100 + k), 800, fact=False).text, None
             else:
-                doc = whole_fact(800, 100 + 7 * k, where=rng_where(k))
+                doc = whole_fact(800, 100 + 7 * k, where=(0.1, 0.5, 0.9)[k % 3])
                 text, value = doc.text, doc.value
             (folder / name).write_text(text, encoding="utf-8")
             expected[f"docs/{name}"] = {"code_word": value or NO_ANSWER, "found": "true" if value else "false"}
@@ -99,10 +99,6 @@ def fields_right(n: int = 20) -> dict:
         rows = list(csv.DictReader(io.StringIO((Path(tmp) / "out.csv").read_text(encoding="utf-8-sig"))))
     right = sum(r[f] == expected[r["document"]][f] for r in rows for f in ("code_word", "found"))
     return {"documents": n, "rows": len(rows), "fields": 2 * n, "fields_right": right, "share": round(right / (2 * n), 4)}
-
-
-def rng_where(k: int) -> float:
-    return [0.1, 0.5, 0.9][k % 3]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.drafts import SAME_DISTRIBUTION, policy_cell, policy_record
-from benchmarks.harness.engines import Bare, memagent_engine, run_loop, tokenizer, tokenizer_and_chat
+from benchmarks.harness.engines import Bare, cold_runs, memagent_engine, tokenizer, tokenizer_and_chat
 from benchmarks.harness.fixtures import CODEWORD_MODEL, real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
 
@@ -37,14 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
     engines = {s: memagent_engine(model, n_ctx, gpu_layers=GPU_LAYERS, speculate=s) for s in (False, True)}
-    runs: dict[bool, list[dict]] = {False: [], True: []}
     policy = engines[True].draft_policy
     try:
-        for r in range(repeat):  # interleaved, alternating which goes first
-            for s in (False, True) if r % 2 == 0 else (True, False):
-                for e in engines.values():
-                    e._model().n_tokens = 0  # no prefix reuse across repeats: every run starts cold
-                runs[s].append(run_loop(engines[s], question, chunks, memory_tokens))
+        runs = cold_runs(engines, question, chunks, memory_tokens, repeat)
     finally:
         for e in engines.values():
             e.close()
@@ -208,12 +203,7 @@ def decode_times(model: Path, n: int, widths: tuple[int, ...], repeat: int, call
     seconds: dict[int, list[float]] = {}
     for _ in range(repeat):
         for w in widths:
-            t = time.perf_counter()
-            for _ in range(calls):
-                llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
-                bare.decode([(7 + k, n + k, 0, True) for k in range(w)])
-                bare.sync()
-            seconds.setdefault(w, []).append((time.perf_counter() - t) / calls)
+            seconds.setdefault(w, []).append(sum(bare.timed_decode(n, [7 + k for k in range(w)]) for _ in range(calls)) / calls)
             if policy is not None:
                 policy.observe(w, seconds[w][-1])
     bare.close()

@@ -99,23 +99,14 @@ def bare_step(engine: Bare, prompts: list[list[int]], gen: int) -> dict:
 
 def verify_cost(engine: Bare, prompt: list[int], ks: tuple[int, ...] = (1, 2, 4, 8, 16), repeat: int = 20) -> dict:
     """ms of one llama_decode of k tokens after the prompt (what checking k drafts costs)."""
-    import llama_cpp
-
     engine.clear()
     engine.prompt(prompt)
     engine.sync()
     n = len(prompt)
     out = {}
     for k in ks:
-        times = []
-        for r in range(repeat + 2):
-            t0 = time.perf_counter()
-            engine.decode([(prompt[(n - k + i) % n], n + i, 0, True) for i in range(k)])
-            engine.sync()
-            if r >= 2:  # two warm-ups: graph capture, first launch
-                times.append(time.perf_counter() - t0)
-            llama_cpp.llama_memory_seq_rm(engine.mem, 0, n, -1)
-        out[k] = round(statistics.median(times) * 1000, 3)
+        times = [engine.timed_decode(n, [prompt[(n - k + i) % n] for i in range(k)]) for _ in range(repeat + 2)]
+        out[k] = round(statistics.median(times[2:]) * 1000, 3)  # two warm-ups: graph capture, first launch
     return {"ms": out, "ratio": {k: round(v / out[1], 3) for k, v in out.items()}}
 
 

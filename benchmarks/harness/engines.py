@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness.timing import interleave
+
 
 def tokenizer(model: Path):
     """`model`'s tokenizer, as memagent loads it."""
@@ -103,6 +105,18 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
     }
 
 
+def cold_runs(engines: dict, question: str, chunks: list[str], memory_tokens: int, repeat: int, **loop) -> dict:
+    """run_loop through each of `engines` `repeat` times, cold (no prefix reuse from the run before),
+    interleaved, the order rotated each round; `loop`: run_loop's protocol, and `told` (by engine)."""
+    names, told = list(engines), loop.pop("told", {})
+    runs: dict = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            engines[name]._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
+            runs[name].append(run_loop(engines[name], question, chunks, memory_tokens, told=told.get(name, "memory"), **loop))
+    return runs
+
+
 class Bare:
     """A model and one context, driven by llama_decode alone. `loaded`: a model another context has
     loaded already (memagent's), shared instead of loading `model`, and not freed by close()."""
@@ -185,6 +199,17 @@ class Bare:
 
         llama_cpp.llama_synchronize(self.ctx)
 
+    def timed_decode(self, n: int, tokens: list[int], every: bool = True) -> float:
+        """Seconds of one llama_decode of `tokens` after the first `n` of sequence 0 (the cache cut
+        back to those first), logits for each of them (a check of drafts) or, not `every`, the last."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
+        t0 = time.perf_counter()
+        self.decode([(t, n + i, 0, every or i == len(tokens) - 1) for i, t in enumerate(tokens)])
+        self.sync()
+        return time.perf_counter() - t0
+
     def clear(self) -> None:
         import llama_cpp
 
@@ -249,13 +274,11 @@ def engine_vs_bare(
         for s in range(n):
             bare.prompt(prompts[s][:-1], s)
         _memagent_generate(engine, messages[:n], gen)  # reads the prompts into its cache
-        runs: dict[str, list[tuple[float, int]]] = {"memagent": [], "bare": []}
-        for r in range(repeat):
-            for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
-                if side == "bare":
-                    runs[side].append(_bare_generate(bare, prompts[:n], gen, vocab))
-                else:
-                    runs[side].append(_memagent_generate(engine, messages[:n], gen))
+        sides = {
+            "bare": lambda: _bare_generate(bare, prompts[:n], gen, vocab),
+            "memagent": lambda: _memagent_generate(engine, messages[:n], gen),
+        }
+        runs = interleave(sides, repeat)
         engine.close()
         bare.close()
         tok_s = {side: statistics.median(made / seconds for seconds, made in v) for side, v in runs.items()}

@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import memagent_engine, run_loop, tokenizer_and_chat
+from benchmarks.harness.engines import cold_runs, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.results import cores, gpu_name, load
 from benchmarks.harness.runner import proc_kb
@@ -32,16 +32,6 @@ __all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 
 
 # --- drafts for memory plus plan: the trained stand-in ----------------------------------------------
-
-
-def loop(engine, chunks: list[str], memory_tokens: int, expect: str) -> dict:
-    """QwenLong's memory updates over `chunks`, cold, as memagent's loop calls the engine. The
-    drafts are told `expect`: "memory" (the previous memory and plan, what memagent tells them) or
-    "reply" (the previous step's whole reply, reasoning included)."""
-    codeword = shared_code("codeword")
-
-    engine._model().n_tokens = 0  # no prefix reuse across runs: every run starts cold
-    return run_loop(engine, codeword.QUESTION, chunks, memory_tokens, protocol="qwenlong", told=expect)
 
 
 def replay(prompts: list[list[int]], replies: list[list[int]], told: list[list[int]]) -> dict:
@@ -105,12 +95,9 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     engines = {
         v: memagent_engine(STAND_IN, 2048, gpu_layers=gpu_layers, speculate=s, batch=False) for v, (s, _) in variants.items()
     }
-    runs: dict[str, list[dict]] = {v: [] for v in variants}
     try:
-        names = list(variants)
-        for r in range(repeat):  # interleaved, the order rotated each round
-            for v in names[r % 3 :] + names[: r % 3]:
-                runs[v].append(loop(engines[v], chunks, memory_tokens, variants[v][1]))
+        told = {v: t for v, (_, t) in variants.items()}
+        runs = cold_runs(engines, codeword.QUESTION, chunks, memory_tokens, repeat, protocol="qwenlong", told=told)
         policies = {v: engines[v].draft_policy for v in ("memory", "reply")}
         device = engines["plain"].description
         vocab = llama_cpp.llama_model_get_vocab(engines["plain"]._model().model)

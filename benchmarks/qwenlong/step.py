@@ -50,17 +50,6 @@ class SharedBare(Bare):
         ids = self._reply(len(prompt), gen)
         return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "generated": len(ids)}
 
-    def decode_width(self, n_prompt: int, tokens: list[int]) -> float:
-        """Seconds for one llama_decode of `tokens` after the prompt in the cache, logits for each
-        (as a check of drafted tokens needs); the cache is cut back to the prompt first."""
-        import llama_cpp
-
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, n_prompt, -1)
-        t0 = time.perf_counter()
-        self.decode([(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
-        self.sync()
-        return time.perf_counter() - t0
-
     def _reply(self, n_prompt: int, gen: int) -> list[int]:
         """Greedy tokens from the last decode's logits on, one llama_decode each, to the end of turn."""
         import llama_cpp
@@ -195,11 +184,11 @@ def decode_widths(bare: SharedBare, prompt: list[int], repeat: int) -> dict:
     same weights for any width); the tokens are the chunk's own prose. Rounds interleave the widths,
     the order reversed every other round; medians."""
     tokens = prompt[-40:]  # prose from the chunk, not the prompt's fixed text
-    bare.decode_width(len(prompt), tokens[:4])  # warm-up: this width's graph
+    bare.timed_decode(len(prompt), tokens[:4])  # warm-up: this width's graph
     times: dict[int, list[float]] = {w: [] for w in WIDTHS}
     for r in range(repeat):
         for w in WIDTHS if r % 2 == 0 else WIDTHS[::-1]:
-            times[w].append(bare.decode_width(len(prompt), tokens[:w]))
+            times[w].append(bare.timed_decode(len(prompt), tokens[:w]))
     one = statistics.median(times[1])
     out = {
         "repeat": repeat,
