@@ -94,16 +94,7 @@ def measure(args: argparse.Namespace) -> dict:
     results: dict = {"model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M", "threads": threads}
     if "engine" in parts:
         messages = engine_messages(model, SHORT, args.sequences)
-        results["engine"] = engine_vs_bare(
-            model,
-            messages,
-            args.engine_tokens,
-            [args.sequences],
-            gpu_layers=0,
-            flash_attn=False,
-            threads=threads,
-            repeat=max(3, args.repeat),
-        )
+        results["engine"] = engine_vs_bare(model, messages, args.engine_tokens, [args.sequences], args.repeat)
     if "bare" in parts:
         results.update(bare_gains(model, args, threads))
     if "ask" in parts:

@@ -246,15 +246,10 @@ def rows(m: dict, results: object) -> list[Row]:
         if part in m:
             r = m[part]
             where = m[part].get("label", part)
-            out.append(
-                RATIO.row(f"memagent / bare engine, one InfMem step at Qwen3-4B's shapes, {where}", r["infmem_step"]["ratio"])
-            )
-            out.append(
-                Row(
-                    f"an InfMem step (4B) / a MemAgent step (7B), full budgets, {where}",
-                    f"{_r(r['step_ratio_infmem4b_over_memagent7b'], 2)}×",
-                )
-            )
+            what = f"memagent / bare engine, one InfMem step at Qwen3-4B's shapes, {where}"
+            out.append(RATIO.row(what, r["infmem_step"]["ratio"]))
+            what = f"an InfMem step (4B) / a MemAgent step (7B), full budgets, {where}"
+            out.append(Row(what, f"{_r(r['step_ratio_infmem4b_over_memagent7b'], 2)}×"))
     return out
 
 

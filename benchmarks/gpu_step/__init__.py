@@ -192,6 +192,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def _measure(args: argparse.Namespace) -> dict:
     parts = set(args.parts.split(","))
+    seqs = [int(x) for x in args.sequences.split(",")]
 
     import llama_cpp
 
@@ -248,19 +249,9 @@ def _measure(args: argparse.Namespace) -> dict:
     if "engine" in parts:
         # memagent against the bare loop at 1, 4 and 16 sequences, the step's prompts (B4's target);
         # flash attention as memagent picks it: on where layers run on a GPU
-        seqs = [int(x) for x in args.sequences.split(",")]
         chunk_text = doc.read_text(encoding="utf-8")
         messages = [memory_prompt(q, INITIAL_MEMORY, chunk_text) for q in questions(max(seqs))]
-        results["engine"] = engine_vs_bare(
-            model,
-            messages,
-            args.engine_tokens,
-            seqs,
-            gpu_layers=args.gpu_layers,
-            flash_attn=args.gpu_layers != 0,
-            threads=available_cores(),
-            repeat=max(args.repeat, 3),
-        )
+        results["engine"] = engine_vs_bare(model, messages, args.engine_tokens, seqs, args.repeat, args.gpu_layers)
 
     if "e2e" in parts:
         # memagent end to end with its defaults (flash attention on where layers are on the GPU):
@@ -279,7 +270,7 @@ def _measure(args: argparse.Namespace) -> dict:
                 "device": out.get("device"),
             }
             log("e2e", flag, json.dumps(rows[flag]))
-        for n in [int(x) for x in args.sequences.split(",")]:
+        for n in seqs:
             qs = questions(n)
             extra = ("--batch", "--parallel", str(n))
             out, wall = memagent(ask_args(model, doc, qs, args.chunk, args.memory, args.answer, None, *extra), home)
@@ -295,13 +286,12 @@ def _measure(args: argparse.Namespace) -> dict:
             log("e2e", n, json.dumps(rows[f"questions_{n}"]))
         one = rows.get("questions_1")
         if one:
-            for n in [int(x) for x in args.sequences.split(",")]:
+            for n in seqs:
                 row = rows[f"questions_{n}"]
                 row["wall_vs_n_single_runs"] = round(row["wall"] / (n * one["wall"]), 3)
         results["e2e"] = rows
 
     if "batch" in parts:
-        seqs = [int(x) for x in args.sequences.split(",")]
         for fa in (True, False):
             key = "batch_fa_on" if fa else "batch_fa_off"
             engine = Bare(model, n_ctx, max(seqs), fa)

@@ -225,21 +225,12 @@ class Bare:
             llama_cpp.llama_model_free(self.model)
 
 
-def engine_vs_bare(
-    model: Path,
-    messages: list[str],
-    gen: int,
-    counts: list[int],
-    *,
-    gpu_layers: int,
-    flash_attn: bool,
-    threads: int,
-    repeat: int,
-) -> dict:
+def engine_vs_bare(model: Path, messages: list[str], gen: int, counts: list[int], repeat: int, gpu_layers: int = 0) -> dict:
     """memagent's engine against a bare llama_decode loop at the same shape. For each N in
     `counts`, N sequences (the first N `messages`, each a user message) generate `gen` tokens
     each after their prompt: greedy, no drafts (the bare loop drafts nothing), one token per
-    sequence per llama_decode.
+    sequence per llama_decode, on every core, flash attention on where layers run on a GPU (as
+    memagent picks it); `repeat` rounds, 3 at least.
 
     memagent is `LlamaEngine` as `ask` builds it: its own loop for one sequence; for several,
     model/batched.py's driver with one caller thread per sequence, as `ask -q` runs questions.
@@ -251,6 +242,9 @@ def engine_vs_bare(
     second are its own count over its own time."""
     import llama_cpp
 
+    from memagent_cli.model.runtime import available_cores
+
+    threads, flash_attn, repeat = available_cores(), gpu_layers != 0, max(3, repeat)
     tok, chat = tokenizer_and_chat(model)
     messages = messages[: max(counts)]
     prompts = [chat.encode(tok, m) for m in messages]
