@@ -94,7 +94,8 @@ def memagent_step(eng, memory_tokens: int) -> dict:
     from memagent_cli.core.protocols import get
     from memagent_cli.model.engine import Sampling
 
-    memagent, tok = get("memagent"), eng.tokenizer
+    memagent = get("memagent")
+    tok = eng.tokenizer
     message = memagent.memory_prompt(QUESTION, exact_prose(tok, memory_tokens, seed=11), exact_prose(tok, CHUNK, seed=7))
     t0 = time.perf_counter()
     done = finished(eng.complete(message, memory_tokens, Sampling(temperature=0.0)))

@@ -108,7 +108,8 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
 def cold_runs(engines: dict, question: str, chunks: list[str], memory_tokens: int, repeat: int, **loop) -> dict:
     """run_loop through each of `engines` `repeat` times, cold (no prefix reuse from the run before),
     interleaved, the order rotated each round; `loop`: run_loop's protocol, and `told` (by engine)."""
-    names, told = list(engines), loop.pop("told", {})
+    names = list(engines)
+    told = loop.pop("told", {})
     runs: dict = {name: [] for name in names}
     for r in range(repeat):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -244,7 +245,9 @@ def engine_vs_bare(model: Path, messages: list[str], gen: int, counts: list[int]
 
     from memagent_cli.model.runtime import available_cores
 
-    threads, flash_attn, repeat = available_cores(), gpu_layers != 0, max(3, repeat)
+    threads = available_cores()
+    flash_attn = gpu_layers != 0
+    repeat = max(3, repeat)
     tok, chat = tokenizer_and_chat(model)
     messages = messages[: max(counts)]
     prompts = [chat.encode(tok, m) for m in messages]
