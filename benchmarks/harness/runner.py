@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ class Run:
     cpu_seconds: float  # the child's user and system time
     peak_rss_mb: float
     sampled_kb: dict[str, int]  # the largest of each status figure run() was asked to sample
+    user_seconds: float  # of cpu_seconds, the user time
+    pid: int
 
     def record(self) -> dict:
         """stdout as the JSON record `--json` prints."""
@@ -63,10 +66,15 @@ def run(
     check: bool = True,
     stdin: str | None = None,
     sample: tuple[str, ...] = (),
+    watch: Callable[[int, dict[str, int]], None] | None = None,
+    during: Callable[[Callable[[], bool]], None] | None = None,
+    every: float = 0.05,
 ) -> Run:
     """Runs `command` to its end. With `terminal`, its stderr is a pseudo-terminal (a live view
-    draws there), drained as it writes; else stdout and stderr are collected. `sample`: figures of
-    its /proc status (RssAnon, RssFile, …) whose largest value is kept, as VmHWM's is."""
+    draws there), drained as it writes; else stdout and stderr are collected. Its /proc status is
+    read every `every` seconds: VmHWM's largest value kept, and that of each figure in `sample`
+    (RssAnon, RssFile, …); `watch(pid, status)` sees each reading. `during(alive)` runs meanwhile
+    in this thread (the child is killed if it raises)."""
     peak: list[float] = [0.0]
     sampled = dict.fromkeys(sample, 0)
     t0 = time.perf_counter()
@@ -86,14 +94,21 @@ def run(
         if terminal:
             os.close(follower)
             threading.Thread(target=_drain, args=(leader,), daemon=True).start()
-        watcher = threading.Thread(target=_watch, args=(proc.pid, peak, sampled), daemon=True)
+        watcher = threading.Thread(target=_watch, args=(proc.pid, peak, sampled, watch, every), daemon=True)
         watcher.start()
         if stdin is not None:
             assert proc.stdin is not None
             proc.stdin.write(stdin)
             proc.stdin.close()
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            if during is not None:  # whether the child runs, without reaping it: os.wait4 does
+                during(lambda: os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None)
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
         seconds = time.perf_counter() - t0
+        watcher.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -106,6 +121,8 @@ def run(
         usage.ru_utime + usage.ru_stime,
         round(peak[0] or usage.ru_maxrss / 1024, 1),
         sampled,
+        usage.ru_utime,
+        proc.pid,
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} … exited {result.returncode}: {result.stderr[-2000:]}")
@@ -119,12 +136,14 @@ def memagent(*args: str | Path, home: Path, env: dict[str, str] | None = None, *
     return run([sys.executable, "-m", "memagent_cli", *map(str, args)], env={**base, **(env or {})}, **options)
 
 
-def _watch(pid: int, peak: list[float], sampled: dict[str, int]) -> None:
+def _watch(pid: int, peak: list[float], sampled: dict[str, int], watch, every: float) -> None:
     while "VmHWM" in (status := proc_kb(f"/proc/{pid}/status")):  # until the process has ended
         peak[0] = max(peak[0], status["VmHWM"] / 1024)
         for key in sampled:
             sampled[key] = max(sampled[key], status.get(key, 0))
-        time.sleep(0.05)
+        if watch is not None:
+            watch(pid, status)
+        time.sleep(every)
 
 
 def _drain(leader: int) -> None:
