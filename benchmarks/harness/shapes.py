@@ -41,6 +41,24 @@ SHAPES = {
         "rows": 151936,
         "context": 40960,
     },
+    # QwenLong-L1.5-30B-A3B, Qwen3-30B-A3B's shapes (testkit's hfcheckpoint.QWENLONG_L15_30B): 128
+    # experts of width 768, 8 a token, a router kept float32; its chat template is build()'s to give.
+    "qwenlong-l1.5-30b-a3b": {
+        "n_embd": 2048,
+        "n_layer": 48,
+        "n_head": 32,
+        "n_head_kv": 4,
+        "n_ff": 6144,
+        "tied": False,
+        "arch": "qwen3moe",
+        "head_dim": 128,
+        "rows": 151936,
+        "context": 262144,
+        "rope": 1e7,
+        "experts": 128,
+        "experts_used": 8,
+        "n_ff_exp": 768,
+    },
 }
 FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
 QWEN3_ADDED = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
@@ -86,22 +104,33 @@ def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path) -> int:
-    """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers; the vocabulary's rows."""
+def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path, template: str | None = None) -> int:
+    """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers (the chat template
+    `template` where given, else the vocabulary's); the vocabulary's rows."""
     import gguf
 
     add_qwen2_hparams = shared_code("tinymodel").add_qwen2_hparams
 
     s = SHAPES[shape]
     w.add_name(f"random-{shape}")
+    w.add_type(gguf.GGUFType.MODEL)
     w.add_file_type(file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_qwen2_hparams(w, s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768))
+    add_qwen2_hparams(
+        w, s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768), s.get("rope", 1e6)
+    )
     if "head_dim" in s:
         w.add_key_length(s["head_dim"])
         w.add_value_length(s["head_dim"])
+    if "experts" in s:
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["experts_used"])
+        w.add_expert_feed_forward_length(s["n_ff_exp"])
     added = QWEN3_ADDED if s.get("arch") == "qwen3" else None
-    return copy_tokenizer(w, vocab, rows=s.get("rows"), added=added)
+    n_tokens = copy_tokenizer(w, vocab, rows=s.get("rows"), added=added, skip=("tokenizer.chat_template",) if template else ())
+    if template:
+        w.add_chat_template(template)
+    return n_tokens
 
 
 def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
@@ -110,32 +139,33 @@ def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
     n_embd, n_ff = s["n_embd"], s["n_ff"]
     head = s.get("head_dim", n_embd // s["n_head"])
     n_q, n_kv = head * s["n_head"], head * s["n_head_kv"]
-    qwen3 = s.get("arch") == "qwen3"
+    qwen3 = s.get("arch") in ("qwen3", "qwen3moe")
     out = [("attn_norm.weight", (n_embd,), "ones"), ("attn_q.weight", (n_q, n_embd), "random")]
     out += [("attn_q_norm.weight", (head,), "ones")] if qwen3 else [("attn_q.bias", (n_q,), "random")]
     out += [("attn_k.weight", (n_kv, n_embd), "random")]
     out += [("attn_k_norm.weight", (head,), "ones")] if qwen3 else [("attn_k.bias", (n_kv,), "random")]
     out += [("attn_v.weight", (n_kv, n_embd), "random")]
     out += [] if qwen3 else [("attn_v.bias", (n_kv,), "random")]
-    out += [
-        ("attn_output.weight", (n_embd, n_q), "random"),
-        ("ffn_norm.weight", (n_embd,), "ones"),
-        ("ffn_gate.weight", (n_ff, n_embd), "random"),
-        ("ffn_up.weight", (n_ff, n_embd), "random"),
-        ("ffn_down.weight", (n_embd, n_ff), "random"),
-    ]
-    return out
+    out += [("attn_output.weight", (n_embd, n_q), "random"), ("ffn_norm.weight", (n_embd,), "ones")]
+    if "experts" in s:  # a mixture of experts: the router, then each expert's gate, up and down
+        e, f = s["experts"], s["n_ff_exp"]
+        out += [("ffn_gate_inp.weight", (e, n_embd), "router"), ("ffn_gate_exps.weight", (e, f, n_embd), "random")]
+        return out + [("ffn_up_exps.weight", (e, f, n_embd), "random"), ("ffn_down_exps.weight", (e, n_embd, f), "random")]
+    gate_up = [("ffn_gate.weight", (n_ff, n_embd), "random"), ("ffn_up.weight", (n_ff, n_embd), "random")]
+    return out + gate_up + [("ffn_down.weight", (n_embd, n_ff), "random")]
 
 
-def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None) -> Path:
-    """Writes the random F16 model (`n_layer` layers, default the shape's)."""
+def write_f16(
+    shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None, template: str | None = None
+) -> Path:
+    """Writes the random F16 model (`n_layer` layers, default the shape's; `template`: _header's)."""
     import gguf
 
     s = SHAPES[shape]
     n_embd = s["n_embd"]
     n_layer = s["n_layer"] if n_layer is None else n_layer
     w = gguf.GGUFWriter(str(dest), s.get("arch", "qwen2"))
-    n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab)
+    n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab, template)
     # a tied embedding is the output layer too: its control tokens' rows are zero
     tensors = [("token_embd.weight", (n_vocab, n_embd), "output" if s["tied"] else "random")]
     for i in range(n_layer):
@@ -188,12 +218,14 @@ def write_tensors(w, dest: Path, tensors: list[tuple[str, tuple[int, ...], str]]
     return dest
 
 
-def assemble(shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFAULT_VOCAB) -> dict[str, int]:
+def assemble(
+    shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFAULT_VOCAB, template: str | None = None
+) -> dict[str, int]:
     """The `n_layer`-layer Q4_K_M from the quantized 2-layer one's bytes; the count of each type."""
     import gguf
 
     w = gguf.GGUFWriter(str(dest), SHAPES[shape].get("arch", "qwen2"))
-    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab)
+    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab, template)
     tail = ["output_norm.weight"] + ([] if SHAPES[shape]["tied"] else ["output.weight"])
     return repeat_layers(two, w, [name for name, _, _ in _layer(shape)], n_layer, tail)
 
@@ -235,9 +267,11 @@ def build(
     quant: str = "q4_k_m",
     fast: bool = False,
     n_layer: int | None = None,
+    template: str | None = None,
 ) -> Path:
     """The quantized model in `folder`, made once (the F16 intermediate is deleted); `fast` (Q4_K_M
-    only) assembles it from a quantized 2-layer model, `n_layer` layers (default the shape's)."""
+    only) assembles it from a quantized 2-layer model (kept), `n_layer` layers (default the shape's);
+    `template`: a chat template in place of the vocabulary's."""
     from memagent_cli.model.convert.quantize import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -249,19 +283,20 @@ def build(
     if fast and quant != "q4_k_m":
         raise ValueError("fast builds make Q4_K_M only")
     f16 = folder / f"random-{shape}{'-2L' if fast else layers}-f16.gguf"
+    two = folder / f"random-{shape}-2L-q4_k_m.gguf"
     t0 = time.perf_counter()
-    if not f16.is_file():  # written whole (an interrupted one stays .partial)
+    if not f16.is_file() and not (fast and two.is_file()):  # written whole (an interrupted one stays .partial)
         partial = f16.with_name(f16.name + ".partial")
-        write_f16(shape, partial, vocab, n_layer=2 if fast else n_layer)
+        write_f16(shape, partial, vocab, n_layer=2 if fast else n_layer, template=template)
         partial.rename(f16)
     t1 = time.perf_counter()
     if fast:
-        two = folder / f"random-{shape}-2L-q4_k_m.gguf"
         if not two.is_file():
             quantize(f16, two, quant)
+            f16.unlink()
         t2 = time.perf_counter()
         partial = final.with_name(final.name + ".partial")
-        types = assemble(shape, two, partial, n_layer, vocab)
+        types = assemble(shape, two, partial, n_layer, vocab, template)
         partial.rename(final)
         print(
             f"built {final.name}: 2-layer F16 in {t1 - t0:.0f} s, quantized in {t2 - t1:.0f} s, "

@@ -22,7 +22,7 @@ from benchmarks.harness.engines import cold_runs, memagent_engine, tokenizer_and
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.results import cores, gpu_name, load
 from benchmarks.harness.runner import proc_kb
-from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, log, model_record
+from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, SHAPE, STAND_IN, build, log, model_record
 from benchmarks.qwenlong.page import rows, section
 from benchmarks.qwenlong.step import step_vs_bare
 
@@ -212,7 +212,7 @@ def measure(args: argparse.Namespace) -> dict:
         log("step", json.dumps(out))
         if args.delete_model:
             model.unlink()
-            (args.work / "two-layers-q4_k_m.gguf").unlink(missing_ok=True)
+            (args.work / f"random-{SHAPE}-2L-q4_k_m.gguf").unlink(missing_ok=True)
     if "drafts" in parts:
         results["drafts"] = drafts(max(args.repeat, 7), gpu_layers)
     results["seconds"] = round(time.perf_counter() - t0, 1)
