@@ -47,12 +47,6 @@ BUDGETS = {
 }
 
 
-def model_path(name: str) -> Path:
-    if name == "codeword":
-        return CODEWORD
-    return smollm2()
-
-
 def memagent(*args: str, home: Path) -> tuple[str, float, float]:
     """memagent's stdout, its wall time, and the cores other work kept busy meanwhile (the kernel's
     CPU clocks over the run, less the run's own CPU time)."""
@@ -127,7 +121,7 @@ def measured(model: Path, sources: list[str], question: str, budgets: list[str],
 def compare(models: list[str], again: bool, wait: float, chosen: list[int]) -> list[dict]:
     rows = []
     for name in models:
-        model, budgets = model_path(name), BUDGETS[name]
+        model, budgets = CODEWORD if name == "codeword" else smollm2(), BUDGETS[name]
         for label, names, question in [DOCUMENTS[i] for i in chosen]:
             sources = [str(PDFS / n) for n in names]
             with tempfile.TemporaryDirectory() as home:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -20,6 +19,7 @@ from benchmarks.harness.engines import bare_think, finished, memagent_engine
 from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import today
+from benchmarks.harness.runner import log
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
 QUICK = ["--layers", "2", "--repeat", "1", "--memory-tokens", "32"]
@@ -29,10 +29,6 @@ QUESTION = "What did the committee decide about the old mill?"
 CHUNK, UNIT, MEMORY = 5000, 500, 1024
 DOCUMENT = 1_000_000
 STOPS = (0.10, 0.25, 1.0)
-
-
-def log(*a: object) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def infmem_prompts(tok, memory_tokens: int) -> list:

@@ -24,8 +24,8 @@ from benchmarks.gpu_step.page import rows, section
 from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
 from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose, smollm2
 from benchmarks.harness.results import gpu_name, now
+from benchmarks.harness.runner import log, run
 from benchmarks.harness.runner import memagent as memagent_run
-from benchmarks.harness.runner import run
 
 TITLE = "one step on a GPU"
 QUICK = ["--engine-tokens", "32", "--sequences", "1,4"]
@@ -214,7 +214,6 @@ def _measure(args: argparse.Namespace) -> dict:
         "chunk_tokens": args.chunk,
         "memory_tokens": args.memory,
     }
-    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     log(json.dumps(results))
     prompt = step_prompts(model, doc, [QUESTION])[0]
     n_ctx = len(prompt) + args.memory + 64

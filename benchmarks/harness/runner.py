@@ -41,6 +41,11 @@ class Run:
         return json.loads(self.stdout)
 
 
+def log(*parts: object) -> None:
+    """A benchmark's progress, on stderr (stdout may be what it measures)."""
+    print(*parts, file=sys.stderr, flush=True)
+
+
 def proc_kb(path: str = "/proc/self/status") -> dict[str, int]:
     """The kB figures of a /proc file (a process's status: VmHWM, VmRSS, RssAnon, RssFile; meminfo:
     MemTotal, MemAvailable), empty where /proc does not say (a process that has ended, not Linux)."""

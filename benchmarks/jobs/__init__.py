@@ -192,12 +192,9 @@ def source_bytes(folder: Path, warm: Path) -> dict[str, Any]:
     from memagent_cli.core.jobs import Job
     from memagent_cli.core.pipeline import SourceOptions, find_sources
 
-    def quiet(_message: str) -> None:
-        pass
-
-    find_sources([str(warm)], SourceOptions(), quiet)  # the readers' modules imported: not counted
+    find_sources([str(warm)], SourceOptions(), lambda _: None)  # the readers' modules imported: not counted
     tracemalloc.start()
-    found = find_sources([str(folder)], SourceOptions(), quiet)
+    found = find_sources([str(folder)], SourceOptions(), lambda _: None)
     sources = tracemalloc.get_traced_memory()[0]
     jobs = [
         Job(key=f"{d.title}\n{served.SERVED_QUESTION}", question=served.SERVED_QUESTION, sources=(d,), title=d.title)

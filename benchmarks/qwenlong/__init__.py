@@ -21,8 +21,8 @@ from pathlib import Path
 from benchmarks.harness.engines import cold_runs, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.results import cores, gpu_name, load
-from benchmarks.harness.runner import proc_kb
-from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, SHAPE, STAND_IN, build, log, model_record
+from benchmarks.harness.runner import log, proc_kb
+from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, SHAPE, STAND_IN, build, model_record
 from benchmarks.qwenlong.page import rows, section
 from benchmarks.qwenlong.step import step_vs_bare
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import collections
 from pathlib import Path
 
 from benchmarks.harness import shapes
@@ -14,10 +14,6 @@ QUESTION = "What did the committee decide about the old mill?"
 SHAPE = "qwenlong-l1.5-30b-a3b"  # in harness/shapes.py
 REAL_LAYERS = 48
 REAL_Q4_K_M_GB = 18.6  # QwenLong-L1.5-30B-A3B at Q4_K_M, about (llama.cpp's mix of the real 30.5B parameters)
-
-
-def log(*a: object) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def build(work: Path, vocab: Path = DEFAULT_VOCAB, n_layer: int = REAL_LAYERS) -> Path:
@@ -33,9 +29,7 @@ def model_record(model: Path) -> dict:
     import gguf
 
     reader = gguf.GGUFReader(str(model))
-    types: dict[str, int] = {}
-    for t in reader.tensors:
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    types = dict(collections.Counter(t.tensor_type.name for t in reader.tensors))
     n_layer = int(reader.fields["qwen3moe.block_count"].contents())
     return {
         "file": model.name,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from benchmarks.harness.engines import Bare, finished, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import exact_prose
-from benchmarks.harness.runner import proc_kb
-from benchmarks.qwenlong.model import QUESTION, log
+from benchmarks.harness.runner import log, proc_kb
+from benchmarks.qwenlong.model import QUESTION
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
 
