@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.drafts import engine_rows
-from benchmarks.harness.engines import Bare, engine_vs_bare
-from benchmarks.harness.fixtures import gguf_chat, gguf_tokenizer, real_prose, smollm2
+from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer, tokenizer_and_chat
+from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.results import Results, cores
 from benchmarks.harness.runner import memagent
@@ -36,9 +36,8 @@ QUESTIONS = [
 
 
 def ask_wall(work: Path, chunk: int, memory: int, steps: int) -> dict:
-
     model = smollm2()
-    tok = gguf_tokenizer(model)
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf")
     doc = work / "b8-doc.txt"
     doc.write_text(tok.decode_bytes(tok.encode(text)[: chunk * steps]).decode("utf-8", "ignore"), encoding="utf-8")
@@ -95,16 +94,7 @@ def measure(args: argparse.Namespace) -> dict:
     results: dict = {"model": "random-weight Qwen2.5-1.5B-shaped Q4_K_M", "threads": threads}
     if "engine" in parts:
         messages = engine_messages(model, SHORT, args.sequences)
-        results["engine"] = engine_vs_bare(
-            model,
-            messages,
-            args.engine_tokens,
-            [args.sequences],
-            gpu_layers=0,
-            flash_attn=False,
-            threads=threads,
-            repeat=max(3, args.repeat),
-        )
+        results["engine"] = engine_vs_bare(model, messages, args.engine_tokens, [args.sequences], args.repeat)
     if "bare" in parts:
         results.update(bare_gains(model, args, threads))
     if "ask" in parts:
@@ -126,7 +116,7 @@ def engine_messages(model: Path, tokens: int, n: int) -> list[str]:
     """n memory prompts (one per question) of about `tokens` tokens: real prose as the chunk."""
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 
-    tok, chat = gguf_chat(model)
+    tok, chat = tokenizer_and_chat(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf"))
     out = []
     for i in range(n):
@@ -166,11 +156,7 @@ def bare_gains(model: Path, args: argparse.Namespace, threads: int) -> dict:
         def wide() -> float:
             # The most any batching could give on these kernels: WIDE tokens of one sequence at
             # the same context in one llama_decode, the shape of a long prompt piece.
-            llama_cpp.llama_memory_seq_rm(bare.mem, 0, n, -1)
-            t = time.perf_counter()
-            bare.decode([(2000 + k, n + k, 0, k == WIDE - 1) for k in range(WIDE)])
-            bare.sync()
-            return WIDE / (time.perf_counter() - t)
+            return WIDE / bare.timed_decode(n, [2000 + k for k in range(WIDE)], every=False)
 
         runs: dict[str, list[float]] = {"one": [], "four": [], "wide": []}
         for _ in range(args.repeat):

@@ -14,15 +14,15 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, shared_code
+from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.runner import proc_status
+from benchmarks.harness.results import now
+from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "converting a 7B checkpoint (`memagent models convert`)"
 QUICK = ["--shape", "tiny", "--repeat", "1"]
@@ -44,12 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # Stages, each run in its own process: `python -m benchmarks.convert --stage NAME ... --result FILE`
-
-
-def _own_memory() -> dict:
-    """This process's peak and current RSS from /proc/self/status, in MB."""
-    kb = proc_status()
-    return {key: kb[key] * 1024 / MB for key in ("VmHWM", "RssAnon", "RssFile") if key in kb}
 
 
 def stage_copy(src: Path) -> dict:
@@ -108,7 +102,7 @@ def run_stage(argv: list[str]) -> None:
         result = stage_convert(Path(args.src), Path(args.dest), args.outtype)
     else:
         result = stage_quantize(Path(args.src), Path(args.dest), args.quant)
-    result["memory"] = _own_memory()
+    result["memory"] = {key: kb * 1024 / MB for key, kb in proc_kb().items() if key in ("VmHWM", "RssAnon", "RssFile")}
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -125,12 +119,6 @@ def drop_caches() -> bool:
         return False
 
 
-def _sample(pid: int, peaks: dict) -> None:
-    kb = proc_status(pid)
-    for key in ("RssAnon", "RssFile"):
-        peaks[key] = max(peaks.get(key, 0.0), kb.get(key, 0) * 1024 / MB)
-
-
 def spawn(stage: str, work: Path, **options: str) -> dict:
     """Runs one stage in a fresh process after emptying the page cache; its measurements."""
     result_file = work / f".{stage}-result.json"
@@ -139,29 +127,19 @@ def spawn(stage: str, work: Path, **options: str) -> dict:
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     cache_dropped = drop_caches()
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=REPO)
-    peaks: dict = {}
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        _sample(proc.pid, peaks)
-        time.sleep(0.2)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0 or not result_file.is_file():
-        raise SystemExit(f"stage {stage} failed (exit {proc.returncode})")
+    done = run(command, check=False, sample=("RssAnon", "RssFile"))
+    if done.returncode != 0 or not result_file.is_file():
+        raise SystemExit(f"stage {stage} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     result = json.loads(result_file.read_text())
     result_file.unlink()
     memory = result.pop("memory")
     result.update(
         {
-            "process_seconds": round(wall, 2),
-            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "process_seconds": round(done.seconds, 2),
+            "cpu_seconds": round(done.cpu_seconds, 2),
             "peak_rss_mb": round(memory["VmHWM"], 1),
-            "peak_rss_anon_mb_sampled": round(peaks.get("RssAnon", 0.0), 1),
-            "peak_rss_file_mb_sampled": round(peaks.get("RssFile", 0.0), 1),
+            "peak_rss_anon_mb_sampled": round(done.sampled_kb["RssAnon"] * 1024 / MB, 1),
+            "peak_rss_file_mb_sampled": round(done.sampled_kb["RssFile"] * 1024 / MB, 1),
             "mb_per_s": round(result["bytes"] / result["seconds"] / MB, 1),
             "seconds": round(result["seconds"], 2),
             "cache_dropped": cache_dropped,
@@ -220,7 +198,7 @@ def measure(args: argparse.Namespace) -> dict:
     bf16_out, f16_out, q_out = work / "model-bf16.gguf", work / "model-f16.gguf", work / "model-q4_k_m.gguf"
     print(f"work folder {work}; free disk {shutil.disk_usage(work).free / 1e9:.1f} GB", flush=True)
     results: dict = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "shape": args.shape,
         "copy": [],
         "bf16": [],

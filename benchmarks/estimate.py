@@ -14,12 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import Bare
+from benchmarks.harness.engines import Bare, tokenizer
 from benchmarks.harness.fixtures import CODEWORD_MODEL as CODEWORD
 from benchmarks.harness.fixtures import REAL_PDFS as PDFS
-from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
+from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import machine
+from benchmarks.harness.results import machine, now
 from benchmarks.harness.runner import memagent as memagent_run
 
 TITLE = "`inspect`'s time estimate against the run"
@@ -45,12 +45,6 @@ BUDGETS = {
     "smollm2": ["--chunk-tokens", "5000", "--memory-tokens", "1024"],
     "codeword": ["--chunk-tokens", "1024", "--memory-tokens", "256"],
 }
-
-
-def model_path(name: str) -> Path:
-    if name == "codeword":
-        return CODEWORD
-    return smollm2()
 
 
 def memagent(*args: str, home: Path) -> tuple[str, float, float]:
@@ -127,7 +121,7 @@ def measured(model: Path, sources: list[str], question: str, budgets: list[str],
 def compare(models: list[str], again: bool, wait: float, chosen: list[int]) -> list[dict]:
     rows = []
     for name in models:
-        model, budgets = model_path(name), BUDGETS[name]
+        model, budgets = CODEWORD if name == "codeword" else smollm2(), BUDGETS[name]
         for label, names, question in [DOCUMENTS[i] for i in chosen]:
             sources = [str(PDFS / n) for n in names]
             with tempfile.TemporaryDirectory() as home:
@@ -163,10 +157,14 @@ def compare(models: list[str], again: bool, wait: float, chosen: list[int]) -> l
 
 
 def _fit(xs: list[list[float]], ys: list[float]) -> list[float]:
-    """A least-squares fit of ys to the columns of xs (numpy's)."""
-    import numpy as np
-
-    return [float(v) for v in np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)[0]]
+    """Least squares without numpy's help: the normal equations of a 2-parameter fit."""
+    a11 = sum(x[0] * x[0] for x in xs)
+    a12 = sum(x[0] * x[1] for x in xs)
+    a22 = sum(x[1] * x[1] for x in xs)
+    b1 = sum(x[0] * y for x, y in zip(xs, ys))
+    b2 = sum(x[1] * y for x, y in zip(xs, ys))
+    det = a11 * a22 - a12 * a12
+    return [(b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det]
 
 
 def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dict:
@@ -176,7 +174,7 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
 
     from memagent_cli.model.runtime import available_cores
 
-    tok = gguf_tokenizer(model)
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)
     while len(ids) < max(sizes):
@@ -192,11 +190,8 @@ def time_model(model: Path, sizes: list[int], generate: int, repeat: int) -> dic
                 t0 = time.perf_counter()
                 bare.prompt(ids[:n])
                 prompt[n].append(time.perf_counter() - t0)
-                token, pos = bare.sample(-1), n
                 t0 = time.perf_counter()
-                for _ in range(generate):
-                    bare.decode([(token, pos, 0, True)])
-                    token, pos = bare.sample(-1), pos + 1
+                bare.generate(n, generate + 1)
                 per_token[n].append((time.perf_counter() - t0) / generate)
     finally:
         bare.close()
@@ -218,7 +213,7 @@ def calibrate(repeat: int, earlier: list[dict]) -> dict:
             for n, seconds in before["smollm2"][key].items():
                 timed[key][int(n)] = min(timed[key][int(n)], seconds)
     return {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "machine": machine(),
         "runs": 1 + len(earlier),
         "smollm2": timed,
@@ -350,7 +345,7 @@ def measure(args: argparse.Namespace) -> dict:
         return {"calibration": calibrate(args.repeat, earlier)}
     chosen = [int(i) for i in args.documents.split(",")] if args.documents else list(range(len(DOCUMENTS)))
     return {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
         "machine": machine(),
         "rows": compare(args.models.split(","), args.again, args.wait, chosen),
     }

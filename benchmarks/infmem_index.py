@@ -12,17 +12,14 @@ import statistics
 import sys
 import time
 
-from benchmarks.harness.fixtures import VOCAB, gguf_tokenizer
+from benchmarks.harness.engines import tokenizer as load
+from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.registry import Row
-from benchmarks.harness.results import cores
-from benchmarks.harness.runner import proc_status, run
+from benchmarks.harness.results import cores, today
+from benchmarks.harness.runner import proc_kb, run
 
 TITLE = "InfMem's search index"
 QUICK = ["--sizes", "200000"]
-
-
-def rss_mb() -> float:
-    return proc_status().get("VmRSS", float("nan")) / 1024
 
 
 def words(rng: random.Random, n: int) -> list[str]:
@@ -38,7 +35,7 @@ def child(tokens: int) -> dict:
     from memagent_cli.ingest.base import Place
     from memagent_cli.ingest.sources import Segment, Source
 
-    tokenizer = gguf_tokenizer(VOCAB)
+    tokenizer = load(VOCAB)
     rng = random.Random(1)
     # ~1.9 tokens a word with these words: written in 100K-word pages until the size is reached
     pages: list[str] = []
@@ -60,12 +57,12 @@ def child(tokens: int) -> dict:
         if stats.document_tokens >= tokens and len(chunks) * 5000 >= tokens:
             break
     read_s = time.perf_counter() - started
-    rss_read = rss_mb()
+    rss_read = proc_kb()["VmRSS"] / 1024
     started = time.perf_counter()
     units = RetrievalUnits(chunks, tokenizer)
     search = infmem.Search(units.texts)
     index_s = time.perf_counter() - started
-    rss_index = rss_mb()
+    rss_index = proc_kb()["VmRSS"] / 1024
     queries = [" ".join(words(rng, rng.randint(3, 6))) for _ in range(20)]
     times = []
     for query in queries:
@@ -90,8 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def measure(args: argparse.Namespace) -> dict:
     rows = [json.loads(run([sys.executable, "-m", "benchmarks.infmem_index", str(size)]).stdout) for size in args.sizes]
-    when = time.strftime("%Y-%m-%d", time.gmtime())
-    return {"when": when, "conditions": f"this {cores()}-core CPU, each size in a process of its own", "rows": rows}
+    return {"when": today(), "conditions": f"this {cores()}-core CPU, each size in a process of its own", "rows": rows}
 
 
 def rows(m: dict, results: object) -> list[Row]:

@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import greedy_text, memagent_engine
+from benchmarks.harness.engines import bare_think, memagent_engine
 from benchmarks.harness.fixtures import shared_code
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.timing import interleave
 
 TITLE = "what the InfMem loop adds to the engine"
@@ -45,16 +45,15 @@ def measure(args: argparse.Namespace) -> dict:
     from memagent_cli.core.infmem_loop import raw_chat, run_infmem
     from memagent_cli.ingest.base import Place
     from memagent_cli.ingest.sources import Segment, Source
-    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import quiet_llama_logs
-    from memagent_cli.model.tokenizer import encode_template, load_tokenizer
 
     quiet_llama_logs()
     folder = Path(tempfile.mkdtemp())
     vocab = build_vocab()
     model = write_tiny_qwen2(folder / "long.gguf", constant=True, bias={vocab.token_id(LONG_TOKEN.encode()): 30.0})
-    info = read_gguf(model)
-    tokenizer = load_tokenizer(info)
+    # no drafts: the bare loop has none, and this model's one repeated token makes them nearly free
+    engine = memagent_engine(model, 16384, threads=1, speculate=False)
+    tokenizer = engine.tokenizer
     chunk_tokens, memory_tokens = 1000, args.memory_tokens
     question = "Where is the answer?"
     source = Source(path="doc.txt", title="doc.txt", kind="text", size=None)
@@ -68,22 +67,14 @@ def measure(args: argparse.Namespace) -> dict:
         return list(iter_chunks(layout([source], read), tokenizer, chunk_tokens, [source], stats)), stats
 
     config = AgentConfig.with_protocol("infmem", chunk_tokens=chunk_tokens, memory_tokens=memory_tokens, answer_tokens=8)
-    n_ctx = 16384
-    # no drafts: the bare loop has none, and this model's one repeated token makes them nearly free
-    engine, _ = memagent_engine(model, n_ctx, threads=1, speculate=False)
     # the engine's own thread counts: it reads prompts on every core where asked for one thread to generate
     llm = llama_cpp.Llama(
-        model_path=str(model), n_ctx=n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False
+        model_path=str(model), n_ctx=engine.n_ctx, n_threads=engine.threads, n_threads_batch=engine.threads_batch, verbose=False
     )
 
-    def generate(prompt_ids: list[int], budget: int) -> str:
-        return greedy_text(llm, tokenizer, prompt_ids, budget)
-
     def think(prompt, budget: int) -> str:
-        first = generate(encode_template(tokenizer, prompt.pieces), infmem.THINKING_TOKENS)
-        stage_one = infmem.closed_thinking(first)
-        second = generate(encode_template(tokenizer, prompt.then(stage_one).pieces), budget)
-        return infmem.reply_of(stage_one, second)
+        first, second = bare_think(llm, tokenizer, prompt, budget)
+        return infmem.reply_of(infmem.closed_thinking(first), second)
 
     def bare() -> float:
         read, _ = chunks()
@@ -114,9 +105,8 @@ def measure(args: argparse.Namespace) -> dict:
     row["ratio"] = round(row["memagent"] / row["bare"], 3)
     row.update(steps=args.steps, memory_tokens=memory_tokens, repeat=args.repeat)
     engine.close()
-    when = time.strftime("%Y-%m-%d", time.gmtime())
     threads = f"{engine.threads} thread{'s' if engine.threads > 1 else ''} to generate and {engine.threads_batch} to read prompts, both sides"
-    return {"when": when, "conditions": f"this {cores()}-core CPU, {threads}, load average {os.getloadavg()[0]:.1f}", **row}
+    return {"when": today(), "conditions": f"this {cores()}-core CPU, {threads}, load average {os.getloadavg()[0]:.1f}", **row}
 
 
 def rows(m: dict, results: object) -> list[Row]:

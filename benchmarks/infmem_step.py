@@ -15,10 +15,11 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from benchmarks.harness import shapes
-from benchmarks.harness.engines import greedy_text, memagent_engine
-from benchmarks.harness.fixtures import QWEN25_VOCAB, prose_of_tokens
+from benchmarks.harness.engines import bare_think, finished, memagent_engine
+from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import log
+from benchmarks.harness.results import today
+from benchmarks.harness.runner import log
 
 TITLE = "an InfMem step at Qwen3-4B's shapes, a MemAgent step at Qwen2.5-7B's"
 QUICK = ["--layers", "2", "--repeat", "1", "--memory-tokens", "32"]
@@ -35,16 +36,16 @@ def infmem_prompts(tok, memory_tokens: int) -> list:
     from memagent_cli.core import infmem
     from memagent_cli.core.infmem_loop import raw_chat
 
-    memory = prose_of_tokens(tok, memory_tokens, seed=11)
+    memory = exact_prose(tok, memory_tokens, seed=11)
     history = infmem.history_text(100, 200, [("old mill", 8), ("committee decision", 8), ("vote on the mill", 8)])
     planner = raw_chat(
         infmem.TOOL_SYSTEM, infmem.PLANNER_PROMPT.format(prompt=QUESTION, retrieval_history=history, memory=memory)
     )
-    units = [prose_of_tokens(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
+    units = [exact_prose(tok, UNIT, seed=20 + k) for k in range(infmem.RESULTS)]
     write = raw_chat(
         None,
         infmem.MEMORY_PROMPT.format(
-            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=prose_of_tokens(tok, CHUNK, seed=7), memory=memory
+            prompt=QUESTION, retrieve=infmem.retrieved_block(units), chunk=exact_prose(tok, CHUNK, seed=7), memory=memory
         ),
     )
     return [planner, write]
@@ -53,15 +54,10 @@ def infmem_prompts(tok, memory_tokens: int) -> list:
 def memagent_infmem(eng, prompts: list, budget: int) -> dict:
     """The step through memagent's engine: each prompt's two stages, as _Reading.think makes them."""
     from memagent_cli.core import infmem
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
-    def call(prompt, tokens: int) -> CompletionDone:
-        done = None
-        for item in eng.complete_raw(prompt, tokens, Sampling(temperature=0.0, top_p=1.0)):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
-        return done
+    def call(prompt, tokens: int):
+        return finished(eng.complete_raw(prompt, tokens, Sampling(temperature=0.0, top_p=1.0)))
 
     t0 = time.perf_counter()
     out = {"prompt_tokens": 0, "generated": 0, "prompt_seconds": 0.0, "generate_seconds": 0.0}
@@ -81,34 +77,24 @@ def memagent_infmem(eng, prompts: list, budget: int) -> dict:
 
 def bare_infmem(llm, tok, prompts: list, budget: int) -> dict:
     """The same generations with llama-cpp-python alone (its own prefix reuse, as B16)."""
-    from memagent_cli.core import infmem
-    from memagent_cli.model.tokenizer import encode_template
-
-    def generate(ids: list[int], tokens: int) -> str:
-        return greedy_text(llm, tok, ids, tokens)
-
     t0 = time.perf_counter()
     generated = 0
     for prompt in prompts:
-        first = generate(encode_template(tok, prompt.pieces), infmem.THINKING_TOKENS)
-        second = generate(encode_template(tok, prompt.then(infmem.closed_thinking(first)).pieces), budget)
+        first, second = bare_think(llm, tok, prompt, budget)
         generated += len(tok.encode(first)) + len(tok.encode(second))
     return {"seconds": time.perf_counter() - t0, "generated_about": generated}
 
 
-def memagent_step(eng, tok, memory_tokens: int) -> dict:
+def memagent_step(eng, memory_tokens: int) -> dict:
     """One MemAgent memory step through memagent's engine (rule: the memory prompt, 1,024 written)."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     memagent = get("memagent")
-    message = memagent.memory_prompt(QUESTION, prose_of_tokens(tok, memory_tokens, seed=11), prose_of_tokens(tok, CHUNK, seed=7))
+    tok = eng.tokenizer
+    message = memagent.memory_prompt(QUESTION, exact_prose(tok, memory_tokens, seed=11), exact_prose(tok, CHUNK, seed=7))
     t0 = time.perf_counter()
-    done = None
-    for item in eng.complete(message, memory_tokens, Sampling(temperature=0.0)):
-        if isinstance(item, CompletionDone):
-            done = item
-    assert done is not None
+    done = finished(eng.complete(message, memory_tokens, Sampling(temperature=0.0)))
     return {
         "seconds": time.perf_counter() - t0,
         "prompt_tokens": done.prompt_tokens - done.cached_tokens,
@@ -156,12 +142,13 @@ def measure(args: argparse.Namespace) -> dict:
         log(f"{models[shape].name}: {models[shape].stat().st_size / 1e9:.2f} GB ({time.perf_counter() - t0:.0f} s)")
     if "step" not in parts:
         return {}
-    when = time.strftime("%Y-%m-%d", time.gmtime())
+    when = today()
 
     budget = args.memory_tokens
     n_ctx = 12288  # the write's prompt (about 8,300 tokens) and both stages' 2,048
     options = {"gpu_layers": -1 if args.gpu else 0, "threads": args.threads, "speculate": False, "batch": False}
-    four, tok4 = memagent_engine(models["qwen3-4b"], n_ctx, **options)
+    four = memagent_engine(models["qwen3-4b"], n_ctx, **options)
+    tok4 = four.tokenizer
     prompts = infmem_prompts(tok4, budget)
     llm = llama_cpp.Llama(
         model_path=str(models["qwen3-4b"]),
@@ -184,11 +171,11 @@ def measure(args: argparse.Namespace) -> dict:
     four.close()
     del llm
 
-    seven, tok7 = memagent_engine(models["qwen2.5-7b"], 8192, **options)
+    seven = memagent_engine(models["qwen2.5-7b"], 8192, **options)
     log(f"MemAgent step at Qwen2.5-7B's shapes on {seven.description}")
     steps7 = []
     for r in range(args.repeat):
-        steps7.append(memagent_step(seven, tok7, budget))
+        steps7.append(memagent_step(seven, budget))
         log(f"  round {r + 1}: {steps7[-1]['seconds']:.1f} s")
     seven.close()
 
@@ -256,15 +243,10 @@ def rows(m: dict, results: object) -> list[Row]:
         if part in m:
             r = m[part]
             where = m[part].get("label", part)
-            out.append(
-                RATIO.row(f"memagent / bare engine, one InfMem step at Qwen3-4B's shapes, {where}", r["infmem_step"]["ratio"])
-            )
-            out.append(
-                Row(
-                    f"an InfMem step (4B) / a MemAgent step (7B), full budgets, {where}",
-                    f"{_r(r['step_ratio_infmem4b_over_memagent7b'], 2)}×",
-                )
-            )
+            what = f"memagent / bare engine, one InfMem step at Qwen3-4B's shapes, {where}"
+            out.append(RATIO.row(what, r["infmem_step"]["ratio"]))
+            what = f"an InfMem step (4B) / a MemAgent step (7B), full budgets, {where}"
+            out.append(Row(what, f"{_r(r['step_ratio_infmem4b_over_memagent7b'], 2)}×"))
     return out
 
 

@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import gguf_chat, gguf_tokenizer, shared_code
+from benchmarks.harness.engines import tokenizer, tokenizer_and_chat
+from benchmarks.harness.fixtures import exact_prose, shared_code
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.runner import memagent, run
 from benchmarks.harness.timing import interleave, median
@@ -31,19 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_inputs(folder: Path, steps: int, chunk: int) -> tuple[Path, Path]:
-    """A tiny random Qwen2 model and a document of exactly `steps` full chunks."""
-
+    """A tiny random Qwen2 model and a document of `steps` full chunks (the last one a token short at most)."""
     model = shared_code("tinymodel").write_tiny_qwen2(folder / "tiny.gguf", seed=1)
-    words = shared_code("texts").words
-    tok = gguf_tokenizer(model)
-    text = ""
-    while True:
-        text = words(len(text.split()) + 2000, seed=3)
-        if len(tok.encode(text)) >= steps * chunk:
-            break
-    ids = tok.encode(text)[: steps * chunk]
     doc = folder / "doc.txt"
-    doc.write_text(tok.decode_bytes(ids).decode("utf-8", errors="ignore").strip(), encoding="utf-8")
+    doc.write_text(exact_prose(tokenizer(model), steps * chunk, seed=3), encoding="utf-8")
     return model, doc
 
 
@@ -56,7 +48,7 @@ def bare(model: Path, doc: Path, question: str, chunk: int, memory_tokens: int, 
 
     t0 = time.perf_counter()
     quiet_llama_logs()
-    tok, chat = gguf_chat(model)
+    tok, chat = tokenizer_and_chat(model)
     ids = tok.encode(doc.read_text(encoding="utf-8").strip())
     llm = llama_cpp.Llama(
         model_path=str(model),

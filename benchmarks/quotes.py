@@ -30,9 +30,12 @@ PDF_QUESTIONS = {
 }
 
 
-def ask(source: Path, question: str, model: Path, budgets: list[str]) -> dict:
+def ask(source: Path, question: str, model: Path, budgets: list[str]) -> tuple[dict, dict]:
+    """The run's record, and its row's figures: tokens, steps, the quotes' seconds and the whole run's."""
     with tempfile.TemporaryDirectory() as home:
-        return memagent("ask", source, question, "-m", model, *budgets, "--json", "--no-trace", home=Path(home)).record()
+        r = memagent("ask", source, question, "-m", model, *budgets, "--json", "--no-trace", home=Path(home)).record()
+    seconds = {k: r["timings"][k] for k in ("total_seconds", "quotes_seconds")}
+    return r, {"tokens": r["document_tokens"], "steps": len(r["steps"]), **seconds}
 
 
 def codeword(seeds: int) -> list[dict]:
@@ -46,19 +49,9 @@ def codeword(seeds: int) -> list[dict]:
                 doc = whole_fact(tokens, seed, where=(0.1, 0.5, 0.9)[seed % 3])
                 path = Path(tmp) / f"doc-{tokens}-{seed}.txt"
                 path.write_text(doc.text, encoding="utf-8")
-                r = ask(path, QUESTION, CODEWORD, CODEWORD_RUN)
-                t = r["timings"]
-                rows.append(
-                    {
-                        "tokens": r["document_tokens"],
-                        "steps": len(r["steps"]),
-                        "right": r["answer"] == doc.value,
-                        "quote_hit": any(fact_sentence(doc.value) in q["text"] for q in r["quotes"]),
-                        "quotes": len(r["quotes"]),
-                        "total_seconds": t["total_seconds"],
-                        "quotes_seconds": t["quotes_seconds"],
-                    }
-                )
+                r, row = ask(path, QUESTION, CODEWORD, CODEWORD_RUN)
+                hit = any(fact_sentence(doc.value) in q["text"] for q in r["quotes"])
+                rows.append({**row, "right": r["answer"] == doc.value, "quote_hit": hit, "quotes": len(r["quotes"])})
                 print(f"codeword {tokens:>5} tokens seed {seed}: {rows[-1]}", file=sys.stderr)
     return rows
 
@@ -67,18 +60,8 @@ def smollm2() -> list[dict]:
     model = smollm2_path()
     rows = []
     for name, question in PDF_QUESTIONS.items():
-        r = ask(PDFS / name, question, model, SMOLLM2_RUN)
-        t = r["timings"]
-        rows.append(
-            {
-                "pdf": name,
-                "tokens": r["document_tokens"],
-                "steps": len(r["steps"]),
-                "quotes": [f"{q['location']}: {q['text'][:80]}" for q in r["quotes"]],
-                "total_seconds": t["total_seconds"],
-                "quotes_seconds": t["quotes_seconds"],
-            }
-        )
+        r, row = ask(PDFS / name, question, model, SMOLLM2_RUN)
+        rows.append({"pdf": name, **row, "quotes": [f"{q['location']}: {q['text'][:80]}" for q in r["quotes"]]})
         print(f"smollm2 {name}: {rows[-1]}", file=sys.stderr)
     return rows
 

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, shared_code, smollm2
+from benchmarks.harness.engines import tokenizer
+from benchmarks.harness.fixtures import real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
-from benchmarks.harness.results import cores, log
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.runner import memagent
 
 TITLE = "answers found again"
@@ -103,7 +104,7 @@ def each(work: Path, documents: int = 100, tokens: int = 600) -> dict[str, Any]:
     from memagent_cli.traces.store import TraceStore
 
     model = smollm2()
-    tok = gguf_tokenizer(model)
+    tok = tokenizer(model)
     _prose_documents(work / "docs", documents, tokens, tok)
     home = work / "home"
     args = ["ask", "docs", "--each", "-q", QUESTION, "-m", str(model), *BUDGETS, "--csv", "out.csv", "--json"]
@@ -142,7 +143,7 @@ def grown(work: Path, chunks: int = 40, more: float = 0.05) -> dict[str, Any]:
     from memagent_cli.model.tokenizer import decode
 
     model = smollm2()
-    tok = gguf_tokenizer(model)
+    tok = tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     size = chunks * 256
     log = work / "build.log"
@@ -243,8 +244,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 results[part] = watch(Path(work), files=args.files)
             else:
                 results[part] = {"each": each, "grown": grown}[part](Path(work))
-        log(part, results[part])
-    results["when"] = time.strftime("%Y-%m-%d")
+        print(part, results[part], file=sys.stderr, flush=True)
+    results["when"] = today()
     results["conditions"] = f"this {cores()}-core CPU"
     return results
 

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, gguf_tokenizer, shared_code
+from benchmarks.harness.engines import tokenizer
+from benchmarks.harness.fixtures import REPO, shared_code
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.runner import vmhwm_mb
 from benchmarks.harness.timing import race
@@ -51,6 +52,7 @@ def document(path: Path, tokens: int, tok) -> int:
 
 
 def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
+    budgets = ["--chunk-tokens", "5000", "--memory-tokens", "32", "--answer-tokens", "4", "--temperature", "0"]
     args = [
         sys.executable,
         "-m",
@@ -60,14 +62,7 @@ def run_steps(model: Path, doc: Path, steps: int, home: Path) -> dict:
         "q",
         "-m",
         str(model),
-        "--chunk-tokens",
-        "5000",
-        "--memory-tokens",
-        "32",
-        "--answer-tokens",
-        "4",
-        "--temperature",
-        "0",
+        *budgets,
         "--no-trace",
         "--threads",
         "1",
@@ -140,12 +135,11 @@ def pdf_ingestion(folder: Path, pages: int) -> dict:
 
 
 def measure(args: argparse.Namespace) -> dict:
-
     result: dict = {"sizes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         model = shared_code("tinymodel").write_tiny_qwen2(folder / "tiny.gguf", seed=1)
-        tok = gguf_tokenizer(model)
+        tok = tokenizer(model)
         for size in (int(s) for s in args.sizes.split(",")):
             doc = folder / f"doc-{size}.txt"
             tokens = document(doc, size, tok)

@@ -12,13 +12,12 @@ import os
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.harness.engines import memagent_engine
+from benchmarks.harness.engines import finished, memagent_engine
 from benchmarks.harness.fixtures import DATA, shared_code, smollm2
 from benchmarks.harness.registry import Row
-from benchmarks.harness.results import cores
+from benchmarks.harness.results import cores, today
 from benchmarks.harness.runner import memagent
 
 TITLE = "answers as data (`--schema`)"
@@ -28,12 +27,10 @@ FIELDS = "code_word, found bool"
 
 
 def per_token(eng, prompt: str, json_schema: str | None) -> tuple[float, int, str]:
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
-    for item in eng.complete(prompt, 96, Sampling(temperature=0, json_schema=json_schema)):
-        if isinstance(item, CompletionDone):
-            return item.generate_seconds / max(1, item.completion_tokens), item.completion_tokens, item.text
-    raise AssertionError("no reply")
+    done = finished(eng.complete(prompt, 96, Sampling(temperature=0, json_schema=json_schema)))
+    return done.generate_seconds / max(1, done.completion_tokens), done.completion_tokens, done.text
 
 
 def grammar_cost(model: Path, prompts: int) -> dict:
@@ -48,7 +45,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
 
     schema = parse_schema(FIELDS)
     config = AgentConfig(answer_schema=schema.to_config())
-    eng, _ = memagent_engine(model, 2048, threads=1)
+    eng = memagent_engine(model, 2048, threads=1)
     rng = random.Random(5)
     free, bound, free_tokens, bound_tokens = [], [], [], []
     try:
@@ -62,9 +59,7 @@ def grammar_cost(model: Path, prompts: int) -> dict:
                 (bound_tokens if json_schema else free_tokens).append(tokens)
     finally:
         eng.close()
-    from memagent_cli.model.gguf import read_gguf
-
-    info = read_gguf(model)
+    info = eng.info
     name = "tests/data/schema.gguf" if model == MODEL else "SmolLM2-135M-Instruct Q4_1" if "SmolLM2" in model.name else model.name
     layers = f"{info.arch_get('block_count')} layers, " if model == MODEL else ""
     row = {
@@ -94,7 +89,7 @@ def fields_right(n: int = 20) -> dict:
             if k % 4 == 3:
                 text, value = make_document(random.Random(100 + k), 800, fact=False).text, None
             else:
-                doc = whole_fact(800, 100 + 7 * k, where=rng_where(k))
+                doc = whole_fact(800, 100 + 7 * k, where=(0.1, 0.5, 0.9)[k % 3])
                 text, value = doc.text, doc.value
             (folder / name).write_text(text, encoding="utf-8")
             expected[f"docs/{name}"] = {"code_word": value or NO_ANSWER, "found": "true" if value else "false"}
@@ -104,10 +99,6 @@ def fields_right(n: int = 20) -> dict:
         rows = list(csv.DictReader(io.StringIO((Path(tmp) / "out.csv").read_text(encoding="utf-8-sig"))))
     right = sum(r[f] == expected[r["document"]][f] for r in rows for f in ("code_word", "found"))
     return {"documents": n, "rows": len(rows), "fields": 2 * n, "fields_right": right, "share": round(right / (2 * n), 4)}
-
-
-def rng_where(k: int) -> float:
-    return [0.1, 0.5, 0.9][k % 3]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +111,7 @@ def measure(args: argparse.Namespace) -> dict:
     if not args.skip_smollm2:
         grammar.append(grammar_cost(smollm2(), args.prompts))
     return {
-        "when": time.strftime("%Y-%m-%d", time.gmtime()),
+        "when": today(),
         "conditions": f"this {cores()}-core CPU, one thread, load average {os.getloadavg()[0]:.1f}",
         "grammar": grammar,
         "fields": fields_right(),

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.drafts import SAME_DISTRIBUTION, policy_cell, policy_record
-from benchmarks.harness.engines import Bare, memagent_engine, run_loop
-from benchmarks.harness.fixtures import CODEWORD_MODEL, gguf_chat, real_prose, shared_code, smollm2
+from benchmarks.harness.engines import Bare, cold_runs, memagent_engine, tokenizer, tokenizer_and_chat
+from benchmarks.harness.fixtures import CODEWORD_MODEL, real_prose, shared_code, smollm2
 from benchmarks.harness.registry import Row, Target
 
 TITLE = "speculative memory rewrites (`--speculate`)"
@@ -36,15 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compare(model: Path, question: str, chunks: list[str], memory_tokens: int, n_ctx: int, repeat: int) -> dict:
-    engines = {s: memagent_engine(model, n_ctx, speculate=s, gpu_layers=GPU_LAYERS)[0] for s in (False, True)}
-    runs: dict[bool, list[dict]] = {False: [], True: []}
+    engines = {s: memagent_engine(model, n_ctx, gpu_layers=GPU_LAYERS, speculate=s) for s in (False, True)}
     policy = engines[True].draft_policy
     try:
-        for r in range(repeat):  # interleaved, alternating which goes first
-            for s in (False, True) if r % 2 == 0 else (True, False):
-                for e in engines.values():
-                    e._model().n_tokens = 0  # no prefix reuse across repeats: every run starts cold
-                runs[s].append(run_loop(engines[s], question, chunks, memory_tokens))
+        runs = cold_runs(engines, question, chunks, memory_tokens, repeat)
     finally:
         for e in engines.values():
             e.close()
@@ -96,7 +91,7 @@ def exactness(model: Path, question: str, chunks: list[str], memory_tokens: int,
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt, next_memory
     from memagent_cli.model.runtime import available_cores
 
-    tok, chat = gguf_chat(model)
+    tok, chat = tokenizer_and_chat(model)
     plain, fast = texts["plain"], texts["speculate"]
     prompts, memory = [], INITIAL_MEMORY
     for chunk, text in zip(chunks, plain):  # the memories carried; the same in both runs up to their first difference
@@ -208,8 +203,7 @@ def decode_times(model: Path, n: int, widths: tuple[int, ...], repeat: int, call
     seconds: dict[int, list[float]] = {}
     for _ in range(repeat):
         for w in widths:
-            spent = sum(bare.decode_width(n, [7 + k for k in range(w)]) for _ in range(calls))
-            seconds.setdefault(w, []).append(spent / calls)
+            seconds.setdefault(w, []).append(sum(bare.timed_decode(n, [7 + k for k in range(w)]) for _ in range(calls)) / calls)
             if policy is not None:
                 policy.observe(w, seconds[w][-1])
     bare.close()
@@ -243,7 +237,7 @@ def copying(repeat: int) -> dict:
 
 def real(repeat: int, chunk_tokens: int, memory_tokens: int, steps: int) -> dict:
     model = smollm2()
-    _, tok = memagent_engine(model, 512, speculate=False)
+    tok = tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf"))
     chunks = [
         tok.decode_bytes(ids[i : i + chunk_tokens]).decode("utf-8", "replace")

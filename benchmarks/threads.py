@@ -13,8 +13,8 @@ import statistics
 import time
 from collections.abc import Iterator
 
-from benchmarks.harness.engines import Bare
-from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
+from benchmarks.harness.engines import Bare, tokenizer
+from benchmarks.harness.fixtures import real_prose, smollm2
 from benchmarks.harness.registry import Row
 from benchmarks.harness.results import cores as available
 
@@ -22,14 +22,14 @@ TITLE = "generation threads"
 QUICK = ["--repeat", "1", "--burst", "5", "--context", "1000", "--tokens", "16"]
 
 
-def _spin() -> None:
+def _spin() -> None:  # a CPU-bound neighbour: another user's build, a browser tab
     while True:
         pass
 
 
 @contextlib.contextmanager
 def neighbour(busy: bool = True) -> Iterator[None]:
-    """A CPU-bound neighbour process (another user's build, a browser tab) while the block runs."""
+    """A CPU-bound process beside this one while the block runs (none unless `busy`)."""
     hog = multiprocessing.Process(target=_spin, daemon=True) if busy else None
     if hog is not None:
         hog.start()
@@ -88,10 +88,7 @@ def generate(bare, n_threads: int, start: list[int], tokens: int) -> float:
     llama_cpp.llama_memory_seq_rm(bare.mem, 0, n - 1, -1)
     t0 = time.perf_counter()
     bare.decode([(start[-1], n - 1, 0, True)])
-    token, pos = bare.sample(-1), n
-    for _ in range(tokens - 1):
-        bare.decode([(token, pos, 0, True)])
-        token, pos = bare.sample(-1), pos + 1
+    bare.generate(n, tokens)
     return (tokens - 1) / (time.perf_counter() - t0)
 
 
@@ -104,9 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-
     model = smollm2()
-    tok = gguf_tokenizer(model)
+    tok = tokenizer(model)
     text = real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "crazyones.pdf")
     ids = tok.encode(text)[: args.context]
     cores = available()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from benchmarks.harness.fixtures import REPO, VOCAB, gguf_tokenizer
+from benchmarks.harness.fixtures import REPO, VOCAB
 from benchmarks.harness.registry import Row, Target
 from benchmarks.harness.timing import race
 
@@ -45,17 +45,19 @@ def corpus(n_chars: int, seed: int = 0) -> str:
 def measure(args: argparse.Namespace) -> dict:
     import llama_cpp
 
+    from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.runtime import quiet_llama_logs
+    from memagent_cli.model.tokenizer import load_tokenizer
 
     quiet_llama_logs()
     loads = race(
         {
-            "memagent": lambda: gguf_tokenizer(args.vocab),
+            "memagent": lambda: load_tokenizer(read_gguf(args.vocab)),
             "llama_cpp": lambda: llama_cpp.Llama(model_path=args.vocab, vocab_only=True, verbose=False),
         },
         rounds=1,
     )
-    tok = gguf_tokenizer(args.vocab)
+    tok = load_tokenizer(read_gguf(args.vocab))
     llm = llama_cpp.Llama(model_path=args.vocab, vocab_only=True, verbose=False)
     text = corpus(args.chars)
     data = text.encode("utf-8")

@@ -9,14 +9,9 @@ took over 80 s on the H200 in session 13."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def gpu_used_mib() -> int:
@@ -27,37 +22,26 @@ def gpu_used_mib() -> int:
 
 
 def case(model: Path, doc: Path, *flags: str) -> dict:
+    """One `ask`, the GPU memory in use polled while it runs (harness/runner.run's readings)."""
+    from benchmarks.harness.runner import run
+
     base = gpu_used_mib()
     peak = [base]
-    done = threading.Event()
 
-    def poll() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], gpu_used_mib())
-            time.sleep(0.05)
+    def poll(pid: int, status: dict[str, int]) -> None:
+        peak[0] = max(peak[0], gpu_used_mib())
 
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
-    env = {**os.environ, "NO_COLOR": "1"}
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(doc), "Who?", "-m", str(model), "--no-trace", "--quiet",
-         "--temperature", "0", "--memory-tokens", "16", "--answer-tokens", "8", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-    )  # fmt: skip
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    done.set()
-    watcher.join()
-    err = proc.stderr.read() if proc.stderr else ""
+    budgets = ["--temperature", "0", "--memory-tokens", "16", "--answer-tokens", "8"]
+    ask = ["ask", str(doc), "Who?", "-m", str(model), "--no-trace", "--quiet", *budgets, *flags]
+    done = run([sys.executable, "-m", "memagent_cli", *ask], env={"NO_COLOR": "1"}, check=False, watch=poll)
     return {
         "flags": " ".join(flags),
-        "rc": os.waitstatus_to_exitcode(status),
-        "seconds": round(seconds, 2),
-        "peak_rss_mib": usage.ru_maxrss // 1024,
+        "rc": done.returncode,
+        "seconds": round(done.seconds, 2),
+        "peak_rss_mib": int(done.peak_rss_mb),
         "gpu_mib_before": base,
         "gpu_mib_peak": peak[0],
-        "stderr": err.strip().splitlines()[-3:],
+        "stderr": done.stderr.strip().splitlines()[-3:],
     }
 
 

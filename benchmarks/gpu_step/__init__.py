@@ -21,16 +21,16 @@ import time
 from pathlib import Path
 
 from benchmarks.gpu_step.page import rows, section
-from benchmarks.harness.engines import Bare, engine_vs_bare
-from benchmarks.harness.fixtures import QWEN25_VOCAB, REPO, gguf_chat, gguf_tokenizer, prose_of_tokens, shared_code, smollm2
-from benchmarks.harness.results import device, log
+from benchmarks.harness.engines import Bare, engine_vs_bare, tokenizer_and_chat
+from benchmarks.harness.fixtures import QWEN25_VOCAB, exact_prose, smollm2
+from benchmarks.harness.results import gpu_name, now
+from benchmarks.harness.runner import log, run
 from benchmarks.harness.runner import memagent as memagent_run
-from benchmarks.harness.runner import run
 
 TITLE = "one step on a GPU"
 QUICK = ["--engine-tokens", "32", "--sequences", "1,4"]
 GPU_PARTS = "bare,memagent,engine,e2e,batch,verify,doctor"
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "REPO", "shared_code"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 
 QUESTION = "What did the committee decide about the old mill?"
 QUESTIONS = [
@@ -48,9 +48,9 @@ def questions(n: int) -> list[str]:
 
 
 def make_doc(model: Path, folder: Path, chunk: int) -> Path:
-    """A document of exactly `chunk` tokens, or just under: one step."""
+    """A document of exactly `chunk` tokens (or just under): one step."""
     doc = folder / "doc.txt"
-    doc.write_text(prose_of_tokens(gguf_tokenizer(model), chunk), encoding="utf-8")
+    doc.write_text(exact_prose(tokenizer_and_chat(model)[0], chunk, seed=7), encoding="utf-8")
     return doc
 
 
@@ -58,7 +58,7 @@ def step_prompts(model: Path, doc: Path, questions: list[str]) -> list[list[int]
     """The memory prompt of the first step for each question, as memagent builds it."""
     from memagent_cli.core.memagent import INITIAL_MEMORY, memory_prompt
 
-    tok, chat = gguf_chat(model)
+    tok, chat = tokenizer_and_chat(model)
     chunk_text = doc.read_text(encoding="utf-8")
     return [chat.encode(tok, memory_prompt(q, INITIAL_MEMORY, chunk_text)) for q in questions]
 
@@ -105,9 +105,8 @@ def verify_cost(engine: Bare, prompt: list[int], ks: tuple[int, ...] = (1, 2, 4,
     n = len(prompt)
     out = {}
     for k in ks:
-        # two warm-ups: graph capture, first launch
-        times = [engine.decode_width(n, [prompt[(n - k + i) % n] for i in range(k)]) for _ in range(repeat + 2)][2:]
-        out[k] = round(statistics.median(times) * 1000, 3)
+        times = [engine.timed_decode(n, [prompt[(n - k + i) % n] for i in range(k)]) for _ in range(repeat + 2)]
+        out[k] = round(statistics.median(times[2:]) * 1000, 3)  # two warm-ups: graph capture, first launch
     return {"ms": out, "ratio": {k: round(v / out[1], 3) for k, v in out.items()}}
 
 
@@ -147,19 +146,12 @@ def bare_run(model: Path, doc: Path, n_ctx: int, memory: int, answer: int, fa: b
     engine = Bare(model, n_ctx, 1, fa)
     prompt = step_prompts(model, doc, [QUESTION])[0]
     engine.prompt(prompt)
-    pos, token, ids = len(prompt), engine.sample(-1), []
-    for _ in range(memory):
-        ids.append(token)
-        engine.decode([(token, pos, 0, True)])
-        pos, token = pos + 1, engine.sample(-1)
-    tok, chat = gguf_chat(model)
+    ids = engine.generate(len(prompt), memory)
+    tok, chat = tokenizer_and_chat(model)
     final = chat.encode(tok, final_prompt(QUESTION, tok.decode_bytes(ids).decode("utf-8", "replace")))
     engine.clear()
     engine.prompt(final)
-    pos, token = len(final), engine.sample(-1)
-    for _ in range(answer - 1):
-        engine.decode([(token, pos, 0, True)])
-        pos, token = pos + 1, engine.sample(-1)
+    engine.generate(len(final), answer)
     engine.sync()
     engine.close()
 
@@ -195,12 +187,12 @@ def measure(args: argparse.Namespace) -> dict:
     measured = _measure(args)
     if gpu:
         return {"gpu": measured}
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return {"cpu": {**measured, "model": "SmolLM2-135M-Instruct Q4_1", "when": when}}
+    return {"cpu": {**measured, "model": "SmolLM2-135M-Instruct Q4_1", "when": now()}}
 
 
 def _measure(args: argparse.Namespace) -> dict:
     parts = set(args.parts.split(","))
+    seqs = [int(x) for x in args.sequences.split(",")]
 
     import llama_cpp
 
@@ -215,7 +207,7 @@ def _measure(args: argparse.Namespace) -> dict:
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
     results: dict = {
-        "device": device(args.gpu_layers != 0),
+        "device": gpu_name() if args.gpu_layers != 0 else f"this CPU ({available_cores()} cores)",
         "offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "shape": args.model.name if args.model else args.shape,
         "model_bytes": model.stat().st_size,
@@ -256,19 +248,9 @@ def _measure(args: argparse.Namespace) -> dict:
     if "engine" in parts:
         # memagent against the bare loop at 1, 4 and 16 sequences, the step's prompts (B4's target);
         # flash attention as memagent picks it: on where layers run on a GPU
-        seqs = [int(x) for x in args.sequences.split(",")]
         chunk_text = doc.read_text(encoding="utf-8")
         messages = [memory_prompt(q, INITIAL_MEMORY, chunk_text) for q in questions(max(seqs))]
-        results["engine"] = engine_vs_bare(
-            model,
-            messages,
-            args.engine_tokens,
-            seqs,
-            gpu_layers=args.gpu_layers,
-            flash_attn=args.gpu_layers != 0,
-            threads=available_cores(),
-            repeat=max(args.repeat, 3),
-        )
+        results["engine"] = engine_vs_bare(model, messages, args.engine_tokens, seqs, args.repeat, args.gpu_layers)
 
     if "e2e" in parts:
         # memagent end to end with its defaults (flash attention on where layers are on the GPU):
@@ -287,7 +269,7 @@ def _measure(args: argparse.Namespace) -> dict:
                 "device": out.get("device"),
             }
             log("e2e", flag, json.dumps(rows[flag]))
-        for n in [int(x) for x in args.sequences.split(",")]:
+        for n in seqs:
             qs = questions(n)
             extra = ("--batch", "--parallel", str(n))
             out, wall = memagent(ask_args(model, doc, qs, args.chunk, args.memory, args.answer, None, *extra), home)
@@ -303,13 +285,12 @@ def _measure(args: argparse.Namespace) -> dict:
             log("e2e", n, json.dumps(rows[f"questions_{n}"]))
         one = rows.get("questions_1")
         if one:
-            for n in [int(x) for x in args.sequences.split(",")]:
+            for n in seqs:
                 row = rows[f"questions_{n}"]
                 row["wall_vs_n_single_runs"] = round(row["wall"] / (n * one["wall"]), 3)
         results["e2e"] = rows
 
     if "batch" in parts:
-        seqs = [int(x) for x in args.sequences.split(",")]
         for fa in (True, False):
             key = "batch_fa_on" if fa else "batch_fa_off"
             engine = Bare(model, n_ctx, max(seqs), fa)

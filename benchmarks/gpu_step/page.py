@@ -10,39 +10,7 @@ RATIO = Target("≤ 1.05")
 
 
 def rows(m: dict, results: object) -> list[Row]:
-    """B4's targets for the summary table: memagent against the bare engine at 1, 4 and 16
-    sequences on the GPU (rows not measured yet say so) and on this CPU, and the bandwidth share."""
-    g, cpu, out = m.get("gpu") or {}, m.get("cpu"), []
-    for key, what in (("fa_on", "on"), ("fa_off", "off")):
-        ratio = (g.get(key) or {}).get("step_ratio")
-        if ratio is not None:
-            out.append(
-                RATIO.row(f"memagent / bare engine, 1 sequence (one `ask` step) on the GPU, flash attention {what}", ratio)
-            )
-    engine = g.get("engine") or {}
-    for n in ENGINE_COUNTS:
-        if n == "1" and n not in engine and out:
-            continue  # the `ask` step above is the 1-sequence row until the engine part runs there
-        what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, on the GPU"
-        ratio = (engine.get(n) or {}).get("time_ratio")
-        out.append(RATIO.row(what, ratio) if ratio is not None else Row(what, "not measured yet, needs a GPU", RATIO.text))
-    cpu_engine = (cpu or {}).get("engine") or {}
-    for n in ENGINE_COUNTS:
-        ratio = (cpu_engine.get(n) or {}).get("time_ratio")
-        if ratio is not None:
-            what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, this CPU ({cpu['model']})"
-            out.append(RATIO.row(what, ratio))
-    if not g:
-        return out
-    share = round(_median_run(g["fa_on"]["bare"])["gen_tok_s"] / g["bandwidth_limit_tok_s"], 2)
-    out.append(Row("generation / memory-bandwidth limit, one sequence, on the GPU (llama.cpp itself)", f"{share}"))
-    four = ((g.get("e2e") or {}).get("questions_4") or {}).get("wall_vs_n_single_runs")
-    if four is not None:
-        out.append(Row("`ask -q` x4 batched / four single runs, on the GPU", f"{four}"))
-    if g.get("speculate"):
-        ratio = g["speculate"]["real"]["generate_ratio"]
-        out.append(RATIO.row("`--speculate` / `--no-speculate`, SmolLM2 on real prose, on the GPU", ratio))
-    return out
+    return _b4_rows(m.get("gpu"), m.get("cpu"))
 
 
 def section(m: dict, results: object) -> str:
@@ -50,6 +18,48 @@ def section(m: dict, results: object) -> str:
 
 
 ENGINE_COUNTS = ("1", "4", "16")  # sequences at which B4 holds memagent to the bare engine
+
+
+def _b4_rows(g: dict | None, cpu: dict | None) -> list[Row]:
+    """B4's targets for the summary table: memagent against the bare engine at 1, 4 and 16
+    sequences on the GPU (rows not measured yet say so) and on this CPU, and the bandwidth share."""
+    rows = []
+    g = g or {}
+    for key, what in (("fa_on", "on"), ("fa_off", "off")):
+        ratio = (g.get(key) or {}).get("step_ratio")
+        if ratio is not None:
+            rows.append(
+                RATIO.row(f"memagent / bare engine, 1 sequence (one `ask` step) on the GPU, flash attention {what}", ratio)
+            )
+    engine = g.get("engine") or {}
+    for n in ENGINE_COUNTS:
+        if n == "1" and n not in engine and rows:
+            continue  # the `ask` step above is the 1-sequence row until the engine part runs there
+        what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, on the GPU"
+        ratio = (engine.get(n) or {}).get("time_ratio")
+        rows.append(
+            RATIO.row(what, ratio) if ratio is not None else Row(what, "not measured yet, needs a GPU", RATIO.text, False)
+        )
+    cpu_engine = (cpu or {}).get("engine") or {}
+    for n in ENGINE_COUNTS:
+        ratio = (cpu_engine.get(n) or {}).get("time_ratio")
+        if ratio is not None:
+            what = f"memagent / bare engine, {n} sequence{'s' if n != '1' else ''} generating, this CPU ({cpu['model']})"
+            rows.append(RATIO.row(what, ratio))
+    if not g:
+        return rows
+    on = _median_run(g["fa_on"]["bare"])
+    share = round(on["gen_tok_s"] / g["bandwidth_limit_tok_s"], 2)
+    rows.append(Row("generation / memory-bandwidth limit, one sequence, on the GPU (llama.cpp itself)", f"{share}"))
+    four = ((g.get("e2e") or {}).get("questions_4") or {}).get("wall_vs_n_single_runs")
+    if four is not None:
+        rows.append(Row("`ask -q` x4 batched / four single runs, on the GPU", f"{four}"))
+    sp = g.get("speculate")
+    if sp:
+        rows.append(
+            RATIO.row("`--speculate` / `--no-speculate`, SmolLM2 on real prose, on the GPU", sp["real"]["generate_ratio"])
+        )
+    return rows
 
 
 def _median_run(runs: list[dict]) -> dict:

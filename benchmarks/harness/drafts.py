@@ -4,6 +4,8 @@ against the bare loop."""
 
 from __future__ import annotations
 
+from benchmarks.harness.registry import mark
+
 # What every section says about drafts and exactness (B4, B6, B8; README's --speculate row too).
 SAME_DISTRIBUTION = (
     "Drafts keep the model's own distribution: every token is the one the run's sampler chain draws "
@@ -37,7 +39,7 @@ def engine_rows(engine: dict, ratio: str) -> str:
     """Table rows of an engine_vs_bare result: `ratio` is time_ratio (B4) or tok_s_ratio (B8)."""
     ok = (lambda r: r <= 1.05) if ratio == "time_ratio" else (lambda r: r >= 0.95)
     return "\n".join(
-        f"| {n} | {r['memagent_tok_s']} | {r['bare_tok_s']} | **{r[ratio]}x** {'✓' if ok(r[ratio]) else '✗'} |"
+        f"| {n} | {r['memagent_tok_s']} | {r['bare_tok_s']} | **{r[ratio]}x** {mark(ok(r[ratio]))} |"
         for n, r in engine.items()
         if n.isdigit()
     )

@@ -6,38 +6,78 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import gguf_chat
-from benchmarks.harness.results import log
+from benchmarks.harness.timing import interleave
+
+
+def tokenizer(model: Path):
+    """`model`'s tokenizer, as memagent loads it."""
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    return load_tokenizer(read_gguf(model))
+
+
+def tokenizer_and_chat(model: Path):
+    """`model`'s tokenizer and chat format, as memagent loads them."""
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(model)
+    return load_tokenizer(info), ChatFormat.from_gguf(info)
 
 
 def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
-    """memagent's LlamaEngine over `model` as `ask` builds it, `sequences` in one context, with
-    `options` as the flags give them (EmbeddedOptions: gpu_layers, threads, speculate, batch; on the
-    CPU unless gpu_layers says), and its tokenizer."""
+    """memagent's LlamaEngine over `model` as `ask` builds it; `options` are EmbeddedOptions' (threads,
+    speculate, batch, flash_attn, gpu_layers: 0, this CPU, unless given)."""
     from memagent_cli.model.chat import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 
     info = read_gguf(model)
-    tok = load_tokenizer(info)
-    options = {"gpu_layers": 0, **options}
-    chat = ChatFormat.from_gguf(info)
-    return LlamaEngine(info, tok, chat, n_ctx=n_ctx, sequences=sequences, options=EmbeddedOptions(**options)), tok
+    settings = EmbeddedOptions(**{"gpu_layers": 0, **options})
+    return LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=n_ctx, sequences=sequences, options=settings)
 
 
-def greedy_text(llm, tok, ids: list[int], budget: int) -> str:
-    """llama-cpp-python's own generate loop over `ids`, greedy, to an end of generation or `budget`
-    tokens (its prefix reuse as it does it): the bare side where a comparison takes that loop."""
+def finished(stream):
+    """The CompletionDone that ends a stream of memagent's engine (complete, complete_raw)."""
+    from memagent_cli.model.engine import CompletionDone
+
+    done = None
+    for item in stream:
+        if isinstance(item, CompletionDone):
+            done = item
+    assert done is not None, "the stream ended without its CompletionDone"
+    return done
+
+
+def llama_generate(llm, ids: list[int], budget: int) -> list[int]:
+    """llama-cpp-python's own greedy generate loop (its prefix reuse kept): up to `budget` tokens
+    after `ids`, to the end of turn."""
     out: list[int] = []
     for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
         if llm.token_eos() == token or len(out) >= budget:
             break
         out.append(token)
-    return tok.decode_bytes(out).decode("utf-8", errors="replace")
+    return out
+
+
+def bare_think(llm, tok, prompt, budget: int) -> tuple[str, str]:
+    """An InfMem call's two stages by llama-cpp-python alone, as memagent's engine makes them: up to
+    THINKING_TOKENS of thinking, then (re-tokenized after the forced close) up to `budget` more."""
+    from memagent_cli.core import infmem
+    from memagent_cli.model.tokenizer import encode_template
+
+    def generate(p, tokens: int) -> str:
+        return tok.decode_bytes(llama_generate(llm, encode_template(tok, p.pieces), tokens)).decode("utf-8", errors="replace")
+
+    first = generate(prompt, infmem.THINKING_TOKENS)
+    return first, generate(prompt.then(infmem.closed_thinking(first)), budget)
 
 
 def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol: str = "memagent", told: str = "memory") -> dict:
@@ -45,17 +85,13 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
     drafts are told `told`: "memory" (the previous memory, as memagent's loop tells it, the
     engine drafting it first) or "reply" (the previous step's whole reply)."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     chosen = get(protocol)
     memory, reply, rows = chosen.initial_memory, "", []
     for chunk in chunks:
-        done = None
         prompt = chosen.memory_prompt(question, memory, chunk)
-        for item in eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply):
-            if isinstance(item, CompletionDone):
-                done = item
-        assert done is not None
+        done = finished(eng.complete(prompt, memory_tokens, Sampling(temperature=0.0), memory if told == "memory" else reply))
         rows.append(done)
         reply, memory = done.text, chosen.next_memory(done.text)
     return {
@@ -69,9 +105,22 @@ def run_loop(eng, question: str, chunks: list[str], memory_tokens: int, protocol
     }
 
 
+def cold_runs(engines: dict, question: str, chunks: list[str], memory_tokens: int, repeat: int, **loop) -> dict:
+    """run_loop through each of `engines` `repeat` times, cold (no prefix reuse from the run before),
+    interleaved, the order rotated each round; `loop`: run_loop's protocol, and `told` (by engine)."""
+    names = list(engines)
+    told = loop.pop("told", {})
+    runs: dict = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            engines[name]._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
+            runs[name].append(run_loop(engines[name], question, chunks, memory_tokens, told=told.get(name, "memory"), **loop))
+    return runs
+
+
 class Bare:
-    """A model and one context, driven by llama_decode alone. `loaded`: a model already loaded (a
-    second context on memagent's own, which keeps one copy of the weights), which close() leaves."""
+    """A model and one context, driven by llama_decode alone. `loaded`: a model another context has
+    loaded already (memagent's), shared instead of loading `model`, and not freed by close()."""
 
     def __init__(
         self,
@@ -82,7 +131,6 @@ class Bare:
         gpu_layers: int = -1,
         threads: int | None = None,
         n_batch: int = 2048,
-        *,
         threads_batch: int | None = None,
         loaded=None,
     ):
@@ -96,10 +144,9 @@ class Bare:
             llama_cpp.llama_backend_init()
             mparams = llama_cpp.llama_model_default_params()
             mparams.n_gpu_layers = gpu_layers
-            loaded = llama_cpp.llama_model_load_from_file(os.fsencode(model), mparams)
+            loaded = llama_cpp.llama_model_load_from_file(os.fsencode(str(model)), mparams)
             assert loaded, f"could not load {model}"
         self.model = loaded
-        self.vocab = llama_cpp.llama_model_get_vocab(loaded)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_seq
         self.n_batch = n_batch
@@ -134,26 +181,35 @@ class Bare:
             last = start + len(part) == len(ids)
             self.decode([(t, start + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)])
 
-    def decode_width(self, n_prompt: int, tokens: list[int]) -> float:
-        """Seconds for one llama_decode of `tokens` after the prompt in the cache, logits for each
-        (as a check of drafted tokens needs); the cache is cut back to the prompt first."""
-        import llama_cpp
-
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, n_prompt, -1)
-        t0 = time.perf_counter()
-        self.decode([(t, n_prompt + i, 0, True) for i, t in enumerate(tokens)])
-        self.sync()
-        return time.perf_counter() - t0
-
     def sample(self, index: int) -> int:
         import llama_cpp
 
         return int(llama_cpp.llama_sampler_sample(self.greedy, self.ctx, index))
 
+    def generate(self, pos: int, count: int) -> list[int]:
+        """`count` greedy tokens of sequence 0, each sampled from the last decode's logits and
+        decoded at `pos` on (the last one sampled only): its end of turn does not stop it."""
+        ids = [self.sample(-1)]
+        for _ in range(count - 1):
+            self.decode([(ids[-1], pos + len(ids) - 1, 0, True)])
+            ids.append(self.sample(-1))
+        return ids
+
     def sync(self) -> None:
         import llama_cpp
 
         llama_cpp.llama_synchronize(self.ctx)
+
+    def timed_decode(self, n: int, tokens: list[int], every: bool = True) -> float:
+        """Seconds of one llama_decode of `tokens` after the first `n` of sequence 0 (the cache cut
+        back to those first), logits for each of them (a check of drafts) or, not `every`, the last."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
+        t0 = time.perf_counter()
+        self.decode([(t, n + i, 0, every or i == len(tokens) - 1) for i, t in enumerate(tokens)])
+        self.sync()
+        return time.perf_counter() - t0
 
     def clear(self) -> None:
         import llama_cpp
@@ -170,21 +226,12 @@ class Bare:
             llama_cpp.llama_model_free(self.model)
 
 
-def engine_vs_bare(
-    model: Path,
-    messages: list[str],
-    gen: int,
-    counts: list[int],
-    *,
-    gpu_layers: int,
-    flash_attn: bool,
-    threads: int,
-    repeat: int,
-) -> dict:
+def engine_vs_bare(model: Path, messages: list[str], gen: int, counts: list[int], repeat: int, gpu_layers: int = 0) -> dict:
     """memagent's engine against a bare llama_decode loop at the same shape. For each N in
     `counts`, N sequences (the first N `messages`, each a user message) generate `gen` tokens
     each after their prompt: greedy, no drafts (the bare loop drafts nothing), one token per
-    sequence per llama_decode.
+    sequence per llama_decode, on every core, flash attention on where layers run on a GPU (as
+    memagent picks it); `repeat` rounds, 3 at least.
 
     memagent is `LlamaEngine` as `ask` builds it: its own loop for one sequence; for several,
     model/batched.py's driver with one caller thread per sequence, as `ask -q` runs questions.
@@ -196,7 +243,12 @@ def engine_vs_bare(
     second are its own count over its own time."""
     import llama_cpp
 
-    tok, chat = gguf_chat(model)
+    from memagent_cli.model.runtime import available_cores
+
+    threads = available_cores()
+    flash_attn = gpu_layers != 0
+    repeat = max(3, repeat)
+    tok, chat = tokenizer_and_chat(model)
     messages = messages[: max(counts)]
     prompts = [chat.encode(tok, m) for m in messages]
     n_ctx = max(len(p) for p in prompts) + gen + 16
@@ -209,8 +261,8 @@ def engine_vs_bare(
         "repeat": repeat,
     }
     for n in counts:
-        options = {"gpu_layers": gpu_layers, "threads": threads, "flash_attn": flash_attn, "speculate": False, "batch": n > 1}
-        engine, _ = memagent_engine(model, n_ctx, n, **options)
+        options = {"gpu_layers": gpu_layers, "threads": threads, "flash_attn": flash_attn}
+        engine = memagent_engine(model, n_ctx, n, **options, speculate=False, batch=n > 1)
         assert engine.sequences == n, engine.description
         # memagent's own n_batch: llama-cpp-python's context for one sequence, batched.py's for several
         n_batch = min(2048, n_ctx) if n == 1 else 512
@@ -219,13 +271,11 @@ def engine_vs_bare(
         for s in range(n):
             bare.prompt(prompts[s][:-1], s)
         _memagent_generate(engine, messages[:n], gen)  # reads the prompts into its cache
-        runs: dict[str, list[tuple[float, int]]] = {"memagent": [], "bare": []}
-        for r in range(repeat):
-            for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
-                if side == "bare":
-                    runs[side].append(_bare_generate(bare, prompts[:n], gen, vocab))
-                else:
-                    runs[side].append(_memagent_generate(engine, messages[:n], gen))
+        sides = {
+            "bare": lambda: _bare_generate(bare, prompts[:n], gen, vocab),
+            "memagent": lambda: _memagent_generate(engine, messages[:n], gen),
+        }
+        runs = interleave(sides, repeat)
         engine.close()
         bare.close()
         tok_s = {side: statistics.median(made / seconds for seconds, made in v) for side, v in runs.items()}
@@ -239,7 +289,7 @@ def engine_vs_bare(
             "memagent_seconds": [round(s, 3) for s, _ in runs["memagent"]],
             "bare_seconds": [round(s, 3) for s, _ in runs["bare"]],
         }
-        log("engine", n, out[str(n)])
+        print("engine", n, out[str(n)], file=sys.stderr, flush=True)
     return out
 
 
@@ -248,16 +298,14 @@ def _memagent_generate(engine, messages: list[str], gen: int) -> tuple[float, in
     there are several (they start together)."""
     import threading
 
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     done: list = [None] * len(messages)
     failed: list[BaseException] = []
 
     def one(i: int) -> None:
         try:
-            for item in engine.complete(messages[i], gen, Sampling(temperature=0.0)):
-                if isinstance(item, CompletionDone):
-                    done[i] = item
+            done[i] = finished(engine.complete(messages[i], gen, Sampling(temperature=0.0)))
         except BaseException as exc:  # re-raised in the caller
             failed.append(exc)
 

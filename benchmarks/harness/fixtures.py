@@ -49,27 +49,8 @@ def real_prose(*names: str) -> str:
     return "\n".join(page.extract_text() or "" for name in names for page in PdfReader(REAL_PDFS / name).pages)
 
 
-def gguf_tokenizer(model: Path | str):
-    """memagent's tokenizer of a GGUF, as a run loads it."""
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    return load_tokenizer(read_gguf(model))
-
-
-def gguf_chat(model: Path | str):
-    """memagent's tokenizer of a GGUF and its chat format (model.chat.ChatFormat), as a run loads them."""
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
-    from memagent_cli.model.tokenizer import load_tokenizer
-
-    info = read_gguf(model)
-    return load_tokenizer(info), ChatFormat.from_gguf(info)
-
-
-def prose_of_tokens(tok, n: int, seed: int = 7) -> str:
-    """Plain prose (testkit.texts.words) of exactly `n` tokens of `tok`, or just under: one memory
-    step's chunk (B4, B11), a memory or a unit (B17)."""
+def exact_prose(tok, n: int, seed: int) -> str:
+    """Prose (testkit's words) of exactly `n` tokens or just under, as `tok` counts them."""
     words = shared_code("texts").words
     k = n
     while len(ids := tok.encode(words(k, seed=seed))) < n:
@@ -82,8 +63,7 @@ def prose_of_tokens(tok, n: int, seed: int = 7) -> str:
 
 def shared_code(name: str) -> ModuleType:
     """A module of testkit, which the tests share: `tinymodel` (tiny GGUF builders), `codeword` (the
-    code-word task), `qwenlong_task` and `infmem_task` (the trained stand-ins' tasks), `texts`
-    (words, whole_fact), `hfcheckpoint`, `officefiles`."""
+    code-word task), `texts` (words, whole_fact), `hfcheckpoint`, `officefiles`."""
     import importlib
 
     return importlib.import_module(f"testkit.{name}")

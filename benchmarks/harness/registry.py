@@ -64,6 +64,11 @@ class Row:
     met: bool | None = None
 
 
+def mark(ok: bool) -> str:
+    """A result's mark in the page: ✓ where its target is met, ✗ where not."""
+    return "✓" if ok else "✗"
+
+
 _BOUND = re.compile(r"^(≤|≥)\s*([0-9.]+)$")
 
 
@@ -85,5 +90,5 @@ class Target:
     def row(self, what: str, value: object, note: str = "") -> Row:
         """The row for `value` measured against this target, ✓ or ✗ after it, `note` in brackets."""
         ok = self.met(value)
-        shown = f"{value} {'✓' if ok else '✗'}" + (f" ({note})" if note else "")
+        shown = f"{value} {mark(ok)}" + (f" ({note})" if note else "")
         return Row(what, shown, self.text, ok)

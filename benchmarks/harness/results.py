@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,9 +28,8 @@ def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
-def log(*parts: object) -> None:
-    """A progress line on stderr, at once (a benchmark's stdout is its rows)."""
-    print(*parts, file=sys.stderr, flush=True)
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def cores() -> int:
@@ -43,13 +41,10 @@ def machine() -> str:
     return f"{platform.machine()}, Python {platform.python_version()}, {cores()} cores"
 
 
-def device(gpu: bool) -> str:
-    """Where a run ran: the GPU as nvidia-smi names it (name, memory, driver; "no NVIDIA GPU" where
-    there is none), or this CPU and its cores."""
-    if not gpu:
-        return f"this CPU ({cores()} cores)"
-    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+def gpu_name() -> str:
+    """The NVIDIA GPU as nvidia-smi names it: model, memory, driver."""
     try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
         return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip() or "no NVIDIA GPU"
     except (OSError, subprocess.TimeoutExpired):
         return "no NVIDIA GPU"

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,27 +32,35 @@ class Run:
     seconds: float  # wall time, start to exit
     cpu_seconds: float  # the child's user and system time
     peak_rss_mb: float
+    sampled_kb: dict[str, int]  # the largest of each status figure run() was asked to sample
+    user_seconds: float  # of cpu_seconds, the user time
+    pid: int
 
     def record(self) -> dict:
         """stdout as the JSON record `--json` prints."""
         return json.loads(self.stdout)
 
 
-def proc_status(pid: int | str = "self") -> dict[str, int]:
-    """A live process's memory figures in kB (VmHWM, VmRSS, RssAnon, RssFile, …) from
-    /proc/PID/status; empty where /proc does not say (the process has ended, or not Linux)."""
+def log(*parts: object) -> None:
+    """A benchmark's progress, on stderr (stdout may be what it measures)."""
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def proc_kb(path: str = "/proc/self/status") -> dict[str, int]:
+    """The kB figures of a /proc file (a process's status: VmHWM, VmRSS, RssAnon, RssFile; meminfo:
+    MemTotal, MemAvailable), empty where /proc does not say (a process that has ended, not Linux)."""
     try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        lines = Path(path).read_text().splitlines()
     except OSError:
         return {}
-    fields = (line.split(":", 1) for line in lines if line.endswith(" kB"))
-    return {key: int(value.split()[0]) for key, value in fields}
+    found = (line.partition(":") for line in lines)
+    return {key: int(value.split()[0]) for key, _, value in found if value.strip().endswith(" kB")}
 
 
-def vmhwm_mb(pid: int | str = "self") -> float | None:
+def vmhwm_mb(pid: int) -> float | None:
     """A live process's peak resident memory so far (MB), or None where /proc does not say."""
-    peak = proc_status(pid).get("VmHWM")
-    return None if peak is None else peak / 1024
+    kb = proc_kb(f"/proc/{pid}/status").get("VmHWM")
+    return None if kb is None else kb / 1024
 
 
 def run(
@@ -61,10 +70,18 @@ def run(
     terminal: bool = False,
     check: bool = True,
     stdin: str | None = None,
+    sample: tuple[str, ...] = (),
+    watch: Callable[[int, dict[str, int]], None] | None = None,
+    during: Callable[[Callable[[], bool]], None] | None = None,
+    every: float = 0.05,
 ) -> Run:
     """Runs `command` to its end. With `terminal`, its stderr is a pseudo-terminal (a live view
-    draws there), drained as it writes; else stdout and stderr are collected."""
+    draws there), drained as it writes; else stdout and stderr are collected. Its /proc status is
+    read every `every` seconds: VmHWM's largest value kept, and that of each figure in `sample`
+    (RssAnon, RssFile, …); `watch(pid, status)` sees each reading. `during(alive)` runs meanwhile
+    in this thread (the child is killed if it raises)."""
     peak: list[float] = [0.0]
+    sampled = dict.fromkeys(sample, 0)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         leader = follower = -1
@@ -82,14 +99,21 @@ def run(
         if terminal:
             os.close(follower)
             threading.Thread(target=_drain, args=(leader,), daemon=True).start()
-        watcher = threading.Thread(target=_watch, args=(proc.pid, peak), daemon=True)
+        watcher = threading.Thread(target=_watch, args=(proc.pid, peak, sampled, watch, every), daemon=True)
         watcher.start()
         if stdin is not None:
             assert proc.stdin is not None
             proc.stdin.write(stdin)
             proc.stdin.close()
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            if during is not None:  # whether the child runs, without reaping it: os.wait4 does
+                during(lambda: os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None)
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
         seconds = time.perf_counter() - t0
+        watcher.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -101,6 +125,9 @@ def run(
         seconds,
         usage.ru_utime + usage.ru_stime,
         round(peak[0] or usage.ru_maxrss / 1024, 1),
+        sampled,
+        usage.ru_utime,
+        proc.pid,
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} … exited {result.returncode}: {result.stderr[-2000:]}")
@@ -114,13 +141,14 @@ def memagent(*args: str | Path, home: Path, env: dict[str, str] | None = None, *
     return run([sys.executable, "-m", "memagent_cli", *map(str, args)], env={**base, **(env or {})}, **options)
 
 
-def _watch(pid: int, peak: list[float]) -> None:
-    while True:
-        now = vmhwm_mb(pid)
-        if now is None:
-            return
-        peak[0] = max(peak[0], now)
-        time.sleep(0.05)
+def _watch(pid: int, peak: list[float], sampled: dict[str, int], watch, every: float) -> None:
+    while "VmHWM" in (status := proc_kb(f"/proc/{pid}/status")):  # until the process has ended
+        peak[0] = max(peak[0], status["VmHWM"] / 1024)
+        for key in sampled:
+            sampled[key] = max(sampled[key], status.get(key, 0))
+        if watch is not None:
+            watch(pid, status)
+        time.sleep(every)
 
 
 def _drain(leader: int) -> None:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.fixtures import DATA, QWEN25_VOCAB, shared_code
+from benchmarks.harness.fixtures import QWEN25_VOCAB, shared_code
 
 DEFAULT_VOCAB = QWEN25_VOCAB
 
@@ -41,9 +41,8 @@ SHAPES = {
         "rows": 151936,
         "context": 40960,
     },
-    # QwenLong-L1.5-30B-A3B, Qwen3-30B-A3B's shape (testkit.hfcheckpoint.QWENLONG_L15_30B): 128
-    # experts, 8 of them run for each token; the trained QwenLong stand-in's chat template (its
-    # prompt opens "<think>"). B11's model.
+    # QwenLong-L1.5-30B-A3B, Qwen3-30B-A3B's shapes (testkit's hfcheckpoint.QWENLONG_L15_30B): 128
+    # experts of width 768, 8 a token, a router kept float32; its chat template is build()'s to give.
     "qwenlong-l1.5-30b-a3b": {
         "n_embd": 2048,
         "n_layer": 48,
@@ -55,11 +54,10 @@ SHAPES = {
         "head_dim": 128,
         "rows": 151936,
         "context": 262144,
-        "rope_base": 1e7,
+        "rope": 1e7,
         "experts": 128,
         "experts_used": 8,
-        "expert_ff": 768,
-        "template_of": DATA / "qwenlong.gguf",
+        "n_ff_exp": 768,
     },
 }
 FIRST_CONTROL = 151643  # ids from here up are control and padding tokens
@@ -106,33 +104,32 @@ def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path) -> int:
-    """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers; the vocabulary's rows."""
+def _header(w, shape: str, n_layer: int, file_type: int, vocab: Path, template: str | None = None) -> int:
+    """The name, hyper-parameters and tokenizer of `shape` with `n_layer` layers (the chat template
+    `template` where given, else the vocabulary's); the vocabulary's rows."""
     import gguf
 
     add_qwen2_hparams = shared_code("tinymodel").add_qwen2_hparams
 
     s = SHAPES[shape]
     w.add_name(f"random-{shape}")
+    w.add_type(gguf.GGUFType.MODEL)
     w.add_file_type(file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    hparams = (s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768), s.get("rope_base", 1e6))
-    add_qwen2_hparams(w, *hparams)
+    add_qwen2_hparams(
+        w, s["n_embd"], n_layer, s["n_ff"], s["n_head"], s["n_head_kv"], s.get("context", 32768), s.get("rope", 1e6)
+    )
     if "head_dim" in s:
         w.add_key_length(s["head_dim"])
         w.add_value_length(s["head_dim"])
     if "experts" in s:
         w.add_expert_count(s["experts"])
         w.add_expert_used_count(s["experts_used"])
-        w.add_expert_feed_forward_length(s["expert_ff"])
+        w.add_expert_feed_forward_length(s["n_ff_exp"])
     added = QWEN3_ADDED if s.get("arch") == "qwen3" else None
-    template = s.get("template_of")
-    skip = ("tokenizer.chat_template",) if template else ()
-    n_tokens = copy_tokenizer(w, vocab, rows=s.get("rows"), added=added, skip=skip)
+    n_tokens = copy_tokenizer(w, vocab, rows=s.get("rows"), added=added, skip=("tokenizer.chat_template",) if template else ())
     if template:
-        from memagent_cli.model.gguf import read_gguf
-
-        w.add_chat_template(read_gguf(template).chat_template or "")
+        w.add_chat_template(template)
     return n_tokens
 
 
@@ -150,49 +147,54 @@ def _layer(shape: str) -> list[tuple[str, tuple[int, ...], str]]:
     out += [("attn_v.weight", (n_kv, n_embd), "random")]
     out += [] if qwen3 else [("attn_v.bias", (n_kv,), "random")]
     out += [("attn_output.weight", (n_embd, n_q), "random"), ("ffn_norm.weight", (n_embd,), "ones")]
-    if "experts" not in s:
-        ffn = [("ffn_gate", (n_ff, n_embd)), ("ffn_up", (n_ff, n_embd)), ("ffn_down", (n_embd, n_ff))]
-        return out + [(f"{name}.weight", dims, "random") for name, dims in ffn]
-    e, f = s["experts"], s["expert_ff"]
-    # the router stays float32, as llama.cpp's converter (and memagent's) writes it
-    out += [("ffn_gate_inp.weight", (e, n_embd), "router")]
-    experts = [("ffn_gate_exps", (e, f, n_embd)), ("ffn_up_exps", (e, f, n_embd)), ("ffn_down_exps", (e, n_embd, f))]
-    return out + [(f"{name}.weight", dims, "random") for name, dims in experts]
+    if "experts" in s:  # a mixture of experts: the router, then each expert's gate, up and down
+        e, f = s["experts"], s["n_ff_exp"]
+        out += [("ffn_gate_inp.weight", (e, n_embd), "router"), ("ffn_gate_exps.weight", (e, f, n_embd), "random")]
+        return out + [("ffn_up_exps.weight", (e, f, n_embd), "random"), ("ffn_down_exps.weight", (e, n_embd, f), "random")]
+    gate_up = [("ffn_gate.weight", (n_ff, n_embd), "random"), ("ffn_up.weight", (n_ff, n_embd), "random")]
+    return out + gate_up + [("ffn_down.weight", (n_embd, n_ff), "random")]
 
 
-def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None) -> Path:
-    """Writes the random F16 model (`n_layer` layers, default the shape's), tensor by tensor (a 7B
-    one is 15 GB: never all in memory)."""
+def write_f16(
+    shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0, n_layer: int | None = None, template: str | None = None
+) -> Path:
+    """Writes the random F16 model (`n_layer` layers, default the shape's; `template`: _header's)."""
     import gguf
-    import numpy as np
 
     s = SHAPES[shape]
     n_embd = s["n_embd"]
     n_layer = s["n_layer"] if n_layer is None else n_layer
-    rng = np.random.default_rng(seed)
-    # A pool of random values read at random offsets: drawing 7.6 billion fresh normals would take
-    # minutes, and speed cannot tell the difference.
-    pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
-
     w = gguf.GGUFWriter(str(dest), s.get("arch", "qwen2"))
-    n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab)
-    # a tied embedding is the output too: its control rows are zeroed as the output's are
-    embedding = "output" if s["tied"] else "random"
-    tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (n_vocab, n_embd), embedding)]
+    n_vocab = _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_F16), vocab, template)
+    # a tied embedding is the output layer too: its control tokens' rows are zero
+    tensors = [("token_embd.weight", (n_vocab, n_embd), "output" if s["tied"] else "random")]
     for i in range(n_layer):
         tensors += [(f"blk.{i}.{name}", dims, kind) for name, dims, kind in _layer(shape)]
     tensors.append(("output_norm.weight", (n_embd,), "ones"))
     if not s["tied"]:
         tensors.append(("output.weight", (n_vocab, n_embd), "output"))
+    return write_tensors(w, dest, tensors, seed)
 
-    def dtype(shape_: tuple[int, ...], kind: str) -> np.dtype:
-        # norms, biases and the router stay float32, as llama.cpp's converter writes them
-        return np.dtype(np.float32 if len(shape_) == 1 or kind == "router" else np.float16)
 
-    def values(shape_: tuple[int, ...], kind: str) -> np.ndarray:
+def write_tensors(w, dest: Path, tensors: list[tuple[str, tuple[int, ...], str]], seed: int = 0) -> Path:
+    """Writes to `w` (its header added) random tensors, one by one (a 7B model is 15 GB: never all in
+    memory), and closes it. Each is (name, numpy shape, kind): "ones", "random", "router" (random,
+    kept float32 as the converters keep a MoE router) or "output" (random, the control tokens' rows
+    zero: they never win a greedy choice). Vectors stay float32, as llama.cpp's converter writes them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    # A pool of random values read at random offsets: drawing billions of fresh normals would take
+    # minutes, and speed cannot tell the difference.
+    pool = (rng.standard_normal(1 << 24) * 0.02).astype(np.float16)
+
+    def dtype(shape: tuple[int, ...], kind: str) -> np.dtype:
+        return np.dtype(np.float32 if len(shape) == 1 or kind == "router" else np.float16)
+
+    def values(shape: tuple[int, ...], kind: str) -> np.ndarray:
         if kind == "ones":
-            return np.ones(shape_, dtype=np.float32)
-        n = int(np.prod(shape_))
+            return np.ones(shape, dtype=np.float32)
+        n = int(np.prod(shape))
         out = np.empty(n, dtype=np.float16)
         done = 0
         while done < n:
@@ -200,28 +202,30 @@ def write_f16(shape: str, dest: Path, vocab: Path = DEFAULT_VOCAB, seed: int = 0
             take = min(n - done, len(pool) - start)
             out[done : done + take] = pool[start : start + take]
             done += take
-        out = out.reshape(shape_)
+        out = out.reshape(shape)
         if kind == "output":
-            out[FIRST_CONTROL:] = 0  # control tokens never win a greedy choice
-        return out.astype(dtype(shape_, kind), copy=False)
+            out[FIRST_CONTROL:] = 0
+        return out.astype(dtype(shape, kind), copy=False)
 
-    for name, shape_, kind in tensors:
-        w.add_tensor_info(name, shape_, dtype(shape_, kind), int(np.prod(shape_)) * dtype(shape_, kind).itemsize)
+    for name, shape, kind in tensors:
+        w.add_tensor_info(name, shape, dtype(shape, kind), int(np.prod(shape)) * dtype(shape, kind).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shape_, kind in tensors:
-        w.write_tensor_data(values(shape_, kind))
+    for _, shape, kind in tensors:
+        w.write_tensor_data(values(shape, kind))
     w.close()
     return dest
 
 
-def assemble(shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFAULT_VOCAB) -> dict[str, int]:
+def assemble(
+    shape: str, two: Path, dest: Path, n_layer: int, vocab: Path = DEFAULT_VOCAB, template: str | None = None
+) -> dict[str, int]:
     """The `n_layer`-layer Q4_K_M from the quantized 2-layer one's bytes; the count of each type."""
     import gguf
 
     w = gguf.GGUFWriter(str(dest), SHAPES[shape].get("arch", "qwen2"))
-    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab)
+    _header(w, shape, n_layer, int(gguf.LlamaFileType.MOSTLY_Q4_K_M), vocab, template)
     tail = ["output_norm.weight"] + ([] if SHAPES[shape]["tied"] else ["output.weight"])
     return repeat_layers(two, w, [name for name, _, _ in _layer(shape)], n_layer, tail)
 
@@ -263,9 +267,11 @@ def build(
     quant: str = "q4_k_m",
     fast: bool = False,
     n_layer: int | None = None,
+    template: str | None = None,
 ) -> Path:
     """The quantized model in `folder`, made once (the F16 intermediate is deleted); `fast` (Q4_K_M
-    only) assembles it from a quantized 2-layer model, `n_layer` layers (default the shape's)."""
+    only) assembles it from a quantized 2-layer model (kept), `n_layer` layers (default the shape's);
+    `template`: a chat template in place of the vocabulary's."""
     from memagent_cli.model.convert.quantize import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -277,19 +283,20 @@ def build(
     if fast and quant != "q4_k_m":
         raise ValueError("fast builds make Q4_K_M only")
     f16 = folder / f"random-{shape}{'-2L' if fast else layers}-f16.gguf"
+    two = folder / f"random-{shape}-2L-q4_k_m.gguf"
     t0 = time.perf_counter()
-    if not f16.is_file():  # written whole (an interrupted one stays .partial)
+    if not f16.is_file() and not (fast and two.is_file()):  # written whole (an interrupted one stays .partial)
         partial = f16.with_name(f16.name + ".partial")
-        write_f16(shape, partial, vocab, n_layer=2 if fast else n_layer)
+        write_f16(shape, partial, vocab, n_layer=2 if fast else n_layer, template=template)
         partial.rename(f16)
     t1 = time.perf_counter()
     if fast:
-        two = folder / f"random-{shape}-2L-q4_k_m.gguf"
         if not two.is_file():
             quantize(f16, two, quant)
+            f16.unlink()
         t2 = time.perf_counter()
         partial = final.with_name(final.name + ".partial")
-        types = assemble(shape, two, partial, n_layer, vocab)
+        types = assemble(shape, two, partial, n_layer, vocab, template)
         partial.rename(final)
         print(
             f"built {final.name}: 2-layer F16 in {t1 - t0:.0f} s, quantized in {t2 - t1:.0f} s, "

@@ -10,7 +10,6 @@ import argparse
 import difflib
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -19,16 +18,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness.fixtures import REPO, VOCAB, gguf_tokenizer
+from benchmarks.harness.fixtures import VOCAB
+from benchmarks.harness.results import machine, now
 from benchmarks.harness.runner import run, vmhwm_mb
-from benchmarks.harness.timing import race as race_sides
-from benchmarks.ingest import bare as loops
-from benchmarks.ingest import files as docs
-from benchmarks.ingest.page import TARGET, rows, section
+from benchmarks.harness.timing import race
+from benchmarks.ingest import bare, files
+from benchmarks.ingest.page import rows, section
 
 TITLE = "reading documents"
 QUICK = ["--small", "--repeat", "3"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "TARGET", "REPO"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 PARTS = ("speed", "memory", "ocr", "tokens")
 
 
@@ -44,38 +43,33 @@ def memagent_text(path: Path) -> str:
 # (name, file ending, maker, bare loop, what the bare loop is, size full, size quick). Sizes put a
 # read at about half a second on this machine.
 FORMATS: list[tuple[str, str, Callable[[Path, int], None], Callable[[Path], str], str, int, int]] = [
-    ("docx", ".docx", docs.make_docx, loops.bare_docx, "python-docx: paragraphs, then tables' cells", 300, 100),
-    ("pptx", ".pptx", docs.make_pptx, loops.bare_pptx, "python-pptx: shapes' text frames and tables, notes", 300, 100),
-    ("xlsx", ".xlsx", docs.make_xlsx, loops.bare_xlsx, "openpyxl read_only iter_rows(values_only=True)", 3000, 1000),
-    ("xls", ".xls", docs.make_xls, loops.bare_xls, "xlrd open_workbook, row_values", 16000, 5000),
-    ("ods", ".ods", docs.make_ods, loops.bare_ods, "odfpy load, teletype.extractText per cell", 1000, 350),
-    ("odt", ".odt", docs.make_odt, loops.bare_odt, "odfpy load, teletype.extractText per block", 700, 250),
-    ("odp", ".odp", docs.make_odp, loops.bare_odp, "odfpy load, teletype.extractText per page", 1200, 400),
-    ("epub", ".epub", docs.make_epub, loops.bare_epub, "ebooklib read_epub, lxml text_content per spine item", 600, 200),
-    ("html", ".html", docs.make_html, loops.bare_html, "trafilatura.extract", 400, 130),
-    ("feed (rss)", ".rss", docs.make_feed, loops.bare_feed, "feedparser.parse, title and summary", 800, 270),
-    ("eml", ".eml", docs.make_eml, loops.bare_eml, "email BytesParser, get_body, text attachments", 8000, 2700),
-    ("ipynb", ".ipynb", docs.make_ipynb, loops.bare_ipynb, "json, sources and text outputs", 8000, 2700),
-    ("rtf", ".rtf", docs.make_rtf, loops.bare_rtf, "striprtf rtf_to_text", 1500, 500),
-    ("txt (cp932)", ".txt", docs.make_txt_cp932, loops.bare_txt, "bytes.decode('cp932'), the encoding known", 300000, 100000),
-    ("pdf", ".pdf", docs.make_pdf, loops.bare_pdf, "pypdf extract_text per page", 100, 35),
+    ("docx", ".docx", files.make_docx, bare.bare_docx, "python-docx: paragraphs, then tables' cells", 300, 100),
+    ("pptx", ".pptx", files.make_pptx, bare.bare_pptx, "python-pptx: shapes' text frames and tables, notes", 300, 100),
+    ("xlsx", ".xlsx", files.make_xlsx, bare.bare_xlsx, "openpyxl read_only iter_rows(values_only=True)", 3000, 1000),
+    ("xls", ".xls", files.make_xls, bare.bare_xls, "xlrd open_workbook, row_values", 16000, 5000),
+    ("ods", ".ods", files.make_ods, bare.bare_ods, "odfpy load, teletype.extractText per cell", 1000, 350),
+    ("odt", ".odt", files.make_odt, bare.bare_odt, "odfpy load, teletype.extractText per block", 700, 250),
+    ("odp", ".odp", files.make_odp, bare.bare_odp, "odfpy load, teletype.extractText per page", 1200, 400),
+    ("epub", ".epub", files.make_epub, bare.bare_epub, "ebooklib read_epub, lxml text_content per spine item", 600, 200),
+    ("html", ".html", files.make_html, bare.bare_html, "trafilatura.extract", 400, 130),
+    ("feed (rss)", ".rss", files.make_feed, bare.bare_feed, "feedparser.parse, title and summary", 800, 270),
+    ("eml", ".eml", files.make_eml, bare.bare_eml, "email BytesParser, get_body, text attachments", 8000, 2700),
+    ("ipynb", ".ipynb", files.make_ipynb, bare.bare_ipynb, "json, sources and text outputs", 8000, 2700),
+    ("rtf", ".rtf", files.make_rtf, bare.bare_rtf, "striprtf rtf_to_text", 1500, 500),
+    ("txt (cp932)", ".txt", files.make_txt_cp932, bare.bare_txt, "bytes.decode('cp932'), the encoding known", 300000, 100000),
+    ("pdf", ".pdf", files.make_pdf, bare.bare_pdf, "pypdf extract_text per page", 100, 35),
 ]
-
-
-def race(ours: Callable[[], object], bare: Callable[[], object], repeat: int) -> dict[str, list[float]]:
-    """Seconds of each side, interleaved (the order swapped every round)."""
-    return race_sides({"memagent": ours, "bare": bare}, repeat)
 
 
 def speed(folder: Path, quick: bool, repeat: int, only: set[str] | None) -> list[dict]:
     rows = []
-    for name, ending, make, bare, what, full, small in FORMATS:
+    for name, ending, make, loop, what, full, small in FORMATS:
         if only and name.split()[0] not in only:
             continue
         path = folder / f"{name.split()[0]}{ending}"
         make(path, small if quick else full)
-        ours_text, bare_text = memagent_text(path), bare(path)  # the warm-up: imports, page cache
-        times = race(lambda: memagent_text(path), lambda: bare(path), repeat)
+        ours_text, bare_text = memagent_text(path), loop(path)  # the warm-up: imports, page cache
+        times = race({"memagent": lambda: memagent_text(path), "bare": lambda: loop(path)}, repeat)
         m, b = statistics.median(times["memagent"]), statistics.median(times["bare"])
         row = {
             "format": name,
@@ -137,10 +131,11 @@ def child_main(mode: str, kind: str, path: str) -> None:
             while block := fh.read(1 << 20):
                 chars += len(block)
     elif mode == "bare" and kind == "html":
-        chars = len(loops.bare_html(Path(path)))
+        chars = len(bare.bare_html(Path(path)))
     seconds = time.perf_counter() - t
-    # this process's own peak (VmHWM): ru_maxrss can include the parent's from before exec
-    peak = vmhwm_mb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM is this process's own peak. ru_maxrss can include the parent's before exec (the
+    # forked copy of its memory counts toward the child's high-water mark).
+    peak = vmhwm_mb(os.getpid()) or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"peak_mb": round(peak, 1), "seconds": round(seconds, 3), "chars": chars}))
 
 
@@ -151,7 +146,7 @@ def _in_child(mode: str, kind: str, path: Path) -> dict:
 
 def make_text(path: Path, megabytes: int) -> None:
     rng = random.Random(16)
-    block = "\n\n".join(docs.paragraph(rng) for _ in range(2000)).encode()
+    block = "\n\n".join(files.paragraph(rng) for _ in range(2000)).encode()
     with open(path, "wb") as fh:
         for _ in range(megabytes * 10**6 // len(block) + 1):
             fh.write(block)
@@ -163,47 +158,47 @@ def _large_page(folder: Path, quick: bool) -> tuple[Path, str]:
     if real.exists() and not quick:
         return real, str(real)
     path = folder / "large.html"
-    docs.make_html(path, 400 if quick else 3000)
+    files.make_html(path, 400 if quick else 3000)
     return path, f"generated ({path.stat().st_size / 1e6:.1f} MB)"
 
 
 def memory(folder: Path, quick: bool) -> list[dict]:
-    files = []
+    large = []
     xlsx = folder / "large.xlsx"
     rows = 20_000 if quick else 120_000
     t = time.perf_counter()
-    docs.make_xlsx(xlsx, rows, sheets=1)
+    files.make_xlsx(xlsx, rows, sheets=1)
     print(f"large .xlsx: {rows:,} rows written in {time.perf_counter() - t:.1f} s", flush=True)
-    files.append(("xlsx", xlsx, f"{rows:,} rows x 8 columns", rows + 1))
+    large.append(("xlsx", xlsx, f"{rows:,} rows x 8 columns", rows + 1))
     text = folder / "large.txt"
     make_text(text, 20 if quick else 200)
-    files.append(("text", text, "UTF-8 prose", None))
+    large.append(("text", text, "UTF-8 prose", None))
     page, where = _large_page(folder, quick)
-    files.append(("html", page, where, None))
+    large.append(("html", page, where, None))
     results = []
-    for kind, path, what, n_rows in files:
+    for kind, path, what, n_rows in large:
         base = _in_child("imports", kind, path)
         ours = _in_child("memagent", kind, path)
-        bare = _in_child("bare", kind, path)
+        theirs = _in_child("bare", kind, path)
         row = {
             "file": kind,
             "what": what,
             "bytes": path.stat().st_size,
             "baseline_mb": base["peak_mb"],
             "memagent_mb": round(ours["peak_mb"] - base["peak_mb"], 1),
-            "bare_mb": round(bare["peak_mb"] - base["peak_mb"], 1),
+            "bare_mb": round(theirs["peak_mb"] - base["peak_mb"], 1),
             "memagent_seconds": ours["seconds"],
-            "bare_seconds": bare["seconds"],
+            "bare_seconds": theirs["seconds"],
             "memagent_chars": ours["chars"],
         }
         if n_rows:
             row["rows"] = n_rows
             row["memagent_rows_per_second"] = round(n_rows / ours["seconds"])
-            row["bare_rows_per_second"] = round(n_rows / bare["seconds"])
+            row["bare_rows_per_second"] = round(n_rows / theirs["seconds"])
         row["memagent_mb_per_second"] = round(row["bytes"] / 1e6 / ours["seconds"], 1)
         print(
             f"{kind:5} {row['bytes'] / 1e6:7.1f} MB  peak RSS over imports: memagent {row['memagent_mb']} MB, "
-            f"bare {row['bare_mb']} MB; {ours['seconds']:.1f} s / {bare['seconds']:.1f} s",
+            f"bare {row['bare_mb']} MB; {ours['seconds']:.1f} s / {theirs['seconds']:.1f} s",
             flush=True,
         )
         results.append(row)
@@ -221,7 +216,7 @@ _SCAN_LINES = 14
 def _page_lines(rng: random.Random) -> list[str]:
     lines = []
     while len(lines) < _SCAN_LINES:
-        text = docs.sentence(rng)
+        text = files.sentence(rng)
         if len(text) <= 60:
             lines.append(text)
     return lines
@@ -330,7 +325,9 @@ def _tokenizers() -> dict[str, Callable[[str], int]]:
     except Exception as exc:  # tiktoken downloads its data on first use: offline, there is none
         print(f"tiktoken cl100k_base not available ({type(exc).__name__}: its data is not cached and this machine is offline)")
     if VOCAB.exists():
-        qwen = gguf_tokenizer(str(VOCAB))
+        from benchmarks.harness.engines import tokenizer
+
+        qwen = tokenizer(VOCAB)
         counters["qwen2"] = lambda text: len(qwen.encode(text))
     return counters
 
@@ -340,13 +337,13 @@ def tokens(folder: Path) -> dict:
     pages = _real_pages()
     if not pages:
         path = folder / "page.html"
-        docs.make_html(path, 60)
+        files.make_html(path, 60)
         pages = [path]
     rows = []
     for page in pages:
         raw = page.read_bytes().decode("utf-8", "replace")
         ours = memagent_text(page)
-        extracted = loops.bare_html(page)
+        extracted = bare.bare_html(page)
         row: dict = {"page": str(page), "bytes": page.stat().st_size, "memagent_chars": len(ours)}
         for name, count in counters.items():
             n_raw, n_ours, n_extract = count(raw), count(ours), count(extracted)
@@ -381,8 +378,8 @@ def measure(args: argparse.Namespace) -> dict:
     formats = set(args.formats.split(",")) if args.formats else None
     parts = args.parts.split(",")
     results: dict = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores",
+        "when": now(),
+        "machine": machine(),
         "load_average_at_start": round(os.getloadavg()[0], 1),
         "quick": args.small,
         "repeat": args.repeat,

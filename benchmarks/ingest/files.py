@@ -74,6 +74,14 @@ def _row(rng: random.Random, n: int) -> list[object]:
 
 HEADER = ["id", "date", "name", "region", "amount", "quantity", "note", "paid"]
 
+
+def _with(element, *children):
+    """An odfpy element with `children` added to it, in order."""
+    for child in children:
+        element.addElement(child)
+    return element
+
+
 # --------------------------------------------------------------------------------------------
 # Documents, each made with its format's own writer. `n` sets the size.
 
@@ -150,12 +158,7 @@ def make_ods(path: Path, n: int) -> None:
     doc = OpenDocumentSpreadsheet()
     for s in range(2):
         table = Table(name=f"Ledger {2021 + s}")
-        header = TableRow()
-        for name in HEADER:
-            cell = TableCell(valuetype="string")
-            cell.addElement(P(text=name))
-            header.addElement(cell)
-        table.addElement(header)
+        table.addElement(_with(TableRow(), *(_with(TableCell(valuetype="string"), P(text=name)) for name in HEADER)))
         for i in range(n // 2):
             row = TableRow()
             for value in _row(rng, i):
@@ -171,8 +174,7 @@ def make_ods(path: Path, n: int) -> None:
                 else:
                     cell = TableCell(valuetype="string")
                     shown = str(value)
-                cell.addElement(P(text=shown))
-                row.addElement(cell)
+                row.addElement(_with(cell, P(text=shown)))
             table.addElement(row)
         doc.spreadsheet.addElement(table)
     doc.save(str(path))
@@ -192,29 +194,15 @@ def make_odt(path: Path, n: int) -> None:
             p = P(text=paragraph(rng))
             if k == 2 and section % 2 == 0:
                 notes += 1
-                note = Note(id=f"ftn{notes}", noteclass="footnote")
-                note.addElement(NoteCitation(text=str(notes)))
-                body = NoteBody()
-                body.addElement(P(text=sentence(rng)))
-                note.addElement(body)
-                p.addElement(note)
+                body = _with(NoteBody(), P(text=sentence(rng)))
+                p.addElement(_with(Note(id=f"ftn{notes}", noteclass="footnote"), NoteCitation(text=str(notes)), body))
                 p.addElement(Span(text=" " + sentence(rng)))
             doc.text.addElement(p)
-        items = List()
-        for _ in range(3):
-            item = ListItem()
-            item.addElement(P(text=sentence(rng)))
-            items.addElement(item)
-        doc.text.addElement(items)
+        doc.text.addElement(_with(List(), *(_with(ListItem(), P(text=sentence(rng))) for _ in range(3))))
         if section % 4 == 0:
             table = Table(name=f"Table{section}")
             for i in range(6):
-                row = TableRow()
-                for value in _row(rng, i)[:5]:
-                    cell = TableCell()
-                    cell.addElement(P(text=str(value)))
-                    row.addElement(cell)
-                table.addElement(row)
+                table.addElement(_with(TableRow(), *(_with(TableCell(), P(text=str(v))) for v in _row(rng, i)[:5])))
             doc.text.addElement(table)
     doc.save(str(path))
 
@@ -238,19 +226,13 @@ def make_odp(path: Path, n: int) -> None:
     def frame(cls: str, texts: list[str]) -> Frame:
         shape = Frame(width="24cm", height="4cm", x="1cm", y="1cm")
         shape.setAttrNS(PRESENTATIONNS, "class", cls)
-        box = TextBox()
-        for text in texts:
-            box.addElement(P(text=text))
-        shape.addElement(box)
-        return shape
+        return _with(shape, _with(TextBox(), *(P(text=text) for text in texts)))
 
     for number in range(n):
         page = Page(name=f"page{number + 1}", masterpagename=master)
         page.addElement(frame("title", [title(rng)]))
         page.addElement(frame("outline", [sentence(rng) for _ in range(6)]))
-        notes = Notes()
-        notes.addElement(frame("notes", [paragraph(rng, (2, 4))]))
-        page.addElement(notes)
+        page.addElement(_with(Notes(), frame("notes", [paragraph(rng, (2, 4))])))
         doc.presentation.addElement(page)
     doc.save(str(path))
 

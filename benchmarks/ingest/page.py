@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.registry import Row, Target, mark
 
 TARGET = 0.9
 SPEED = Target("≥ 0.9")
@@ -28,10 +28,6 @@ def rows(r: dict, results: object) -> list[Row]:
     return out
 
 
-def _ok(ratio: float) -> str:
-    return f"{ratio} {'✓' if ratio >= TARGET else '✗'}"
-
-
 def tables(r: dict) -> str:
     """The results as Markdown tables (printed at the end, and PERFORMANCE.md's B9)."""
     out: list[str] = []
@@ -44,7 +40,7 @@ def tables(r: dict) -> str:
         for row in r["speed"]:
             out.append(
                 f"| {row['format']} | {row['bytes'] / 1e6:.2f} | {row['memagent_seconds']} | {row['bare_seconds']} | "
-                f"{_ok(row['ratio'])} | {row['memagent_chars']:,} / {row['bare_chars']:,} | {row['bare']} |"
+                f"{row['ratio']} {mark(row['ratio'] >= TARGET)} | {row['memagent_chars']:,} / {row['bare_chars']:,} | {row['bare']} |"
             )
         out.append("")
     if "memory" in r:

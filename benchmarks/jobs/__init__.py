@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,27 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness.fixtures import gguf_tokenizer, real_prose, smollm2
-from benchmarks.harness.results import log
+from benchmarks.harness import engines, runner
+from benchmarks.harness.fixtures import real_prose, smollm2
+from benchmarks.jobs import served
 from benchmarks.jobs.page import CHUNK, MEMORY, rows, section
-from benchmarks.jobs.served import (
-    ANSWER_TEXT,
-    SERVED_QUESTION,
-    Servers,
-    checked,
-    context,
-    environment,
-    failed,
-    figures,
-    machine,
-    read_results,
-    run_cli,
-    served,
-    shown,
-    timings,
-    tokenizer,
-    write_job,
-)
+from benchmarks.jobs.served import Servers
 
 TITLE = "many runs at once (`ask --each`, `batch`)"
 QUICK = ["--only", "loss"]  # about a minute; embedded takes twelve
@@ -46,16 +29,11 @@ __all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 QUESTION = "What is this document about?"
 PARTS = ("embedded", "scale", "rss", "loss")
 
-# The served parts: the vocabulary-only GGUF cuts the chunks (no server needed for that), as the
-# commands give it, relative to the repository.
-# Each is one token after a space in that vocabulary, so a context's size in tokens is exact.
-
 
 def embedded(work: Path, documents: int = 4, chunk: int = 500, steps: int = 3, memory: int = 64) -> dict[str, Any]:
     """Batched --each against one run after another, on this machine's CPU (or a lent GPU)."""
-
     model = smollm2()
-    tok = gguf_tokenizer(model)
+    tok = engines.tokenizer(model)
     ids = tok.encode(real_prose("GeoBase_NHNC1_Data_Model_UML_EN.pdf", "Seige_of_Vicksburg_Sample_OCR.pdf", "multilang.pdf"))
     size = chunk * steps
     if len(ids) < size * documents:
@@ -69,13 +47,8 @@ def embedded(work: Path, documents: int = 4, chunk: int = 500, steps: int = 3, m
     common += ["--memory-tokens", str(memory), "--answer-tokens", "32", "--temperature", "0", "--json", "--quiet", "--no-trace"]
 
     def run(*extra: str) -> tuple[float, list[dict[str, Any]]]:
-        t0 = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "memagent_cli", "ask", *common, *extra], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise SystemExit(done.stderr)
-        return time.perf_counter() - t0, json.loads(done.stdout)["results"]
+        done = runner.run([sys.executable, "-m", "memagent_cli", "ask", *common, *extra])
+        return done.seconds, done.record()["results"]
 
     one_s, one = run("--no-batch")
     batched_s, batched = run("--batch", "--parallel", str(documents))
@@ -123,7 +96,7 @@ class Job:
 def chains_job(work: Path, name: str, chains: int, steps: int, servers: int, slots: int, latency: float) -> Job:
     """`chains` lines whose contexts are exactly steps - 1 chunks: steps - 1 memory updates, then the answer."""
     path = work / f"{name}.jsonl"
-    ids = write_job(path, tokenizer(), name[0], chains, (steps - 1) * CHUNK)
+    ids = served.write_job(path, served.tokenizer(), name[0], chains, (steps - 1) * CHUNK)
     return Job(path, ids, steps, servers, slots, latency)
 
 
@@ -141,24 +114,25 @@ def run_batch(
     """`memagent batch` of `job` on fresh fake servers (at `latency`, else the job's): its figures,
     checks and command line, and the servers' last stats."""
     results, urls, home = work / f"{name}.results.jsonl", work / "urls.txt", work / f"home-{name}"
-    argv = ["batch", str(job.path), "-o", str(results), *served(urls, parallel), "--quiet", *([] if trace else ["--no-trace"])]
+    quiet = ["--quiet", *([] if trace else ["--no-trace"])]
+    argv = ["batch", str(job.path), "-o", str(results), *served.flags(urls, parallel), *quiet]
     wait = job.latency if latency is None else latency
     with Servers(job.servers, wait, job.slots, urls, pieces) as fake:
-        run = run_cli(argv, env=environment(home), results=results, during=during(fake) if during else None)
+        run = served.run_cli(argv, env=served.environment(home), results=results, during=during(fake) if during else None)
         stats = fake.close()
-    failed(run, name)
-    rows = read_results(results) if results.exists() else []
-    got = {**figures(run, job.requests), **timings(rows, run), "latency": wait}
+    served.failed(run, name)
+    rows = served.read_results(results) if results.exists() else []
+    got = {**served.figures(run, job.requests), **served.timings(rows, run), "latency": wait}
     if wait > 0:
         got["ideal_seconds"] = round(job.requests * wait / (job.servers * job.slots), 2)
         got["ratio"] = round(run.wall / got["ideal_seconds"], 3)
     elif got["startup_seconds"] is not None:
         got["requests_per_second"] = round(job.requests / (run.wall - got["startup_seconds"]), 1)
     got["servers_cpu_seconds"] = round(fake.cpu_seconds, 2)
-    got["checks"] = checked(job.ids, rows, stats, job.steps)
+    got["checks"] = served.checked(job.ids, rows, stats, job.steps)
     if trace:
         got["trace_store_mb"] = round(sum(f.stat().st_size for f in home.glob("traces.db*")) / 2**20, 1)
-    got["command"] = shown(argv, work, home)
+    got["command"] = served.shown(argv, work, home)
     got["servers_command"] = "python " + shlex.join(fake.argv)
     print(f"{name}:", json.dumps({k: v for k, v in got.items() if "command" not in k}), flush=True)
     return got, stats
@@ -180,7 +154,7 @@ def scale(
     job = chains_job(work, "scale", chains, steps, servers, slots, latency)
     parallel = servers * slots
     out: dict[str, Any] = {
-        "machine": machine(),
+        "machine": served.machine(),
         "chains": chains,
         "steps": steps,
         "context_tokens": (steps - 1) * CHUNK,
@@ -218,14 +192,14 @@ def source_bytes(folder: Path, warm: Path) -> dict[str, Any]:
     from memagent_cli.core.jobs import Job
     from memagent_cli.core.pipeline import SourceOptions, find_sources
 
-    def quiet(_message: str) -> None:
-        pass
-
-    find_sources([str(warm)], SourceOptions(), quiet)  # the readers' modules imported: not counted
+    find_sources([str(warm)], SourceOptions(), lambda _: None)  # the readers' modules imported: not counted
     tracemalloc.start()
-    found = find_sources([str(folder)], SourceOptions(), quiet)
+    found = find_sources([str(folder)], SourceOptions(), lambda _: None)
     sources = tracemalloc.get_traced_memory()[0]
-    jobs = [Job(key=f"{d.title}\n{SERVED_QUESTION}", question=SERVED_QUESTION, sources=(d,), title=d.title) for d in found]
+    jobs = [
+        Job(key=f"{d.title}\n{served.SERVED_QUESTION}", question=served.SERVED_QUESTION, sources=(d,), title=d.title)
+        for d in found
+    ]
     total = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return {
@@ -238,10 +212,10 @@ def source_bytes(folder: Path, warm: Path) -> dict[str, Any]:
 def rss(work: Path, sizes: tuple[int, ...] = (100, 1000, 10000), servers: int = 4, slots: int = 64) -> dict[str, Any]:
     """Peak RSS of `batch` and `ask --each` as the job grows; 2 requests a run, no latency, fresh
     servers for each run (their counts are the run's)."""
-    tok = tokenizer()
+    tok = served.tokenizer()
     tokens = CHUNK * 3 // 4  # one chunk: a memory update and the answer
     parallel = servers * slots // 4
-    out: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "servers": servers, "slots": slots}
+    out: dict[str, Any] = {"machine": served.machine(), "sizes": list(sizes), "servers": servers, "slots": slots}
     out.update({"parallel": parallel, "context_tokens": tokens, "batch": {}, "each": {}})
     urls, home = work / "urls.txt", work / "home-rss"
     for kind in ("batch", "each"):
@@ -249,29 +223,29 @@ def rss(work: Path, sizes: tuple[int, ...] = (100, 1000, 10000), servers: int = 
             results = work / f"{kind}-{size}.results.jsonl"
             if kind == "batch":
                 job = work / f"rss-{size}.jsonl"
-                ids = write_job(job, tok, "r", size, tokens)
+                ids = served.write_job(job, tok, "r", size, tokens)
                 argv = ["batch", str(job), "-o", str(results)]
             else:
                 folder = work / f"docs-{size}"
                 folder.mkdir()
                 for n in range(size):
-                    (folder / f"doc{n:05d}.txt").write_text(context(tok, n, tokens) + "\n", encoding="utf-8")
-                argv = ["ask", str(folder), "--each", "-q", SERVED_QUESTION, "--jsonl", str(results)]
-            argv += [*served(urls, parallel), "--quiet", "--no-trace"]
+                    (folder / f"doc{n:05d}.txt").write_text(served.context(tok, n, tokens) + "\n", encoding="utf-8")
+                argv = ["ask", str(folder), "--each", "-q", served.SERVED_QUESTION, "--jsonl", str(results)]
+            argv += [*served.flags(urls, parallel), "--quiet", "--no-trace"]
             with Servers(servers, 0.0, slots, urls) as fake:
-                run = run_cli(argv, env=environment(home), results=results)
+                run = served.run_cli(argv, env=served.environment(home), results=results)
                 stats = fake.close()
-            failed(run, f"rss {kind} {size}")
-            rows = read_results(results) if results.exists() else []
+            served.failed(run, f"rss {kind} {size}")
+            rows = served.read_results(results) if results.exists() else []
             named = [str(r.get("custom_id" if kind == "batch" else "document")) for r in rows]
             got = {
-                **figures(run, 2 * size),
+                **served.figures(run, 2 * size),
                 "lines": len(rows),
                 "once": len(set(named)) == len(named) == size and (kind != "batch" or set(named) == set(ids)),
-                "answers": sum(r.get("answer") == ANSWER_TEXT for r in rows),
+                "answers": sum(r.get("answer") == served.ANSWER_TEXT for r in rows),
                 "requests": sum(server["requests"] for server in stats),
                 "in_flight": sum(server["max_in_flight"] for server in stats),  # at most, summed over the servers
-                "command": shown(argv, work, home),
+                "command": served.shown(argv, work, home),
             }
             out["servers_command"] = "python " + shlex.join(fake.argv)
             out[kind][str(size)] = got
@@ -295,7 +269,7 @@ def loss(
     have been sent."""
     job = chains_job(work, "loss", chains, steps, servers, slots, latency)
     parallel = servers * slots
-    out: dict[str, Any] = {"machine": machine(), "chains": chains, "steps": steps, "servers": servers, "slots": slots}
+    out: dict[str, Any] = {"machine": served.machine(), "chains": chains, "steps": steps, "servers": servers, "slots": slots}
     out.update({"latency": latency, "parallel": parallel, "requests": job.requests, "victim": victim})
     out["ideal_seconds"] = round(job.ideal, 2)
     killed: dict[str, Any] = {}
@@ -340,5 +314,5 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
             results[name] = parts[name](Path(tmp))
-            log(f"{name}: {time.perf_counter() - started:.0f} s")
+            print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return results

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.registry import Row, Target, mark
 
 SCALE = Target("≤ 1.1")  # wall time against the ideal (requests x latency / slots)
 FLAT = Target("≤ 1.1")  # peak RSS at 10,000 runs against 1,000
@@ -35,10 +35,6 @@ def rows(m: dict[str, Any], results: object) -> list[Row]:
     if "loss" in m:
         out.append(Row("`batch` with one of 4 servers killed mid-job, wall / intact", f"{m['loss']['wall_ratio']}x"))
     return out
-
-
-def mark(ok: bool) -> str:
-    return "✓" if ok else "✗"
 
 
 def section(results: dict[str, Any], found: object) -> str:

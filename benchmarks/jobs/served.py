@@ -13,15 +13,14 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness.fixtures import REPO, gguf_tokenizer
-from benchmarks.harness.runner import proc_status
+from benchmarks.harness.fixtures import REPO
+from benchmarks.harness.results import now
+from benchmarks.harness.runner import run
 from benchmarks.jobs.page import BUDGETS, TOKENIZER
 
 WORDS = (
@@ -110,83 +109,57 @@ def run_cli(
     results: Path | None = None,
     during: Callable[[Callable[[], bool]], None] | None = None,
 ) -> Measured:
-    """Runs `python -m memagent_cli ARGV` to its end. `during(alive)` runs meanwhile in this thread."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "memagent_cli", *argv], cwd=REPO, env=env, stdout=out, stderr=err)
-        ended = threading.Event()
-        cpu: dict[int, float] = {}
-        first: list[float] = []
-        resident: list[float] = []
-        high = [0.0]
-        tick = os.sysconf("SC_CLK_TCK")
+    """Runs `python -m memagent_cli ARGV` to its end (runner.run, /proc read every 0.1 s).
+    `during(alive)` runs meanwhile in this thread."""
+    cpu: dict[int, float] = {}
+    first: list[float] = []
+    resident: list[float] = []
+    tick = os.sysconf("SC_CLK_TCK")
+    start = time.perf_counter()
 
-        def watch() -> None:
-            while not ended.is_set():
-                try:
-                    for tid in os.listdir(f"/proc/{proc.pid}/task"):
-                        with open(f"/proc/{proc.pid}/task/{tid}/stat", encoding="ascii") as f:
-                            fields = f.read().rpartition(")")[2].split()
-                        cpu[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-                    info = proc_status(proc.pid)
-                    if "VmHWM" in info:  # gone once the process has ended
-                        # Not os.wait4's ru_maxrss: Linux carries the peak of the memory a process
-                        # had before its exec over, here the (v)forked copy of this benchmark.
-                        high[0] = max(high[0], info["VmHWM"] / 1024)
-                        if first:  # before the first result: the start's own peak (the tokenizer)
-                            resident.append(info["VmRSS"] / 1024)
-                except (OSError, ValueError, IndexError):
-                    pass  # a thread (or the process) ended meanwhile
-                if results is not None and not first:
-                    try:
-                        if results.stat().st_size:
-                            first.append(time.perf_counter() - start)
-                    except OSError:
-                        pass
-                ended.wait(0.1)
-
-        def alive() -> bool:  # without reaping it: os.wait4 below does
-            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
+    def watch(pid: int, status: dict[str, int]) -> None:
         try:
-            if during is not None:
-                during(alive)
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            raise
-        wall = time.perf_counter() - start
-        last = None
-        if results is not None and results.exists():
-            last = time.time() - results.stat().st_mtime
-        ended.set()
-        watcher.join()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        main = cpu.get(proc.pid, 0.0)
-        return Measured(
-            rc=proc.returncode,
-            wall=wall,
-            user=usage.ru_utime,
-            sys=usage.ru_stime,
-            rss_mb=high[0],
-            rss_running_mb=max(resident) if resident else None,
-            rss_end_mb=resident[-1] if resident else None,
-            main_cpu=main,
-            workers_cpu=sum(cpu.values()) - main,
-            first_result=first[0] if first else None,
-            last_result=last,
-            stdout=out.read(),
-            stderr=err.read(),
-        )
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                cpu[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            pass  # a thread (or the process) ended meanwhile
+        if first:  # before the first result: the start's own peak (the tokenizer)
+            resident.append(status["VmRSS"] / 1024)
+        elif results is not None:
+            try:
+                if results.stat().st_size:
+                    first.append(time.perf_counter() - start)
+            except OSError:
+                pass
+
+    # The peak is VmHWM, not os.wait4's ru_maxrss: Linux carries the peak of the memory a process
+    # had before its exec over, here the (v)forked copy of this benchmark.
+    done = run([sys.executable, "-m", "memagent_cli", *argv], env=env, check=False, watch=watch, during=during, every=0.1)
+    last = time.time() - results.stat().st_mtime if results is not None and results.exists() else None
+    main = cpu.get(done.pid, 0.0)
+    return Measured(
+        rc=done.returncode,
+        wall=done.seconds,
+        user=done.user_seconds,
+        sys=done.cpu_seconds - done.user_seconds,
+        rss_mb=done.peak_rss_mb,
+        rss_running_mb=max(resident) if resident else None,
+        rss_end_mb=resident[-1] if resident else None,
+        main_cpu=main,
+        workers_cpu=sum(cpu.values()) - main,
+        first_result=first[0] if first else None,
+        last_result=last,
+        stdout=done.stdout,
+        stderr=done.stderr,
+    )
 
 
 def tokenizer() -> Any:
+    from benchmarks.harness.engines import tokenizer as load
 
-    return gguf_tokenizer(REPO / TOKENIZER)
+    return load(REPO / TOKENIZER)
 
 
 def context(tok: Any, n: int, tokens: int) -> str:
@@ -208,7 +181,8 @@ def write_job(path: Path, tok: Any, prefix: str, count: int, tokens: int) -> lis
     return ids
 
 
-def served(urls: Path, parallel: int) -> list[str]:
+def flags(urls: Path, parallel: int) -> list[str]:
+    """The CLI's options for the fake servers whose URLs `urls` lists."""
     return ["--engine", "openai", "--base-url", str(urls), "--tokenizer", TOKENIZER, *BUDGETS, "--parallel", str(parallel)]
 
 
@@ -236,7 +210,7 @@ def machine() -> dict[str, Any]:
         "cpu": model or platform.machine(),
         "python": platform.python_version(),
         "load": [round(x, 2) for x in os.getloadavg()],
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "when": now(),
     }
 
 

@@ -18,29 +18,20 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import memagent_engine, run_loop
+from benchmarks.harness.engines import cold_runs, memagent_engine, tokenizer_and_chat
 from benchmarks.harness.fixtures import shared_code
-from benchmarks.harness.results import device, load, log
-from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, STAND_IN, build, model_record
+from benchmarks.harness.results import cores, gpu_name, load
+from benchmarks.harness.runner import log, proc_kb
+from benchmarks.qwenlong.model import DEFAULT_VOCAB, REAL_LAYERS, SHAPE, STAND_IN, build, model_record
 from benchmarks.qwenlong.page import rows, section
-from benchmarks.qwenlong.step import projected_ratio, step_vs_bare
+from benchmarks.qwenlong.step import step_vs_bare
 
 TITLE = "QwenLong-L1.5-30B-A3B's shapes"
 QUICK = ["--parts", "drafts", "--repeat", "1"]
-__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section", "projected_ratio"]
+__all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
 
 
 # --- drafts for memory plus plan: the trained stand-in ----------------------------------------------
-
-
-def loop(engine, chunks: list[str], memory_tokens: int, expect: str) -> dict:
-    """QwenLong's memory updates over `chunks`, cold, as memagent's loop calls the engine. The
-    drafts are told `expect`: "memory" (the previous memory and plan, what memagent tells them) or
-    "reply" (the previous step's whole reply, reasoning included)."""
-    codeword = shared_code("codeword")
-
-    engine._model().n_tokens = 0  # no prefix reuse across runs: every run starts cold
-    return run_loop(engine, codeword.QUESTION, chunks, memory_tokens, protocol="qwenlong", told=expect)
 
 
 def replay(prompts: list[list[int]], replies: list[list[int]], told: list[list[int]]) -> dict:
@@ -83,12 +74,12 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
     """QwenLong's loop with drafts (told the previous memory; told the previous reply) and without,
     through memagent's engine, interleaved; medians. The stand-in writes a short reasoning, then
     its memory and plan: unchanged after every section without the fact (before the fact as after)."""
-    codeword, task = shared_code("codeword"), shared_code("qwenlong_task")
+    codeword = shared_code("codeword")
     import llama_cpp
 
+    task = shared_code("qwenlong_task")
+
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
-    from memagent_cli.model.gguf import read_gguf
 
     encode, decode = task.tokenizer()
     n = steps * task.CHUNK_TOKENS
@@ -99,16 +90,14 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
             break
         n = int(n * steps * task.CHUNK_TOKENS / len(ids))
     chunks = [decode(ids[k : k + task.CHUNK_TOKENS]) for k in range(0, len(ids), task.CHUNK_TOKENS)]
-    chat = ChatFormat.from_gguf(read_gguf(STAND_IN))
+    tok, chat = tokenizer_and_chat(STAND_IN)
     variants = {"plain": (False, "memory"), "memory": (True, "memory"), "reply": (True, "reply")}
-    made = {v: memagent_engine(STAND_IN, 2048, gpu_layers=gpu_layers, speculate=s, batch=False) for v, (s, _) in variants.items()}
-    engines, tok = {v: engine for v, (engine, _) in made.items()}, made["plain"][1]
-    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    engines = {
+        v: memagent_engine(STAND_IN, 2048, gpu_layers=gpu_layers, speculate=s, batch=False) for v, (s, _) in variants.items()
+    }
     try:
-        names = list(variants)
-        for r in range(repeat):  # interleaved, the order rotated each round
-            for v in names[r % 3 :] + names[: r % 3]:
-                runs[v].append(loop(engines[v], chunks, memory_tokens, variants[v][1]))
+        told = {v: t for v, (_, t) in variants.items()}
+        runs = cold_runs(engines, codeword.QUESTION, chunks, memory_tokens, repeat, protocol="qwenlong", told=told)
         policies = {v: engines[v].draft_policy for v in ("memory", "reply")}
         device = engines["plain"].description
         vocab = llama_cpp.llama_model_get_vocab(engines["plain"]._model().model)
@@ -169,20 +158,6 @@ def drafts(repeat: int, gpu_layers: int, steps: int = 24, memory_tokens: int = 6
 # --- the run -----------------------------------------------------------------------------------------
 
 
-def machine_gb() -> float:
-    """This machine's physical memory (GB)."""
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1e6, 2)
-    raise RuntimeError("no MemTotal in /proc/meminfo")
-
-
-def available_gb() -> float:
-    with open("/proc/meminfo", encoding="ascii") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("MemAvailable")) / 1e6
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="store_true", help="every layer on the GPU, the full 32,768-token chunk")
     parser.add_argument("--work", type=Path, default=Path("/tmp/b11"), help="where the model is built (kept)")
@@ -206,7 +181,10 @@ def measure(args: argparse.Namespace) -> dict:
     # Should memory run out, this process is the one the kernel ends, not other work on the machine.
     Path("/proc/self/oom_score_adj").write_text("1000")
     t0 = time.perf_counter()
-    results: dict = {"device": device(args.gpu), "memory_gb": machine_gb()}
+    results: dict = {
+        "device": gpu_name() if args.gpu else f"this CPU ({cores()} cores)",
+        "memory_gb": round(proc_kb("/proc/meminfo")["MemTotal"] / 1e6, 2),
+    }
     cold, warm = args.repeat if "step" in parts else 0, args.warm if "generation" in parts else 0
     wide = args.warm if "widths" in parts else 0
     if args.layers != REAL_LAYERS and (warm or wide or "drafts" in parts):
@@ -217,7 +195,7 @@ def measure(args: argparse.Namespace) -> dict:
         results[model_key] = model_record(model)
     if cold or warm or wide:
         need = model.stat().st_size / 1e9 + 1.5  # on a CPU llama.cpp repacks the weights into anonymous memory
-        results["available_gb_before"] = round(available_gb(), 1)
+        results["available_gb_before"] = round(proc_kb("/proc/meminfo")["MemAvailable"] / 1e6, 1)
         log(json.dumps(results))
         if not args.gpu and results["available_gb_before"] < need:
             raise SystemExit(f"{results['available_gb_before']} GB available, {need:.1f} GB needed")
@@ -234,7 +212,7 @@ def measure(args: argparse.Namespace) -> dict:
         log("step", json.dumps(out))
         if args.delete_model:
             model.unlink()
-            (args.work / "two-layers-q4_k_m.gguf").unlink(missing_ok=True)
+            (args.work / f"random-{SHAPE}-2L-q4_k_m.gguf").unlink(missing_ok=True)
     if "drafts" in parts:
         results["drafts"] = drafts(max(args.repeat, 7), gpu_layers)
     results["seconds"] = round(time.perf_counter() - t0, 1)

@@ -1,33 +1,35 @@
-"""B11's model: Qwen3-30B-A3B's exact tensors with random weights (harness.shapes'
-"qwenlong-l1.5-30b-a3b"), assembled from two quantized layers."""
+"""B11's model: Qwen3-30B-A3B's exact tensors with random weights, built from two quantized layers."""
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 from benchmarks.harness import shapes
-from benchmarks.harness.fixtures import QWEN25_VOCAB
+from benchmarks.harness.fixtures import DATA, QWEN25_VOCAB
 
-SHAPE = "qwenlong-l1.5-30b-a3b"
 DEFAULT_VOCAB = QWEN25_VOCAB
-STAND_IN = shapes.SHAPES[SHAPE]["template_of"]  # the trained QwenLong stand-in
+STAND_IN = DATA / "qwenlong.gguf"
 QUESTION = "What did the committee decide about the old mill?"
-REAL_LAYERS = shapes.SHAPES[SHAPE]["n_layer"]
+SHAPE = "qwenlong-l1.5-30b-a3b"  # in harness/shapes.py
+REAL_LAYERS = 48
 REAL_Q4_K_M_GB = 18.6  # QwenLong-L1.5-30B-A3B at Q4_K_M, about (llama.cpp's mix of the real 30.5B parameters)
 
 
 def build(work: Path, vocab: Path = DEFAULT_VOCAB, n_layer: int = REAL_LAYERS) -> Path:
-    """The Q4_K_M model in `work`, made once from a quantized 2-layer model."""
-    return shapes.build(SHAPE, work, vocab, fast=True, n_layer=n_layer)
+    """The Q4_K_M model in `work`, made once from two quantized layers (harness/shapes.py), with the
+    trained QwenLong stand-in's Qwen3-Thinking-style chat template (its prompt opens "<think>")."""
+    from memagent_cli.model.gguf import read_gguf
+
+    template = read_gguf(STAND_IN).chat_template or ""
+    return shapes.build(SHAPE, work, vocab, fast=True, n_layer=n_layer, template=template)
 
 
 def model_record(model: Path) -> dict:
     import gguf
 
     reader = gguf.GGUFReader(str(model))
-    types: dict[str, int] = {}
-    for t in reader.tensors:
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    types = dict(collections.Counter(t.tensor_type.name for t in reader.tensors))
     n_layer = int(reader.fields["qwen3moe.block_count"].contents())
     return {
         "file": model.name,

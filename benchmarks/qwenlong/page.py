@@ -2,41 +2,38 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.registry import Row, Target
+from benchmarks.harness.registry import Row, Target, mark
 from benchmarks.qwenlong.step import projected_ratio
 
 RATIO = Target("≤ 1.05")
 
 
-def _mark(ok: bool) -> str:
-    return "✓" if ok else "✗"
-
-
 def _summary_rows(results: dict) -> list[Row]:
-    """B11's rows for PERFORMANCE.md's summary table, from one part (cpu or gpu) of its results."""
+    """B11's rows for PERFORMANCE.md's summary table from one part (cpu or gpu) of its results."""
     rows = []
     s, d = results.get("step"), results.get("drafts")
     where = "on the GPU" if "GPU" in (s or {}).get("engine", "") else "this CPU"
     if s:
-        r, each = s["ratio"]["step"], s["ratio"]["step_by_round"]
-        measure = f"memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
-        rows.append(RATIO.row(measure, r, f"rounds {min(each)} to {max(each)}"))
+        each = s["ratio"]["step_by_round"]
+        what = f"memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
+        rows.append(RATIO.row(what, s["ratio"]["step"], f"rounds {min(each)} to {max(each)}"))
     f = results.get("step_fewer_layers")
     if f:
-        measure = f"memagent / bare engine, the same step on {f['model']['layers']} of its layers (memory to spare), {where}"
-        rows.append(RATIO.row(measure, f["ratio"]["step"]))
-    if results.get("generation"):
-        measure = f"memagent / bare engine, generation alone at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
-        rows.append(RATIO.row(measure, results["generation"]["ratio"]["time"]))
+        what = f"memagent / bare engine, the same step on {f['model']['layers']} of its layers (memory to spare), {where}"
+        rows.append(RATIO.row(what, f["ratio"]["step"]))
+    w = results.get("generation")
+    if w:
+        what = f"memagent / bare engine, generation alone at QwenLong-L1.5-30B-A3B's shapes (Q4_K_M), {where}"
+        rows.append(RATIO.row(what, w["ratio"]["time"]))
     if d:
-        measure = f"`--speculate` / `--no-speculate`, QwenLong stand-in copying memory and plan, {where}"
-        rows.append(Row(measure, str(d["told_memory"]["generate_ratio"])))
+        what = f"`--speculate` / `--no-speculate`, QwenLong stand-in copying memory and plan, {where}"
+        rows.append(Row(what, str(d["told_memory"]["generate_ratio"])))
         widths = results.get("widths")
         if widths:
             checked = d["told_memory"]["every_proposal_checked"]
             p = projected_ratio(widths, checked["decodes_per_token"], checked["mean_width"])
-            measure = f"drafts told the memory, every proposal checked, priced at QwenLong-L1.5-30B-A3B's decode widths ({where})"
-            rows.append(Row(measure, f"{p}x generation time"))
+            what = f"drafts told the memory, every proposal checked, priced at QwenLong-L1.5-30B-A3B's decode widths ({where})"
+            rows.append(Row(what, f"{p}x generation time"))
     return rows
 
 
@@ -53,7 +50,7 @@ def _step_table(s: dict) -> str:
         )
     r = s["ratio"]
     lines.append(
-        f"| **memagent / bare** | | | {r['prompt']}x | {r['generate']}x | **{r['step']}x** {_mark(r['step'] <= 1.05)} "
+        f"| **memagent / bare** | | | {r['prompt']}x | {r['generate']}x | **{r['step']}x** {mark(r['step'] <= 1.05)} "
         f"| {r['cpu']}x |"
     )
     return "\n".join(lines)
@@ -82,7 +79,7 @@ def _fewer_layers_text(f: dict, results: dict) -> str:
     text = (
         f"**The same step, {m['layers']} layers** ({m['gb']} GB, every layer QwenLong's; resident {mem['rss_gb']} GB "
         f"after the steps, {f['engine']}, medians of {f['repeat']} rounds): memagent / bare **{r['step']}x** "
-        f"{_mark(r['step'] <= 1.05)} (prompt {r['prompt']}x, generation {r['generate']}x, CPU seconds {r['cpu']}x; "
+        f"{mark(r['step'] <= 1.05)} (prompt {r['prompt']}x, generation {r['generate']}x, CPU seconds {r['cpu']}x; "
         f"rounds {min(r['step_by_round'])}x to {max(r['step_by_round'])}x)."
     )
     whole = results.get("step")
@@ -104,7 +101,7 @@ def _generation_text(w: dict) -> str:
         f"**Generation alone** ({w['engine']}), the same prompt already read by each side, {w['generated']} tokens "
         f"a run, {w['repeat']} rounds interleaved (a run is short, so the load on the machine moves less within "
         f"one): memagent {m['tok_s']} tok/s, bare {b['tok_s']} tok/s; time **{r['time']}x** "
-        f"{_mark(r['time'] <= 1.05)}, CPU seconds {r['cpu']}x; each round's own ratio: {rounds}."
+        f"{mark(r['time'] <= 1.05)}, CPU seconds {r['cpu']}x; each round's own ratio: {rounds}."
     )
 
 
@@ -243,12 +240,10 @@ def _section(results: dict, gpu: dict | None = None) -> str:
 
 
 def rows(m: dict, results: object) -> list[Row]:
-    out = []
-    for found in (m.get("cpu"), m.get("gpu")):
-        out += _summary_rows(found or {})
+    out = _summary_rows(m.get("cpu") or {}) + _summary_rows(m.get("gpu") or {})
     if not m.get("gpu"):
         what = "memagent / bare engine, one QwenLong step at QwenLong-L1.5-30B-A3B's shapes, on a GPU"
-        out.append(Row(what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", "≤ 1.05"))
+        out.append(Row(what, "not measured yet, needs a GPU (`benchmarks/gpu/qwenlong.sh`)", RATIO.text))
     return out
 
 

@@ -8,10 +8,9 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness.engines import Bare, memagent_engine
-from benchmarks.harness.fixtures import gguf_chat, prose_of_tokens
-from benchmarks.harness.results import log
-from benchmarks.harness.runner import proc_status
+from benchmarks.harness.engines import Bare, finished, memagent_engine, tokenizer_and_chat
+from benchmarks.harness.fixtures import exact_prose
+from benchmarks.harness.runner import log, proc_kb
 from benchmarks.qwenlong.model import QUESTION
 
 # --- one memory step: memagent's engine against a bare llama_decode loop -------------------------
@@ -22,7 +21,10 @@ class SharedBare(Bare):
     sequence, greedy. Sharing the model keeps one copy of 18 GB of weights in memory."""
 
     def __init__(self, model, n_ctx: int, n_batch: int, threads: int, threads_batch: int, flash_attn: bool):
+        import llama_cpp
+
         super().__init__(None, n_ctx, 1, flash_attn, threads=threads, n_batch=n_batch, threads_batch=threads_batch, loaded=model)
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
 
     def step(self, prompt: list[int], gen: int) -> dict:
         """A cold step: the prompt in n_batch pieces (logits for its last token), then one
@@ -38,7 +40,7 @@ class SharedBare(Bare):
         cpu = time.process_time() - c0
         return {"prompt_seconds": t1 - t0, "generate_seconds": t2 - t1, "cpu_seconds": cpu, "generated": len(ids), "ids": ids}
 
-    def generate(self, prompt: list[int], gen: int) -> dict:
+    def generation(self, prompt: list[int], gen: int) -> dict:
         """Generation alone: all of the prompt but its last token is in the cache (step() read it)."""
         import llama_cpp
 
@@ -49,7 +51,7 @@ class SharedBare(Bare):
         return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "generated": len(ids)}
 
     def _reply(self, n_prompt: int, gen: int) -> list[int]:
-        """Greedy tokens from the last decode's logits on, one llama_decode each."""
+        """Greedy tokens from the last decode's logits on, one llama_decode each, to the end of turn."""
         import llama_cpp
 
         ids: list[int] = []
@@ -66,17 +68,14 @@ class SharedBare(Bare):
 def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
     """The same step through memagent's engine: cold (its prefix reuse told the cache is empty), or
     warm (its prefix reuse keeps all of the prompt but the last token: generation alone)."""
-    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.engine import Sampling
 
     if cold:
         engine._model().n_tokens = 0  # llama-cpp-python's bookkeeping: eval() then clears the cache
-    done = None
     c0, t0 = time.process_time(), time.perf_counter()
-    for item in engine.complete(message, gen, Sampling(temperature=0.0)):
-        if isinstance(item, CompletionDone):
-            done = item
+    done = finished(engine.complete(message, gen, Sampling(temperature=0.0)))
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert done is not None and (done.cached_tokens == 0) == cold
+    assert (done.cached_tokens == 0) == cold
     return {
         "prompt_seconds": done.prompt_seconds,
         "generate_seconds": done.generate_seconds,
@@ -90,9 +89,9 @@ def memagent_step(engine, message: str, gen: int, cold: bool = True) -> dict:
 def memory() -> dict:
     """This process's memory (GB): resident in all, anonymous (e.g. repacked weights) and file-backed
     (the mmapped model), and the peak resident."""
-    kb = proc_status()
-    names = {"rss_gb": "VmRSS", "anon_gb": "RssAnon", "file_gb": "RssFile", "peak_gb": "VmHWM"}
-    return {name: round(kb[key] / 1e6, 2) if key in kb else None for name, key in names.items()}
+    kb = proc_kb()
+    named = {"rss_gb": "VmRSS", "anon_gb": "RssAnon", "file_gb": "RssFile", "peak_gb": "VmHWM"}
+    return {name: round(kb[key] / 1e6, 2) if key in kb else None for name, key in named.items()}
 
 
 def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int, warm: int = 0, wide: int = 0) -> dict:
@@ -102,16 +101,16 @@ def step_vs_bare(model: Path, chunk: int, gen: int, gpu_layers: int, repeat: int
     from memagent_cli.core.protocols import get
     from memagent_cli.model.runtime import available_cores
 
-    tok, chat = gguf_chat(model)
+    tok, chat = tokenizer_and_chat(model)
     qwenlong = get("qwenlong")
-    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, prose_of_tokens(tok, chunk))
+    message = qwenlong.memory_prompt(QUESTION, qwenlong.initial_memory, exact_prose(tok, chunk, seed=7))
     prompt = chat.encode(tok, message)
     n_ctx = len(prompt) + gen + 64
     out: dict = {"chunk_tokens": chunk, "prompt_tokens": len(prompt), "generated_tokens": gen}
     out["memory_before_load"] = memory()
     t0 = time.perf_counter()
     # memagent's own choices: threads (one for generation on this 2-core CPU: B7), flash attention
-    engine, _ = memagent_engine(model, n_ctx, gpu_layers=gpu_layers, speculate=False, batch=False)
+    engine = memagent_engine(model, n_ctx, gpu_layers=gpu_layers, speculate=False, batch=False)
     out["load_seconds"] = round(time.perf_counter() - t0, 1)
     out["engine"] = engine.description
     out["flash_attn"] = engine.flash_attn
@@ -185,11 +184,11 @@ def decode_widths(bare: SharedBare, prompt: list[int], repeat: int) -> dict:
     same weights for any width); the tokens are the chunk's own prose. Rounds interleave the widths,
     the order reversed every other round; medians."""
     tokens = prompt[-40:]  # prose from the chunk, not the prompt's fixed text
-    bare.decode_width(len(prompt), tokens[:4])  # warm-up: this width's graph
+    bare.timed_decode(len(prompt), tokens[:4])  # warm-up: this width's graph
     times: dict[int, list[float]] = {w: [] for w in WIDTHS}
     for r in range(repeat):
         for w in WIDTHS if r % 2 == 0 else WIDTHS[::-1]:
-            times[w].append(bare.decode_width(len(prompt), tokens[:w]))
+            times[w].append(bare.timed_decode(len(prompt), tokens[:w]))
     one = statistics.median(times[1])
     out = {
         "repeat": repeat,
@@ -221,7 +220,7 @@ def warm_generation(engine, bare: SharedBare, message: str, prompt: list[int], g
     runs: dict[str, list[dict]] = {"memagent": [], "bare": []}
     for r in range(repeat):
         for side in ("bare", "memagent") if r % 2 == 0 else ("memagent", "bare"):
-            row = bare.generate(prompt, gen) if side == "bare" else memagent_step(engine, message, gen, cold=False)
+            row = bare.generation(prompt, gen) if side == "bare" else memagent_step(engine, message, gen, cold=False)
             runs[side].append(row)
             log("warm", side, r, round(row["seconds"], 3), round(row["cpu_seconds"], 3), row["generated"])
     out: dict = {"repeat": repeat, "generated": gen}
