@@ -61,9 +61,11 @@ def llama_generate(llm, ids: list[int], budget: int) -> list[int]:
     after `ids`, to the end of turn."""
     out: list[int] = []
     for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-        if llm.token_eos() == token or len(out) >= budget:
+        if llm.token_eos() == token:
             break
         out.append(token)
+        if len(out) >= budget:  # now: asked for one more, the loop would first decode this one
+            break
     return out
 
 
