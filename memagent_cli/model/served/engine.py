@@ -51,6 +51,7 @@ from ...errors import MemagentError
 from ..engine import Completion, CompletionDone, RawPrompt, Retrying, Sampling, TextDelta
 from .body import SCHEMA_FORMS, Request, log_request
 from .transport import (
+    MESSAGE_CHARS,
     Connection,
     Fault,
     message_of,
@@ -510,7 +511,7 @@ class OpenAIEngine(Sender):
             payload = json.loads(value)
         except ValueError:
             payload = value
-        message = message_of(payload) or clip(str(value), 200)
+        message = message_of(payload) or clip(str(value), MESSAGE_CHARS)
         error = payload.get("error") if isinstance(payload, dict) else None
         code = (error if isinstance(error, dict) else payload if isinstance(payload, dict) else {}).get("code")
         code = code if isinstance(code, int) else None

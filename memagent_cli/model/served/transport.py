@@ -84,6 +84,7 @@ class Fault(Exception):
 
 _RUNNING_HINT = "Is the server running? Start it (e.g. `vllm serve MODEL`) or check --base-url."
 _SLOW_HINT = "It may be overloaded or stuck: check its log, or give it longer with --timeout."
+MESSAGE_CHARS = 200  # the most of a server's error text a user is shown, on one line
 
 
 def _server_message(body: bytes) -> str:
@@ -93,8 +94,8 @@ def _server_message(body: bytes) -> str:
     try:
         payload = json.loads(body)
     except ValueError:  # UnicodeDecodeError included
-        return clip(text, 200)
-    return message_of(payload) or clip(text, 200)
+        return clip(text, MESSAGE_CHARS)
+    return message_of(payload) or clip(text, MESSAGE_CHARS)
 
 
 def read_body(response: httpx2.Response, base: str, timeout: float) -> bytes:
@@ -133,7 +134,7 @@ def message_of(payload: Any) -> str:
             if isinstance(value, list):  # FastAPI validation errors: a list of {"msg", "loc"}
                 value = "; ".join(str(item.get("msg", item)) if isinstance(item, dict) else str(item) for item in value)
             if value:
-                return clip(str(value), 200)
+                return clip(str(value), MESSAGE_CHARS)
     return ""
 
 
