@@ -63,7 +63,8 @@ def exact_prose(tok, n: int, seed: int) -> str:
 
 def shared_code(name: str) -> ModuleType:
     """A module of testkit, which the tests share: `tinymodel` (tiny GGUF builders), `codeword` (the
-    code-word task), `texts` (words, whole_fact), `hfcheckpoint`, `officefiles`."""
+    code-word task), `qwenlong_task` (its QwenLong form), `texts` (words, whole_fact), `hfcheckpoint`,
+    `officefiles`."""
     import importlib
 
     return importlib.import_module(f"testkit.{name}")
