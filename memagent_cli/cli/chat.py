@@ -129,6 +129,7 @@ def _session(
                 exit_code=EXIT_USAGE,
             )
     check_paths(paths)
+    refuse_pipes(paths)
     if conversation is not None:
         run, changed = turn_setup(flags, given_flags(ctx), err, conversation.first)
     else:
@@ -270,3 +271,23 @@ def _piped() -> Iterator[str]:
     for line in sys.stdin:
         if line.strip():
             yield line.rstrip("\n")
+
+
+def refuse_pipes(paths: list[str]) -> None:
+    """chat reads its sources again for every question: a pipe or FIFO gives its text only once."""
+    import os
+    import stat
+
+    from ..ingest.base import printable
+
+    for path in paths:
+        try:
+            piped = stat.S_ISFIFO(os.stat(path).st_mode)
+        except (OSError, ValueError):  # check_paths has said what is wrong with it
+            continue
+        if piped:
+            raise MemagentError(
+                f"{printable(path)} is a pipe: chat reads its sources again for every question, and a pipe gives its text once.",
+                "Save the text to a file and name the file: memagent chat FILE",
+                exit_code=EXIT_USAGE,
+            )

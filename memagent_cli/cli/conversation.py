@@ -108,7 +108,7 @@ class Conversation:
 def find_conversation(store: TraceStore, ref: str) -> Conversation:
     """The conversation `ref` names ("last": the one asked in last; else a unique prefix of its id)."""
     from ..traces.conversations import answered_turns
-    from ..traces.recorder import resumed_paths
+    from ..traces.recorder import refuse_streams, resumed_paths
 
     found = store.conversation(ref)
     try:
@@ -118,6 +118,11 @@ def find_conversation(store: TraceStore, ref: str) -> Conversation:
             f"Conversation {found['id'][:8]} has lost its first run (removed?), which holds its sources and model.",
             "Ask anew: memagent ask SOURCES QUESTION",
         ) from None
+    refuse_streams(
+        first,
+        f"conversation {found['id'][:8]} cannot read it again for a follow-up",
+        "Save the text to a file and ask anew, naming the file: memagent ask FILE QUESTION",
+    )
     return Conversation(found["id"], first, list(resumed_paths(first)), answered_turns(found), len(found["turns"]))
 
 
@@ -152,7 +157,7 @@ def changed_since(first: Mapping[str, Any], documents: list[Source], warn: Calla
     then = {str(s.get("abspath") or s.get("path")): s.get("sha256") for s in first.get("sources") or []}
     for document in documents:
         before = then.get(os.path.abspath(document.path))
-        if before is None or document.kind == "stdin":
+        if before is None or document.stream:
             continue
         try:
             now = file_sha256(document.path)

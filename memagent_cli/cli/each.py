@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from ..ingest.base import STDIN_PATH
+from ..ingest.base import STDIN_PATH, printable
 from .common import fail, noter, warner
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
 from .options import OutputFlags, ShowFlags
@@ -168,10 +168,12 @@ def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, er
     documents = find_sources(paths, sources, warner(err))
     if not documents:
         raise MemagentError("There is no document to read in the sources.", "The notes above say what was skipped and why.")
-    if len(questions) > 1 and any(d.path == STDIN_PATH for d in documents):
+    streamed = next((d for d in documents if d.stream), None)
+    if len(questions) > 1 and streamed is not None:
+        what = "Standard input" if streamed.path == STDIN_PATH else f"{printable(streamed.title)}, a pipe,"
         raise MemagentError(
-            "Standard input can be read once, so --each cannot ask it several questions.",
-            "Save it to a file and name the file.",
+            f"{what} can be read once, so --each cannot ask it several questions.",
+            "Save it to a file and name the file, or drop --each: -q several over one reading asks them together.",
             exit_code=EXIT_USAGE,
         )
     return [Job.each(d, q) for d in documents for q in questions]

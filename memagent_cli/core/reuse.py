@@ -169,11 +169,12 @@ def answer_key(
 
 
 def _contents(sources: Sequence[Source]) -> list[list[Any]] | None:
-    """The documents by content, in order; None where one is standard input (known only once read).
+    """The documents by content, in order; None where one is a stream (stdin, a pipe, a FIFO): its
+    content is known only once read, and hashing it first would consume the text the run must read.
     One document is its text alone: its name is not read, so a renamed file is the same document;
     of several, the model reads each one's title before its text."""
     several = len(sources) > 1
-    if any(s.path == STDIN_PATH for s in sources):
+    if any(s.stream for s in sources):
         return None
     return [[s.title if several else None, file_sha256(s.path), list(s.member)] for s in sources]
 

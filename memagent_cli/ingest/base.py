@@ -84,7 +84,8 @@ class Source:
     `path` "a.zip", `member` ("inner/b.docx",), `title` "a.zip/inner/b.docx". `found` marks a
     document found inside a folder or archive rather than named: one that cannot be read is then
     skipped with a note instead of stopping the run. A compressed file (`log.gz`) keeps its own
-    path and title; `kind` is the format of the file inside it (see compressed.method).
+    path and title; `kind` is the format of the file inside it (see compressed.method). `pipe` marks
+    a named pipe (bash's `<(cmd)`, a FIFO); it and stdin are `stream`s.
     """
 
     path: str
@@ -93,6 +94,13 @@ class Source:
     size: int | None
     member: tuple[str, ...] = ()
     found: bool = False
+    pipe: bool = False
+
+    @property
+    def stream(self) -> bool:
+        """Whether the source gives its text only once (stdin, a pipe): nothing may open it a
+        second time, to hash it or to read it again."""
+        return self.pipe or self.kind == "stdin"
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ class _Collector:
         if special == "named pipe":
             # A pipe (such as bash's <(command)) is read once, as a stream like stdin: it is not
             # sniffed here, and _read_stream refuses binary data in its first bytes instead.
-            self.sources.append(Source(path, title_of(path), "text", None))
+            self.sources.append(Source(path, title_of(path), "text", None, pipe=True))
             return
         if special is not None:
             # A device can be endless (/dev/zero, /dev/urandom) or block forever (/dev/tty,

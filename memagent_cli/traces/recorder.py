@@ -29,6 +29,7 @@ from ..core.events import (
 )
 from ..core.reuse import AnswerKey
 from ..errors import EXIT_USAGE, MemagentError
+from ..ingest.base import printable
 from ..ingest.sources import STDIN_PATH, Source, file_sha256
 from .store import TraceStore
 
@@ -73,6 +74,8 @@ def fingerprint(source: Source) -> dict[str, Any]:
         record["member"] = list(source.member)
     if source.found:  # found in a folder or archive: --resume skips it again if it cannot be read
         record["found"] = True
+    if source.pipe:  # a pipe or FIFO: gone once read, never opened again
+        record["stream"] = True
     if source.path != STDIN_PATH and source.size is not None:  # a regular file, hashed now
         record["sha256"] = file_sha256(source.path)
         record["abspath"] = os.path.abspath(source.path)
@@ -267,6 +270,7 @@ def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
             f"See it with: memagent traces show {run['id'][:8]}",
             exit_code=EXIT_USAGE,
         )
+    refuse_streams(run, f"run {run['id'][:8]} cannot be resumed", "Start a new run; pipe the text again.")
     for source in run["sources"]:
         if source["kind"] == "stdin" or not source.get("sha256"):
             continue
@@ -282,6 +286,20 @@ def resume_plan(store: TraceStore, ref: str) -> dict[str, Any]:
                 "Resuming would mix two versions of the document; start a new run.",
             )
     return run
+
+
+def read_once(source: Mapping[str, Any]) -> bool:
+    """Whether a recorded source was a pipe or FIFO (`<(cmd)`, `mkfifo`): its text was given once
+    and is gone."""
+    return bool(source.get("stream")) and source["kind"] != "stdin"
+
+
+def refuse_streams(run: Mapping[str, Any], what: str, hint: str) -> None:
+    """A one-line error where `run` read a pipe or FIFO: opening it again would read nothing, or wait
+    for good on a FIFO nobody writes to."""
+    for source in run["sources"]:
+        if read_once(source):
+            raise MemagentError(f"{printable(source['path'])} was a pipe, read once as it came, so {what}.", hint)
 
 
 def resumed_config(settings: Mapping[str, Any]) -> AgentConfig:
