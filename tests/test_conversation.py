@@ -303,3 +303,24 @@ def test_an_infmem_follow_up_stops_as_early(tmp_path):
     read = [len(json.loads(done.stdout)["steps"]) for done in (first, follow)]
     assert chunks == 9 and read[0] == 3 and read[1] <= 3, read  # stopped early both times
     assert doc.value in json.loads(follow.stdout)["answer"] and "stopped early" in follow.stderr
+
+
+def test_runs_of_jobs_begin_no_conversation_and_ask_c_goes_on_with_the_question_asked(tmp_path):
+    """`--each`, `batch`, `watch` and `eval` runs are no questions a person asked in a conversation:
+    after `ask` then `ask --each` over other documents, `ask -c` goes on with the `ask`."""
+    doc = whole_fact(300, 5)
+    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
+    folder = tmp_path / "others"
+    folder.mkdir()
+    for n in range(2):
+        (folder / f"o{n}.txt").write_text(whole_fact(200, 10 + n).text, encoding="utf-8")
+    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
+    each = run_memagent("ask", *RUN, "others", "--each", "-q", QUESTION, "--json", cwd=tmp_path)
+    assert each.returncode == 0, each.stderr
+    records = json.loads(each.stdout)["results"]
+    assert [r["conversation"] for r in records] == [None, None]
+    with sqlite3.connect(os.path.join(os.environ["MEMAGENT_HOME"], "traces.db")) as db:
+        assert [row[0] for row in db.execute("SELECT id FROM conversations")] == [first["conversation"]["id"]]
+    second, _ = ask("-c", AGAIN, cwd=tmp_path)
+    assert second["conversation"] == {"id": first["conversation"]["id"], "turn": 2}
+    assert [s["path"] for s in second["sources"]] == ["doc.txt"]

@@ -44,7 +44,7 @@ def test_the_job_table_never_says_eta_0_00_with_a_run_still_going(monkeypatch):
 
 def test_mcp_progress_moves_while_a_prompt_is_read():
     from memagent_cli.mcp.calls import _Progress
-    from memagent_cli.mcp.runs import Told
+    from memagent_cli.runs.shared import Told
 
     sent: list[tuple[float, float | None, str]] = []
 

@@ -1,4 +1,4 @@
-"""Answers that stay current (core/reuse.py, traces/reuse.py, cli/reuse.py), with the trained code-word
+"""Answers that stay current (core/reuse.py, traces/reuse.py, runs/planning.py), with the trained code-word
 model (tests/data/codeword.gguf) through the real CLI and a real trace store: an answer is given again
 when nothing that decides it changed (the question, the text by content, the model, the settings),
 and read again when anything did; `ask --each` reruns read only new and changed documents; a

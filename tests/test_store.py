@@ -17,10 +17,11 @@ from pathlib import Path
 import platformdirs
 import pytest
 
+from memagent_cli.cli.traces import parse_age
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.paths import default_home
 from memagent_cli.traces.migrations import MIGRATIONS
-from memagent_cli.traces.store import Removed, TraceStore, parse_age
+from memagent_cli.traces.store import Removed, TraceStore
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [{"path": "/docs/River Report.pdf", "kind": "pdf", "size": 1234, "sha256": "ab" * 32, "pages": 12, "tokens": 9000}]

@@ -14,8 +14,10 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from .common import check_outputs, check_paths, fail, open_store, stderr_console
-from .conversation import Conversation, FollowFlags, changed_since, find_conversation, turn_setup
+from ..runs.conversations import Conversation, changed_since, find_conversation
+from ..runs.setup import RunSetup
+from .common import check_outputs, check_paths, fail, noter, open_store, stderr_console
+from .conversation import FollowFlags, turn_setup
 from .many import resume_hint, run_many
 from .options import (
     FreshOpt,
@@ -29,12 +31,13 @@ from .options import (
     flag_groups,
     option,
 )
-from .reuse import Lookup, show_reused
-from .setup import RunFlags, RunSetup, setup
-from .single import Output, Traced, given_flags, show_one, turn_of_reused
+from .reuse import show_reused
+from .setup import RunFlags, setup
+from .single import Output, Traced, given_flags, show_one
 
 if TYPE_CHECKING:
     from ..core.pipeline import SourceOptions
+    from ..runs.planning import Runs
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
 
@@ -104,71 +107,70 @@ def ask(
     """
     err = stderr_console()
     out = Output(**asdict(shown), svg=svg.resolve() if svg else None)  # resumed runs move
-    one = _One()
+    recording = _Recording()
     try:
         _check_together(each=each, resume=resume, svg=svg, outputs=outputs)
         _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=asked.given)
         store = None if no_trace else open_store(err, required=bool(resume) or follow.following)
         traced = Traced(err, store)
-        plan = _Plan(store, traced)
+        request = _Request(store, traced)
         if follow.following:
-            plan.follow(find_conversation(plan.given_store(), follow.ref), _follow_question(args), follow.standalone)
-            source_flags = replace(source_flags, ocr=OcrChoice(plan.ocr))
+            request.follow(find_conversation(request.given_store(), follow.ref), _follow_question(args), follow.standalone)
+            source_flags = replace(source_flags, ocr=OcrChoice(request.ocr))
         elif resume:
-            plan.resume(resume)
-            _refuse_changed_options(ctx, plan.stored, flags)
-            source_flags = replace(source_flags, ocr=OcrChoice(plan.ocr))
+            request.resume(resume)
+            _refuse_changed_options(ctx, request.stored, flags)
+            source_flags = replace(source_flags, ocr=OcrChoice(request.ocr))
         else:
-            plan.paths, plan.questions = _questions(args, asked, each, traced.warn, schema=flags.schema is not None)
-            check_paths(plan.paths)  # a missing file is said before a missing model: nothing is fetched for it
+            request.paths, request.questions = _questions(args, asked, each, traced.warn, schema=flags.schema is not None)
+            check_paths(request.paths)  # a missing file is said before a missing model: nothing is fetched for it
         written = {**outputs.written(), "--svg": svg}
-        check_outputs(written, inputs=[*plan.paths, *asked.files()])
-        plan.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), fresh)
+        check_outputs(written, inputs=[*request.paths, *asked.files()])
+        request.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), fresh)
         if each:
             from .each import EachOutput, run_each
 
             output = EachOutput(**asdict(shown), files=outputs)
             run_each(
-                plan.paths,
-                plan.questions,
-                plan.run,
-                plan.sources,
+                request.paths,
+                request.questions,
+                request.run,
+                request.sources,
                 parallel,
-                plan.lookup,
-                traced.recorder if store else None,
+                request.runs,
                 err,
                 output,
             )
-        elif len(plan.questions) > 1:
-            _ask_several(plan, err, parallel, out)
+        elif len(request.questions) > 1:
+            _ask_several(request, err, parallel, out)
         else:
-            _ask_one(plan, err, out, one)
+            _ask_one(request, err, out, recording)
     except MemagentError as exc:
-        if one.recorder is not None:
-            one.recorder.stopped("failed", str(exc))
-        fail(err, exc, resume_hint(one.recorder))
+        if recording.recorder is not None:
+            recording.recorder.stopped("failed", str(exc))
+        fail(err, exc, resume_hint(recording.recorder))
     except KeyboardInterrupt:
-        if one.recorder is not None:
-            one.recorder.stopped("interrupted")
-        err.print(Text.assemble(("interrupted", "yellow"), resume_hint(one.recorder) or ""), soft_wrap=True)
+        if recording.recorder is not None:
+            recording.recorder.stopped("interrupted")
+        err.print(Text.assemble(("interrupted", "yellow"), resume_hint(recording.recorder) or ""), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: the run is kept as failed (resumable), main() reports it
-        if one.recorder is not None:
-            one.recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
+        if recording.recorder is not None:
+            recording.recorder.stopped("failed", f"internal error: {type(exc).__name__}: {exc}")
         raise
 
 
 @dataclass
-class _One:
+class _Recording:
     """The recorder of a single run, for ask's handlers: a run stopped is kept as such."""
 
     recorder: Recorder | None = None
 
 
 @dataclass
-class _Plan:
+class _Request:
     """What ask runs: the sources and questions (named; a stored run's, to resume; a conversation's,
-    to follow up), then the run setup, how the sources are read and the store's answers."""
+    to follow up), then the run setup, how the sources are read, and the run layer that plans each run."""
 
     store: TraceStore | None
     traced: Traced
@@ -180,7 +182,7 @@ class _Plan:
     changed: dict[str, Any] = field(default_factory=dict)  # what a follow-up gives over the conversation's settings
     run: RunSetup = field(init=False)
     sources: SourceOptions = field(init=False)
-    lookup: Lookup = field(init=False)
+    runs: Runs = field(init=False)
 
     def given_store(self) -> TraceStore:
         assert self.store is not None  # required where this is called
@@ -213,35 +215,34 @@ class _Plan:
             self.run, self.changed = turn_setup(flags, given_flags(ctx), err, self.conversation.first)
         else:
             self.run = setup(flags, err, stored=self.stored or None)
-        self.traced.setup = self.run
         if self.stored:  # a file the run found in a folder is skipped again if it cannot be read
             sources = replace(sources, found=resumed_found(self.stored))
         self.sources = sources
-        self.lookup = Lookup(self.store if not self.stored else None, self.run, sources, fresh, self.traced.warn)
+        self.runs = self.traced.runs(self.run, sources, fresh)
 
 
-def _ask_several(plan: _Plan, err: Console, parallel: int, out: Output) -> None:
+def _ask_several(request: _Request, err: Console, parallel: int, out: Output) -> None:
     """Several questions over one reading; each looked up in the store on its own."""
     from ..core.pipeline import ask_many_events, found_sources
 
-    lookup, questions = plan.lookup, plan.questions
-    found = found_sources(plan.paths, plan.sources)
-    keys = [lookup.key(q, found.sources) for q in questions]
-    reused = {i: r for i, key in enumerate(keys) if (r := lookup.reused(key, found.sources)) is not None}
+    questions = request.questions
+    found = found_sources(request.paths, request.sources)
+    plans = [request.runs.plan(q, found.sources) for q in questions]
+    reused = {i: p.reused for i, p in enumerate(plans) if p.reused is not None}
     asked = [i for i in range(len(questions)) if i not in reused]
     if not asked:
         for note in found.notes:
-            plan.traced.warn(note)
+            request.traced.warn(note)
     events = ask_many_events(
         [questions[i] for i in asked],
-        plan.paths,
-        **plan.run.args(),
-        sources=plan.sources,
+        request.paths,
+        **request.run.args(),
+        sources=request.sources,
         parallel=parallel,
         found=found,
-        continued=[lookup.continued(keys[i]) for i in asked],
+        continued=[plans[i].continued() for i in asked],
     )
-    recorders = [plan.traced.recorder(key=keys[i]) if plan.store is not None else None for i in asked]
+    recorders = [plans[i].recorder(turn=True) for i in asked]
     run_many(
         events if asked else iter(()),
         questions,
@@ -256,41 +257,44 @@ def _ask_several(plan: _Plan, err: Console, parallel: int, out: Output) -> None:
     )
 
 
-def _ask_one(plan: _Plan, err: Console, out: Output, one: _One) -> None:
+def _ask_one(request: _Request, err: Console, out: Output, recording: _Recording) -> None:
     """One question: its answer from the store, or a reading (a resumed run's goes on from its steps)."""
     from ..core.pipeline import ask_events, found_sources
 
-    question, conversation, traced = plan.questions[0], plan.conversation, plan.traced
-    named = found_sources(plan.paths, plan.sources) if not plan.stored else None
-    history = conversation.history if conversation is not None and not plan.standalone else []
+    question, conversation, traced = request.questions[0], request.conversation, request.traced
+    named = found_sources(request.paths, request.sources) if not request.stored else None
+    history = conversation.history if conversation is not None and not request.standalone else []
     if conversation is not None and named is not None:
         changed_since(conversation.first, list(named.sources), traced.warn)
-    key = plan.lookup.key(question, named.sources, history=history) if named is not None else None
-    reused = plan.lookup.reused(key, named.sources) if named is not None else None
+    # a resumed run goes on from its own steps: no answer is looked up, nor an earlier run
+    planned = request.runs.plan(question, named.sources, history=history) if named is not None else None
+    reused = planned.reused if planned is not None else None
     following = conversation.id if conversation is not None else None
     if named is not None and reused is not None:
         for note in named.notes:
             traced.warn(note)
         if out.svg is not None:
             traced.warn(f"{out.svg} is not saved: nothing was read, so there is no live view to draw (--fresh reads again).")
-        turn_of_reused(plan.store, reused, following, question, plan.changed)
+        request.runs.turn_of_reused(reused, following, question, request.changed)
         show_reused(reused, err, quiet=out.quiet, json_out=out.json_out, raw=out.raw, cite=out.cite)
         return
-    stored = plan.stored or None
-    one.recorder = traced.recorder(stored, key, following, question, plan.changed) if plan.store is not None else None
+    record = planned.recorder if planned is not None else request.runs.recorder
+    recording.recorder = record(
+        resume=request.stored or None, turn=True, conversation=following, asked=question, changed=request.changed
+    )
     if conversation is not None and not out.quiet:
-        conversation.say_turn(err)
+        noter(err)(conversation.next_turn())
     events = ask_events(
         question,
-        plan.paths,
-        **plan.run.args(),
-        sources=plan.sources,
-        done_steps=plan.stored["steps"] if plan.stored else (),
+        request.paths,
+        **request.run.args(),
+        sources=request.sources,
+        done_steps=request.stored["steps"] if request.stored else (),
         found=named,
-        continued=plan.lookup.continued(key),
+        continued=planned.continued() if planned is not None else None,
         history=history,
     )
-    show_one(events, err, one.recorder, out, served=plan.run.engine.served)
+    show_one(events, err, recording.recorder, out, served=request.run.engine.served)
 
 
 def _check_follow(follow: FollowFlags, *, each: bool, resume: str | None, no_trace: bool, several: bool) -> None:

@@ -10,12 +10,11 @@ the lines that ended in an error, and resumes a run that was interrupted from it
 step, through the trace store (each run's trace names the results file and its key). The whole file
 is checked before any model loads. A run whose answer the trace store has (the same question,
 text, model and settings, from this job or any other) reads nothing: it is written from the store
-before the model loads, and only the rest load it (cli/reuse.py).
+before the model loads, and only the rest load it (runs/planning.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
@@ -40,16 +39,15 @@ from .options import (
     flag_groups,
     option,
 )
-from .reuse import Lookup
 from .setup import RunFlags, check_same_setup, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.jobs import Job
-    from ..core.reuse import AnswerKey
     from ..core.schema import AnswerSchema
     from ..ingest.sources import Source
+    from ..runs.planning import Plan, Runs
     from ..traces.recorder import Recorder
     from ..traces.reuse import Reused
     from ..traces.store import TraceStore
@@ -156,8 +154,8 @@ def read_lines(path: Path, schema_flag: bool = False) -> Iterator[Line]:
 
 
 @dataclass
-class Plan:
-    """What a run of the job has to do: the runs left, and what is already in the results."""
+class Progress:
+    """Where the job stands: the runs left, and what is already in the results."""
 
     runs: int = 0
     lines: int = 0
@@ -236,20 +234,22 @@ def batch(
     err = stderr_console()
     try:
         check_outputs({"--out": out, "--csv": csv_file}, inputs=[job_file])
-        plan = _plan(job_file, out, flags.schema is not None)
+        progress = _progress(job_file, out, flags.schema is not None)
         run = setup(flags, err)
         check_same_setup(out, run)
         store = None if no_trace else open_store(err)
         if store is not None:
-            plan.resumable = _resumable(store, os.path.abspath(out), run.config, err)
+            progress.resumable = _resumable(store, os.path.abspath(out), run.config, err)
         sources = source_flags.settings(None, written=(out, csv_file))
     except MemagentError as exc:
         fail(err, exc)
     schema = run.config.schema()
     fields = schema.fields if schema is not None else []
-    lookup = Lookup(store, run, sources, fresh, warner(err))
+    from ..runs.planning import Runs
+
+    runs = Runs(store, run, sources, fresh, warner(err))
     try:
-        _run_plan(job_file, out, plan, lookup, parallel, err, quiet=quiet, json_out=json_out)
+        _run_lines(job_file, out, progress, runs, parallel, err, quiet=quiet, json_out=json_out)
     finally:
         if csv_file is not None:
             write_csv(out, csv_file, fields)
@@ -271,11 +271,11 @@ def write_csv(out: Path, path: Path, fields: Sequence[str]) -> None:
         sinks.close()
 
 
-def _run_plan(
+def _run_lines(
     job_file: Path,
     out: Path,
-    plan: Plan,
-    lookup: Lookup,
+    progress: Progress,
+    runs: Runs,
     parallel: int,
     err: Console,
     *,
@@ -286,26 +286,25 @@ def _run_plan(
     from .jobs import Interrupted, drive
     from .views.jobview import JobView
 
-    if plan.runs == 0:
+    if progress.runs == 0:
         if json_out:
-            print_json({"done": 0, "failed": 0, "skipped": len(plan.done), "reused": 0, "out": str(out)})
+            print_json({"done": 0, "failed": 0, "skipped": len(progress.done), "reused": 0, "out": str(out)})
         else:
-            err.print(
-                f"Nothing to do: all {len(plan.done)} lines of {job_file} have results in {out}.", markup=False, soft_wrap=True
-            )
+            done = len(progress.done)
+            err.print(f"Nothing to do: all {done} lines of {job_file} have results in {out}.", markup=False, soft_wrap=True)
         return
-    if plan.done and not quiet:
-        resumed = f", resuming {len(plan.resumable)} interrupted run(s)" if plan.resumable else ""
-        err.print(f"{len(plan.done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
-    lines = _Lines(out, err, plan, lookup)
-    view = None if quiet else JobView(err, plan.runs, live=err.is_terminal, several=False)
+    if progress.done and not quiet:
+        resumed = f", resuming {len(progress.resumable)} interrupted run(s)" if progress.resumable else ""
+        err.print(f"{len(progress.done)} line(s) already done in {out}: skipped{resumed}.", markup=False, soft_wrap=True)
+    lines = _Lines(out, err, progress, runs)
+    view = None if quiet else JobView(err, progress.runs, live=err.is_terminal, several=False)
     try:
         try:
             left = lines.look_up(job_file)
             events = run_jobs(
                 lines.jobs(job_file),
-                **lookup.setup.args(),
-                sources=lookup.sources,
+                **runs.setup.args(),
+                sources=runs.sources,
                 parallel=parallel,
                 count=left,
                 stream_text=view is not None and view.live is not None,  # only the table shows text as it comes
@@ -331,10 +330,10 @@ def _run_plan(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except MemagentError as exc:
         fail(err, exc, f" after {lines.tally.lines} line(s); they are in {out}. Run the same command again to go on.")
-    _report(lines.tally, plan, out, view, err, json_out=json_out)
+    _report(lines.tally, progress, out, view, err, json_out=json_out)
 
 
-def _plan(job_file: Path, out: Path, schema_flag: bool = False) -> Plan:
+def _progress(job_file: Path, out: Path, schema_flag: bool = False) -> Progress:
     """What is left to do: the job file checked whole (before any model loads; only ids are kept),
     the results file's finished ids; failed and cut-off result lines are dropped, to be redone."""
     if not job_file.is_file():
@@ -342,7 +341,7 @@ def _plan(job_file: Path, out: Path, schema_flag: bool = False) -> Plan:
             f"{job_file} is not a file.", 'Give a JSONL job file: one {"custom_id", ...} per line.', exit_code=EXIT_USAGE
         )
     done, keep, dropped = finished_ids(out)
-    plan = Plan(done=done)
+    progress = Progress(done=done)
     seen: set[str] = set()
     for line in read_lines(job_file, schema_flag):
         if line.custom_id in seen:
@@ -353,22 +352,22 @@ def _plan(job_file: Path, out: Path, schema_flag: bool = False) -> Plan:
             )
         seen.add(line.custom_id)
         if line.custom_id not in done:
-            plan.lines += 1
-            plan.runs += len(line.questions)
+            progress.lines += 1
+            progress.runs += len(line.questions)
     if dropped:  # a reader then finds one line per id
         from .jobs import atomic_write
 
         atomic_write(out, "".join(keep))
-    return plan
+    return progress
 
 
 class _Lines:
     """The job's runs as they start and finish: each line's jobs, its runs' recorders, and its
     results appended to the results file (a line of several questions once all are in)."""
 
-    def __init__(self, out: Path, err: Console, plan: Plan, lookup: Lookup):
-        self.err, self.plan, self.lookup = err, plan, lookup
-        self.run, self.store = lookup.setup, lookup.store
+    def __init__(self, out: Path, err: Console, progress: Progress, runs: Runs):
+        self.err, self.progress, self.runs = err, progress, runs
+        self.run, self.store = runs.setup, runs.store
         self.results = os.path.abspath(out)
         self.tally = _Tally()
         from .jobs import Sinks
@@ -376,7 +375,7 @@ class _Lines:
         self.sinks = Sinks(out, None, "custom_id")
         self.counts: dict[str, int] = {}  # lines with several questions that are in flight
         self.partial: dict[str, dict[int, dict[str, Any]]] = {}  # their results, until all are in
-        self.keys: dict[str, AnswerKey] = {}  # a run's answer key, by its key in the job
+        self.plans: dict[str, Plan] = {}  # a run's plan (its answer key), by its key in the job
         self.reused: dict[str, tuple[Job, Reused]] = {}  # the runs the store answers, by their key in the job
 
     def _lines(self, job_file: Path) -> Iterator[tuple[Line, list[Job]]]:
@@ -385,7 +384,7 @@ class _Lines:
 
         flag_schema = self.run.config.schema()
         for line in read_lines(job_file, flag_schema is not None):
-            if line.custom_id in self.plan.done:
+            if line.custom_id in self.progress.done:
                 continue
             schema = line.schema or flag_schema
             jobs = []
@@ -393,7 +392,7 @@ class _Lines:
                 # Left out under a schema: the one its fields make, so a rerun finds the stored run by it.
                 question = question.strip() or (schema.question() if schema else question)
                 key = run_key(line, n)
-                stored = self.plan.resumable.get(key)
+                stored = self.progress.resumable.get(key)
                 steps = tuple(stored["steps"]) if stored is not None and stored["question"] == question else ()
                 jobs.append(
                     Job(
@@ -423,16 +422,17 @@ class _Lines:
                     documents: tuple[Source, ...] = (job.stand_in,)
                 else:
                     try:
-                        documents = found_sources(job.paths, self.lookup.sources).sources
+                        documents = found_sources(job.paths, self.runs.sources).sources
                     except MemagentError:  # said when the run starts, as it would have been
                         left += 1
                         continue
-                key = self.lookup.job_key(job, documents)
-                if key is None:
+                # an interrupted run goes on from its steps: its answer is not looked up
+                plan = self.runs.plan_job(job, documents, fresh=True if job.done_steps else None)
+                if plan.key is None:
                     left += 1
                     continue
-                self.keys[job.key] = key
-                found = None if job.done_steps else self.lookup.reused(key, documents, job.context)
+                self.plans[job.key] = plan
+                found = plan.reused
                 if found is not None:
                     self.reused[job.key] = (job, found)
                 else:
@@ -449,30 +449,22 @@ class _Lines:
 
     def jobs(self, job_file: Path) -> Iterator[Job]:
         """The file again, now one line at a time: only runs in flight are held."""
-        from ..core.jobs import job_config
 
         for _, jobs in self._lines(job_file):
             for job in jobs:
                 if job.key in self.reused:
                     continue
-                key = self.keys.get(job.key)
-                if key is not None and not job.done_steps:
-                    job = dataclasses.replace(job, continued=self.lookup.continued(key, job_config(job, self.run.config)))
+                plan = self.plans.get(job.key)
+                if plan is not None and not job.done_steps:
+                    job = plan.job(job)
                 yield job
 
     def recorder_for(self, job: Job) -> Recorder | None:
-        from ..traces.recorder import Recorder
-
-        if self.store is None:
-            return None
-        return Recorder(
-            self.store,
-            warn=warner(self.err),
-            resume=self.plan.resumable.get(job.key) if job.done_steps else None,
-            engine=self.run.engine_record,
-            chat_template=self.run.template_record,
+        plan = self.plans.get(job.key)
+        return self.runs.recorder(
+            key=plan.key if plan is not None else None,
+            resume=self.progress.resumable.get(job.key) if job.done_steps else None,
             job={"file": self.results, "key": job.key},
-            key=self.keys.get(job.key),
         )
 
     def finished(self, run: Finished) -> None:
@@ -498,9 +490,9 @@ class _Lines:
             self.sinks.add(line)
 
 
-def _report(tally: _Tally, plan: Plan, out: Path, view: JobView | None, err: Console, *, json_out: bool) -> None:
+def _report(tally: _Tally, progress: Progress, out: Path, view: JobView | None, err: Console, *, json_out: bool) -> None:
     if json_out:
-        summary = {"done": tally.lines, "failed": tally.failed, "skipped": len(plan.done), "reused": tally.reused}
+        summary = {"done": tally.lines, "failed": tally.failed, "skipped": len(progress.done), "reused": tally.reused}
         print_json({**summary, "out": str(out)})
     elif view is not None and view.live is None:  # a terminal's table ends with it already
         err.print(view.summary(), style="cyan", markup=False, soft_wrap=True)

@@ -11,7 +11,7 @@ a line from stdin, an answer a line on stdout (`--json`: a record a line), so th
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
@@ -20,18 +20,20 @@ from rich.text import Text
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
-from .common import check_paths, fail, open_store, stderr_console
-from .conversation import CidOpt, Conversation, changed_since, find_conversation, turn_setup
+from ..runs.conversations import Conversation, changed_since, find_conversation
+from .common import check_paths, fail, noter, open_store, stderr_console, warner
+from .conversation import CidOpt, turn_setup
 from .options import FreshOpt, LineShowFlags, SourceFlags, flag_groups
-from .reuse import Lookup, record_text, say_reused
+from .reuse import record_text, say_reused
 from .setup import RunFlags, setup
-from .single import Output, Traced, given_flags, show_one, turn_of_reused
+from .single import Output, given_flags, show_one
 from .textout import SCHEMA, json_text, visible
 
 if TYPE_CHECKING:
     from ..core.pipeline import SourceOptions
+    from ..runs.planning import Runs
+    from ..runs.setup import RunSetup
     from ..traces.store import TraceStore
-    from .setup import RunSetup
 
 PROMPT = "? "
 COMMANDS = {
@@ -134,12 +136,10 @@ def _session(
         run, changed = turn_setup(flags, given_flags(ctx), err, conversation.first)
     else:
         run, changed = setup(flags, err), {}
-    traced = Traced(err, store)
-    traced.setup = run
+    from ..runs.planning import Runs
+
     options = source_flags.settings(None)
-    return Session(
-        store, run, options, paths, traced, Lookup(store, run, options, fresh, traced.warn), err, conversation, changed
-    )
+    return Session(store, run, options, paths, Runs(store, run, options, fresh, warner(err)), err, conversation, changed)
 
 
 @dataclass
@@ -151,8 +151,7 @@ class Session:
     run: RunSetup
     sources: SourceOptions
     paths: list[str]
-    traced: Traced
-    lookup: Lookup
+    runs: Runs
     err: Console
     conversation: Conversation | None = None
     changed: dict[str, Any] = field(default_factory=dict)
@@ -171,23 +170,28 @@ class Session:
         following = self.conversation.id if self.conversation is not None else None
         history = self.conversation.history if self.conversation is not None and not self.standalone_next else []
         if self.conversation is not None:
-            changed_since(self.conversation.first, list(found.sources), self.traced.warn)
-        key = self.lookup.key(question, found.sources, history=history)
-        lookup = replace(self.lookup, fresh=True) if self.fresh_next else self.lookup  # /fresh: this question's alone
-        reused = lookup.reused(key, found.sources)
-        continued = lookup.continued(key)
+            changed_since(self.conversation.first, list(found.sources), self.runs.warn)
+        # /fresh: this question's alone
+        plan = self.runs.plan(question, found.sources, history=history, fresh=True if self.fresh_next else None)
         self.fresh_next = self.standalone_next = False
-        if reused is not None:
-            turn_of_reused(self.store, reused, following, question, self.changed)
+        if plan.reused is not None:
+            self.runs.turn_of_reused(plan.reused, following, question, self.changed)
             if not self.output.quiet:
-                say_reused(self.err, reused.note())
-            self._answered(reused.record)
+                say_reused(self.err, plan.reused.note())
+            self._answered(plan.reused.record)
             return
-        recorder = self.traced.recorder(key=key, conversation=following, asked=question, changed=self.changed)
+        recorder = plan.recorder(turn=True, conversation=following, asked=question, changed=self.changed)
+        assert recorder is not None  # chat keeps its conversation in the store
         if self.conversation is not None and not self.output.quiet:
-            self.conversation.say_turn(self.err)
+            noter(self.err)(self.conversation.next_turn())
         events = ask_events(
-            question, self.paths, **self.run.args(), sources=self.sources, found=found, continued=continued, history=history
+            question,
+            self.paths,
+            **self.run.args(),
+            sources=self.sources,
+            found=found,
+            continued=plan.continued(),
+            history=history,
         )
         try:
             show_one(events, self.err, recorder, self.output, served=self.run.engine.served)

@@ -4,15 +4,14 @@ model; answers as they land, a table on a terminal, and the job's files (--jsonl
 
 A document whose answer is in the trace store (the same question, text, model and settings) reads
 nothing: its row comes first, from the store; the model is loaded only for the others, and a
-document that grew is continued from its earlier run (cli/reuse.py)."""
+document that grew is continued from its earlier run (runs/planning.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence
 
 import typer
 from rich.console import Console
@@ -23,17 +22,16 @@ from ..ingest.base import STDIN_PATH, printable
 from .common import fail, noter, warner
 from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
 from .options import OutputFlags, ShowFlags
-from .reuse import Lookup, record_text
+from .reuse import record_text
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
     from ..core.jobs import Job
     from ..core.pipeline import SourceOptions
-    from ..core.reuse import AnswerKey
+    from ..runs.planning import Plan, Runs
+    from ..runs.setup import RunSetup
     from ..traces.recorder import Recorder
-    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
-    from .setup import RunSetup
 
 
 @dataclass(frozen=True)
@@ -49,8 +47,7 @@ def run_each(
     run: RunSetup,
     sources: SourceOptions,
     parallel: int,
-    lookup: Lookup,
-    recorder: Callable[..., Recorder] | None,
+    runs: Runs,
     err: Console,
     output: EachOutput,
 ) -> None:
@@ -59,8 +56,10 @@ def run_each(
     from ..core.jobs import run_jobs
     from .views.jobview import JobView
 
-    store = lookup.store
-    jobs, keys, reused = _planned(_jobs(paths, questions, sources, err), lookup)
+    store = runs.store
+    jobs, plans = _planned(_jobs(paths, questions, sources, err), runs)
+    reused = {id(job): plan.reused for job, plan in zip(jobs, plans) if plan.reused is not None}
+    plan_of = {id(job): plan for job, plan in zip(jobs, plans)}
     number = {id(job): questions.index(job.question) + 1 for job in jobs}
     order = {id(job): k for k, job in enumerate(jobs)}
     several = len(questions) > 1
@@ -104,7 +103,7 @@ def run_each(
     )
 
     def recorder_for(job: Job) -> Recorder | None:
-        return recorder(key=keys.get(id(job))) if recorder is not None else None
+        return plan_of[id(job)].recorder()
 
     def answered_before() -> None:
         for job in jobs:  # what the store answers comes first: the model loads only for the rest
@@ -140,23 +139,11 @@ def run_each(
         raise typer.Exit(1)
 
 
-def _planned(jobs: list[Job], lookup: Lookup) -> tuple[list[Job], dict[int, AnswerKey], dict[int, Reused]]:
-    """The jobs, each with the earlier run it continues where there is one; their keys, and the
-    answers the store has for them (by the job's id)."""
-    planned: list[Job] = []
-    keys: dict[int, AnswerKey] = {}
-    reused: dict[int, Reused] = {}
-    for job in jobs:
-        key = lookup.key(job.question, job.sources)
-        found = lookup.reused(key, job.sources)
-        if found is None and key is not None:
-            job = dataclasses.replace(job, continued=lookup.continued(key))
-        planned.append(job)
-        if key is not None:
-            keys[id(job)] = key
-        if found is not None:
-            reused[id(job)] = found
-    return planned, keys, reused
+def _planned(jobs: list[Job], runs: Runs) -> tuple[list[Job], list[Plan]]:
+    """The jobs, each going on from its earlier run where there is one, and their plans (the answers
+    the store has for them among them)."""
+    plans = [runs.plan_job(job) for job in jobs]
+    return [job if plan.reused is not None else plan.job(job) for job, plan in zip(jobs, plans)], plans
 
 
 def _jobs(paths: Sequence[str], questions: list[str], sources: SourceOptions, err: Console) -> list[Job]:

@@ -16,10 +16,10 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..runs.setup import RunSetup
 from .common import check_outputs, command_group, fail, open_store, stderr_console, warner
 from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups
-from .reuse import Lookup
-from .setup import RunFlags, RunSetup, check_same_setup, setup
+from .setup import RunFlags, check_same_setup, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:
@@ -193,31 +193,26 @@ class _Traced:
 
     def __init__(self, store: TraceStore, run: RunSetup, err: Console):
         from ..core.pipeline import SourceOptions
+        from ..runs.planning import Runs
 
         self.store, self.run, self.err = store, run, err
         self.warn = warner(err)
-        self.lookup = Lookup(store, run, SourceOptions(), fresh=False, warn=self.warn)
+        self.runs = Runs(store, run, SourceOptions(), fresh=False, warn=self.warn)
         self.recorders: dict[int, Recorder] = {}
 
     def answered(self, job: Job) -> dict[str, Any] | None:
-        """The item's stored answer (its record, with `reused_from`), or None; keeps its key."""
-        key = self.lookup.job_key(job, [job.stand_in])
-        found = self.lookup.reused(key, [job.stand_in], job.context)
+        """The item's stored answer (its record, with `reused_from`), or None."""
+        found = self.runs.plan_job(job).reused
         return found.record if found is not None else None
 
     def observe(self, job: Job, event: Event) -> None:
         """A run's event to its recorder, made when it starts with the run's keys."""
         from ..core.events import RunFailed, RunFinished, RunStarted
-        from ..traces.recorder import Recorder
 
         if isinstance(event, RunStarted):
-            self.recorders[id(job)] = Recorder(
-                self.store,
-                warn=self.warn,
-                engine=self.run.engine_record,
-                chat_template=self.run.template_record,
-                key=self.lookup.job_key(job, [job.stand_in]),
-            )
+            recorder = self.runs.plan_job(job, fresh=True).recorder()  # fresh: its keys, nothing looked up again
+            assert recorder is not None  # eval --reuse keeps a store
+            self.recorders[id(job)] = recorder
         recorder = self.recorders.get(id(job))
         if recorder is None:
             return

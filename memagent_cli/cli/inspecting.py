@@ -95,7 +95,7 @@ def inspect(
       memagent inspect scan.pdf --text --ocr always
     """
     from ..core.inspection import final_prompt, inspect_sources, step_prompt
-    from ..traces.store import recorded_runs
+    from ..traces.calibration import recorded_runs
     from .models import installed_model
     from .views.reports import render_inspection
 
@@ -157,8 +157,8 @@ class _Reading:
 
     def following(self, follow: FollowFlags, question: str | None, err: Console) -> _Reading:
         """This reading, or a follow-up's: it reads its conversation's own sources, from where it began."""
+        from ..runs.conversations import find_conversation
         from ..traces.store import TraceStore
-        from .conversation import find_conversation
 
         follow.check()
         if not follow.following:
@@ -171,7 +171,7 @@ class _Reading:
             found = find_conversation(store, follow.ref)
         if found.cwd and os.path.isdir(found.cwd):
             os.chdir(found.cwd)  # its sources' relative paths are from where it began
-        found.say_turn(err)
+        noter(err)(found.next_turn())
         settings = found.first.get("settings") or {}
         return _Reading(
             found.paths,

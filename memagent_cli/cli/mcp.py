@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
+from ..runs.setup import RunSetup
 from .common import fail, noter, stderr_console
 from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
-from .setup import RunFlags, RunSetup, setup
+from .setup import RunFlags, setup
 
 if TYPE_CHECKING:
     from ..mcp.settings import ServerSettings
@@ -118,12 +119,10 @@ def _settings(
         raise MemagentError("--token goes with --http: stdio has no requests to check.", exit_code=EXIT_USAGE)
     TraceStore().close()  # runs are recorded (resume needs them): a store that cannot open stops here
     return ServerSettings(
-        **run.args(),
+        run,
         allow=tuple(dict.fromkeys(folders)),
         ocr="always" if ocr is OcrChoice.always else "never" if ocr is OcrChoice.never else "auto",
         parallel=parallel,
-        engine_record=run.engine_record,
-        template_record=run.template_record,
         http=address,
         token=token,
         cwd=os.getcwd(),

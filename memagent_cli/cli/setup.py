@@ -12,11 +12,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, cast
 
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
+from ..runs.setup import ChatTemplate, RunSetup
 from .common import noter
 from .options import (
     DEFAULTS,
@@ -139,44 +140,7 @@ class RunFlags(PromptFlags):
         return {name: value for name, value in values.items() if flag_of(name) in given}
 
 
-class RunArgs(TypedDict):
-    """What core's runs take of a RunSetup (ask_events, run_jobs, evaluate_events, the MCP server)."""
-
-    model: str | None
-    config: AgentConfig
-    engine: EngineOptions
-
-
-@dataclass(frozen=True)
-class RunSetup:
-    """What a command runs with, decided once."""
-
-    model: str | None  # the GGUF: the embedded engine's model, or the vocabulary of a served run; None: the server's
-    config: AgentConfig
-    engine: EngineOptions
-    template: ChatTemplate | None = None  # a --chat-template, checked
-
-    def args(self) -> RunArgs:
-        return {"model": self.model, "config": self.config, "engine": self.engine}
-
-    @property
-    def engine_record(self) -> dict[str, Any] | None:
-        """What a trace keeps of the engine (never a key)."""
-        return self.engine.record()
-
-    @property
-    def template_record(self) -> dict[str, str] | None:
-        return self.template.record if self.template is not None else None
-
-
 # Conversions: from what the flags say to what a run takes -----------------------------------
-
-
-class ChatTemplate:
-    """A --chat-template the user gave: its text, and what a trace keeps to resume with it."""
-
-    def __init__(self, text: str, record: dict[str, str]):
-        self.text, self.record = text, record
 
 
 def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None = None) -> ChatTemplate | None:

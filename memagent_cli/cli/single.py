@@ -1,21 +1,19 @@
 """One run shown as `ask` shows it (`ask`, `ask -c`, `chat`): its events to its recorder and to the
 views (the live view on a terminal, a line a step elsewhere), then its answer, or its JSON record, on
-stdout; the recorder each run is given; and a turn of a conversation answered from the trace store."""
+stdout; and standard input, hashed as it passes, for the run layer that plans and records each run."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Protocol
 
 import typer
 from rich.console import Console
 
-from ..errors import MemagentError
 from .common import sigterm_as_interrupt, warner
 from .options import ShowFlags
 from .reuse import record_text
@@ -23,11 +21,11 @@ from .textout import SCHEMA, SafeConsole, json_text, print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event, RunResult
-    from ..core.reuse import AnswerKey
+    from ..core.pipeline import SourceOptions
+    from ..runs.planning import Runs
+    from ..runs.setup import RunSetup
     from ..traces.recorder import HashingReader, Recorder
-    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
-    from .setup import RunSetup
     from .views.live import LiveView
 
 
@@ -40,42 +38,22 @@ class Output(ShowFlags):
 
 
 class Traced:
-    """Standard input (fingerprinted when runs are traced) and a recorder for each run."""
+    """Standard input, hashed as it passes where runs are traced, and the run layer's planner over it."""
 
     def __init__(self, err: Console, store: TraceStore | None):
         from ..traces.recorder import HashingReader
 
         self.err, self.store = err, store
         self.warn = warner(err)
-        self.setup: RunSetup | None = None
         raw: BinaryIO | None = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
         self.hashing = HashingReader(raw) if store is not None and raw is not None else None
         self.stdin: HashingReader | BinaryIO | None = self.hashing or raw
 
-    def recorder(
-        self,
-        resume: dict[str, Any] | None = None,
-        key: AnswerKey | None = None,
-        conversation: str | None = None,
-        asked: str | None = None,
-        changed: Mapping[str, Any] | None = None,
-    ) -> Recorder:
-        from ..traces.recorder import Recorder
+    def runs(self, setup: RunSetup, sources: SourceOptions, fresh: bool) -> Runs:
+        """The runs of a command made with `setup`, reading as `sources` says, over this store."""
+        from ..runs.planning import Runs
 
-        assert self.store is not None and self.setup is not None
-        s = self.setup
-        return Recorder(
-            self.store,
-            warn=self.warn,
-            resume=resume,
-            stdin=self.hashing,
-            engine=s.engine_record,
-            chat_template=s.template_record,
-            key=key,
-            conversation=conversation,
-            asked=asked if conversation is not None else None,
-            changed=changed or None,
-        )
+        return Runs(self.store, setup, sources, fresh, self.warn, stdin=self.hashing)
 
 
 def show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, out: Output, *, served: bool) -> None:
@@ -162,17 +140,3 @@ def given_flags(ctx: typer.Context) -> set[str]:
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.add(name)
     return given
-
-
-def turn_of_reused(
-    store: TraceStore | None, reused: Reused, conversation: str | None, question: str, changed: Mapping[str, Any]
-) -> None:
-    """An answer given again is a turn all the same: of the conversation it follows, else the first
-    of a new one (so that `ask -c` goes on from it). Its record says which."""
-    if store is None:
-        return
-    try:
-        cid, turn = store.add_turn(conversation, reused.run, question, changed=changed or None)
-    except (MemagentError, sqlite3.Error):  # a read-only or busy store: the answer is given all the same
-        return
-    reused.record["conversation"] = {"id": cid, "turn": turn, **({"changed": dict(changed)} if changed else {})}

@@ -6,6 +6,7 @@ by any unique prefix of its id, or `last`.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Mapping, Optional
@@ -480,7 +481,6 @@ def rm(
     ] = None,
 ) -> None:
     """Remove a run, or every run older than an age. A run still running is never removed."""
-    from ..traces.store import parse_age
 
     if (run_ref is None) == (older_than is None):
         raise MemagentError("Name a run or give --older-than (one of the two).", exit_code=EXIT_USAGE)
@@ -523,3 +523,16 @@ def release(
     """
     owner = _store().release(run_ref)
     SafeConsole(stderr=True).print(f"released {owner.run_id[:8]} ({owner.where()}): now interrupted", markup=False)
+
+
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> float:
+    """ "30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
+    if match is None:
+        raise MemagentError(
+            f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)", exit_code=EXIT_USAGE
+        )
+    return float(match.group(1)) * AGE_UNITS[match.group(2)]

@@ -8,7 +8,7 @@ containers). A change only wakes it: the sources are then found again, as `ask -
 and compared by size and modification time. A new or changed document is read once it has settled
 (neither has changed for --settle seconds), so a file still being copied is not read half-written;
 one that changes while it is read has that run stopped (resumable, in the trace store) and waits to
-settle again. Reading goes through cli/reuse.py like every run: a document whose text is known
+settle again. Reading goes through the run layer (runs/planning.py) like every run: a document whose text is known
 (renamed, or changed back) is answered from the store, one that grew is continued from its last
 reading, so a watched log costs only its new chunks. A document gone takes its rows with it.
 
@@ -21,7 +21,6 @@ answered; exit 130.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
@@ -34,6 +33,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..runs.planning import Runs
+from ..runs.setup import RunSetup
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console, warner
 from .jobs import Finished, Interrupted, atomic_write, drive, write_records
 from .options import (
@@ -47,16 +48,15 @@ from .options import (
     flag_groups,
     option,
 )
-from .reuse import Lookup
-from .setup import RunFlags, RunSetup, setup
+from .setup import RunFlags, setup
 from .textout import json_text, visible
 
 if TYPE_CHECKING:
     from ..core.events import Event
     from ..core.jobs import Job, JobRunner
     from ..core.pipeline import SourceOptions
-    from ..core.reuse import AnswerKey
     from ..ingest.sources import Source
+    from ..runs.planning import Plan
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
     from .views.watchview import WatchView
@@ -139,8 +139,8 @@ def watch(
         fail(err, exc)
     schema = run.config.schema()
     files = _Outputs(outputs, tuple(schema.fields) if schema is not None else (), store)
-    lookup = Lookup(store, run, sources, fresh, warn)
-    keeper = Keeper(args, questions, run, sources, lookup, parallel, settle, files, err, json_out=json_out, quiet=quiet)
+    runs = Runs(store, run, sources, fresh, warn)
+    keeper = Keeper(args, questions, run, sources, runs, parallel, settle, files, err, json_out=json_out, quiet=quiet)
     try:
         keeper.keep(poll)
     except MemagentError as exc:
@@ -282,7 +282,7 @@ class Keeper:
     questions: list[str]
     run: RunSetup
     sources: SourceOptions
-    lookup: Lookup
+    runs: Runs
     parallel: int
     settle: float
     outputs: _Outputs
@@ -307,7 +307,7 @@ class Keeper:
         try:
             with sigterm_as_interrupt(), self.view if self.view is not None else _Forward(None):
                 self.cycle()
-                self.lookup.fresh = False  # --fresh is the first pass's: a change later reads what changed
+                self.runs.fresh = False  # --fresh is the first pass's: a change later reads what changed
                 while True:
                     changes.wait(0 if self.stirred else self._wait())
                     self.stirred = False
@@ -396,7 +396,7 @@ class Keeper:
 
         now = time.time()
         to_read: list[Job] = []
-        keys: dict[int, AnswerKey] = {}
+        plans: dict[int, Plan] = {}
         for source in self.scan():
             doc = self.docs[source.title]
             if not doc.ready(now, self.settle):
@@ -404,23 +404,22 @@ class Keeper:
             doc.done = doc.stat
             for question in self.questions:
                 job = Job.each(source, question)
-                key = self.lookup.key(question, [source])
-                found = self.lookup.reused(key, [source])
+                plan = self.runs.plan_job(job)
+                found = plan.reused
                 if found is not None:
                     self._row(job, {"document": job.title, **found.record})  # in the outputs before it is said
                     if self.view is not None:
                         self.view.state(job, "answered before", found.answer, found.note())
                     continue
-                job = dataclasses.replace(job, continued=self.lookup.continued(key))
-                if key is not None:
-                    keys[id(job)] = key
+                job = plan.job(job)
+                plans[id(job)] = plan
                 to_read.append(job)
                 if self.view is not None:
                     self.view.state(job, "queued")
         if to_read:
-            self.read(to_read, keys)
+            self.read(to_read, plans)
 
-    def read(self, jobs: list[Job], keys: dict[int, AnswerKey]) -> None:
+    def read(self, jobs: list[Job], plans: dict[int, Plan]) -> None:
         """The runs, `parallel` at a time where the engine takes several; one whose document changes
         while it is read is stopped."""
         from ..core.jobs import run_on
@@ -432,15 +431,7 @@ class Keeper:
         events = run_on(runner, jobs, stream_text=live, cancels=cancels)
 
         def recorder_for(job: Job) -> Recorder | None:
-            from ..traces.recorder import Recorder
-
-            if self.lookup.store is None:
-                return None
-            s = self.run
-            warn = self._warn
-            return Recorder(
-                self.lookup.store, warn=warn, engine=s.engine_record, chat_template=s.template_record, key=keys.get(id(job))
-            )
+            return plans[id(job)].recorder(warn=self._warn)
 
         drive(
             self._watched(events, jobs, started, cancels),

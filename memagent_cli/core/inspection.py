@@ -322,7 +322,7 @@ def measured_factor(
 
 
 # What inspect is given to find this machine's recorded runs of a model, by its resolved path and
-# size (traces.store.recorded_runs): the layers above the core read the trace store, not the core.
+# size (traces.calibration.recorded_runs): the layers above the core read the trace store, not the core.
 RecordedRuns = Callable[[str, int], Sequence[Mapping[str, Any]]]
 
 

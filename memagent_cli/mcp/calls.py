@@ -8,7 +8,7 @@ several calls at once (the embedded engine batching on a GPU, a served engine wi
 that many runs go together and their model calls are batched. A call with several runs (`each`,
 `questions`) queues them all, in order.
 
-A cancelled call stops each of its runs at the next token (runs.SharedModel.run_one), recorded as
+A cancelled call stops each of its runs at the next token (runs/shared.py, SharedModel.run_one), recorded as
 interrupted: the next `ask` of the same question on the same documents, or `resume`, goes on
 from there.
 """
@@ -24,7 +24,8 @@ import anyio.to_thread
 
 from ..errors import MemagentError
 from ..model.memory import format_duration
-from .runs import Planned, SharedModel, Told
+from ..runs.shared import Planned, SharedModel, Told
+from .results import outcome_record
 
 TELL_POLL_SECONDS = 0.02  # how often a run's news is looked for: its worker thread only queues it
 
@@ -97,7 +98,8 @@ class Queue:
 
         def work() -> dict[str, Any] | None:
             try:
-                return self.engine.run_one(plan, index=index, cancel=cancel, tell=told.put)
+                outcome = self.engine.run_one(plan, index=index, cancel=cancel, tell=told.put)
+                return outcome_record(outcome, plan.job, self.engine.runner()) if outcome is not None else None
             finally:
                 ended.set()
 
@@ -172,6 +174,8 @@ class _Progress:
     async def told(self, told: Told) -> None:
         label = self._label(told.run)
         of = f"/{told.total}" if told.total else ""
+        if told.kind == "traced":  # the host learns the trace id from the result
+            return
         if told.kind == "memory":
             await self.host.log("debug", f"{label}memory after step {told.step}{of}: {told.text}")
             return

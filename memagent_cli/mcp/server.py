@@ -25,10 +25,10 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..errors import MemagentError
+from ..runs.guard import MAX_FILES, Roots, client_roots
+from ..runs.shared import SharedModel
 from .calls import Host, Queue
-from .guard import Roots, client_roots
-from .runs import SharedModel
-from .settings import MAX_FILES, MAX_QUESTIONS, HttpAddress, ServerSettings
+from .settings import MAX_QUESTIONS, HttpAddress, ServerSettings
 from .texts import (
     ASK,
     INSPECT,
@@ -85,7 +85,7 @@ def build(settings: ServerSettings) -> tuple[MCPServer[Any], SharedModel]:
     """The server, its tools and resource, and the model they share."""
     from mcp.server.auth.settings import AuthSettings
 
-    engine = SharedModel(settings)
+    engine = SharedModel(settings.run, ocr=settings.ocr, parallel=settings.parallel)
     tools = Tools(settings, Queue(engine))
     auth = None
     verifier = None

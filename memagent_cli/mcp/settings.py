@@ -4,20 +4,17 @@ that every call is held to, which the tool descriptions quote."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from ..core.config import AgentConfig
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import OcrMode
 from ..model.backends import EngineOptions
 from ..model.served.hosts import is_loopback
+from ..runs.setup import RunSetup
 
-# The bounds of one call: a host is a language model, and a document can ask it for anything.
-MAX_TOTAL_BYTES = 2 * 1024**3  # the sources' bytes, summed over every document they hold
-MAX_FILES = 1_000  # documents (files, and documents inside archives) one call reads
+# The bounds of one call beside runs/guard.py's: a host is a language model, and a document can ask it for anything.
 MAX_QUESTIONS = 50  # questions one `ask` call takes
 MAX_RUNS = 1_000  # runs one `ask` call makes (documents x questions with `each`)
-MAX_WALK_ENTRIES = 20_000  # entries looked at under the folders one call names, before reading
 
 
 @dataclass(frozen=True)
@@ -61,18 +58,26 @@ class ServerSettings:
     """Everything a server runs with: the model and its defaults (what `ask`'s options mean),
     where it may read (`allow`, real paths), and how it is reached."""
 
-    model: str | None  # the GGUF (resolved), or None for a served engine that tokenizes itself
-    config: AgentConfig
-    engine: EngineOptions
+    run: RunSetup  # the model (None: a served engine that tokenizes itself), its settings and engine
     allow: tuple[str, ...]
     ocr: OcrMode = "auto"
     parallel: int = 4  # runs in flight at once where the engine takes several (a server, a batching GPU)
-    engine_record: Mapping[str, Any] | None = None  # a served engine's settings, as traces keep them
-    template_record: Mapping[str, str] | None = None  # a --chat-template's path and sha256
     http: HttpAddress | None = None  # None: stdio
     token: str | None = None  # the bearer token HTTP requests must carry
     cwd: str = ""  # what relative paths are taken from: the directory the server was started in
     log_level: str = "WARNING"  # the SDK's own log on stderr
+
+    @property
+    def model(self) -> str | None:
+        return self.run.model
+
+    @property
+    def config(self) -> AgentConfig:
+        return self.run.config
+
+    @property
+    def engine(self) -> EngineOptions:
+        return self.run.engine
 
     def __post_init__(self) -> None:
         if self.http is not None and not self.http.loopback and not self.token:

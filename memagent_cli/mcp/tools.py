@@ -15,14 +15,15 @@ import anyio.to_thread
 from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..core.memdiff import evidence_record, evidence_steps
-from ..core.pipeline import Prepared, SourceOptions, chunk_stream, find_sources, prepare_model
+from ..core.pipeline import Prepared, SourceOptions, chunk_stream, prepare_model
 from ..core.quotes import describe_quotes
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.sources import Source
 from ..model.llama import EmbeddedOptions
+from ..runs.guard import Refused, Roots, run_visible
+from ..runs.requests import answer_settings, conversation_turn, find_documents, resumption, within_budgets
+from ..runs.shared import Planned
 from .calls import Host, Queue
-from .guard import Refused, Roots, check_named, check_sources, run_visible, stored_sources
-from .runs import Planned, stored_job
 from .settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
 
 TRACE_URI = "memagent://traces/{id}"
@@ -59,7 +60,7 @@ class Tools:
         A call of one question is a turn of a conversation: of `conversation` (its documents, the
         earlier turns read with the question), else the first of a new one."""
         questions = [q.strip() for q in questions if q and q.strip()]
-        budgets = {**(budgets or {}), **_answer_schema(schema, schema_multi)}
+        budgets = {**(budgets or {}), **answer_settings(schema, schema_multi, "ask")}
         if not questions and budgets.get("answer_schema"):
             questions = [""]
         if not questions:
@@ -80,7 +81,7 @@ class Tools:
                     "Give `conversation` and `question` alone.",
                     exit_code=EXIT_USAGE,
                 )
-            cid, documents, history = await anyio.to_thread.run_sync(lambda: self._conversation(conversation, roots))
+            cid, documents, history = await anyio.to_thread.run_sync(lambda: conversation_turn(conversation, roots))
             job = Job(key=questions[0], question=questions[0], sources=tuple(documents), title=questions[0], history=history)
             planned = [Planned(job, config, "Q1", fresh=fresh, turn=True, conversation=cid)]
         else:
@@ -90,7 +91,7 @@ class Tools:
                 )
             options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
             notes: list[str] = []
-            documents = await anyio.to_thread.run_sync(lambda: self._find(sources, roots, options, notes))
+            documents = await anyio.to_thread.run_sync(lambda: find_documents(sources, roots, self.settings.cwd, options, notes))
             for note in notes:
                 await host.log("warning", note)
             planned = [
@@ -105,17 +106,6 @@ class Tools:
             document = plan.job.title if each else None
             results.append({**({"document": document} if document else {}), "question": plan.job.question, **found})
         return {"results": results}, "\n\n".join(render(r, head=True) for r in results)
-
-    def _conversation(self, ref: str, roots: Roots) -> tuple[str, list[Source], tuple[tuple[str, str], ...]]:
-        """A conversation to go on with: its id, its first run's documents (checked as a new call's
-        are), and its turns so far (question, answer)."""
-        from ..traces.conversations import answered_turns
-        from ..traces.store import TraceStore
-
-        with TraceStore() as store:
-            found = store.conversation(ref)
-            first = store.get_run(found["first_run"], with_steps=False)
-        return found["id"], stored_sources(first, roots), tuple(answered_turns(found))
 
     def _check_model(self, model: str | None) -> None:
         if not model:
@@ -134,28 +124,8 @@ class Tools:
             )
 
     def config(self, budgets: Mapping[str, Any]) -> AgentConfig:
-        """The server's settings with a call's budgets and temperature, which may not exceed the
-        budgets the server was started with (the loaded context is sized for those)."""
-        base = self.settings.config
-        given = {k: v for k, v in budgets.items() if v is not None}
-        for name in ("chunk_tokens", "memory_tokens", "answer_tokens"):
-            if name in given and given[name] > getattr(base, name):
-                raise MemagentError(
-                    f"{name} {given[name]} is over this server's {getattr(base, name)}.",
-                    f"Ask for at most {getattr(base, name)}, or start the server with --{name.replace('_', '-')} {given[name]}.",
-                    exit_code=EXIT_USAGE,
-                )
-        try:
-            return dataclasses.replace(base, **given)
-        except (TypeError, ValueError) as exc:
-            raise MemagentError(f"Invalid setting: {exc}.", exit_code=EXIT_USAGE) from None
-
-    def _find(self, paths: Sequence[str], roots: Roots, options: SourceOptions, notes: list[str]) -> list[Source]:
-        """The documents the paths name, every one checked before anything is read."""
-        real = check_named(paths, roots, self.settings.cwd)
-        documents = find_sources(real, options, notes.append)
-        check_sources(documents, roots)
-        return documents
+        """The server's settings with a call's budgets and temperature (runs/requests.within_budgets)."""
+        return within_budgets(self.settings.config, budgets)
 
     def _plan(self, documents: list[Source], questions: list[str], config: AgentConfig, each: bool) -> list[Planned]:
         if each:
@@ -185,35 +155,10 @@ class Tools:
 
     async def resume(self, roots: Roots, host: Host, run_ref: str) -> tuple[dict[str, Any], str]:
         """Continues an interrupted (or failed) run from its last step; see server.RESUME."""
-        from ..traces.recorder import resume_plan, resumed_config
-
         await self.queue.load()
-        runner = self.queue.engine.loaded
-        assert runner is not None  # loaded just now
 
         def plan() -> Planned:
-            from ..traces.store import TraceStore
-
-            with TraceStore() as store:
-                stored = store.get_run(run_ref)
-                sources = stored_sources(stored, roots)  # before resume_plan hashes them
-                run = resume_plan(store, stored["id"])
-            if not self.queue.engine.same_setup(run, None, runner):
-                raise MemagentError(
-                    f"Run {run['id'][:8]} was made with {run['model']['path']} (or another engine or OCR setting); "
-                    "this server cannot continue it.",
-                    f"Continue it with: memagent ask --resume {run['id'][:8]}",
-                    exit_code=EXIT_USAGE,
-                )
-            config = resumed_config(run["settings"])
-            base = self.settings.config
-            if any(getattr(config, n) > getattr(base, n) for n in ("chunk_tokens", "memory_tokens", "answer_tokens")):
-                raise MemagentError(
-                    f"Run {run['id'][:8]} has larger budgets than this server's context holds.",
-                    f"Continue it with: memagent ask --resume {run['id'][:8]}",
-                    exit_code=EXIT_USAGE,
-                )
-            return Planned(stored_job(run, sources), config, resume=run)
+            return resumption(run_ref, roots, self.queue.engine)
 
         planned = await anyio.to_thread.run_sync(plan)
         records = await self.queue.run([planned], host, several=False)
@@ -233,7 +178,7 @@ class Tools:
     ) -> tuple[dict[str, Any], str]:
         """What a run would read and cost, without the model's weights; see server.INSPECT."""
         from ..core.inspection import Report, context_plan, estimate
-        from ..traces.store import recorded_runs
+        from ..traces.calibration import recorded_runs
 
         config = self.config({"chunk_tokens": chunk_tokens})
         options = SourceOptions(include=tuple(include), exclude=tuple(exclude), ocr=self.settings.ocr)
@@ -241,7 +186,7 @@ class Tools:
         stop = threading.Event()
 
         def count() -> dict[str, Any]:
-            documents = self._find(sources, roots, options, notes)
+            documents = find_documents(sources, roots, self.settings.cwd, options, notes)
             runner = self.queue.engine.loaded
             prep: Prepared | None = None
             if runner is not None:
@@ -362,11 +307,3 @@ def render(record: Mapping[str, Any], head: bool = False) -> str:
     if record.get("trace"):
         lines.append(f"trace: {record['trace']} ({record.get('steps')} steps; {TRACE_URI.format(id=record['trace'])})")
     return "\n".join(lines)
-
-
-def _answer_schema(schema: Mapping[str, Any] | str | None, multi: Mapping[str, Any] | str | None) -> dict[str, Any]:
-    """An ask call's `schema` or `schema_multi`, checked, as the settings it makes; {} without one."""
-    from ..core.schema import chosen_schema
-
-    parsed = chosen_schema(schema, multi, "ask")
-    return {"answer_schema": parsed.to_config(), "answer_schema_multi": parsed.multi} if parsed else {}

@@ -117,3 +117,16 @@ def conversation_record(conn: sqlite3.Connection, conversation: str) -> dict[str
         )
     ]
     return {"id": row["id"], "started_at": row["started_at"], "first_run": row["first_run"], "turns": turns}
+
+
+def conversation_list(conn: sqlite3.Connection, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+    """Conversations, the one asked in last first: id, started_at, first_run, turns (how many),
+    last_at, and the first turn's question."""
+    rows = conn.execute(
+        "SELECT c.id, c.started_at, c.first_run, count(t.turn) AS turns, max(t.asked_at) AS last_at,"
+        " (SELECT question FROM turns WHERE conversation = c.id ORDER BY turn LIMIT 1) AS question"
+        " FROM conversations AS c LEFT JOIN turns AS t ON t.conversation = c.id"
+        " GROUP BY c.id ORDER BY last_at DESC LIMIT ? OFFSET ?",
+        (limit, offset),
+    )
+    return [dict(row) for row in rows]

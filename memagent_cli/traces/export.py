@@ -30,6 +30,7 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.config import shown_settings
+from ..core.events import Decision
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
@@ -354,6 +355,27 @@ def run_meta_html(run: Record) -> str:
     return '<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>"
 
 
+def step_view(step: Record, before: str, evidence: bool, early_stop: int = 3) -> dict[str, Any]:
+    """One step as a timeline shows it (this export, the page, `ask --each --html`): its index, where it
+    read, its counts, its memory diffed against `before` (HTML: <ins> added, <del> dropped) with the
+    words added and dropped, whether it is evidence, was cut at its budget, was taken from an earlier
+    run (`copied_from`), and the planner's decision before it (InfMem), in words."""
+    body, (added, dropped) = _diff_html(before, step.get("memory") or "")
+    decision = step.get("decision")
+    return {
+        "index": step.get("index"),
+        "provenance": _provenance(step),
+        "stats": _stats(step),
+        "cut": step.get("finish_reason") == "length",
+        "diff": body,
+        "added": _words(added),
+        "dropped": _words(dropped),
+        "evidence": evidence,
+        "copied_from": step.get("copied_from"),
+        "decision": Decision.from_dict(decision, early_stop).describe() if decision else None,
+    }
+
+
 def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     """The memory timeline: the hide-dropped-text switch, the legend and one <li> per step, each
     memory diffed against the one before. `id_prefix` keeps element ids unique when one page holds
@@ -370,23 +392,22 @@ def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     )
     out.append('<ol class="timeline">')
     for n, step in enumerate(steps, 1):
-        index = step.get("index", n)
-        is_evidence = index in evidence
-        body, (added, dropped) = _diff_html(memories[n - 1], memories[n])
+        view = step_view(step, memories[n - 1], step.get("index", n) in evidence)
+        index = view["index"] or n
         head = [f'<span class="idx">Step {_e(index)}</span>']
-        if is_evidence:
+        if view["evidence"]:
             head.append(f'<span class="badge">{EVIDENCE_MARK}</span>')
-        head.append(f'<span class="prov">{_e(_provenance(step))}</span>')
-        stats = _e(_stats(step))
-        if step.get("finish_reason") == "length":
+        head.append(f'<span class="prov">{_e(view["provenance"])}</span>')
+        stats = _e(view["stats"])
+        if view["cut"]:
             stats += f' · <span class="cut">{CUT_NOTE}</span>'
         step_id = f"{id_prefix}step-{index}" if isinstance(index, int) else f"{id_prefix}step-n{n}"
         out += [
-            f'<li class="step{" evidence" if is_evidence else ""}" id="{_e(step_id)}">',
+            f'<li class="step{" evidence" if view["evidence"] else ""}" id="{_e(step_id)}">',
             f'<div class="head">{"".join(head)}</div>',
             f'<div class="stats">{stats}</div>',
-            f'<pre class="memory">{body}</pre>',
-            f'<div class="changes">{_words(added)} added, {_words(dropped)} dropped</div>',
+            f'<pre class="memory">{view["diff"]}</pre>',
+            f'<div class="changes">{view["added"]} added, {view["dropped"]} dropped</div>',
             "</li>",
         ]
     out.append("</ol>")

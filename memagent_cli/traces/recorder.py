@@ -99,6 +99,7 @@ class Recorder:
         chat_template: Mapping[str, str] | None = None,
         job: Mapping[str, str] | None = None,
         key: AnswerKey | None = None,
+        turn: bool = True,
         conversation: str | None = None,
         asked: str | None = None,
         changed: Mapping[str, Any] | None = None,
@@ -116,8 +117,10 @@ class Recorder:
         self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
         self.job = job  # a run of a job (`batch`): its results file and key, so a rerun finds the run again
         self.key = key  # what finds the run's answer again, and the run to continue (core/reuse.py)
-        # a follow-up: the conversation it is the next turn of, the question as asked (the run reads
-        # it after the earlier turns), and the settings it gave over the conversation's first run's
+        # a turn (a question a person asks) begins a conversation, or is the next turn of `conversation`
+        # (a follow-up), asked as `asked` (the run reads it after the earlier turns), with the settings
+        # it gave over the conversation's first run's; a run of a job (--each, batch, watch) is none
+        self.is_turn = turn
         self.conversation, self.asked, self.changed = conversation, asked, changed
         self.turn: tuple[str, int] | None = None  # (conversation, turn) once the run is recorded
 
@@ -203,6 +206,7 @@ class Recorder:
                 model=model,
                 settings=self.settings,
                 keys=keys,
+                turn=self.is_turn,
                 conversation=self.conversation,
                 asked=self.asked,
                 changed=self.changed,

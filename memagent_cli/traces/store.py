@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
-from .conversations import conversation_record, new_turn, own_turn, resolve_conversation
+from .conversations import conversation_list, conversation_record, new_turn, own_turn, resolve_conversation
 from .database import open_database, raise_for
 from .ownership import Owner, liveness, this_process
 
@@ -93,6 +93,7 @@ _RUN_SELECT = (
     + f", ({_OWN_TURN.format('conversation')}) AS conversation, ({_OWN_TURN.format('turn')}) AS turn"
     + f", ({_OWN_TURN.format('question')}) AS asked"
 )
+_SOURCE_HAS = "EXISTS (SELECT 1 FROM json_each(runs.sources) AS s WHERE icontains(json_extract(s.value, '$.path'), ?))"
 _STEP_SELECT = ", ".join(f'"{name}"' for name in STEP_FIELDS)
 # Read back as 0 from steps recorded before migration 4, so a step has one shape whatever its age.
 _STEP_READ = ", ".join(
@@ -101,7 +102,6 @@ _STEP_READ = ", ".join(
     if name != "digest"
 )
 OWNER_COLUMNS = ("pid", "host", "pid_started")  # internal: not in the run records reads return
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 class TraceStore:
@@ -180,14 +180,16 @@ class TraceStore:
         settings: Mapping[str, Any],
         started_at: str | None = None,
         keys: Mapping[str, str | None] | None = None,
+        turn: bool = True,
         conversation: str | None = None,
         asked: str | None = None,
         changed: Mapping[str, Any] | None = None,
     ) -> str:
         """A new running run; `keys` ({"answer", "lineage"}: reuse.AnswerKey) find it again once
-        complete. It is a turn of `conversation` (its next one), else the first of its own; `asked`
-        is the question as asked, where the run reads it in a longer problem (a follow-up's), and
-        `changed` the settings the turn gave over the conversation's first run's."""
+        complete. A `turn` is a turn of `conversation` (its next one), else the first of its own;
+        `asked` is the question as asked, where the run reads it in a longer problem (a follow-up's),
+        and `changed` the settings the turn gave over the conversation's first run's. A run that is
+        not a turn (a job's) is in no conversation."""
         keys = keys or {}
         with self._write() as conn:
             run_id = secrets.token_hex(6)
@@ -208,7 +210,8 @@ class TraceStore:
                     *this_process(),
                 ),
             )
-            new_turn(conn, conversation, run_id, asked or question, reused=False, changed=changed, now=_timestamp(None))
+            if turn:
+                new_turn(conn, conversation, run_id, asked or question, reused=False, changed=changed, now=_timestamp(None))
         return run_id
 
     # Conversations (conversations.py) ------------------------------------------------------
@@ -232,6 +235,10 @@ class TraceStore:
         conversation_id = self.resolve_conversation(ref)
         with self._snapshot() as conn:
             return conversation_record(conn, conversation_id)
+
+    def conversations(self, *, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """Conversations, the one asked in last first (conversations.conversation_list)."""
+        return conversation_list(self._db, limit, offset)
 
     def add_step(self, run_id: str, step: Mapping[str, Any]) -> None:
         """Records one step and commits it. Adding an index again replaces that step."""
@@ -337,28 +344,46 @@ class TraceStore:
             run_id = self.resolve(run_id)  # still there (not removed meanwhile)
             run = _decode(conn.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone())
             if with_steps:
-                run["steps"] = [
-                    _step(row)
-                    for row in conn.execute(f'SELECT {_STEP_READ} FROM steps WHERE run_id = ? ORDER BY "index"', (run_id,))
-                ]
+                run["steps"] = self._steps(conn, run_id, 1, -1)
         return run
 
+    def steps(self, run_id: str, *, start: int = 1, limit: int | None = None) -> list[dict[str, Any]]:
+        """A run's steps from index `start` on, at most `limit` of them (a page loads them as they are scrolled to)."""
+        return self._steps(self._db, run_id, start, -1 if limit is None else limit)
+
+    def _steps(self, conn: sqlite3.Connection, run_id: str, start: int, limit: int) -> list[dict[str, Any]]:
+        sql = f'SELECT {_STEP_READ} FROM steps WHERE run_id = ? AND "index" >= ? ORDER BY "index" LIMIT ?'
+        return [_step(row) for row in conn.execute(sql, (run_id, start, limit))]
+
     def list_runs(
-        self, *, status: str | None = None, source: str | None = None, limit: int | None = 20, reused: bool = False
+        self,
+        *,
+        status: str | None = None,
+        source: str | None = None,
+        limit: int | None = 20,
+        reused: bool = False,
+        text: str | None = None,
+        model: str | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
-        """Runs newest first; `source` keeps those with a source path containing the text; `reused`
-        those whose answer was given again, the last given first."""
+        """Runs newest first, from the `offset`th; `source` keeps those with a source path containing
+        the text; `text` those whose question or a source path contains it; `model` those whose model's
+        name or file contains it; `reused` those whose answer was given again, the last given first."""
         where: list[str] = []
         params: list[str] = []
+        if text:
+            where.append(f"(icontains(question, ?) OR {_SOURCE_HAS})")
+            params += [text, text]
+        if model:
+            where.append("(icontains(json_extract(model, '$.name'), ?) OR icontains(json_extract(model, '$.path'), ?))")
+            params += [model, model]
         if status is not None:
             if status not in STATUSES:
                 raise MemagentError(f"Unknown status '{status}'", hint=f"use one of {', '.join(STATUSES)}", exit_code=EXIT_USAGE)
             where.append("status = ?")
             params.append(status)
         if source:
-            where.append(
-                "EXISTS (SELECT 1 FROM json_each(runs.sources) AS s WHERE icontains(json_extract(s.value, '$.path'), ?))"
-            )
+            where.append(_SOURCE_HAS)
             params.append(source)
         if reused:
             where.append("reuses > 0")
@@ -366,8 +391,8 @@ class TraceStore:
         sql = f"SELECT {_RUN_SELECT} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {'reused_at DESC, ' if reused else ''}started_at DESC, rowid DESC LIMIT ?"
-        rows = self._db.execute(sql, [*params, -1 if limit is None else limit])
+        sql += f" ORDER BY {'reused_at DESC, ' if reused else ''}started_at DESC, rowid DESC LIMIT ? OFFSET ?"
+        rows = self._db.execute(sql, [*params, -1 if limit is None else limit, offset])
         return [_decode(row) for row in rows]
 
     def unfinished_job_runs(self, job: str) -> dict[str, str]:
@@ -535,16 +560,6 @@ class Removed:
     kept: list[Owner]
 
 
-def parse_age(text: str) -> float:
-    """ "30d" -> seconds. Units: s, m, h, d, w (lowercase: "M" could mean months)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
-    if match is None:
-        raise MemagentError(
-            f"Cannot read the age '{text}'", hint="use e.g. 30d, 12h, 90m (units s, m, h, d, w)", exit_code=EXIT_USAGE
-        )
-    return float(match.group(1)) * AGE_UNITS[match.group(2)]
-
-
 def _timestamp(moment: str | datetime | None) -> str:
     """ISO 8601 UTC in one fixed format, so that comparing the text compares the times."""
     if moment is None:
@@ -583,18 +598,3 @@ def _quotes_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Every quote a stored result holds: its own and each field's."""
     by_field = result.get("evidence_by_field") or {}
     return [*(result.get("quotes") or []), *(q for found in by_field.values() for q in found)]
-
-
-def recorded_runs(path: str, size: int, limit: int = 20) -> list[dict[str, Any]]:
-    """The latest complete runs (with their steps, at most `limit`) of the model file at `path` of
-    `size` bytes, for `inspect`'s estimate to calibrate on; none where there is no store yet
-    (inspect makes none) or it cannot be read."""
-    if not (default_home() / DB_NAME).is_file():
-        return []
-    try:
-        with TraceStore() as store:
-            listed = store.list_runs(status="complete", limit=10 * limit)
-            mine = [r for r in listed if (r.get("model") or {}).get("path") == path and r["model"].get("size") == size]
-            return [store.get_run(r["id"]) for r in mine[:limit]]
-    except (MemagentError, OSError, sqlite3.Error):
-        return []

@@ -1,14 +1,15 @@
-"""What a call to the MCP server may read, checked before anything is read.
+"""What a request to a server (the MCP server, the page) may read, checked before anything is read.
 
-The host is a language model, and a document it reads can carry instructions, so every path a
-call names is checked here on its real path (symbolic links followed, `..` collapsed) against
-the allowed roots: the server's `--allow` folders, narrowed to the roots the client declares when
-it declares any. Folders are walked first and every entry in them checked (a link inside an
-allowed folder that leads out is refused), then each document memagent found is checked again
-(a document inside an archive lives in the archive file, which must be allowed), and the bounds
-of one call (settings.MAX_*) are applied. A refusal names its rule and lists what broke it; as
-everything is checked first, a refused call has read nothing. A stored run (resume, the trace
-tools) is held to the same rules through the paths it recorded.
+The caller may be a language model, and a document it reads can carry instructions; a page may be
+asked for anything by whoever reaches it. So every path a request names is checked here on its real
+path (symbolic links followed, `..` collapsed) against the allowed roots: the server's folders
+(`mcp --allow`, `serve ROOTS`), narrowed to the roots an MCP client declares when it declares any.
+Folders are walked first and every entry in them checked (a link inside an allowed folder that
+leads out is refused), then each document memagent found is checked again (a document inside an
+archive lives in the archive file, which must be allowed), and the bounds of one call (MAX_*) are
+applied. A refusal names its rule and lists what broke it; as everything is checked first, a
+refused call has read nothing. A stored run (resume, the trace tools, the page) is held to the same
+rules through the paths it recorded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import printable
 from ..ingest.sources import STDIN_PATH, Source
 from ..traces.recorder import was_found
-from .settings import MAX_FILES, MAX_TOTAL_BYTES, MAX_WALK_ENTRIES
+
+# The bounds of one call: a host is a language model, and a document can ask it for anything.
+MAX_TOTAL_BYTES = 2 * 1024**3  # the sources' bytes, summed over every document they hold
+MAX_FILES = 1_000  # documents (files, and documents inside archives) one call reads
+MAX_WALK_ENTRIES = 20_000  # entries looked at under the folders one call names, before reading
 
 URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 SHOWN = 5  # refusals listed in one error; the count says how many more
@@ -37,11 +42,13 @@ class Refused(MemagentError):
 
 @dataclass(frozen=True)
 class Roots:
-    """Real paths of the folders a call may read under: the server's (`allowed`), and the
-    client's (`client`, None when it declared none), both of which must hold a path."""
+    """Real paths of the folders a call may read under: the server's (`allowed`, given as `given`
+    says: MCP's --allow, the page's ROOT arguments), and the client's (`client`, None when it declared
+    none), both of which must hold a path."""
 
     allowed: tuple[str, ...]
     client: tuple[str, ...] | None = None
+    given: str = "--allow"
 
     def covers(self, real: str) -> bool:
         return self.why_not(real) is None
@@ -49,7 +56,7 @@ class Roots:
     def why_not(self, real: str) -> str | None:
         """Why the real path `real` may not be read, naming the rule; None if it may."""
         if not any(_under(real, root) for root in self.allowed):
-            return f"outside the allowed roots (rule: the server reads only under --allow {', '.join(self.allowed)})"
+            return f"outside the allowed roots (rule: the server reads only under {self.given} {', '.join(self.allowed)})"
         if self.client is not None and not any(_under(real, root) for root in self.client):
             return f"outside the roots the client declared (rule: only under {', '.join(self.client)})"
         return None
@@ -75,7 +82,7 @@ def _refuse(problems: list[str]) -> Refused:
     more = f"; and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
     return Refused(
         "Refused, nothing was read: " + "; ".join(problems[:SHOWN]) + more,
-        "Name files and folders under the allowed roots (the server's --allow, and the client's roots).",
+        "Name files and folders under the allowed roots (the server's, and an MCP client's).",
         exit_code=EXIT_USAGE,
     )
 

@@ -1,18 +1,16 @@
-"""The server's one model, and one run on it (`Planned`, as a call asks for it) driven to its
-record, in a worker thread.
-
-`SharedModel` loads the model on first use (core.jobs.JobRunner: the model and its engine, opened
-once) and shares it with every call. `SharedModel.run_one` drives one run: its events are fed to a
-Recorder (so the run is traced, step by step, and resumable) and turned into what the host is
-told as it goes (`Told`: a step done, the memory's text, a note); a cancelled call sets its
-`cancel` event, and the run's event generator is closed at the next event (every token is one),
-recorded as interrupted. A new run with the same question, documents (unchanged), model and
-settings as an interrupted one continues it instead of starting over; as a finished one, its
-answer is given again, reading nothing (unless the call asks `fresh`); as a finished one over an
-earlier version of the documents, it goes on from where they changed (core/reuse.py).
+"""One loaded model serving runs in worker threads, for the front ends that stay up (the MCP server,
+the page): `SharedModel` loads the model on first use (core.jobs.JobRunner: the model and its engine,
+opened once) and shares it with every call. `SharedModel.run_one` takes one `Planned` run to its
+`Outcome`: planned by the run layer (Runs.plan: the stored answer given again, reading nothing,
+unless `fresh`; an earlier run over an earlier version of the documents gone on from), its events
+fed to its Recorder (traced step by step, resumable) and turned into what the caller is told as it
+goes (`Told`: a step done, the memory's text, a note). A cancelled run's `cancel` event is set; its
+event generator is closed at the next event (every token is one), recorded as interrupted. A new
+run with the same question, documents (unchanged), model and settings as an interrupted one
+continues it instead of starting over.
 
 How many runs go at once is the engine's (`SharedModel.slots`): one on the embedded engine on a CPU,
-several where it batches (a GPU) or on a served engine; server.py queues the others in order.
+several where it batches (a GPU) or on a served engine; the front end queues the others in order.
 """
 
 from __future__ import annotations
@@ -30,16 +28,14 @@ from ..core.config import AgentConfig
 from ..core.jobs import Job
 from ..core.pipeline import SourceOptions
 from ..errors import MemagentError
-from .excerpt import cite
-from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..core.jobs import JobRunner
-    from ..core.reuse import AnswerKey
-    from ..ingest.sources import Source
+    from ..ingest.base import OcrMode
     from ..traces.recorder import Recorder
     from ..traces.reuse import Reused
     from ..traces.store import TraceStore
+    from .setup import RunSetup
 
 REPLAY_TELL_SECONDS = 0.5  # steps taken from an interrupted run go fast: tell of them at most this often
 ETA_WINDOW = 50  # the last steps whose pace predicts the rest
@@ -50,7 +46,8 @@ class Told:
     """What a run tells while it goes, from its worker thread. `kind`: "step" (step `step` of
     `total` done, `tokens` read, `eta` seconds left), "prompt" (step `step` has read `read` of its
     prompt's tokens: a CPU takes tens of seconds before it writes), "memory" (`text`, the memory after step
-    `step`), "answer" (the answer is being written), "note" (`text` at `level`)."""
+    `step`), "answer" (the answer is being written), "note" (`text` at `level`), "traced" (`text`:
+    the id of the run's trace, once it is recorded)."""
 
     run: int
     kind: str
@@ -78,11 +75,25 @@ class Planned:
     conversation: str | None = None
 
 
-class SharedModel:
-    """The model a server runs, loaded on first use and shared by every call."""
+@dataclass(frozen=True)
+class Outcome:
+    """How a planned run ended: its `result` (read now), or the stored answer given again (`reused`);
+    the trace it is kept in (None where it could not be written); the steps it took from the
+    interrupted run it continued (`resumed`); its conversation and turn (Recorder.conversation_record)."""
 
-    def __init__(self, settings: ServerSettings):
-        self.settings = settings
+    result: ev.RunResult | None
+    reused: Reused | None
+    trace: str | None
+    resumed: int = 0
+    conversation: Mapping[str, Any] | None = None
+
+
+class SharedModel:
+    """The model a server runs, loaded on first use and shared by every call: made with `setup`,
+    documents read with `ocr`, up to `parallel` runs at once where the engine takes several."""
+
+    def __init__(self, setup: RunSetup, *, ocr: OcrMode = "auto", parallel: int = 4):
+        self.setup, self.ocr, self.parallel = setup, ocr, parallel
         self._runner: JobRunner | None = None
         self._load = threading.Lock()
         self._busy: set[str] = set()  # ids of stored runs being continued now: not taken twice
@@ -98,14 +109,7 @@ class SharedModel:
 
         with self._load:
             if self._runner is None:
-                s = self.settings
-                self._runner = JobRunner(
-                    model=s.model,
-                    config=s.config,
-                    engine=s.engine,
-                    sources=SourceOptions(ocr=s.ocr),
-                    parallel=s.parallel,
-                )
+                self._runner = JobRunner(**self.setup.args(), sources=SourceOptions(ocr=self.ocr), parallel=self.parallel)
             return self._runner
 
     @property
@@ -118,19 +122,14 @@ class SharedModel:
                 self._runner.close()
                 self._runner = None
 
-    def run_one(
-        self, plan: Planned, *, index: int, cancel: threading.Event, tell: Callable[[Told], None]
-    ) -> dict[str, Any] | None:
-        """The planned run to its record (see `record`); None when `cancel` stopped it (recorded as
-        interrupted). Raises MemagentError when it fails (recorded as failed). Unless `plan.fresh`,
-        an answer the traces have is given again, and an earlier run over an earlier version of the
-        documents is gone on from. With `plan.turn`, the run is a turn of `plan.conversation` (its
-        next one; a new conversation where None), answered from the store or not."""
-        from ..core.protocols import get as get_protocol
-        from ..traces.reuse import continuation, reused_answer
+    def run_one(self, plan: Planned, *, index: int, cancel: threading.Event, tell: Callable[[Told], None]) -> Outcome | None:
+        """The planned run to its outcome; None when `cancel` stopped it (recorded as interrupted).
+        Raises MemagentError when it fails (recorded as failed). With `plan.turn`, the run is a turn of
+        `plan.conversation` (its next one; a new conversation where None), answered from the store or not."""
         from ..traces.store import TraceStore
+        from .planning import Runs
 
-        job, config, resume, fresh, turn = plan.job, plan.config, plan.resume, plan.fresh, plan.turn
+        job, config, resume, turn = plan.job, plan.config, plan.resume, plan.turn
         runner = self.runner()
         store = TraceStore()
         claimed: str | None = None
@@ -138,34 +137,36 @@ class SharedModel:
         def warn(message: str) -> None:
             tell(Told(index, "note", text=message, level="warning"))
 
+        runs = Runs(store, self.setup, SourceOptions(ocr=self.ocr), plan.fresh, warn)
         try:
-            key = self._key(job, config) if resume is None else None
-            found = reused_answer(store, key, job.sources, warn) if key is not None and not fresh else None
+            planned = runs.plan(job.question, job.sources, config=config, history=job.history) if resume is None else None
+            found = planned.reused if planned is not None else None
             if found is not None:
                 tell(Told(index, "note", text=found.note(), level="info"))
-                answered = reused_record(found, job, runner)
                 if turn:
-                    cid, number = store.add_turn(plan.conversation, found.run, job.question)
-                    answered["conversation"] = {"id": cid, "turn": number}
-                return answered
+                    runs.turn_of_reused(found, plan.conversation, job.question)
+                return Outcome(None, found, found.run, conversation=found.record.get("conversation"))
             if resume is None:
                 resume = self._interrupted_like(store, job, config, runner)
             if resume is not None:
                 claimed = self._claim(resume["id"])
                 job = dataclasses.replace(job, done_steps=tuple(resume["steps"]))
-            elif key is not None and not fresh and not get_protocol(config.protocol).planner:
-                job = dataclasses.replace(job, continued=continuation(store, key))
-            recorder = self._recorder(store, resume, warn, key)
-            if turn and resume is None:
-                recorder.conversation, recorder.asked = plan.conversation, job.question
+            elif planned is not None:
+                job = planned.job(job)
+            recorder = runs.recorder(
+                key=planned.key if planned is not None and resume is None else None,
+                resume=resume,
+                turn=turn and resume is None,
+                conversation=plan.conversation,
+                asked=job.question,
+            )
+            assert recorder is not None  # a store is given
             result = _drive(runner, job, config, recorder, cancel, _Tracker(index, tell))
             if result is None:
                 return None
             trace = recorder.run_id if recorder.failed_write is None else None
-            return {
-                **record(result, trace, len(resume["steps"]) if resume is not None else 0),
-                "conversation": recorder.conversation_record(),
-            }
+            resumed = len(resume["steps"]) if resume is not None else 0
+            return Outcome(result, None, trace, resumed, recorder.conversation_record())
         finally:
             if claimed is not None:
                 with self._busy_lock:
@@ -178,26 +179,6 @@ class SharedModel:
                 raise MemagentError(f"Run {run_id[:8]} is being continued by another call.", "Wait for that call to end.")
             self._busy.add(run_id)
         return run_id
-
-    def _recorder(
-        self, store: TraceStore, resume: Mapping[str, Any] | None, warn: Callable[[str], None], key: AnswerKey | None
-    ) -> Recorder:
-        from ..traces.recorder import Recorder
-
-        s = self.settings
-        return Recorder(store, warn=warn, resume=resume, engine=s.engine_record, chat_template=s.template_record, key=key)
-
-    def _key(self, job: Job, config: AgentConfig) -> AnswerKey | None:
-        """The run's keys (core/reuse.py); None where a document cannot be read to hash it (the run says why)."""
-        from ..core.reuse import answer_key
-
-        s = self.settings
-        try:
-            return answer_key(
-                job.question, config, model=s.model, engine=s.engine, sources=job.sources, ocr=s.ocr, history=job.history
-            )
-        except OSError:
-            return None
 
     def _interrupted_like(self, store: TraceStore, job: Job, config: AgentConfig, runner: JobRunner) -> dict[str, Any] | None:
         """The newest interrupted run this run would repeat (same question, documents, model and
@@ -227,14 +208,14 @@ class SharedModel:
         from ..core.reuse import differences
 
         settings = run.get("settings") or {}
-        s = self.settings
+        s = self.setup
         if config is not None and differences(settings, config.to_dict()):
             return False
         if settings.get("engine") != (dict(s.engine_record) if s.engine_record else None):
             return False
         if settings.get("chat_template") != (dict(s.template_record) if s.template_record else None):
             return False
-        if settings.get("ocr", "auto") != s.ocr:
+        if settings.get("ocr", "auto") != self.ocr:
             return False
         stored, here = str(run["model"]["path"]), runner.prep.model_path
         return stored == here or (os.path.isfile(here) and os.path.realpath(stored) == os.path.realpath(here))
@@ -258,9 +239,11 @@ def _drive(
                     pass
                 recorder.stopped("interrupted")
                 return None
+            recorder.handle(event)
             if isinstance(event, ev.RunStarted):
                 started = True
-            recorder.handle(event)
+                if recorder.run_id is not None:
+                    tracker.tell(Told(tracker.index, "traced", text=recorder.run_id))
             tracker.handle(event)
             if isinstance(event, ev.RunFinished):
                 result = event.result
@@ -320,102 +303,3 @@ class _Tracker:
             self.tell(Told(self.index, "answer", self.total or 0, self.total, self.tokens))
         elif isinstance(event, ev.StepPlanned):  # InfMem: each step's search or STOP, as the live view says it
             self.tell(Told(self.index, "note", event.index, self.total, text=f"plan {event.index}: {event.decision.describe()}"))
-
-
-def record(result: ev.RunResult, trace: str | None, resumed: int = 0) -> dict[str, Any]:
-    """A run as the `ask` tool returns it: the answer, its evidence with the passage each step
-    read, and the trace to show or continue it."""
-    quotes = [q.to_dict() for q in result.quotes]
-    titles = [str(s.get("title") or s.get("path")) for s in result.sources]
-    # Where the answer's sentences were found, the evidence is those sentences, exactly as the
-    # document has them; else the passage around what each evidence step added to the memory.
-    evidence = (
-        [{"step": q.step, "source": titles[q.source], "location": q.location, "excerpt": q.text} for q in result.quotes]
-        if quotes
-        else [cite(step) for step in result.evidence]
-    )
-    return {
-        "question": result.question,
-        "answer": result.answer,
-        **({"data": result.data} if result.config.answer_schema else {}),
-        "evidence": evidence,
-        "quotes": quotes,
-        "steps": len(result.steps),
-        "trace": trace,
-        "document_tokens": result.document_tokens,
-        "seconds": result.timings.get("total_seconds"),
-        "resumed_steps": resumed,
-        "reused_from": None,
-        "continued_from": result.continued_from,
-    }
-
-
-def reused_record(found: Reused, job: Job, runner: JobRunner) -> dict[str, Any]:
-    """An answer the traces had, as the `ask` tool returns a run (`record`), with `reused_from`."""
-    stored = found.record
-    titles = {s["path"]: str(s.get("title") or s["path"]) for s in stored.get("sources") or []}
-    quotes = stored.get("quotes") or []
-    evidence = (
-        [
-            {"step": q["step"], "source": titles.get(q["source"], q["source"]), "location": q["location"], "excerpt": q["text"]}
-            for q in quotes
-        ]
-        if quotes
-        else _cited_again(stored, job, runner)
-    )
-    return {
-        "question": stored["question"],
-        "answer": stored["answer"],
-        **({"data": stored.get("data")} if (stored.get("settings") or {}).get("answer_schema") else {}),
-        "evidence": evidence,
-        "quotes": quotes,
-        "steps": len(stored.get("steps") or []),
-        "trace": found.run,
-        "document_tokens": stored.get("document_tokens"),
-        "seconds": (stored.get("timings") or {}).get("total_seconds"),
-        "resumed_steps": 0,
-        "reused_from": stored["reused_from"],
-        "continued_from": stored.get("continued_from"),
-        "conversation": stored.get("conversation"),
-    }
-
-
-def _cited_again(stored: Mapping[str, Any], job: Job, runner: JobRunner) -> list[dict[str, Any]]:
-    """A reused answer's evidence excerpts (excerpt.cite), where it has no quotes: the documents
-    are cut into the same chunks again (their text is the stored run's) up to the last evidence
-    step; nothing is sent to the model."""
-    from ..core.pipeline import chunk_stream
-    from ..core.protocols import get as get_protocol
-
-    wanted = {int(e["step"]) for e in stored.get("evidence") or []}
-    if not wanted:
-        return []
-    memories = {int(s["index"]): str(s["memory"]) for s in stored.get("steps") or []}
-    initial = get_protocol(str((stored.get("settings") or {}).get("protocol") or "memagent")).initial_memory
-    prep = dataclasses.replace(runner.prep, sources=list(job.sources))
-    chunks, _ = chunk_stream(prep, int(stored["chunk_tokens"]), runner.sources, lambda _: None)
-    cited = []
-    try:
-        for chunk in chunks:
-            if chunk.index in wanted:
-                memory, before = memories[chunk.index], memories.get(chunk.index - 1, initial)
-                step = ev.StepRecord(chunk.index, chunk, memory, before, 0, 0, 0, 0, "", 0.0, 0.0)
-                cited.append(cite(step))
-            if chunk.index >= max(wanted):
-                break
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
-    return cited
-
-
-def stored_job(run: Mapping[str, Any], sources: list[Source]) -> Job:
-    """The job that continues a stored run from its last step."""
-    return Job(
-        key=str(run["id"]),
-        question=str(run["question"]),
-        sources=tuple(sources),
-        title=sources[0].title if len(sources) == 1 else str(run["id"])[:8],
-        done_steps=tuple(run["steps"]),
-    )
