@@ -59,6 +59,7 @@ MEANINGS = {
     "--question": "inspect sizes and shows one question's prompts; ask and watch take several questions",
     "-q": "the same as --question",
     "--seed": "make-niah's seed makes the same items again; a run's seeds its sampling",
+    "--token": "mcp's guards its HTTP transport for MCP clients; serve's guards the page, given once in a browser",
 }
 
 

@@ -1,5 +1,5 @@
-"""The `memagent` command line, assembled: the commands (one module each: ask, batch, inspect, traces,
-eval, models), the version flag, and `main`, which maps an unexpected error to one line.
+"""The `memagent` command line, assembled: the commands (one module each: ask, batch, watch, chat,
+inspect, traces, eval, models, mcp, serve), the version flag, and `main`, which maps an unexpected error to one line.
 
 Answers go to stdout, everything else (live view, warnings, errors) to stderr, so
 `memagent ask doc.pdf "q" > answer.txt` and `--json | jq` work.
@@ -69,13 +69,15 @@ def _register_model_commands() -> None:
 _register_model_commands()
 
 
-def _register_mcp() -> None:
+def _register_servers() -> None:
     from .mcp import mcp
+    from .serve import serve
 
     app.command()(mcp)
+    app.command()(serve)
 
 
-_register_mcp()
+_register_servers()
 
 
 def _reflow(text: str | None) -> str | None:
