@@ -59,8 +59,9 @@ def answered_pdf(folder: Path, home: Path, name: str = "report.pdf") -> dict:
     into the store at `home`; its `ask --json` record."""
     for seed in range(40):
         value = write_pdf(folder / name, seed)
-        done = memagent("ask", name, QUESTION, *map(str, CODEWORD_ASK), "--temperature", "0", "--json", "--fresh",
-                        home=home, cwd=folder)
+        done = memagent(
+            "ask", name, QUESTION, *map(str, CODEWORD_ASK), "--temperature", "0", "--json", "--fresh", home=home, cwd=folder
+        )
         assert done.returncode == 0, done.stderr
         record = json.loads(done.stdout)
         if record["answer"] == value and record["quotes"]:
@@ -75,15 +76,20 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(home: Path, *roots: Path, extra: tuple[str, ...] = (), port: int | None = None) -> Iterator[str]:
+def serving(
+    home: Path, *roots: Path, extra: tuple[str, ...] = (), port: int | None = None, procs: list | None = None
+) -> Iterator[str]:
     """`memagent serve ROOTS` with the code-word model on a free port of 127.0.0.1 over the store at
-    `home`, until the block ends; its base URL. The server's log is at home/serve.log."""
+    `home`, until the block ends; its base URL (and its process, appended to `procs`). The server's
+    log is at home/serve.log."""
     port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
     env.update(MEMAGENT_HOME=str(home), NO_COLOR="1")
     argv = [sys.executable, "-m", "memagent_cli", "serve", *map(str, roots), "--port", str(port), *map(str, CODEWORD_ASK)]
     with open(home / "serve.log", "wb") as log:
         proc = subprocess.Popen([*argv, "--temperature", "0", *extra], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if procs is not None:
+        procs.append(proc)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

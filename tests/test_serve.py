@@ -55,10 +55,10 @@ def test_the_list_the_run_its_quote_and_its_page_are_served(served):
     assert "default-src 'none'" in listed.headers["content-security-policy"]
     page = get(served, f"/runs/{run}")
     assert page.status_code == 200
-    assert f"<div class=\"answer\">{served['record']['answer']}</div>" in page.text
+    assert f'<div class="answer">{served["record"]["answer"]}</div>' in page.text
     assert 'id="step-1"' in page.text and f"/runs/{run}/quotes/1" in page.text
     quote = get(served, f"/runs/{run}/quotes/1")
-    assert quote.status_code == 200 and "<rect class=\"mark\"" in quote.text
+    assert quote.status_code == 200 and '<rect class="mark"' in quote.text
     image = get(served, f"/runs/{run}/sources/0/pages/2.png")
     assert image.status_code == 200 and image.content[:8] == b"\x89PNG\r\n\x1a\n"
     assert get(served, f"/runs/{run[:6]}").headers["location"] == f"/runs/{run}"  # a prefix: the whole id
@@ -159,7 +159,11 @@ def test_another_address_without_a_token_is_refused_in_one_line(tmp_path):
     env = {**os.environ, "MEMAGENT_HOME": str(tmp_path), "NO_COLOR": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "memagent_cli", "serve", str(tmp_path), "--host", "0.0.0.0", "--port", str(free_port())],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "--host 0.0.0.0 is reachable from other machines, so it needs --token" in done.stderr
     assert done.stderr.count("\n") == 1
@@ -169,6 +173,10 @@ def test_a_root_that_is_not_a_folder_is_refused(tmp_path):
     env = {**os.environ, "MEMAGENT_HOME": str(tmp_path), "NO_COLOR": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "memagent_cli", "serve", str(tmp_path / "nope")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "nope: no such folder" in done.stderr and "Traceback" not in done.stderr

@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "B16": "infmem_overhead",
     "B17": "infmem_step",
     "B18": "reuse",
+    "B19": "serve_page",
 }
 
 

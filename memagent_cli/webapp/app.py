@@ -33,7 +33,7 @@ CSP = (
 HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make a form's Origin "null", which the gate refuses
     "x-frame-options": "DENY",
 }
 log = logging.getLogger("memagent.serve")
@@ -49,6 +49,7 @@ def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASG
     """The app and the readings it starts (close them when the app ends)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.responses import Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
@@ -83,6 +84,7 @@ def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASG
         Route("/ask", pages.ask_form),
         Route("/ask", pages.ask, methods=["POST"]),
         Route("/readings/{n}", pages.reading),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(packages=[("memagent_cli.webapp", "static")]), name="static"),
     ]
 
