@@ -180,3 +180,28 @@ def test_a_root_that_is_not_a_folder_is_refused(tmp_path):
         timeout=120,
     )
     assert done.returncode == 2 and "nope: no such folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_steps_planner_decision_plan_and_earlier_run_are_shown_in_line(served):
+    """InfMem's search before a step, the plan a QwenLong memory ends with, and a step taken from an
+    earlier run, each on its step of the timeline."""
+    from memagent_cli.traces.store import TraceStore
+
+    with TraceStore(served["home"] / "traces.db") as store:
+        source = [{"path": "a.txt", "title": "a.txt", "kind": "text", "size": 10, "sha256": None}]
+        infmem = store.create_run(question="q", sources=source, model={"name": "m"}, settings={"protocol": "infmem"})
+        found = {
+            "query": "code word",
+            "top_k": 1,
+            "units": [{"unit": 0, "start_token": 0, "end_token": 20, "location": "a.txt chars 9–80"}],
+        }
+        decision = {"action": "search", "searches": [found], "stop_streak": 0, "reply": "<search>code word</search>"}
+        store.add_step(infmem, {"index": 1, "memory": "kept", "decision": decision})
+        qwenlong = store.create_run(question="q", sources=source, model={"name": "m"}, settings={"protocol": "qwenlong"})
+        memory = "<memory>\nThe fox ran.\n</memory>\n<plan>\nLook for the dog next.\n</plan>"
+        store.add_step(qwenlong, {"index": 1, "memory": memory, "copied_from": infmem})
+    shown = get(served, f"/runs/{infmem}")
+    assert "plan: search &#39;code word&#39; found a.txt chars 9–80" in shown.text
+    page = get(served, f"/runs/{qwenlong}").text
+    assert "plan: Look for the dog next." in page
+    assert f'from run <a href="/runs/{infmem}#step-1">{infmem[:8]}</a>' in page

@@ -366,7 +366,7 @@ def export(
 
 def _conversation_page(ref: str, fmt: str) -> str:
     """`traces export --conversation`: its turns on one page."""
-    from ..traces.export import export_conversation
+    from ..traces.conversation_export import export_conversation
     from ..traces.quoting import stored_quotes
 
     if fmt not in ("html", "markdown"):

@@ -9,9 +9,9 @@ gives, never the store itself, and writes text for the caller to save or print.
 - HTML is one self-contained page (inline CSS, no script, no URL of any kind) with the memory
   timeline diffed step against step. Everything that came from a document, a model or a user is
   escaped; a Content-Security-Policy that forbids scripts and loads is a second line of defence.
-  Its parts are public (PAGE_CSS, PAGE_CSP, status_note, run_meta_html, timeline_html, answer_html,
-  note_html) so that report.py draws the same timeline, answer and notes for every run of a
-  per-document job on one page.
+  Its parts are public (PAGE_CSS, PAGE_CSP, status_note, run_meta_html, timeline_html, step_view,
+  answer_html, note_html, escape, md_inline) so that report.py, conversation_export.py and the page
+  (webapp/) draw the same timeline, steps, answer and notes.
 
 Markdown and HTML are made to be passed on, so they show a run as sharing.py shares it: sources
 named from where the run started, the model by name, times to the second, no absolute path of
@@ -34,8 +34,9 @@ from ..core.events import Decision
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import DELETE, EQUAL, INSERT, evidence_steps, split_changes, word_diff
 from ..core.provenance import describe_extent, describe_spans
+from ..core.qwenlong import parts as qwenlong_parts
 from ..display import SCHEMA, json_controls_escaped, visible
-from .sharing import Sharing, for_run, model_name, shared_time
+from .sharing import Sharing, for_run, model_name
 
 FORMATS = ("jsonl", "markdown", "html")
 
@@ -176,7 +177,7 @@ def status_note(run: Record) -> str | None:
 _MD_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~&#"})
 
 
-def _md_inline(text: Any) -> str:
+def md_inline(text: Any) -> str:
     """One line of text that Markdown shows as is: white space collapsed, punctuation escaped.
 
     Backslash escapes (CommonMark allows one before any ASCII punctuation) keep "<script>" in a
@@ -199,19 +200,19 @@ def export_markdown(run: Record, quotes: Sequence[Record] = ()) -> str:
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)
-    out = [f"# {_md_inline(run.get('question') or '(no question)')}", ""]
+    out = [f"# {md_inline(run.get('question') or '(no question)')}", ""]
     note = status_note(run)
     if note:
-        out += [f"> **Note:** {_md_inline(note)}", ""]
+        out += [f"> **Note:** {md_inline(note)}", ""]
     out += [
-        f"- **Run:** {_md_inline(run.get('id', '?'))}",
-        f"- **Status:** {_md_inline(run.get('status', '?'))} ({_md_inline(_progress(run))})",
-        f"- **Started:** {_md_inline(run.get('started_at') or '?')}; **ended:** {_md_inline(run.get('ended_at') or '-')}",
-        f"- **Model:** {_md_inline(_model(run))}",
+        f"- **Run:** {md_inline(run.get('id', '?'))}",
+        f"- **Status:** {md_inline(run.get('status', '?'))} ({md_inline(_progress(run))})",
+        f"- **Started:** {md_inline(run.get('started_at') or '?')}; **ended:** {md_inline(run.get('ended_at') or '-')}",
+        f"- **Model:** {md_inline(_model(run))}",
         "- **Sources:**",
     ]
-    out += [f"  - {_md_inline(_source_line(s))}" for s in run.get("sources") or []] or ["  - (none recorded)"]
-    out += [f"- **Document:** {_num(run.get('document_tokens'))} tokens", f"- **Settings:** {_md_inline(_settings(run))}"]
+    out += [f"  - {md_inline(_source_line(s))}" for s in run.get("sources") or []] or ["  - (none recorded)"]
+    out += [f"- **Document:** {_num(run.get('document_tokens'))} tokens", f"- **Settings:** {md_inline(_settings(run))}"]
     if evidence:
         listed = ", ".join(str(k) for k in sorted(evidence))
         out.append(f"- **{EVIDENCE_MARK}** ({EVIDENCE_MEANING}): steps {listed}")
@@ -226,9 +227,9 @@ def export_markdown(run: Record, quotes: Sequence[Record] = ()) -> str:
     for n, quote in enumerate(quotes, 1):
         before, after = quote.get("before") or "", quote.get("after") or ""
         # spaces around the bold: CommonMark closes "**" after a full stop only before a space
-        text = f"{'…' + _md_inline(before) + ' ' if before else ''}**{_md_inline(quote.get('text') or '')}**"
-        text += f" {_md_inline(after)}" if after else ""
-        out += ["", f"**[{n}] {_md_inline(sharing.text(quote.get('location') or ''))}**", "", f"> {text}{'…' if after else ''}"]
+        text = f"{'…' + md_inline(before) + ' ' if before else ''}**{md_inline(quote.get('text') or '')}**"
+        text += f" {md_inline(after)}" if after else ""
+        out += ["", f"**[{n}] {md_inline(sharing.text(quote.get('location') or ''))}**", "", f"> {text}{'…' if after else ''}"]
     for n, step in enumerate(steps, 1):
         index = step.get("index", n)
         mark = f" {EVIDENCE_MARK}" if index in evidence else ""
@@ -237,16 +238,16 @@ def export_markdown(run: Record, quotes: Sequence[Record] = ()) -> str:
             "",
             f"## Step {index}{mark}",
             "",
-            f"*{_md_inline(_provenance(step))}*",
+            f"*{md_inline(_provenance(step))}*",
             "",
-            _md_inline(_stats(step)) + (f" · **{CUT_NOTE}**" if step.get("finish_reason") == "length" else ""),
+            md_inline(_stats(step)) + (f" · **{CUT_NOTE}**" if step.get("finish_reason") == "length" else ""),
             "",
             _md_fence(memories[n]),
             "",
         ]
         for label, runs in (("Added", added), ("Dropped", dropped)):
             if runs:
-                out += [f"**{label}:**", ""] + [f"- {_md_inline(r)}" for r in runs] + [""]
+                out += [f"**{label}:**", ""] + [f"- {md_inline(r)}" for r in runs] + [""]
             else:
                 out += [f"**{label}:** nothing", ""]
         out.pop()  # the blank line after the last list
@@ -256,7 +257,7 @@ def export_markdown(run: Record, quotes: Sequence[Record] = ()) -> str:
 # --- HTML --------------------------------------------------------------------------------------
 
 
-def _e(value: Any) -> str:
+def escape(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -324,7 +325,7 @@ def _diff_html(before: str, after: str) -> tuple[str, tuple[list[str], list[str]
     """The new memory with the old one's dropped text inline: <ins> added, <del> dropped."""
     ops = word_diff(before, after)
     tags = {EQUAL: "{}", INSERT: "<ins>{}</ins>", DELETE: "<del>{}</del>"}
-    return "".join(tags[kind].format(_e(text)) for kind, text in ops), split_changes(ops)
+    return "".join(tags[kind].format(escape(text)) for kind, text in ops), split_changes(ops)
 
 
 def run_meta_html(run: Record) -> str:
@@ -332,36 +333,47 @@ def run_meta_html(run: Record) -> str:
     sharing.py shares it (the callers pass it so)."""
     status = str(run.get("status") or "?")
     sources = "".join(
-        f"<li>{_e(_source_line(s))}"
-        + (f' <code title="sha256">{_e(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
+        f"<li>{escape(_source_line(s))}"
+        + (f' <code title="sha256">{escape(str(s["sha256"])[:12])}</code>' if s.get("sha256") else "")
         + "</li>"
         for s in run.get("sources") or []
     )
     settings = "".join(
-        f"<li><code>{_e(k)}</code> = <code>{_e(v)}</code></li>" for k, v in shown_settings(run.get("settings") or {}).items()
+        f"<li><code>{escape(k)}</code> = <code>{escape(v)}</code></li>"
+        for k, v in shown_settings(run.get("settings") or {}).items()
     )
     meta = [
-        ("Status", f'<span class="status {_e(status)}">{_e(status)}</span> ({_e(_progress(run))})'),
-        ("Run", f"<code>{_e(run.get('id', '?'))}</code>"),
-        ("Started", _e(run.get("started_at") or "?")),
-        ("Ended", _e(run.get("ended_at") or "-")),
-        ("Model", _e(_model(run))),
+        ("Status", f'<span class="status {escape(status)}">{escape(status)}</span> ({escape(_progress(run))})'),
+        ("Run", f"<code>{escape(run.get('id', '?'))}</code>"),
+        ("Started", escape(run.get("started_at") or "?")),
+        ("Ended", escape(run.get("ended_at") or "-")),
+        ("Model", escape(_model(run))),
         ("Sources", f"<ul>{sources}</ul>" if sources else "(none recorded)"),
-        ("Document", f"{_e(_num(run.get('document_tokens')))} tokens"),
+        ("Document", f"{escape(_num(run.get('document_tokens')))} tokens"),
         ("Settings", f"<ul>{settings}</ul>" if settings else "(none recorded)"),
     ]
     if run.get("error"):
-        meta.append(("Error", _e(run["error"])))
+        meta.append(("Error", escape(run["error"])))
     return '<dl class="meta">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>"
 
 
-def step_view(step: Record, before: str, evidence: bool, early_stop: int = 3) -> dict[str, Any]:
+def step_view(step: Record, before: str, evidence: bool, early_stop: int = 3, protocol: str = "memagent") -> dict[str, Any]:
     """One step as a timeline shows it (this export, the page, `ask --each --html`): its index, where it
     read, its counts, its memory diffed against `before` (HTML: <ins> added, <del> dropped) with the
     words added and dropped, whether it is evidence, was cut at its budget, was taken from an earlier
-    run (`copied_from`), and the planner's decision before it (InfMem), in words."""
+    run (`copied_from`), and the planner's decision before it in words: InfMem's search or STOP, or
+    the plan a QwenLong memory ends with."""
     body, (added, dropped) = _diff_html(before, step.get("memory") or "")
     decision = step.get("decision")
+    if decision:
+        try:
+            planned: str | None = Decision.from_dict(decision, early_stop).describe()
+        except (KeyError, TypeError):  # a trace from another version: shown without it
+            planned = "(a decision this version of memagent cannot read)"
+    elif protocol == "qwenlong":
+        planned = qwenlong_parts(str(step.get("memory") or ""))[1].strip() or None
+    else:
+        planned = None
     return {
         "index": step.get("index"),
         "provenance": _provenance(step),
@@ -372,7 +384,7 @@ def step_view(step: Record, before: str, evidence: bool, early_stop: int = 3) ->
         "dropped": _words(dropped),
         "evidence": evidence,
         "copied_from": step.get("copied_from"),
-        "decision": Decision.from_dict(decision, early_stop).describe() if decision else None,
+        "decision": planned,
     }
 
 
@@ -383,7 +395,7 @@ def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     steps = _steps(run)
     memories = _memories(run)
     evidence = _evidence(run)
-    switch = _e(f"{id_prefix}hide-del")
+    switch = escape(f"{id_prefix}hide-del")
     # A CSS-only switch (no script): the checkbox hides the struck-out text of every step.
     out = [f'<input type="checkbox" id="{switch}"> <label for="{switch}">hide dropped text</label>']
     out.append(
@@ -394,16 +406,16 @@ def timeline_html(run: Record, *, id_prefix: str = "") -> str:
     for n, step in enumerate(steps, 1):
         view = step_view(step, memories[n - 1], step.get("index", n) in evidence)
         index = view["index"] or n
-        head = [f'<span class="idx">Step {_e(index)}</span>']
+        head = [f'<span class="idx">Step {escape(index)}</span>']
         if view["evidence"]:
             head.append(f'<span class="badge">{EVIDENCE_MARK}</span>')
-        head.append(f'<span class="prov">{_e(view["provenance"])}</span>')
-        stats = _e(view["stats"])
+        head.append(f'<span class="prov">{escape(view["provenance"])}</span>')
+        stats = escape(view["stats"])
         if view["cut"]:
             stats += f' · <span class="cut">{CUT_NOTE}</span>'
         step_id = f"{id_prefix}step-{index}" if isinstance(index, int) else f"{id_prefix}step-n{n}"
         out += [
-            f'<li class="step{" evidence" if view["evidence"] else ""}" id="{_e(step_id)}">',
+            f'<li class="step{" evidence" if view["evidence"] else ""}" id="{escape(step_id)}">',
             f'<div class="head">{"".join(head)}</div>',
             f'<div class="stats">{stats}</div>',
             f'<pre class="memory">{view["diff"]}</pre>',
@@ -420,12 +432,12 @@ def answer_html(answer: Any) -> str:
     """The answer's box, or a box that says there is none (`answer` None)."""
     if answer is None:
         return '<div class="answer none">No answer.</div>'
-    return f'<div class="answer">{_e(answer)}</div>'
+    return f'<div class="answer">{escape(answer)}</div>'
 
 
 def note_html(label: str, text: str) -> str:
     """A note beside the answer ("Note", "Error"): what the reader should know about the run."""
-    return f'<div class="note" role="note"><strong>{_e(label)}:</strong> {_e(text)}</div>'
+    return f'<div class="note" role="note"><strong>{escape(label)}:</strong> {escape(text)}</div>'
 
 
 def page_head(title: str, css: str, body_class: str = "") -> list[str]:
@@ -436,9 +448,9 @@ def page_head(title: str, css: str, body_class: str = "") -> list[str]:
         '<html lang="en">',
         "<head>",
         '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(PAGE_CSP)}">',
+        f'<meta http-equiv="Content-Security-Policy" content="{escape(PAGE_CSP)}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title>",
+        f"<title>{escape(title)}</title>",
         f"<style>{css}</style>",
         "</head>",
         f'<body class="{body_class}">' if body_class else "<body>",
@@ -454,9 +466,9 @@ def quotes_html(quotes: Sequence[Record], sharing: Sharing, level: int = 2) -> s
     for n, quote in enumerate(quotes, 1):
         before, after = quote.get("before") or "", quote.get("after") or ""
         out += [
-            f"<h{level + 1}>[{n}] {_e(sharing.text(quote.get('location') or ''))}</h{level + 1}>",
-            f'<p class="quote">{"…" if before else ""}{_e(before)}<mark>{_e(quote.get("text") or "")}</mark>'
-            f"{_e(after)}{'…' if after else ''}</p>",
+            f"<h{level + 1}>[{n}] {escape(sharing.text(quote.get('location') or ''))}</h{level + 1}>",
+            f'<p class="quote">{"…" if before else ""}{escape(before)}<mark>{escape(quote.get("text") or "")}</mark>'
+            f"{escape(after)}{'…' if after else ''}</p>",
         ]
     out.append("</section>")
     return "\n".join(out)
@@ -472,13 +484,13 @@ def export_html(run: Record, quotes: Sequence[Record] = ()) -> str:
     out = [
         *page_head(f"memagent: {title}", PAGE_CSS),
         "<header>",
-        f"<h1>{_e(question)}</h1>",
+        f"<h1>{escape(question)}</h1>",
     ]
     answer = run.get("answer")
     out.append(answer_html(answer))
     raw = run.get("raw_answer")
     if raw is not None and raw != answer:
-        out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{_e(raw)}</pre></details>')
+        out.append(f'<details class="raw"><summary>Raw answer</summary><pre>{escape(raw)}</pre></details>')
     note = status_note(run)
     if note:
         out.append(note_html("Note", note))
@@ -488,109 +500,10 @@ def export_html(run: Record, quotes: Sequence[Record] = ()) -> str:
         out.append(quoted)
     out.append(run_meta_html(run))
     out += ["</header>", "<main>", "<h2>Memory timeline</h2>", timeline_html(run)]
-    out += ["</main>", f"<footer>Exported by memagent. Run <code>{_e(run.get('id', '?'))}</code>.</footer>", "</body>", "</html>"]
-    return "\n".join(out) + "\n"
-
-
-# --- a conversation ------------------------------------------------------------------------------
-
-
-def export_conversation(
-    conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]], fmt: str
-) -> str:
-    """Every turn of a conversation (TraceStore.conversation) on one page, HTML or Markdown: each
-    turn's question as asked, then its run as `export` shows one (`runs`, by id; a turn whose run
-    is gone says so), its quotes (`quotes`, by run id)."""
-    if fmt == "html":
-        return _conversation_html(conversation, runs, quotes)
-    if fmt == "markdown":
-        return visible(_conversation_markdown(conversation, runs, quotes))
-    raise ValueError(f"a conversation is exported as html or markdown, not {fmt!r}")
-
-
-def _turn_note(turn: Record) -> str:
-    said = f"answered from run {turn['run'][:8]}, given again" if turn.get("reused") else f"run {turn['run'][:8]}"
-    changed = ", ".join(f"{name} {value}" for name, value in (turn.get("changed") or {}).items())
-    return said + (f"; for this turn {changed}" if changed else "")
-
-
-def _conversation_markdown(conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]]) -> str:
-    turns = conversation.get("turns") or []
-    out = [
-        f"# Conversation {_md_inline(conversation['id'])}",
-        "",
-        f"{len(turns)} turns, begun {_md_inline(shared_time(conversation.get('started_at')))}.",
+    out += [
+        "</main>",
+        f"<footer>Exported by memagent. Run <code>{escape(run.get('id', '?'))}</code>.</footer>",
+        "</body>",
+        "</html>",
     ]
-    for turn in turns:
-        out += ["", f"## Turn {turn['turn']}: {_md_inline(turn['question'])}", "", f"*{_md_inline(_turn_note(turn))}*", ""]
-        run = runs.get(turn["run"])
-        if run is None:
-            out.append("(its run has been removed)")
-            continue
-        body = export_markdown(run, quotes.get(turn["run"], ())).splitlines()
-        out += _demoted(body[1:])  # its own title is the problem it read: the turn's question stands for it
-    return "\n".join(out).rstrip("\n") + "\n"
-
-
-def _demoted(lines: Sequence[str]) -> list[str]:
-    """Markdown lines with every heading one level down, those inside fenced blocks (memories) left as they are."""
-    out, fence = [], ""
-    for line in lines:
-        marker = re.match(r"^(`{3,})", line)
-        if fence:
-            if marker is not None and line.strip() == fence:
-                fence = ""
-        elif marker is not None:
-            fence = marker.group(1)
-        elif line.startswith("#"):
-            line = "#" + line
-        out.append(line)
-    return out
-
-
-# Additions to the export's stylesheet for a conversation's turns. No url(), @import or web fonts.
-_CONVERSATION_CSS = """
-section.turn { border-top: 2px solid var(--line); margin: 2rem 0 0; padding-top: .5rem; }
-section.turn h2 { overflow-wrap: anywhere; }
-p.muted { color: var(--muted); margin: 0 0 .5rem; }
-details.trace { margin: 1rem 0 0; background: #eceef2; border-radius: 6px; padding: .5rem .75rem; }
-details.trace > summary { cursor: pointer; font-weight: 600; }
-"""
-
-
-def _conversation_html(conversation: Record, runs: Mapping[str, Record], quotes: Mapping[str, Sequence[Record]]) -> str:
-    turns = conversation.get("turns") or []
-    out = [
-        *page_head(f"memagent: conversation {conversation['id']}", PAGE_CSS + _CONVERSATION_CSS),
-        "<header>",
-        f"<h1>Conversation {_e(conversation['id'])}</h1>",
-        f"<p>{len(turns)} turns, begun {_e(shared_time(conversation.get('started_at')))}.</p>",
-        "</header>",
-        "<main>",
-    ]
-    for turn in turns:
-        number = turn["turn"]
-        out += [f'<section class="turn" id="turn-{number}">', f"<h2>Turn {number}: {_e(turn['question'])}</h2>"]
-        out.append(f'<p class="muted">{_e(_turn_note(turn))}</p>')
-        run = runs.get(turn["run"])
-        if run is None:
-            out += [note_html("Note", "its run has been removed"), "</section>"]
-            continue
-        sharing = for_run(run)
-        shown = sharing.run(run)
-        out.append(answer_html(shown.get("answer")))
-        note = status_note(shown)
-        if note:
-            out.append(note_html("Note", note))
-        quoted = quotes_html(quotes.get(turn["run"], ()), sharing, level=3)
-        if quoted:
-            out.append(quoted)
-        out.append(run_meta_html(shown))
-        out += [
-            '<details class="trace"><summary>Memory timeline</summary>',
-            timeline_html(shown, id_prefix=f"turn-{number}-"),
-            "</details>",
-            "</section>",
-        ]
-    out += ["</main>", "<footer>Exported by memagent.</footer>", "</body>", "</html>"]
     return "\n".join(out) + "\n"

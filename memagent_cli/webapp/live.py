@@ -28,7 +28,7 @@ PING_SECONDS = 15
 async def run_events(pages: Pages, request: Request) -> EventSourceResponse:
     """A run's new steps after `after`, its progress, and "ended" once it is no longer running."""
     run = await pages.run_of(request.path_params["run"])
-    run_id, early_stop = run["id"], run_view(run)["early_stop"]
+    run_id, shown = run["id"], run_view(run)
     try:
         after = max(0, int(request.query_params.get("after", "0")))
     except ValueError:
@@ -45,7 +45,7 @@ async def run_events(pages: Pages, request: Request) -> EventSourceResponse:
 
             head, steps, before = await pages.read(poll)
             if steps:
-                views = step_views(steps, before, set(), early_stop)
+                views = step_views(steps, before, set(), shown)
                 yield {"event": "steps", "data": bytes(pages.render("_steps.html", steps=views).body).decode("utf-8")}
                 last = int(steps[-1]["index"])
             state = {

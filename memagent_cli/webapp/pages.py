@@ -133,7 +133,7 @@ class Pages:
         def load(store: TraceStore) -> tuple[list[dict[str, Any]], set[int]]:
             marked = set() if lazy else evidence_of(store, run)
             steps = store.steps(run["id"], limit=STEPS_PAGE)
-            return step_views(steps, memory_before(store, run, 1), marked, run_view(run)["early_stop"]), marked
+            return step_views(steps, memory_before(store, run, 1), marked, run_view(run)), marked
 
         steps, _ = await self.read(load)
         quotes, notes = await anyio.to_thread.run_sync(lambda: evidence.quotes_of(run, self.roots))
@@ -160,7 +160,7 @@ class Pages:
 
         def load(store: TraceStore) -> list[dict[str, Any]]:
             found = store.steps(run["id"], start=start, limit=count)
-            return step_views(found, memory_before(store, run, start), set(), run_view(run)["early_stop"])
+            return step_views(found, memory_before(store, run, start), set(), run_view(run))
 
         steps = await self.read(load)
         last = steps[-1]["index"] if steps else start - 1

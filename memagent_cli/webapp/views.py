@@ -71,12 +71,15 @@ def run_view(run: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def step_views(steps: Sequence[Mapping[str, Any]], before: str, evidence: set[int], early_stop: int) -> list[dict[str, Any]]:
-    """Steps as the timeline draws them, each diffed against the memory before it (`before`: the memory
-    before the first of them)."""
+def step_views(
+    steps: Sequence[Mapping[str, Any]], before: str, evidence: set[int], run: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Steps of `run` (a run_view) as the timeline draws them, each diffed against the memory before it
+    (`before`: the memory before the first of them)."""
     out = []
     for step in steps:
-        out.append(step_view(step, before, int(step.get("index") or 0) in evidence, early_stop))
+        index = int(step.get("index") or 0)
+        out.append(step_view(step, before, index in evidence, run["early_stop"], run["protocol"]))
         before = str(step.get("memory") or "")
     return out
 
