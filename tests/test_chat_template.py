@@ -93,3 +93,84 @@ def test_chat_template_is_refused_for_a_served_engine(doc, tmp_path):
     proc = run_memagent("ask", doc, "q", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1", "--chat-template", template)
     assert proc.returncode == 2 and "--chat-template is for the embedded engine" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# The end markers of the template memagent falls back to ----------------------------------------
+
+
+def _stream(*pieces: str, finish: str = "length"):
+    """An engine's stream as a reply of `pieces` gives it, ending in its CompletionDone."""
+    from memagent_cli.model.engine import CompletionDone, PromptRead, TextDelta
+
+    yield PromptRead(10, 10)
+    for piece in pieces:
+        yield TextDelta(piece)
+    yield CompletionDone("".join(pieces), finish, 10, len(pieces), 50, 0, 0.1, 0.2)
+
+
+def test_a_reply_ends_at_the_fallback_templates_marker_written_as_text():
+    from memagent_cli.model.engine import CompletionDone, TextDelta, stopped_at
+
+    closed = []
+
+    def engine():
+        try:
+            yield from _stream("The fox", " ran.<|im", "_end|>", "<|im_end|>", " more")
+        finally:
+            closed.append(True)  # the stream was closed: nothing after the marker is generated
+
+    items = list(stopped_at(engine(), ("<|im_end|>", "<|im_start|>"), lambda text: len(text.split()), 10, 50))
+    shown = "".join(i.text for i in items if isinstance(i, TextDelta))
+    done = items[-1]
+    assert isinstance(done, CompletionDone) and done.text == "The fox ran." and done.finish_reason == "stop"
+    assert shown == "The fox ran."  # the marker's first half was held back, never shown
+    assert (done.prompt_tokens, done.completion_tokens, done.max_tokens) == (10, 3, 50) and closed == [True]
+
+
+def test_a_reply_without_a_marker_is_as_the_engine_gave_it():
+    from memagent_cli.model.engine import TextDelta, stopped_at
+
+    items = list(stopped_at(_stream("a <|i", "m fine"), ("<|im_end|>",), len, 10, 50))
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "a <|im fine"  # held back, then given
+    assert items[-1].text == "a <|im fine" and items[-1].finish_reason == "length"
+    assert list(stopped_at(_stream("x"), (), len, 1, 1)) == list(_stream("x"))  # no markers: untouched
+
+
+def test_a_reply_of_markers_alone_is_an_error_not_an_answer():
+    from memagent_cli.model.engine import stopped_at
+
+    with pytest.raises(MemagentError, match="wrote only its chat template's end marker") as raised:
+        list(stopped_at(_stream("  <|im_end|><|im_end|>"), ("<|im_end|>",), len, 10, 50))
+    assert "--chat-template" in raised.value.hint
+
+
+def test_only_the_fallback_template_brings_markers(llama_bare, tmp_path):
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.gguf import read_gguf
+
+    info = read_gguf(llama_bare)
+    assert ChatFormat.from_gguf(info).stops == ("<|im_end|>", "<|im_start|>")
+    assert ChatFormat.from_gguf(info, MARKED).stops == ()
+
+
+def test_the_embedded_engine_ends_a_reply_at_a_marker(llama_bare, monkeypatch):
+    """The real engine on a model without a template: its greedy reply, then the same reply ended
+    where a marker (a piece of that reply, standing in for one) begins."""
+    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.engine import CompletionDone, Sampling
+    from memagent_cli.model.gguf import read_gguf
+    from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
+    from memagent_cli.model.tokenizer import load_tokenizer
+
+    info = read_gguf(llama_bare)
+    engine = LlamaEngine(info, load_tokenizer(info), ChatFormat.from_gguf(info), n_ctx=512, options=EmbeddedOptions(threads=1))
+    try:
+        whole = [i for i in engine.complete("Say something.", 24, Sampling(temperature=0)) if isinstance(i, CompletionDone)][0]
+        marker = whole.text[len(whole.text) // 2 :][:3]
+        assert marker.strip() and whole.text.index(marker) > 0
+        monkeypatch.setattr(ChatFormat, "stops", property(lambda self: (marker,)))
+        cut = [i for i in engine.complete("Say something.", 24, Sampling(temperature=0)) if isinstance(i, CompletionDone)][0]
+    finally:
+        engine.close()
+    assert cut.text == whole.text[: whole.text.index(marker)] and cut.finish_reason == "stop"
+    assert cut.completion_tokens < whole.completion_tokens

@@ -88,6 +88,12 @@ class ChatFormat:
             given=template is not None,
         )
 
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The end markers of the template memagent falls back to, as text: a model that does not know
+        them as tokens writes them out, and its reply ends there (engine.stopped_at)."""
+        return ("<|im_end|>", "<|im_start|>") if self.is_default else ()
+
     def default_note(self, info: GGUFInfo) -> tuple[str, str] | None:
         """(level, message) for the user when the default template stands in for a missing one:
         "info" for a Qwen architecture (the template it was trained with), "warning" for any other,

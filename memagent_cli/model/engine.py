@@ -9,8 +9,11 @@ served model (vLLM, llama-server: `served/`) can stand in for the embedded llama
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Union, runtime_checkable
+from typing import Callable, Iterator, Protocol, Sequence, Union, runtime_checkable
+
+from ..errors import MemagentError
 
 
 @dataclass(frozen=True)
@@ -113,3 +116,74 @@ class Chained(Protocol):
 
     def for_chain(self, key: str) -> Engine:
         """The same engine, sending `key` with every request; it shares everything else."""
+
+
+class StopText:
+    """A reply streamed until one of `stops` (text, not a token: the end markers of a chat template
+    the model does not know as tokens) appears: `feed` gives what may be shown now, holding back a
+    tail that may be the start of a marker; `at` is where the first marker begins, once one has."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = tuple(s for s in stops if s)
+        self.text = ""
+        self.shown = 0
+        self.at: int | None = None
+
+    def feed(self, piece: str) -> str:
+        self.text += piece
+        longest = max(map(len, self.stops), default=0)
+        window = max(0, self.shown - longest)
+        found = [i for s in self.stops if (i := self.text.find(s, window)) >= 0]
+        if found:
+            self.at = min(found)
+            end = self.at
+        else:
+            held = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+            end = len(self.text) - held
+        out, self.shown = self.text[self.shown : max(end, self.shown)], max(end, self.shown)
+        return out
+
+
+def stopped_at(
+    items: Iterator[Completion], stops: Sequence[str], count: Callable[[str], int], prompt_tokens: int, max_tokens: int
+) -> Iterator[Completion]:
+    """`items` (an engine's stream of a reply to a prompt of `prompt_tokens`, within `max_tokens`),
+    ended where one of `stops` appears in the reply: the rest is not generated (the stream is closed,
+    which frees its slot), and the reply's text ends before the marker, finish_reason "stop". A reply
+    that is nothing but such markers is an error, never an answer or a memory: the model does not
+    follow the chat template it was given. `count` gives a text's tokens (the reply's, as the stream
+    was cut before its own count)."""
+    if not stops:
+        yield from items
+        return
+    text = StopText(stops)
+    started = time.perf_counter()
+    for item in items:
+        if isinstance(item, Retrying):
+            text = StopText(stops)
+        elif isinstance(item, TextDelta):
+            shown = text.feed(item.text)
+            if shown:
+                yield TextDelta(shown)
+            if text.at is not None:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+                reply = text.text[: text.at]
+                if not reply.strip():
+                    raise MemagentError(
+                        f"The model wrote only its chat template's end marker ({text.text[text.at :][:20]!r}), no reply:"
+                        " it does not follow the template memagent gave it.",
+                        "Give the model's own template with --chat-template FILE (Jinja, or its tokenizer_config.json).",
+                    )
+                done = time.perf_counter()
+                yield CompletionDone(reply, "stop", prompt_tokens, count(reply), max_tokens, 0, 0.0, done - started)
+                return
+            continue
+        elif isinstance(item, CompletionDone):
+            rest = text.text[text.shown :]
+            if rest:
+                yield TextDelta(rest)
+            yield item
+            return
+        yield item

@@ -21,7 +21,7 @@ from ..errors import MemagentError
 from .backends import EngineOptions, register
 from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
 from .chat import ChatFormat
-from .engine import Completion, CompletionDone, PromptRead, RawPrompt, Sampling, TextDelta
+from .engine import Completion, CompletionDone, PromptRead, RawPrompt, Sampling, TextDelta, stopped_at
 from .gguf import GGUFInfo
 from .memory import available_memory, check_context_fits, model_memory
 from .runtime import available_cores, busy_cores, cpu_times, default_threads, log_reason, quiet_llama_logs, threads_for
@@ -316,7 +316,13 @@ class LlamaEngine:
         return sampler
 
     def complete(self, user_message: str, max_tokens: int, sampling: Sampling, expect: str = "") -> Iterator[Completion]:
-        return self._generate(self.chat.encode(self.tokenizer, user_message), max_tokens, sampling, expect)
+        prompt = self.chat.encode(self.tokenizer, user_message)
+        budget = min(max_tokens, self.n_ctx - len(prompt))
+        replies = self._generate(prompt, max_tokens, sampling, expect)
+        return stopped_at(replies, self.chat.stops, self._count, len(prompt), budget)
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
 
     def complete_raw(self, prompt: RawPrompt, max_tokens: int, sampling: Sampling) -> Iterator[Completion]:
         # A second stage re-tokenizes the first stage's text after the prompt, as the reference's

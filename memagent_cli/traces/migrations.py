@@ -178,6 +178,37 @@ MIGRATIONS: list[str] = [
     INSERT INTO conversations (id, started_at, first_run) SELECT id, started_at, id FROM runs;
     INSERT INTO turns (conversation, turn, run_id, question, asked_at) SELECT id, 1, id, question, started_at FROM runs;
     """,
+    # 9: watches. A `memagent watch` records itself (its process, as a running run does) and its
+    # table as it keeps it, a row per document and question, so that the page (`memagent serve`)
+    # shows it live. (From this version on, the runs of a job, --each, batch, watch or eval, are
+    # turns of no conversation: only a question a person asks begins one.)
+    """
+    CREATE TABLE watches (
+        id TEXT PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        ended_at TEXT,
+        paths TEXT NOT NULL,                -- JSON list, as named
+        questions TEXT NOT NULL,            -- JSON list
+        cwd TEXT,
+        pid INTEGER,
+        host TEXT,
+        pid_started TEXT
+    );
+    CREATE TABLE watch_rows (
+        watch_id TEXT NOT NULL REFERENCES watches (id) ON DELETE CASCADE,
+        key TEXT NOT NULL,                  -- the document's title and the question (core.jobs.Job.each)
+        document TEXT NOT NULL,
+        question TEXT NOT NULL,
+        state TEXT NOT NULL,                -- as the watch's own table says it: queued, reading, answered …
+        answer TEXT,
+        run_id TEXT,
+        error TEXT,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (watch_id, key)
+    );
+    CREATE INDEX watches_started_at ON watches (started_at);
+    """,
 ]
 
 

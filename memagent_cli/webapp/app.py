@@ -53,7 +53,7 @@ def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASG
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from .live import list_events, run_events
+    from .live import list_events, run_events, watch_events
     from .pages import Pages
     from .readings import Readings
 
@@ -73,6 +73,9 @@ def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASG
         Route("/conversations", pages.conversations),
         Route("/conversations/{cid}", pages.conversation),
         Route("/conversations/{cid}/ask", pages.follow_up, methods=["POST"]),
+        Route("/watches", pages.watches),
+        Route("/watches/{watch}", pages.watch),
+        Route("/watches/{watch}/live", live(watch_events)),
         Route("/runs/{run}", pages.run),
         Route("/runs/{run}/steps", pages.steps),
         Route("/runs/{run}/evidence", pages.evidence_steps),

@@ -1,7 +1,8 @@
 """What changes on an open page, as Server-Sent Events, from the trace store: a reading's new steps
 (each drawn as the timeline draws it) and its progress until it ends, whatever process records it
-(`ask`, `watch`, `batch`, the MCP server, this page); and, for the list of runs, a word that it
-changed. The store is looked at every POLL_SECONDS: a step shows within that of its record.
+(`ask`, `watch`, `batch`, the MCP server, this page); and, for the list of runs and a watch's table,
+a word that it changed. The store is looked at every POLL_SECONDS: a step shows within that of its
+record.
 """
 
 from __future__ import annotations
@@ -83,5 +84,25 @@ async def list_events(pages: Pages, request: Request) -> EventSourceResponse:
                 yield {"event": "changed", "data": "1"}
             seen = now
             await anyio.sleep(POLL_SECONDS * 4)
+
+    return EventSourceResponse(events(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
+
+
+async def watch_events(pages: Pages, request: Request) -> EventSourceResponse:
+    """ "changed" whenever a watch's table changes, until it ends."""
+    ref = request.path_params["watch"]
+    await pages.watch_of(ref)  # 404 for an unknown one
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        seen = None
+        while not await request.is_disconnected():
+            watch = await pages.watch_of(ref)
+            if seen is not None and watch["updated_at"] != seen:
+                yield {"event": "changed", "data": "1"}
+            seen = watch["updated_at"]
+            if not watch["watching"]:
+                yield {"event": "changed", "data": "1"}
+                return
+            await anyio.sleep(POLL_SECONDS * 2)
 
     return EventSourceResponse(events(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})

@@ -122,6 +122,34 @@ class Pages:
         titles = [str(s.get("title") or s.get("path")) for s in (first or {}).get("sources") or []]
         return self.render("conversation.html", nav="conversations", conversation=found, sources=", ".join(titles) or "?")
 
+    async def watches(self, request: Request) -> Response:
+        from ..traces.watchlog import WatchLog
+
+        def load() -> list[dict[str, Any]]:
+            with WatchLog() as log:
+                return log.watches(limit=LIST_PAGE)
+
+        return self.render("watches.html", nav="watches", rows=await anyio.to_thread.run_sync(load))
+
+    async def watch(self, request: Request) -> Response:
+        watch = await self.watch_of(request.path_params["watch"])
+        if request.query_params.get("fragment"):
+            return self.render("_watch.html", watch=watch)
+        return self.render("watch.html", nav="watches", watch=watch)
+
+    async def watch_of(self, ref: str) -> dict[str, Any]:
+        """A watch and its rows (a unique prefix of its id); 404 where none."""
+        from ..traces.watchlog import WatchLog
+
+        def load() -> dict[str, Any]:
+            with WatchLog() as log:
+                return log.watch(ref)
+
+        try:
+            return await anyio.to_thread.run_sync(load)
+        except MemagentError as exc:
+            raise HTTPException(404, exc.message) from None
+
     # a run -------------------------------------------------------------------------------
 
     async def run(self, request: Request) -> Response:

@@ -88,9 +88,9 @@ function followRun() {
   source.addEventListener("ended", () => { source.close(); location.reload(); });
 }
 
-// The list of runs, drawn again when what it shows changes.
+// The list of runs, or a watch's table, drawn again when what it shows changes.
 function followList() {
-  const box = $("#runs");
+  const box = $("#runs") || $("#watch");
   if (!box || !box.dataset.live) return;
   const source = new EventSource(box.dataset.live);
   source.addEventListener("changed", async () => {
@@ -134,7 +134,7 @@ document.addEventListener("keydown", (event) => {
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
   if (pendingG) {
     pendingG = false;
-    const to = { r: "/", c: "/conversations", a: "/ask" }[event.key];
+    const to = { r: "/", c: "/conversations", w: "/watches", a: "/ask" }[event.key];
     if (to) { location.assign(to); event.preventDefault(); }
     return;
   }
