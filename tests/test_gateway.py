@@ -4,7 +4,7 @@ answers as a server does directly; `ask --each` and `batch` answer every documen
 answering the job killed mid-job leaves the other to finish it, every answer right.
 
 What the gateway (0.3.2) needs from a worker, as docs/SERVING.md says: `--backend openai` (without it
-the gateway takes a worker for an SGLang runtime and drops it), and `--health-check-endpoint
+the gateway probes each worker as an SGLang runtime and never registers it), and `--health-check-endpoint
 /v1/models`, since llama-cpp-python's server has no /health: its health checks would mark both
 workers unhealthy after 3 intervals (60 s each by default), and the gateway would then answer every
 request 404 "No worker available". The gateway's /v1/models lists one model, "unknown"; memagent
@@ -12,7 +12,7 @@ sends that name and the gateway passes any name through. It has no tokenize endp
 use, so memagent cuts the chunks itself: `--tokenizer` with the model's GGUF.
 
 Its OpenAI backend neither spreads requests nor retries them: every request goes to one worker,
-whatever the --policy, until that worker's circuit breaker opens (two failed requests in a row);
+whatever the --policy, until that worker's circuit breaker opens (after two failed requests here);
 a request that fails on the way (a refused connection: HTTP 503 "Failed to contact upstream"; a
 reply cut off mid-stream) reaches memagent, whose retries ask again and land on the other worker.
 The test asserts what a user needs (every answer, right, once, and the other worker answering after
