@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
+import select
 import signal
 import sqlite3
 import subprocess
@@ -170,7 +172,9 @@ def test_chat_fresh_reads_the_next_question_again(tmp_path):
 
 
 def test_chat_at_a_terminal(tmp_path):
-    """Two questions, Ctrl-C during a reading (kept, resumable) back to the prompt, a third, Ctrl-D."""
+    """Two questions; Ctrl-C during a reading (kept) back to the prompt; the same question again goes
+    on from where it stopped; /history numbers turns as the turn lines do; a third; Ctrl-D. The
+    follow-up's header shows the question as asked, and nothing is wider than the terminal."""
     doc = whole_fact(12_000, 13)  # ~190 steps: long enough to interrupt
     (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
     home = tmp_path / "home"
@@ -199,6 +203,8 @@ def test_chat_at_a_terminal(tmp_path):
         deadline = time.monotonic() + timeout
         while shown.count(text) < count:
             assert proc.poll() is None and time.monotonic() < deadline, shown.decode(errors="replace")[-3000:]
+            if not select.select([leader], [], [], 0.5)[0]:  # never blocked for good on a quiet terminal
+                continue
             try:
                 shown.extend(os.read(leader, 65536))
             except OSError:
@@ -214,17 +220,23 @@ def test_chat_at_a_terminal(tmp_path):
         os.write(leader, AGAIN.encode() + b"\r")
         until(b"turn 2 of conversation")
         at = len(shown)
-        while b"Step " not in shown[at:]:  # reading: Ctrl-C stops it, the chat goes on
+        # a few steps of turn 2 kept (the progress line says "Step 3/…" while step 3 is read): Ctrl-C stops it there
+        while not any(int(n) >= 3 for n in re.findall(rb"Step (\d+)/", bytes(shown[at:]))):
             until(b"Step ", count=shown.count(b"Step ") + 1)
         proc.send_signal(signal.SIGINT)
-        until(b"interrupted")
+        until(b"ask it again, or /resume, to go on from there")
         until(prompt, count=3)
         os.write(leader, b"/history\r")
-        until(b"1. " + QUESTION.encode())
+        until(b"2. " + AGAIN.encode())  # turn 2, as its line said, though it has no answer yet
+        assert b"1. " + QUESTION.encode() in shown
         until(prompt, count=4)
+        os.write(leader, AGAIN.encode() + b"\r")
+        until(b"turn 2 of conversation")
+        until(b"goes on from step")
+        until(prompt, count=5)
         os.write(leader, b"Name the code word.\r")
         until(b"turn 3 of conversation")
-        until(prompt, count=5)
+        until(prompt, count=6)
         os.write(leader, b"\x04")  # Ctrl-D
         assert proc.wait(timeout=60) == 0
     finally:
@@ -233,7 +245,11 @@ def test_chat_at_a_terminal(tmp_path):
         os.close(leader)
     with sqlite3.connect(home / "traces.db") as db:
         statuses = [r[0] for r in db.execute("SELECT runs.status FROM turns JOIN runs ON runs.id = turns.run_id ORDER BY turn")]
-    assert statuses == ["complete", "interrupted", "complete"]
+    assert statuses == ["complete", "complete", "complete"]  # turn 2 stopped, then gone on with
+    plain = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]", b"", bytes(shown)).decode(errors="replace")
+    assert f"Q: {AGAIN}" in plain and "Earlier questions" not in plain  # the follow-up as asked, not its problem
+    widest = max(len(line) for line in re.split(r"[\r\n]", plain))
+    assert widest <= 100, widest
 
 
 def test_mcp_ask_holds_a_conversation(tmp_path, memagent_home):

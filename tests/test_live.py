@@ -262,3 +262,33 @@ def test_a_slow_redraw_is_made_less_often(monkeypatch):
     now[0] = 100.51 + 1 / live.FPS
     view._draw()
     assert len(drawn) == 2
+
+
+def test_the_answer_is_said_once_where_it_is_printed_below_the_view(tmp_path, models):
+    """On a terminal whose stdout is the same terminal, the view's last frame shows the final memory,
+    and the answer is left to stdout; with stdout elsewhere the last frame shows the answer."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(400), encoding="utf-8")
+    config = AgentConfig(chunk_tokens=200, memory_tokens=3, answer_tokens=2, temperature=0)
+    frames = {}
+    for below in (False, True):
+        view = LiveView(recording_console(), fps=1000, draw_share=None, answer_below=below)
+        for event in ask_events("Where?", [str(doc)], model=models["long"], config=config):
+            view.handle(event)
+        last = recording_console()
+        last.print(view.memory_panel())
+        frames[below] = last.export_text()
+    assert "Answer" in frames[False] and "Memory" not in frames[False]
+    assert "Memory" in frames[True] and "Answer" not in frames[True]
+
+
+def test_the_progress_line_keeps_within_the_terminal():
+    """A narrow terminal: the rates go, the bar narrows; no word wraps onto a line of its own."""
+    for width in (60, 80, 120):
+        console = Console(file=io.StringIO(), record=True, force_terminal=True, width=width)
+        view = LiveView(console, fps=1000, draw_share=None)
+        view.step, view.total_steps, view.tokens_read, view.document_tokens = 12, 400, 60_000, 2_000_000
+        view.prompt_rate, view.gen_rate = 1234.0, 56.0
+        console.print(view.progress())
+        lines = console.export_text().splitlines()
+        assert len(lines) == 1 and len(lines[0]) <= width, (width, lines)

@@ -41,6 +41,7 @@ COMMANDS = {
     "/history": "the questions and answers so far",
     "/fresh": "the next question reads again, whatever the trace store has",
     "/standalone": "the next question is asked alone, without the earlier turns",
+    "/resume": "go on with the reading Ctrl-C stopped, from its last finished step",
     "/cid": "this conversation's id, to go on later (chat --cid ID, or ask --cid ID)",
     "/quit": "end (Ctrl-D too)",
 }
@@ -64,8 +65,9 @@ def chat(
     """Ask questions about documents one after another, each a follow-up of the ones before.
 
     Each question is a new reading of the sources whose problem holds the earlier questions and
-    answers (see [b]ask -c[/]); an answer known to the trace store is given at once. Commands:
-    /sources, /history, /fresh, /standalone, /cid, /quit.
+    answers (see [b]ask -c[/]); an answer known to the trace store is given at once. Ctrl-C stops a
+    reading and keeps it: asking the same question again (or /resume) goes on from its last step.
+    Commands: /sources, /history, /fresh, /standalone, /resume, /cid, /quit.
 
     [dim]Examples:[/]
       memagent chat contract.pdf
@@ -159,51 +161,93 @@ class Session:
     fresh_next: bool = False
     standalone_next: bool = False
     done: bool = False
+    stopped: tuple[str, str] | None = None  # (question, run id) of the reading Ctrl-C stopped last
 
     def ask(self, question: str) -> None:
-        """One turn: an answer from the store, or a reading (Ctrl-C stops it, and the chat goes on)."""
+        """One turn: an answer from the store, or a reading (Ctrl-C stops it, and the chat goes on); the
+        question of a turn Ctrl-C stopped, asked again, goes on with its reading."""
         from ..core.pipeline import ask_events, found_sources
 
         if not question.strip():
             return
+        stopped, self.stopped = self.stopped, None
         found = found_sources(self.paths, self.sources)
         following = self.conversation.id if self.conversation is not None else None
         history = self.conversation.history if self.conversation is not None and not self.standalone_next else []
         if self.conversation is not None:
             changed_since(self.conversation.first, list(found.sources), self.runs.warn)
+        resumed = self._resumable(stopped, question) if stopped is not None else None
         # /fresh: this question's alone
         plan = self.runs.plan(question, found.sources, history=history, fresh=True if self.fresh_next else None)
         self.fresh_next = self.standalone_next = False
-        if plan.reused is not None:
+        if plan.reused is not None and resumed is None:
             self.runs.turn_of_reused(plan.reused, following, question, self.changed)
             if not self.output.quiet:
                 say_reused(self.err, plan.reused.note())
             self._answered(plan.reused.record)
             return
-        recorder = plan.recorder(turn=True, conversation=following, asked=question, changed=self.changed)
+        if resumed is not None:
+            recorder = self.runs.recorder(resume=resumed, turn=True)
+            if not self.output.quiet:
+                turn = recorder.store.own_turn(resumed["id"]) if recorder is not None else None
+                where = f"turn {turn[1]} of conversation {turn[0][:8]}" if turn else f"run {resumed['id'][:8]}"
+                noter(self.err)(f"{where}: goes on from step {len(resumed['steps']) + 1}, where Ctrl-C stopped it")
+        else:
+            recorder = plan.recorder(turn=True, conversation=following, asked=question, changed=self.changed)
+            if self.conversation is not None and not self.output.quiet:
+                noter(self.err)(self.conversation.next_turn())
         assert recorder is not None  # chat keeps its conversation in the store
-        if self.conversation is not None and not self.output.quiet:
-            noter(self.err)(self.conversation.next_turn())
         events = ask_events(
             question,
             self.paths,
             **self.run.args(),
             sources=self.sources,
             found=found,
-            continued=plan.continued(),
+            done_steps=resumed["steps"] if resumed is not None else (),
+            continued=plan.continued() if resumed is None else None,
             history=history,
         )
         try:
             show_one(events, self.err, recorder, self.output, served=self.run.engine.served)
         except KeyboardInterrupt:
             recorder.stopped("interrupted")
-            resume = f" Resume it with: memagent ask --resume {recorder.run_id[:8]}" if recorder.run_id and recorder.steps else ""
-            self.err.print(Text.assemble(("interrupted", "yellow"), f": the reading stopped.{resume}"), soft_wrap=True)
+            if recorder.run_id and recorder.steps:
+                self.stopped = (question, recorder.run_id)
+                said = ": the reading stopped; ask it again, or /resume, to go on from there."
+            else:
+                said = ": the reading stopped."
+            self.err.print(Text.assemble(("interrupted", "yellow"), said), soft_wrap=True)
         except MemagentError as exc:
             recorder.stopped("failed", str(exc))
             raise
         finally:
             self._follow(recorder.turn[0] if recorder.turn is not None else following)
+
+    def resume(self) -> None:
+        """/resume: the reading Ctrl-C stopped last, gone on with."""
+        if self.stopped is None:
+            self.err.print("No reading to resume: Ctrl-C keeps one stopped in this chat.", style="dim")
+            return
+        self.ask(self.stopped[0])
+
+    def _resumable(self, stopped: tuple[str, str], question: str) -> dict[str, Any] | None:
+        """The stopped run, to go on with, where `question` is its question asked again with the same
+        earlier turns (its problem is then the same text); None otherwise, or where it cannot be."""
+        from ..traces.recorder import resume_plan
+
+        asked, run_id = stopped
+        if " ".join(question.split()) != " ".join(asked.split()):
+            return None
+        try:
+            run = resume_plan(self.store, run_id)
+        except MemagentError as exc:
+            self.runs.warn(f"The stopped reading cannot go on ({exc.message}); it is read anew.")
+            return None
+        # No turn was answered since it stopped (any question asked in between forgets it), so its
+        # problem holds the same earlier turns: the question it ends with is the one asked again.
+        if not " ".join(str(run.get("question") or "").split()).endswith(" ".join(question.split())):
+            return None
+        return run
 
     def _answered(self, record: dict[str, Any]) -> None:
         if self.output.json_out:
@@ -227,9 +271,16 @@ class Session:
             for path in self.paths:
                 say(visible(path), markup=False, highlight=False)
         elif name == "/history":
-            for number, (question, answer) in enumerate(self.conversation.history if self.conversation else [], 1):
-                say(f"{number}. {visible(question)}", markup=False, highlight=False, soft_wrap=True)
-                say(f"   {visible(answer)}", style="green", markup=False, highlight=False, soft_wrap=True)
+            # every turn by its own number, as "turn N of conversation …" says it, a stopped one too
+            turns = self.store.conversation(self.conversation.id)["turns"] if self.conversation else []
+            for turn in turns:
+                say(f"{turn['turn']}. {visible(turn['question'])}", markup=False, highlight=False, soft_wrap=True)
+                if turn["answer"] is not None:
+                    say(f"   {visible(turn['answer'])}", style="green", markup=False, highlight=False, soft_wrap=True)
+                else:
+                    say(f"   ({turn['status']})", style="yellow", markup=False, highlight=False, soft_wrap=True)
+        elif name == "/resume":
+            self.resume()
         elif name == "/fresh":
             self.fresh_next = True
             say("The next question reads again.", style="dim")

@@ -9,12 +9,12 @@ import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Mapping, Protocol
 
 import typer
 from rich.console import Console
 
-from .common import sigterm_as_interrupt, warner
+from .common import noter, sigterm_as_interrupt, warner
 from .options import ShowFlags
 from .reuse import record_text
 from .textout import SCHEMA, SafeConsole, json_text, print_json
@@ -80,7 +80,9 @@ def show_one(events: Iterable[Event], err: Console, recorder: Recorder | None, o
             print_json(record)
     else:
         # On a terminal, what the model wrote is displayed, not obeyed; piped, it is data.
-        print(record_text(record, raw=out.raw, cite=out.cite, tty=sys.stdout.isatty()))
+        print(record_text(record, raw=out.raw, cite=out.cite, tty=sys.stdout.isatty()), flush=True)
+    if record.get("answer_cut") and not out.quiet:
+        cut_note(err, record)
 
 
 class _Consumer(Protocol):
@@ -99,7 +101,7 @@ def consume(
 
     live = not quiet and err.is_terminal
     views: list[LiveView | PlainProgress] = (
-        [LiveView(err, gpu_hint=gpu_hint)] if live else ([] if quiet else [PlainProgress(err)])
+        [LiveView(err, gpu_hint=gpu_hint, answer_below=sys.stdout.isatty())] if live else ([] if quiet else [PlainProgress(err)])
     )
     if gpu_hint and not live and not quiet:
         err.print(f"note: {gpu_hint}", style="yellow", markup=False, soft_wrap=True)
@@ -140,3 +142,9 @@ def given_flags(ctx: typer.Context) -> set[str]:
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.add(name)
     return given
+
+
+def cut_note(err: Console, record: Mapping[str, Any]) -> None:
+    """The line that says an answer ran out of its budget, and how to get it whole."""
+    budget = (record.get("settings") or {}).get("answer_tokens")
+    noter(err)(f"the answer was cut at its budget (--answer-tokens {budget}); raise it for the whole answer")

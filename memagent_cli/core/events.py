@@ -49,6 +49,7 @@ class RunStarted:
     tokenizer: str
     ocr: str = "auto"  # how scanned pages and images were read (--ocr), kept so a resumed run reads them alike
     servers: tuple[str, ...] = ()  # a served model's servers (model_path is then "")
+    asked: str = ""  # a follow-up's question as asked, where `question` is the problem holding the earlier turns
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,7 @@ class RunResult:
     data_truncated: bool = False  # AnswerFinished.data_truncated
     evidence_by_field: dict[str, list[Quote]] = field(default_factory=dict)  # under --schema: each field's quotes
     continued_from: dict[str, Any] | None = None  # {"run", "step"}: the first steps were taken from that run
+    answer_cut: bool = False  # the answer ran out of its budget (--answer-tokens): it may end mid-sentence
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
@@ -347,6 +349,7 @@ class RunResult:
             "data": self.data,
             **({"data_truncated": True} if self.data_truncated else {}),
             "raw_answer": self.raw_answer,
+            "answer_cut": self.answer_cut,
             "memory": self.memory,
             "model": model_record(self.model, self.model_path, self.servers),
             "device": self.device,

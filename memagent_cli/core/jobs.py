@@ -277,8 +277,9 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     else:
         found = [job.stand_in]
     job_prep = dataclasses.replace(prep, sources=found, notices=[])
+    asked = job.question.strip() if job.history else ""
     yield RunStarted(
-        question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers
+        question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers, asked
     )
     yield shared.loaded()
     stream, stats = _job_chunks(job, job_prep, config, options, notes)

@@ -410,6 +410,7 @@ def ask_many_events(
     step in turn). `done_steps`, `continued` and `histories` are per question, as ask_events takes them."""
     t0 = time.perf_counter()
     prep = prepare(model, paths, sources, engine, found)
+    asked = [q.strip() if i < len(histories) and histories[i] else "" for i, q in enumerate(questions)]
     questions = [
         check_question(q, prep.tokenizer, config, histories[i] if i < len(histories) else ()) for i, q in enumerate(questions)
     ]
@@ -424,7 +425,15 @@ def ask_many_events(
         yield (
             i,
             RunStarted(
-                q, prep.model_name, prep.model_path, tuple(prep.sources), config, prep.tokenizer.name, sources.ocr, prep.servers
+                q,
+                prep.model_name,
+                prep.model_path,
+                tuple(prep.sources),
+                config,
+                prep.tokenizer.name,
+                sources.ocr,
+                prep.servers,
+                asked[i],
             ),
         )
     for note in prep.notices:
@@ -546,6 +555,7 @@ def _result(
         raw_answer=answer.raw,
         data=answer.data,
         data_truncated=answer.data_truncated,
+        answer_cut=answer.finish_reason == "length",
         memory=memory,
         model=prep.model_name,
         model_path=prep.model_path,

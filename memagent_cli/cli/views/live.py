@@ -93,8 +93,18 @@ class LiveView:
     """The full-screen-width live display: header, progress, the memory as it is written.
     Everything, printed lines included, is drawn at most `fps` times a second."""
 
-    def __init__(self, console: Console, fps: float = FPS, gpu_hint: str | None = None, draw_share: float | None = DRAW_SHARE):
+    def __init__(
+        self,
+        console: Console,
+        fps: float = FPS,
+        gpu_hint: str | None = None,
+        draw_share: float | None = DRAW_SHARE,
+        answer_below: bool = False,
+    ):
         self.console = console
+        # the answer is printed below the view on the same terminal (stdout is one): the last frame
+        # shows the final memory, so that the answer is said once
+        self.answer_below = answer_below
         self.gpu_hint = gpu_hint  # a GPU this build cannot use, said in the header (install.doctor.gpu_hint_due)
         self.interval = 1.0 / fps
         self.header = Text("memagent")
@@ -161,7 +171,7 @@ class LiveView:
             (sources, "green"),
             "\n",
             ("Q: ", "bold"),
-            clip(e.question, 200),
+            clip(e.asked or e.question, 200),  # a follow-up: the question as asked, not the problem composed
         )
         self._draw()
 
@@ -274,7 +284,7 @@ class LiveView:
     def _on_AnswerFinished(self, e: AnswerFinished) -> None:
         self.phase = "done"
         self.streaming = False
-        self.writing = [e.raw]
+        self.writing = [] if self.answer_below else [e.raw]
         self._draw()
 
     def _on_RunFinished(self, e: RunFinished) -> None:
@@ -328,13 +338,22 @@ class LiveView:
             rates.append(f"gen {gen:,.0f}" if gen >= 100 else f"gen {gen:.1f}")
         if self.prompt_read is not None:  # a CPU reads a chunk's prompt for tens of seconds before writing
             tokens += f" · prompt {self.prompt_read[0]:,}/{self.prompt_read[1]:,} read"
-        grid.add_row(
+        cells = [
             Text(f"Step {self.step}/{total if total else '?'}", style="bold"),
-            ProgressBar(total=total or 100, completed=done if total else 0, width=24, pulse=not total),
             Text(tokens, style="cyan"),
             Text(f"{duration_text(time.perf_counter() - self.started)} · ETA {duration_text(self._eta())}", style="dim"),
             Text(" · ".join(rates) + (" tok/s" if rates else ""), style="magenta", no_wrap=True),
-        )
+        ]
+        # Within the terminal's width, never wrapping a word onto a line of its own: the rates go
+        # first, then the bar narrows, then the token counts shorten.
+        room = self.console.width - sum(cell.cell_len + 1 for cell in cells)
+        if room < 8:
+            cells.pop()
+            room = self.console.width - sum(cell.cell_len + 1 for cell in cells)
+        for cell in cells:
+            cell.no_wrap, cell.overflow = True, "ellipsis"
+        bar = ProgressBar(total=total or 100, completed=done if total else 0, width=max(4, min(24, room - 1)), pulse=not total)
+        grid.add_row(cells[0], bar, *cells[1:])
         if self.ocr:
             grid.add_row(Text(self.ocr, style="yellow"))
         return grid
