@@ -368,3 +368,21 @@ def test_help_paragraphs_are_left_to_the_terminal_to_wrap():
     assert "installed models and whether they fit in GPU memory; with the exact reinstall command" in listing.stdout
     ask = run_memagent("ask", "-h", env={"COLUMNS": "200"})
     assert '\n   memagent ask report.pdf "Who signed the 2019 amendment?"' in ask.stdout.replace("│", "")
+
+
+def test_an_ask_line_becomes_an_inspect_line_by_its_verb(tmp_path, models):
+    """inspect reads `ask`'s arguments (sources, then the question) and takes its flags; those that
+    change how a run goes, not what it reads or sends, are said once and ignored."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(300), encoding="utf-8")
+    line = [doc, "Where did the fox run?", "-m", models["random"], "--chunk-tokens", "100", "--answer-tokens", "8"]
+    extra = ["--fresh", "--parallel", "2", "--temperature", "0", "--cite"]
+    shown = run_memagent("inspect", *line, *extra, "--show-prompt", "final")
+    assert shown.returncode == 0, shown.stderr
+    assert "Where did the fox run?" in shown.stdout
+    assert shown.stderr.count("inspect ignores --fresh, --parallel, --cite, --temperature, --answer-tokens") == 1
+    counted = run_memagent("inspect", *line, "--json")
+    plain = run_memagent("inspect", doc, "-q", "Where did the fox run?", *line[2:6], "--json")
+    assert counted.returncode == 0 and plain.returncode == 0, counted.stderr + plain.stderr
+    assert json.loads(counted.stdout) == json.loads(plain.stdout)  # the question as the last argument, as -q
+    assert "ignores" not in plain.stderr

@@ -56,8 +56,6 @@ MEANINGS = {
     "--name": "what models pull, convert and add call the model, each defaulting from what it installs",
     "--out": "a job's results (batch, eval run), where make-niah writes its items",
     "-o": "--out's, and the file traces export writes",
-    "--question": "inspect sizes and shows one question's prompts; ask and watch take several questions",
-    "-q": "the same as --question",
     "--seed": "make-niah's seed makes the same items again; a run's seeds its sampling",
     "--token": "mcp's guards its HTTP transport for MCP clients; serve's guards the page, given once in a browser",
 }

@@ -308,3 +308,19 @@ def test_resume_uses_the_runs_chat_template_and_refuses_it_changed(doc, models, 
     template.write_text(original, encoding="utf-8")
     resumed = as_json("ask", "--resume", "last")
     assert [s["memory"] for s in resumed["steps"]] == [s["memory"] for s in whole["steps"]]
+
+
+def test_traces_list_piped_keeps_a_run_on_one_line(tmp_path, models):
+    """Piped, the list is as wide as its rows (not 80 columns, its questions wrapped a word a line);
+    --width lays it out in the columns given."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(words(200), encoding="utf-8")
+    question = "Which of the river banks flooded first in the spring and why did it happen?"
+    done = run_memagent("ask", doc, question, "-m", models["random"], "--chunk-tokens", "200", "--memory-tokens", "8",
+                        "--answer-tokens", "4", "--temperature", "0", "--quiet")
+    assert done.returncode == 0, done.stderr
+    listed = run_memagent("traces", "list")
+    rows = [line for line in listed.stdout.splitlines() if "complete" in line]
+    assert len(rows) == 1 and "Which of the river banks flooded" in rows[0] and "doc.txt" in rows[0]
+    narrow = run_memagent("traces", "list", "--width", "60")
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 60

@@ -7,7 +7,7 @@ import os
 import shlex
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import typer
 from rich.console import Console
@@ -20,16 +20,19 @@ from .common import check_outputs, check_paths, fail, noter, open_store, stderr_
 from .conversation import FollowFlags, turn_setup
 from .many import resume_hint, run_many
 from .options import (
+    EachOpt,
     FreshOpt,
     NoTraceOpt,
     OcrChoice,
     OutputFlags,
     ParallelOpt,
+    QuestionArgs,
     QuestionFlags,
+    ResumeOpt,
     ShowFlags,
     SourceFlags,
+    SvgOpt,
     flag_groups,
-    option,
 )
 from .reuse import show_reused
 from .setup import RunFlags, setup
@@ -40,36 +43,6 @@ if TYPE_CHECKING:
     from ..runs.planning import Runs
     from ..traces.recorder import Recorder
     from ..traces.store import TraceStore
-
-
-QuestionArgs = Annotated[
-    Optional[list[str]],
-    typer.Argument(
-        metavar="[SOURCE]... QUESTION",
-        show_default=False,
-        help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
-    ),
-]
-ResumeOpt = Annotated[
-    Optional[str],
-    option(
-        "Continue an interrupted run from its last completed step, with its sources, question and settings.",
-        metavar="ID|last",
-        panel="Traces",
-    ),
-]
-EachOpt = Annotated[
-    bool,
-    option(
-        "Ask every document on its own: each file (in folders and archives too) x each question is its "
-        "own run, with its own memory and trace, on one loaded model.",
-        "--each",
-        panel="Questions",
-    ),
-]
-
-
-SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]
 
 
 @flag_groups

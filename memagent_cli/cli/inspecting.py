@@ -17,12 +17,22 @@ from ..model.runtime import MAX_SEQUENCES
 from .common import check_paths, fail, noter, stderr_console, warner
 from .conversation import FollowFlags
 from .options import (
-    JsonOpt,
+    EachOpt,
+    FreshOpt,
+    NoTraceOpt,
+    OutputFlags,
+    ParallelOpt,
     ProtocolChoice,
+    QuestionArgs,
+    QuestionFlags,
+    ResumeOpt,
+    ShowFlags,
     SourceFlags,
+    SvgOpt,
     flag_groups,
 )
-from .setup import PromptFlags, chat_template, quiet_library_logs
+from .setup import PromptFlags, RunFlags, chat_template, quiet_library_logs
+from .single import given_flags
 from .textout import SafeConsole, print_json
 
 if TYPE_CHECKING:
@@ -30,10 +40,6 @@ if TYPE_CHECKING:
     from ..ingest.base import OcrProgress
 
 
-SourcesArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(metavar="[SOURCE]...", show_default=False, help="Documents, folders, zip archives or - for stdin."),
-]
 TextOpt = Annotated[
     bool,
     typer.Option(
@@ -41,10 +47,6 @@ TextOpt = Annotated[
         help="Print on stdout exactly the document text the model will read, laid out as ask lays it out. Needs no "
         "model; with -m, normalized as that model's tokenizer normalizes it (NFC for Qwen models).",
     ),
-]
-QuestionOpt = Annotated[
-    Optional[str],
-    typer.Option("--question", "-q", help="The question, for prompt sizes and --show-prompt.", show_default=False),
 ]
 ShowPromptOpt = Annotated[
     Optional[str],
@@ -70,15 +72,23 @@ SequencesOpt = Annotated[
 
 @flag_groups
 def inspect(
-    sources: SourcesArg = None,
+    ctx: typer.Context,
+    args: QuestionArgs = None,
     show_text: TextOpt = False,
-    question: QuestionOpt = None,
     show_prompt: ShowPromptOpt = None,
     sequences: SequencesOpt = 1,
     source_flags: SourceFlags = SourceFlags(),
+    resume: ResumeOpt = None,
+    no_trace: NoTraceOpt = False,
+    fresh: FreshOpt = False,
     follow: FollowFlags = FollowFlags(),
-    json_out: JsonOpt = False,
-    flags: PromptFlags = PromptFlags(),
+    asked: QuestionFlags = QuestionFlags(),
+    each: EachOpt = False,
+    outputs: OutputFlags = OutputFlags(),
+    parallel: ParallelOpt = 4,
+    shown: ShowFlags = ShowFlags(),
+    svg: SvgOpt = None,
+    flags: RunFlags = RunFlags(),
 ) -> None:
     """Count what a question would cost, without loading any weights; or show what memagent reads.
 
@@ -88,8 +98,12 @@ def inspect(
     --text prints the document text itself (no model needed): what a Word file, a web page or a
     scan became.
 
+    It takes `ask`'s arguments and flags: an ask line is an inspect line with its verb changed (a flag
+    that changes how a run goes, not what it reads, is said once and ignored).
+
     [dim]Examples:[/]
       memagent inspect report.pdf --model m.gguf
+      memagent inspect report.pdf "Who signed the 2019 amendment?" -m m.gguf --show-prompt final
       memagent inspect -c --question "And when does it end?" --show-prompt 1
       memagent inspect deck.pptx --text | less
       memagent inspect scan.pdf --text --ocr always
@@ -103,13 +117,16 @@ def inspect(
     quiet_library_logs(False)
     warn = warner(err)
     if show_text:
-        _print_document_text(sources or [], source_flags, warn, err, flags.model)
+        _print_document_text(args or [], source_flags, warn, err, flags.model)
         return
     try:
+        _ignored(given_flags(ctx), err)
+        sources, question = _sources_and_question(args, asked, follow.following, warn)
+        json_out = shown.json_out
         answer = _answer_config(flags)
         question, step = _prompt_plan(show_prompt, question, answer)
         template = chat_template(flags.template_file, "llama")
-        read = _Reading(sources or [], flags.model, flags.chunk_tokens, flags.memory_tokens, flags.protocol)
+        read = _Reading(sources, flags.model, flags.chunk_tokens, flags.memory_tokens, flags.protocol)
         read = read.following(follow, question, err)
         check_paths(read.paths)  # a missing file is said before a missing model
         report = inspect_sources(
@@ -181,6 +198,67 @@ class _Reading:
             self.protocol or ProtocolChoice(settings.get("protocol") or "memagent"),
             () if follow.standalone else tuple(found.history),
         )
+
+
+# ask's flags that change how a run goes, not what it reads or sends: inspect takes them and says so once
+_IGNORED = {
+    "resume": "--resume",
+    "no_trace": "--no-trace",
+    "fresh": "--fresh",
+    "each": "--each",
+    "jsonl": "--jsonl",
+    "csv_file": "--csv",
+    "html": "--html",
+    "parallel": "--parallel",
+    "raw": "--raw",
+    "cite": "--cite",
+    "quiet": "--quiet",
+    "svg": "--svg",
+    "offline": "--offline",
+    "gpu_layers": "--gpu-layers",
+    "threads": "--threads",
+    "flash_attn": "--flash-attn",
+    "speculate": "--speculate",
+    "batch": "--batch",
+    "n_ctx": "--ctx",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "final": "--final",
+    "answer_tokens": "--answer-tokens",
+    "early_stop": "--early-stop",
+    "engine": "--engine",
+    "base_url": "--base-url",
+    "api_key": "--api-key",
+    "served_model": "--served-model",
+    "tokenizer": "--tokenizer",
+    "timeout": "--timeout",
+}
+
+
+def _ignored(given: set[str], err: Console) -> None:
+    """One line naming the flags of `ask` given here that change nothing inspect counts or shows."""
+    names = [flag for name, flag in _IGNORED.items() if name in given]
+    if names:
+        noter(err)(f"inspect ignores {', '.join(names)}: they change how a run goes, not what it reads or sends")
+
+
+def _sources_and_question(
+    args: list[str] | None, asked: QuestionFlags, following: bool, warn: Callable[[str], None]
+) -> tuple[list[str], str | None]:
+    """The sources and the question, as `ask` reads its arguments: -q's (the first, of several), else
+    the last argument where it names no file; a follow-up's argument is its question."""
+    given = list(args or [])
+    questions = asked.gathered(warn)
+    if len(questions) > 1:
+        warn(f"inspect sizes one question: the first of the {len(questions)} given")
+    if questions:
+        return given, questions[0]
+    if following:  # its sources are the conversation's: any named is refused (_Reading.following)
+        return given[:-1], (given[-1] if given else None)
+    if given and given[-1] != "-" and not os.path.lexists(given[-1]):
+        return given[:-1], given[-1]
+    return given, None
 
 
 def _answer_config(flags: PromptFlags) -> AgentConfig:

@@ -532,3 +532,35 @@ def read_questions(path: Path, note: Callable[[str], None] | None = None) -> lis
     if not out:
         raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
     return out
+
+
+# The arguments and flags of `ask` that `inspect` takes too, so that an ask line becomes an inspect line
+# by its verb alone.
+QuestionArgs = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        metavar="[SOURCE]... QUESTION",
+        show_default=False,
+        help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
+    ),
+]
+ResumeOpt = Annotated[
+    Optional[str],
+    option(
+        "Continue an interrupted run from its last completed step, with its sources, question and settings.",
+        metavar="ID|last",
+        panel="Traces",
+    ),
+]
+EachOpt = Annotated[
+    bool,
+    option(
+        "Ask every document on its own: each file (in folders and archives too) x each question is its "
+        "own run, with its own memory and trace, on one loaded model.",
+        "--each",
+        panel="Questions",
+    ),
+]
+
+
+SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]

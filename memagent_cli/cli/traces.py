@@ -6,6 +6,7 @@ by any unique prefix of its id, or `last`.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -50,8 +51,12 @@ def _store() -> TraceStore:
     return store
 
 
-def _out() -> Console:
-    return SafeConsole(highlight=False, soft_wrap=False)
+def _out(width: int | None = None) -> Console:
+    """stdout: `width` columns where given; a terminal's own; piped, as wide as the lines are (a
+    table is not squeezed into 80 columns, its questions wrapped a word a line)."""
+    if width is None and not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = 100_000
+    return SafeConsole(highlight=False, soft_wrap=False, width=width)
 
 
 def _when(stamp: str | None) -> str:
@@ -94,6 +99,10 @@ def list_runs(
             "The turns of one conversation, in order: each turn's run (a turn answered from another run lists that one)."
         ),
     ] = None,
+    width: Annotated[
+        Optional[int],
+        typer.Option(help="Lay the table out in this many columns (default: the terminal's; piped, as wide as it is).", min=40),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Recorded runs, newest first."""
@@ -121,7 +130,7 @@ def list_runs(
             visible(sources),
             clip(r.get("answer"), 30),
         )
-    _out().print(table)
+    _out(width).print(table)
 
 
 def _list_turns(ref: str, json_out: bool) -> None:
