@@ -3,6 +3,10 @@
 `--ocr auto` (the default) recognises only pages whose text layer is empty, `always` every page
 (for a text layer that is garbage), `never` none. Without the `ocr` extra, pages that needed it
 are named in one note with the command that installs it.
+
+Every page's text layer is read first, so that what recurs on most pages (running heads, page
+numbers) can be told from the text, and the document's words decide which hyphens at line ends
+belong to their word (pdftext.tidy); the pages are then given in order, as tidied, or recognised.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from ..errors import MemagentError
 from .base import Part, Place, ReadContext, Warn, short_reason
 from .ocr import OCR_INSTALL, PdfOcr, ocr_available
+from .pdftext import tidy
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -25,8 +30,10 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     ocr: PdfOcr | None = None
     scanned: list[int] = []  # pages with no text but an image, that OCR did not read
     any_text = False
+    pages = list(_page_texts(reader, context.title, context.warn))
+    tidied = tidy([text for _, text in pages])
     try:
-        for number, text in _page_texts(reader, context.title, context.warn):
+        for (number, text), tidy_text in zip(pages, tidied.pages):
             # An empty page that draws an image looks scanned; one that draws nothing is blank.
             drawn = not text.strip() and context.ocr != "never" and _has_images(reader, number)
             wanted = context.ocr == "always" or (context.ocr == "auto" and drawn)
@@ -40,12 +47,15 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
                     continue
             if text.strip():
                 any_text = True
-                yield Part(text, Place("page", number))
+                yield Part(tidy_text, Place("page", number))  # blank when all it had was a running head
             elif ocr is None and (context.ocr == "never" or drawn):
                 scanned.append(number)
     finally:
         if ocr is not None:
             ocr.close()
+    left_out = tidied.note(context.title, total)
+    if left_out:
+        context.warn(left_out)
     _report(context, scanned, total, any_text, ocr is not None)
 
 
