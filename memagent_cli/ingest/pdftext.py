@@ -26,6 +26,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .pdftables import MARK, Table, render
+
 HEAD_LINES = 2  # at most this many lines at each end of a page are a running head or foot
 MIN_HEAD_PAGES = 3  # a line must recur on at least this many pages to be a running head
 NAMED_HEADS = 3  # running heads named in the note, at most
@@ -36,6 +38,7 @@ _EDGE_NUMBER = re.compile(r"^\W*(\d+)(?![.,:]?\d)\b|(?<![\d.,:])\b(\d+)\W*$")
 _LETTER = re.compile(r"[^\W\d_]")
 _ROMAN = re.compile(r"(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})", re.IGNORECASE)
 _PUNCTUATION = "()[]–—-.,:"
+_TABLE = re.compile(rf"{MARK}(\d+){MARK}")
 
 
 @dataclass
@@ -64,15 +67,26 @@ class Tidied:
         return f"{title}: left out the running heads and feet of {where}: {'; '.join(names)}"
 
 
-def tidy(pages: Sequence[str]) -> Tidied:
-    """`pages` (each page's text, "" for one without) tidied as the module says."""
+def tidy(pages: Sequence[str], tables: Sequence[Sequence[Table]] = ()) -> Tidied:
+    """`pages` (each page's text, "" for one without) tidied as the module says; `tables` each
+    page's tables (pdftables), whose places in its text (a line MARK index MARK) become their rows."""
     tidied = _without_running_heads([page.split("\n") for page in pages])
-    vocabulary = Vocabulary.of(tidied.pages)
+    cells = [cell for found in tables for table in found for row in table.rows for cell in row]
+    vocabulary = Vocabulary.of([*tidied.pages, *cells])
+
+    def mend(cell: str) -> str:
+        text, joined, kept = join_hyphens(shorten_leaders(cell), vocabulary)
+        tidied.joined += joined
+        tidied.kept += kept
+        return " ".join(text.split())
+
     out: list[str] = []
-    for text in tidied.pages:
+    for n, text in enumerate(tidied.pages):
         text, joined, kept = join_hyphens(shorten_leaders(text), vocabulary)
         tidied.joined += joined
         tidied.kept += kept
+        if MARK in text and n < len(tables):
+            text = _TABLE.sub(lambda m: render(tables[n][int(m.group(1))], mend), text)
         out.append(text)
     tidied.pages = out
     return tidied
@@ -145,9 +159,10 @@ def _without_running_heads(lines: list[list[str]]) -> Tidied:
                 candidates: dict[int, int] = {}  # page: index of its line at this end
                 for n in sorted(peeling):
                     left = [i for i in alive[n] if i not in dropped[n] and i not in passed[n]]
-                    # a page's only line is its text, unless it is only a number
-                    if len(left) > 1 or (left and not _LETTER.search(lines[n][left[0]])):
-                        candidates[n] = left[0] if top else left[-1]
+                    edge = left[0] if top else left[-1] if left else None
+                    # a page's only line is its text, unless it is only a number; a table is text
+                    if edge is not None and MARK not in lines[n][edge] and (len(left) > 1 or not _LETTER.search(lines[n][edge])):
+                        candidates[n] = edge
                 chosen, kept, found_heads, found_numbers = _running(candidates, lines, texts, printed, top)
                 for n, i in chosen.items():
                     dropped[n].add(i)

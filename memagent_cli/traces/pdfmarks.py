@@ -13,10 +13,11 @@ shows the highlights and lists them, and the text is what it was.
 
 A quote's text is what memagent's reader (pypdf) extracted and tidied (ingest/pdftext.py); PDFium
 extracts the same page with other white space and ligatures ("ﬁ" as "fi"), its line-end hyphens as
-U+FFFE, its contents' leader dots and its running heads. So both are compared in NFKC form, case
-folded, without white space, hyphens and dots, each character of PDFium's text keeping its index; a
-quote that a page break splits is found piece by piece (its pieces in order, at most `MAX_GAP`
-characters apart: the running foot and head memagent left out). A page without a text layer (a scan, which
+U+FFFE, its contents' leader dots, its running heads and its tables' cells without " | ". So both are
+compared in NFKC form, case folded, without white space, hyphens and "|", a run of dots as one, each
+character of PDFium's text keeping its index; a quote that a page break splits is found piece by
+piece (its pieces in order, at most `MAX_GAP` characters apart: the running foot and head memagent
+left out), as is one that runs over a table's cells. A page without a text layer (a scan, which
 memagent read with OCR) is read again with RapidOCR, as memagent read it, and the quote is highlighted
 over the boxes of the words it recognised (`ingest.ocr.page_boxes`). A quote found neither way is left
 unhighlighted and said.
@@ -24,6 +25,7 @@ unhighlighted and said.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +36,11 @@ from ..errors import MemagentError
 HIGHLIGHT_COLOR = "ffeb3b"
 MAX_GAP = 400  # folded characters between a quote's pieces on the page: a running foot and head
 # Left out of both sides of the comparison: hyphens (memagent joins "com-" + "mands", PDFium gives
-# U+FFFE) and U+FFFE/U+FFFF (PDFium's own marks). A run of dots is compared as one (memagent
-# shortens leader dots to "…", which NFKC makes "...").
-_UNCOMPARED = frozenset("-\u2010\u00ad\ufffe\uffff")
+# U+FFFE), U+FFFE/U+FFFF (PDFium's own marks) and "|" (memagent parts a table's cells with " | ").
+# A run of dots is compared as one (memagent shortens leader dots to "…", which NFKC makes "...").
+_UNCOMPARED = frozenset("-\u2010\u00ad\ufffe\uffff|")
+# Where a quote is found piece by piece: a page break, a table's cell boundary
+_PIECES = re.compile(r"\n\n| \| ")
 
 
 @dataclass(frozen=True)
@@ -96,12 +100,13 @@ def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[M
 
 def _spans(text: str, wanted: str, quote: str) -> list[tuple[int, int]]:
     """Where `wanted` (the folded `quote`) is in `text` (folded pages): one span, or, for a quote
-    that a page break splits (its "\n\n"), one span per piece, in order, each at most MAX_GAP
-    characters after the last; [] where it is not."""
+    that a page break splits (its "\n\n") or that runs over a table's cells (" | ", which the page
+    may draw in another order), one span per piece, in order, each at most MAX_GAP characters after
+    the last; [] where it is not."""
     found = text.find(wanted)
     if found >= 0:
         return [(found, found + len(wanted))]
-    pieces = [folded for folded, _ in map(_folded, quote.split("\n\n")) if folded]
+    pieces = [folded for folded, _ in map(_folded, _PIECES.split(quote)) if folded]
     if len(pieces) < 2:
         return []
     start = text.find(pieces[0])
