@@ -714,7 +714,7 @@ def test_geobase_report_without_its_running_heads(notes):
     """A Word-made report (not TeX): its head "National Hydro Network, Data Model – Edition 1.0
     2004-06" (read once, on page 3, where it first heads a page) and its foot "GeoBase® iii", "GeoBase® 6"
     (roman numbers in the front matter) on 17 of 19 pages are left out, named in one note; its
-    contents' leaders are one "…"."""
+    contents' leaders are one "…"; its revision history, a Word table with borders, is rows."""
     path = REAL_PDFS / "GeoBase_NHNC1_Data_Model_UML_EN.pdf"
     text, _ = read_all(only_source(path, notes), notes)
     assert notes == [
@@ -725,6 +725,9 @@ def test_geobase_report_without_its_running_heads(notes):
     assert not re.search(r"GeoBase® \S", text) and "GeoBase® \n" in text  # the copyright page's line stays
     assert "\n1 OVERVIEW … 6 \n2 LRS … 6 \n2.1 LRS MODEL … 7 \n" in text
     assert "...." not in text
+    # its revision history, a table with borders, as rows (docs/FORMATS.md, "PDF tables")
+    assert "\nDate | Version | Description\nSeptember 2002 | Draft 01 | First draft for discussion with Nova Scotia\n" in text
+    assert "\nJuly 2003 | Draft 02 | Draft version after discussion and decisions made concerning the detailed NHNC1 " in text
 
 
 @pytest.mark.parametrize(

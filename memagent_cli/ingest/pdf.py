@@ -145,7 +145,7 @@ def _page_texts(reader: PdfReader, title: str, warn: Warn, finder: _Tables) -> I
         try:
             page = reader.pages[number - 1]
             text = page.extract_text(visitor_operand_before=rules, visitor_text=pieces) or ""
-            tables = finder.tables(number, page, rules, pieces) if rules.promising(pieces) else []
+            tables = finder.tables(number, page, rules, pieces) if rules.promising(pieces, float(page.mediabox.height)) else []
             placed = place(pieces, tables, float(page.mediabox.height)) if tables else None
             if placed is None:
                 tables = []

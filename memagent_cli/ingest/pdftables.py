@@ -34,6 +34,7 @@ MIN_RULE = 30.0  # points: a horizontal rule shorter than this is an underline, 
 THIN = 3.0  # points: a rectangle at most this thick is a rule
 MIN_VRULE = 5.0  # points: TeX draws a vertical rule per row, one row high
 TWO_LINES = 16.0  # points: a table's first and last rules are at least two lines of text apart
+BACKGROUND = 0.8  # of the page's height: a rectangle this tall is its background or clip, not a box
 SAME = 3.0  # points: rules whose ends are this close have one extent
 WORD_GAP = 1.5  # points: a gap wider than this parts two words (TeX's spaces shrink to 2 points)
 GUTTER = 6.0  # points: the least gap between two columns (TeX's \tabcolsep is 6 pt a side)
@@ -41,6 +42,7 @@ STRAY = 0.2  # of a table's lines that may run across its columns (headings span
 FILLED = 0.5  # of a table's cells that hold text, at least
 NUMBER = re.compile(r"[-+−]?[$€£]?[\d.,]+%?")
 RULED_ROWS = 4  # full rules that make a table ruled between its rows (three bands or more)
+PROSE = 75  # characters: a piece of text this long is a paragraph's line, not a table cell's
 CODE = 0.8  # of a region's characters in a monospaced font that make it code, not a table
 MONOSPACED = re.compile(r"mono|courier|typewriter|consol|cmtt|lmtt|sftt|ectt|tctt|txtt", re.IGNORECASE)
 LOST = 0.02  # of the characters a table's box held in pypdf's text that its rows may lack
@@ -71,13 +73,18 @@ class Rules:
 
     horizontal: list[tuple[float, float, float]] = field(default_factory=list)
     vertical: list[tuple[float, float, float]] = field(default_factory=list)
+    rectangles: list[tuple[float, float, float, float]] = field(default_factory=list)  # x0, y0, x1, y1
     _at: tuple[float, float] | None = None
 
     def __call__(self, operator: bytes, operands: Sequence[Any], cm: Sequence[float], tm: Sequence[float]) -> None:
         try:
             if operator == b"re" and len(operands) == 4:
                 x, y, w, h = (float(v) for v in operands)
-                self._add(_apply(cm, x, y), _apply(cm, x + w, y + h))
+                (a, b), (c, d) = _apply(cm, x, y), _apply(cm, x + w, y + h)
+                if abs(c - a) >= MIN_RULE and abs(d - b) >= TWO_LINES:  # a box, a background or a clip
+                    self.rectangles.append((min(a, c), min(b, d), max(a, c), max(b, d)))
+                else:
+                    self._add((a, b), (c, d))
             elif operator == b"m" and len(operands) == 2:
                 self._at = _apply(cm, float(operands[0]), float(operands[1]))
             elif operator == b"l" and len(operands) == 2 and self._at is not None:
@@ -94,11 +101,12 @@ class Rules:
         elif width <= THIN and height >= MIN_VRULE:
             self.vertical.append(((a[0] + b[0]) / 2, min(a[1], b[1]), max(a[1], b[1])))
 
-    def promising(self, pieces: Pieces) -> bool:
-        """Whether the rules could bound a table: two horizontal ones of one extent, two lines of
-        text apart or more (a box framing one line of code is not a table), with text between them
-        that is not mostly monospaced (CODE: code between two rules), and not a box (closed by two
-        vertical rules, with no rule inside: a framed note)."""
+    def promising(self, pieces: Pieces, height: float) -> bool:
+        """Whether the rules could bound a table on a page `height` high: two horizontal ones of one
+        extent, two lines of text apart or more (a box framing one line is not a table), with text
+        between them that is neither mostly code nor prose (`_code`), that are not a box (closed
+        by two vertical rules, none inside: a framed note, a diagram's box) nor a page's frame (no
+        rule between them, half the page apart: the rules under a running head and over a foot)."""
         rules = sorted(self.horizontal)
         for i, (x0, x1, y) in enumerate(rules):
             for a0, a1, b in rules[i + 1 :]:
@@ -107,26 +115,38 @@ class Rules:
                 if abs(a1 - x1) > SAME or abs(b - y) < TWO_LINES:
                     continue
                 low, high = min(y, b), max(y, b)
-                inside = [
-                    (len(t.strip()), mono) for t, x, at, mono in pieces.placed if x0 - SAME <= x <= x1 + SAME and low < at < high
-                ]
-                text = sum(n for n, _ in inside)
-                code = sum(n for n, mono in inside if mono)
-                if text and code <= CODE * text and not self._box(x0, x1, low, high):
+                if (
+                    not _code(pieces, x0, x1, low, high)
+                    and not self._box(x0, x1, low, high, height)
+                    and not self._frame(x0, x1, low, high, height)
+                ):
                     return True
         return False
 
-    def _box(self, x0: float, x1: float, low: float, high: float) -> bool:
-        """Whether the rules at low and high from x0 to x1 are a box's: two vertical rules close it
-        and none parts it inside, nor a horizontal one of its extent."""
+    def _inner(self, x0: float, x1: float, low: float, high: float) -> bool:
+        """Whether a vertical rule stands between x0 and x1 in the band from low to high."""
+        return any(x0 + SAME < v < x1 - SAME and v0 < high and low < v1 for v, v0, v1 in self.vertical)
+
+    def _box(self, x0: float, x1: float, low: float, high: float, height: float) -> bool:
+        """Whether the rules at low and high from x0 to x1 are a box's, or in one: two vertical rules
+        close them, or a rectangle (smaller than the page: not its background or clip) holds them,
+        and no vertical rule parts them inside (rules across a box make it no table either: it has
+        one column). A diagram's boxes, a framed note."""
 
         def side(x: float) -> bool:
             return any(abs(v - x) <= SAME and v0 <= low + SAME and v1 >= high - SAME for v, v0, v1 in self.vertical)
 
-        inner = any(x0 + SAME < v < x1 - SAME and v0 < high and low < v1 for v, v0, v1 in self.vertical) or any(
-            abs(a0 - x0) <= SAME and abs(a1 - x1) <= SAME and low + SAME < at < high - SAME for a0, a1, at in self.horizontal
+        held = any(
+            a - SAME <= x0 and x1 <= c + SAME and b - SAME <= low and high <= d + SAME and d - b < BACKGROUND * height
+            for a, b, c, d in self.rectangles
         )
-        return side(x0) and side(x1) and not inner
+        return (held or (side(x0) and side(x1))) and not self._inner(x0, x1, low, high)
+
+    def _frame(self, x0: float, x1: float, low: float, high: float, height: float) -> bool:
+        """Whether the rules at low and high frame a page's text: half its height apart or more,
+        and no rule between them."""
+        across = any(a0 < x1 and x0 < a1 and low + SAME < at < high - SAME for a0, a1, at in self.horizontal)
+        return high - low >= height / 2 and not across and not self._inner(x0, x1, low, high)
 
 
 @dataclass
@@ -137,6 +157,7 @@ class Pieces:
 
     pieces: list[tuple[str, float, float] | tuple[str, None, None]] = field(default_factory=list)
     placed: list[tuple[str, float, float, bool]] = field(default_factory=list)
+    _monospaced: dict[int, bool] = field(default_factory=dict)  # by the font dictionary's id
 
     def __call__(self, text: str, cm: Sequence[float], tm: Sequence[float], font: Any = None, *_: Any) -> None:
         if not text:
@@ -148,8 +169,11 @@ class Pieces:
         y = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
         self.pieces.append((text, x, y))
         if text.strip():
-            name = str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""
-            self.placed.append((text, x, y, MONOSPACED.search(name) is not None))
+            mono = self._monospaced.get(id(font))
+            if mono is None:
+                name = str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""
+                mono = self._monospaced[id(font)] = MONOSPACED.search(name) is not None
+            self.placed.append((text, x, y, mono))
 
 
 def _apply(cm: Sequence[float], x: float, y: float) -> tuple[float, float]:
@@ -194,9 +218,11 @@ def place(pieces: Pieces, tables: Sequence[Table], height: float) -> str | None:
 
 
 def _characters(texts: Iterable[str]) -> Counter[str]:
-    """The characters of `texts` but white space, in NFKC (pypdf and pdfminer give ligatures alike
-    or not)."""
-    return Counter(c for text in texts for c in unicodedata.normalize("NFKC", text) if not c.isspace())
+    """The characters of `texts` but white space and control characters (which the model never
+    reads: base.without_controls), in NFKC (pypdf and PDFium give ligatures alike or not)."""
+    return Counter(
+        c for text in texts for c in unicodedata.normalize("NFKC", text) if not c.isspace() and unicodedata.category(c) != "Cc"
+    )
 
 
 def render(table: Table, mend: Any) -> str:
@@ -254,17 +280,24 @@ def _words(textpage: Any, height: float) -> list[dict[str, Any]]:
     spaces it adds where it sees a gap), at a gap wider than WORD_GAP, or where the next character
     stands on another line. Boxes as x0, x1, and top and bottom from the page's top; PDFium's mark
     for a hyphen at a line's end (U+0002, which its text range gives as U+FFFE) is a hyphen."""
+    import ctypes
+
     import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
+    # PDFium's own calls, not pypdfium2's wrappers (each of which makes a box and a tuple): half
+    # the time on a page of 2,000 characters
+    unicode_of, box_of, page = pdfium_c.FPDFText_GetUnicode, pdfium_c.FPDFText_GetLooseCharBox, textpage.raw
+    box = pdfium_c.FS_RECTF()
+    where = ctypes.byref(box)
     words: list[dict[str, Any]] = []
     word: dict[str, Any] | None = None
-    for i in range(textpage.count_chars()):
-        char = chr(pdfium_c.FPDFText_GetUnicode(textpage.raw, i) or 32)
-        left, bottom, right, top = textpage.get_charbox(i, loose=True)
-        if char.isspace() or right <= left:
-            word = None
+    for i in range(pdfium_c.FPDFText_CountChars(page)):
+        code = unicode_of(page, i)
+        space = code <= 32 and code != 2  # 2: PDFium's mark for a hyphen at a line's end
+        if space or code in (0xA0, 0x2028, 0x2029) or not box_of(page, i, where) or box.right <= box.left:
+            word = None  # white space: PDFium's own, and the spaces it adds where it sees a gap
             continue
-        top, bottom = height - top, height - bottom
+        left, right, top, bottom = box.left, box.right, height - box.top, height - box.bottom
         middle = (top + bottom) / 2
         if (
             word is None
@@ -274,7 +307,7 @@ def _words(textpage: Any, height: float) -> list[dict[str, Any]]:
         ):
             word = {"text": "", "x0": left, "x1": right, "top": top, "bottom": bottom}
             words.append(word)
-        word["text"] += "-" if char in "\x02\ufffe" else char
+        word["text"] += "-" if code in (2, 0xFFFE) else chr(code)
         word["x1"] = max(word["x1"], right)
         word["top"], word["bottom"] = min(word["top"], top), max(word["bottom"], bottom)
     for word in words:  # PDFium counts UTF-16 units: a character past U+FFFF comes as two halves
@@ -284,10 +317,13 @@ def _words(textpage: Any, height: float) -> list[dict[str, Any]]:
 
 def _code(pieces: Pieces, x0: float, x1: float, low: float, high: float) -> bool:
     """Whether the text pieces between `low` and `high` (page space, y up) from x0 to x1 are none,
-    or mostly (CODE of their characters) in a monospaced font: code between two rules."""
+    mostly (CODE of their characters) in a monospaced font (code between two rules), or mostly in
+    lines of PROSE characters or more (paragraphs between a page's head and foot rules)."""
     inside = [(len(t.strip()), mono) for t, x, at, mono in pieces.placed if x0 - SAME <= x <= x1 + SAME and low < at < high]
     text = sum(n for n, _ in inside)
-    return not text or sum(n for n, mono in inside if mono) > CODE * text
+    code = sum(n for n, mono in inside if mono)
+    prose = sum(n for n, _ in inside if n >= PROSE)
+    return not text or code > CODE * text or prose > CODE * text
 
 
 def _regions(horizontal: list[dict[str, Any]], words: list[dict[str, Any]]) -> Iterable[tuple[float, float, list[float]]]:

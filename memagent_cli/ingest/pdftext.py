@@ -25,6 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .pdftables import MARK, Table, render
 
@@ -268,25 +269,37 @@ _COMPOUND = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)+")
 _BREAK = re.compile(r"(?<![^\W\d_])([^\W\d_]+)([-\u2010\u00ad])[ \t]*\n[ \t]*([^\W\d_]\S*)[ \t]*")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Vocabulary:
     """A document's own words and hyphenated compounds (lower case), the line-end breaks left out:
-    what decides whether a hyphen at a line's end belongs to its word."""
+    what decides whether a hyphen at a line's end belongs to its word. Gathered when first asked
+    for: a document with no hyphen at a line's end never pays for it."""
 
-    words: frozenset[str]
-    compounds: frozenset[str]
+    texts: Sequence[str]
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Vocabulary:
+        return cls(list(texts))
+
+    @cached_property
+    def _gathered(self) -> tuple[frozenset[str], frozenset[str]]:
         words: set[str] = set()
         compounds: set[str] = set()
-        for text in texts:
-            whole = _BREAK.sub(" ", text)
-            words.update(w.lower() for w in _WORD.findall(whole))
+        for text in self.texts:
+            whole = _BREAK.sub(" ", text).lower()
+            words.update(_WORD.findall(whole))
             for compound in _COMPOUND.findall(whole):
-                parts = compound.lower().split("-")
+                parts = compound.split("-")
                 compounds.update(f"{a}-{b}" for a, b in zip(parts, parts[1:]))
-        return cls(frozenset(words), frozenset(compounds))
+        return frozenset(words), frozenset(compounds)
+
+    @property
+    def words(self) -> frozenset[str]:
+        return self._gathered[0]
+
+    @property
+    def compounds(self) -> frozenset[str]:
+        return self._gathered[1]
 
 
 def keeps_hyphen(first: str, hyphen: str, rest: str, before: str, vocabulary: Vocabulary) -> bool:
