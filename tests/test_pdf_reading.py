@@ -199,3 +199,27 @@ def test_a_quote_across_a_joined_word_is_highlighted_with_its_hyphen(pages):
     assert list(covered) == [1]
     # PDFium gives the line-end hyphen as U+FFFE, on the hyphen's glyph
     assert covered[1].replace("\ufffe", "-") == "".join(quote["text"].split()).replace("differences", "dif-ferences")
+
+
+@pytest.mark.parametrize(
+    "lines, whole",
+    [
+        # lines as pypdf gives them in TeX Live's manuals (docs/FORMATS.md measured the rule on them)
+        ("One of the largest differences is in the com-\nmands used to write packages", "commands\nused"),
+        ("designed to help you produce well-\nstructured classes; well-structured code", "well-structured\nclasses"),
+        ("Chris Rowley. Addison-\nWesley, Reading", "Addison-Wesley,\nReading"),
+        ("running an up-\nto-date system", "up-to-date\nsystem"),
+        ("the quark is f-\nexpanded.", "f-expanded."),
+        ("a soft hyphen: hyphen\u00ad\nation stays whole", "hyphenation\nstays"),
+        ("LATEX’s encoding-\ndependent commands, see the dependent list and encoding", "encoding-dependent\ncommands"),
+    ],
+)
+def test_which_hyphens_at_line_ends_are_kept(lines, whole):
+    """The rule docs/FORMATS.md states, on lines from the measured manuals: the document's own words
+    decide (a compound seen elsewhere keeps its hyphen, a word seen whole drops it), a compound that
+    goes on, a capital after the hyphen and a part of one letter keep it, a soft hyphen never does,
+    two parts of four letters that are each the document's words keep it."""
+    from memagent_cli.ingest.pdftext import tidy
+
+    (text,) = tidy([lines]).pages
+    assert whole in text
