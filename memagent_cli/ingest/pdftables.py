@@ -157,7 +157,6 @@ class Pieces:
 
     pieces: list[tuple[str, float, float] | tuple[str, None, None]] = field(default_factory=list)
     placed: list[tuple[str, float, float, bool]] = field(default_factory=list)
-    _monospaced: dict[int, bool] = field(default_factory=dict)  # by the font dictionary's id
 
     def __call__(self, text: str, cm: Sequence[float], tm: Sequence[float], font: Any = None, *_: Any) -> None:
         if not text:
@@ -169,11 +168,8 @@ class Pieces:
         y = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
         self.pieces.append((text, x, y))
         if text.strip():
-            mono = self._monospaced.get(id(font))
-            if mono is None:
-                name = str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""
-                mono = self._monospaced[id(font)] = MONOSPACED.search(name) is not None
-            self.placed.append((text, x, y, mono))
+            name = str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""
+            self.placed.append((text, x, y, MONOSPACED.search(name) is not None))
 
 
 def _apply(cm: Sequence[float], x: float, y: float) -> tuple[float, float]:
