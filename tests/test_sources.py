@@ -23,7 +23,7 @@ from helpers import SHARED
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.ingest import text as textmod
-from memagent_cli.ingest.base import without_controls
+from memagent_cli.ingest.base import title_of, without_controls
 from memagent_cli.ingest.sources import Segment, Source, collect_sources, read_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -700,12 +700,34 @@ def test_image_only_pdf_says_no_text(notes, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "name, expected_pages, expected_chars",
-    [("Seige_of_Vicksburg_Sample_OCR.pdf", 6, 12_600), ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", 19, 22_700)],
+    # GeoBase: 22,700 characters as pypdf gives them, less its running head and foot on 17 pages and
+    # its contents' leader dots (test_geobase_report_without_its_running_heads)
+    [("Seige_of_Vicksburg_Sample_OCR.pdf", 6, 12_600), ("GeoBase_NHNC1_Data_Model_UML_EN.pdf", 19, 20_200)],
 )
 def test_multi_page_real_pdfs(notes, name, expected_pages, expected_chars):
     text, segments = read_all(only_source(REAL_PDFS / name, notes), notes)
     assert [s.page for s in segments] == list(range(1, expected_pages + 1))
     assert abs(len(text) - expected_chars) < expected_chars * 0.05
+
+
+def test_geobase_report_without_its_running_heads(notes):
+    """A Word-made report (not TeX): its head "National Hydro Network, Data Model – Edition 1.0
+    2004-06" (read once, on page 3, where it first heads a page) and its foot "GeoBase® iii", "GeoBase® 6"
+    (roman numbers in the front matter) on 17 of 19 pages are left out, named in one note; its
+    contents' leaders are one "…"; its revision history, a Word table with borders, is rows."""
+    path = REAL_PDFS / "GeoBase_NHNC1_Data_Model_UML_EN.pdf"
+    text, _ = read_all(only_source(path, notes), notes)
+    assert notes == [
+        f"{title_of(str(path))}: left out the running heads and feet of 17 of 19 pages: "
+        "'National Hydro Network, Data Model – Edition 1.0 2004-06'; 'GeoBase® iii'"
+    ]
+    assert text.count("Data Model – Edition 1.0 2004-06") == 1
+    assert not re.search(r"GeoBase® \S", text) and "GeoBase® \n" in text  # the copyright page's line stays
+    assert "\n1 OVERVIEW … 6 \n2 LRS … 6 \n2.1 LRS MODEL … 7 \n" in text
+    assert "...." not in text
+    # its revision history, a table with borders, as rows (docs/FORMATS.md, "PDF tables")
+    assert "\nDate | Version | Description\nSeptember 2002 | Draft 01 | First draft for discussion with Nova Scotia\n" in text
+    assert "\nJuly 2003 | Draft 02 | Draft version after discussion and decisions made concerning the detailed NHNC1 " in text
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """B9: memagent's document readers against their libraries' own extraction loops (speed; target
-0.9x), peak memory of a large file's read in a fresh process (memory), OCR (ocr), and what a web
-page costs the model in tokens (tokens). The documents are made by each format's own writer
+0.9x), peak memory of a large file's read in a fresh process (memory), OCR (ocr), what a web
+page costs the model in tokens (tokens), and real PDFs with and without tables against pypdf's bare
+loop (pdfs; ingest/pdfs.py). The documents are made by each format's own writer
 (ingest/files.py); the bare loops are ingest/bare.py. The section in docs/PERFORMANCE.md says how.
 """
 
@@ -22,13 +23,13 @@ from benchmarks.harness.fixtures import VOCAB
 from benchmarks.harness.results import machine, now
 from benchmarks.harness.runner import run, vmhwm_mb
 from benchmarks.harness.timing import race
-from benchmarks.ingest import bare, files
+from benchmarks.ingest import bare, files, pdfs
 from benchmarks.ingest.page import rows, section
 
 TITLE = "reading documents"
 QUICK = ["--small", "--repeat", "3"]
 __all__ = ["TITLE", "QUICK", "add_arguments", "measure", "rows", "section"]
-PARTS = ("speed", "memory", "ocr", "tokens")
+PARTS = ("speed", "memory", "ocr", "tokens", "pdfs")
 
 
 def memagent_text(path: Path) -> str:
@@ -395,5 +396,7 @@ def measure(args: argparse.Namespace) -> dict:
             results["ocr"] = ocr(folder, 2 if args.small else 4, 1 if args.small else 2)
         if "tokens" in parts:
             results["tokens"] = tokens(folder)
+        if "pdfs" in parts:
+            results["pdfs"] = pdfs.measure(args.repeat)
     results["seconds"] = round(time.perf_counter() - started, 1)
     return results

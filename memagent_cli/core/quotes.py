@@ -30,6 +30,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
+from ..ingest.base import UNIT_SEPARATOR
+
 if TYPE_CHECKING:  # chunking brings numpy: describe_quote is for `memagent --help`'s light imports too
     from .chunking import Chunk
 
@@ -164,17 +166,36 @@ def find_quotes(
 
 def _sentences(chunk: Chunk) -> list[_Candidate]:
     """The sentences of a chunk's document text (never its layout text: headers, separators), each
-    within one source: a run of anchors of one source is segmented alone."""
+    within one source: a run of anchors of one source is segmented alone. A sentence runs on over a
+    page break, as it does over a line break (the pages' separator is read as one, see
+    `_page_breaks_as_lines`)."""
     from sentencex import get_sentence_boundaries
 
     found: list[_Candidate] = []
     for lo, hi in _source_runs(chunk):
         text = chunk.text[lo:hi]
-        for b in get_sentence_boundaries(SEGMENTER_LANGUAGE, text):
+        for b in get_sentence_boundaries(SEGMENTER_LANGUAGE, _page_breaks_as_lines(chunk, lo, text)):
             start, end = _trimmed(text, b["start_index"], b["end_index"])
             if end > start and "\ufffd" not in text[start:end]:
                 found.append(_Candidate(chunk, lo + start, lo + end, frozenset(words(text[start:end]))))
     return [c for c in found if c.words]
+
+
+def _page_breaks_as_lines(chunk: Chunk, lo: int, text: str) -> str:
+    """`text` (the chunk's from `lo`) with the blank line between two pages (UNIT_SEPARATOR, where
+    an anchor of a page follows one of a page) as a line break of the same length: sentencex ends a
+    sentence at a blank line, and a sentence that a page break splits ("…is read and digested" /
+    "by TeX's stomach.") is one sentence to its reader, and to a quote."""
+    out = text
+    for before, anchor in zip(chunk.anchors, chunk.anchors[1:]):
+        at = anchor.at - lo
+        if 0 < at < len(text) and _is_page(before.place) and _is_page(anchor.place) and text.startswith(UNIT_SEPARATOR, at):
+            out = out[:at] + " \n" + out[at + len(UNIT_SEPARATOR) :]
+    return out
+
+
+def _is_page(place: Any) -> bool:
+    return place is not None and place.unit == "page"
 
 
 def _source_runs(chunk: Chunk) -> list[tuple[int, int]]:

@@ -3,17 +3,26 @@
 `--ocr auto` (the default) recognises only pages whose text layer is empty, `always` every page
 (for a text layer that is garbage), `never` none. Without the `ocr` extra, pages that needed it
 are named in one note with the command that installs it.
+
+Every page's text layer is read first, so that what recurs on most pages (running heads, page
+numbers) can be told from the text, and the document's words decide which hyphens at line ends
+belong to their word (pdftext.tidy); the pages are then given in order, as tidied, or recognised.
+A page whose drawing has ruling lines that could bound a table is searched for tables with PDFium,
+and they are given as rows (pdftables).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import MemagentError
 from .base import Part, Place, ReadContext, Warn, short_reason
 from .ocr import OCR_INSTALL, PdfOcr, ocr_available
+from .pdftables import Pieces, Rules, Table, find_tables, place
+from .pdftext import tidy
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -25,8 +34,14 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
     ocr: PdfOcr | None = None
     scanned: list[int] = []  # pages with no text but an image, that OCR did not read
     any_text = False
+    finder = _Tables(file, context.password)
     try:
-        for number, text in _page_texts(reader, context.title, context.warn):
+        pages = list(_page_texts(reader, context.title, context.warn, finder))
+    finally:
+        finder.close()
+    tidied = tidy([text for _, text, _ in pages], [tables for _, _, tables in pages])
+    try:
+        for (number, text, _), tidy_text in zip(pages, tidied.pages):
             # An empty page that draws an image looks scanned; one that draws nothing is blank.
             drawn = not text.strip() and context.ocr != "never" and _has_images(reader, number)
             wanted = context.ocr == "always" or (context.ocr == "auto" and drawn)
@@ -40,12 +55,15 @@ def read_pdf(file: BinaryIO, context: ReadContext) -> Iterator[Part]:
                     continue
             if text.strip():
                 any_text = True
-                yield Part(text, Place("page", number))
+                yield Part(tidy_text, Place("page", number))  # blank when all it had was a running head
             elif ocr is None and (context.ocr == "never" or drawn):
                 scanned.append(number)
     finally:
         if ocr is not None:
             ocr.close()
+    left_out = tidied.note(context.title, total)
+    if left_out:
+        context.warn(left_out)
     _report(context, scanned, total, any_text, ocr is not None)
 
 
@@ -116,14 +134,23 @@ def _unlock(reader: PdfReader, title: str, password: str | None) -> None:
     raise MemagentError(f"Wrong password for {title}", hint="Check the password given with --password")
 
 
-def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int, str]]:
-    """(1-based page number, text) for each page, "" for one without text; failing pages
-    skipped with a note."""
+def _page_texts(reader: PdfReader, title: str, warn: Warn, finder: _Tables) -> Iterator[tuple[int, str, list[Table]]]:
+    """(1-based page number, text, tables) for each page, "" for one without text; failing pages
+    skipped with a note. A page with tables has each in its text as a line pdftables.MARK, its
+    index, MARK, where its lines stood."""
     from pypdf.errors import DependencyError
 
     for number in range(1, len(reader.pages) + 1):
+        rules, pieces = Rules(), Pieces()
         try:
-            text = reader.pages[number - 1].extract_text() or ""
+            page = reader.pages[number - 1]
+            text = page.extract_text(visitor_operand_before=rules, visitor_text=pieces) or ""
+            tables = finder.tables(number, page, rules, pieces) if rules.promising(pieces, float(page.mediabox.height)) else []
+            placed = place(pieces, tables, float(page.mediabox.height)) if tables else None
+            if placed is None:
+                tables = []
+            else:
+                text = placed
         except DependencyError as exc:
             if _needs_crypto(exc):
                 raise _dependency_error(title, exc) from exc
@@ -133,7 +160,57 @@ def _page_texts(reader: PdfReader, title: str, warn: Warn) -> Iterator[tuple[int
             warn(f"{title}: skipped page {number} ({short_reason(exc)})")
             continue
         # newlines, lone surrogates and control characters are mended where every reader's parts are numbered
-        yield number, _ligatures(text)
+        yield number, _ligatures(text), [replace(t, rows=tuple(tuple(map(_ligatures, row)) for row in t.rows)) for t in tables]
+
+
+class _Tables:
+    """PDFium's view of the document (pypdfium2), opened for the first page that may hold a table;
+    a page it cannot read keeps pypdf's text."""
+
+    def __init__(self, file: BinaryIO, password: str | None) -> None:
+        self.file = file
+        self.password = password
+        self.document: Any = None
+        self.failed = False
+
+    def tables(self, number: int, page: Any, rules: Rules, pieces: Pieces) -> list[Table]:
+        # PDFium measures from the media box's bottom left, pypdf's pieces and rules from the page
+        # space's origin: the two agree where the box starts at 0, 0 and the page is not turned
+        box = page.mediabox
+        if self.failed or page.rotation % 360 or float(box.left) or float(box.bottom):
+            return []
+        try:
+            if self.document is None:
+                self.document = _open_pdfium(self.file, self.password)
+            drawn = self.document[number - 1]
+            textpage = drawn.get_textpage()
+            try:
+                return find_tables(textpage, float(box.height), rules, pieces)
+            finally:
+                textpage.close()
+                drawn.close()
+        except Exception:  # a page PDFium cannot read keeps pypdf's text
+            self.failed = self.document is None
+            return []
+
+    def close(self) -> None:
+        if self.document is not None:
+            self.document.close()
+
+
+def _open_pdfium(file: BinaryIO, password: str | None) -> Any:
+    """The PDF for PDFium (pypdfium2), on the file pypdf reads: both seek before every read. pypdf
+    has unlocked it with the password, or with none where only an owner password is set."""
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+
+    failure: Exception | None = None
+    for tried in dict.fromkeys((password, None)):
+        file.seek(0)
+        try:
+            return pdfium.PdfDocument(file, password=tried)
+        except pdfium.PdfiumError as exc:
+            failure = exc
+    raise failure or RuntimeError("no password to try")
 
 
 # TeX's OT1 fonts put the ff, fi, fl, ffi and ffl ligatures at codes 11-15; a PDF whose fonts map

@@ -11,9 +11,13 @@ shows the highlights and lists them, and the text is what it was.
 - **Writing the annotations: pypdf** (BSD-3-Clause, memagent's PDF reader): its annotation classes
   write the dictionaries the PDF specification names, and a clone keeps every page as it was.
 
-A quote's text is what memagent's reader (pypdf) extracted; PDFium extracts the same page with other
-white space and ligatures ("ﬁ" as "fi"). So both are compared in NFKC form, case folded, without white
-space, each character of PDFium's text keeping its index. A page without a text layer (a scan, which
+A quote's text is what memagent's reader (pypdf) extracted and tidied (ingest/pdftext.py); PDFium
+extracts the same page with other white space and ligatures ("ﬁ" as "fi"), its line-end hyphens as
+U+FFFE, its contents' leader dots, its running heads and its tables' cells without " | ". So both are
+compared in NFKC form, case folded, without white space, hyphens and "|", a run of dots as one, each
+character of PDFium's text keeping its index; a quote that a page break splits is found piece by
+piece (its pieces in order, at most `MAX_GAP` characters apart: the running foot and head memagent
+left out), as is one that runs over a table's cells. A page without a text layer (a scan, which
 memagent read with OCR) is read again with RapidOCR, as memagent read it, and the quote is highlighted
 over the boxes of the words it recognised (`ingest.ocr.page_boxes`). A quote found neither way is left
 unhighlighted and said.
@@ -21,6 +25,7 @@ unhighlighted and said.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,13 @@ from typing import Any, Mapping, Sequence
 from ..errors import MemagentError
 
 HIGHLIGHT_COLOR = "ffeb3b"
+MAX_GAP = 400  # folded characters between a quote's pieces on the page: a running foot and head
+# Left out of both sides of the comparison: hyphens (memagent joins "com-" + "mands", PDFium gives
+# U+FFFE), U+FFFE/U+FFFF (PDFium's own marks) and "|" (memagent parts a table's cells with " | ").
+# A run of dots is compared as one (memagent shortens leader dots to "…", which NFKC makes "...").
+_UNCOMPARED = frozenset("-\u2010\u00ad\ufffe\uffff|")
+# Where a quote is found piece by piece: a page break, a table's cell boundary
+_PIECES = re.compile(r"\n\n| \| ")
 
 
 @dataclass(frozen=True)
@@ -40,15 +52,16 @@ class Marked:
 
 
 def _folded(text: str, at: int = 0) -> tuple[str, list[int]]:
-    """`text` in NFKC, case folded, without white space; and for each character left, the index in
-    `text` (plus `at`) it came from."""
+    """`text` in NFKC, case folded, without white space and hyphens, each run of dots as one; and
+    for each character left, the index in `text` (plus `at`) it came from."""
     out: list[str] = []
     where: list[int] = []
     for i, ch in enumerate(text):
         for c in unicodedata.normalize("NFKC", ch).casefold():
-            if not c.isspace() and c not in "\u00ad\ufffe\uffff":
-                out.append(c)
-                where.append(at + i)
+            if c.isspace() or c in _UNCOMPARED or (c == "." and out and out[-1] == "."):
+                continue
+            out.append(c)
+            where.append(at + i)
     return "".join(out), where
 
 
@@ -71,10 +84,10 @@ def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[M
         texts.append((number, textpage, len(joined)))
         joined.extend(folded)
         owner.extend((len(texts) - 1, i) for i in where)
-    found = "".join(joined).find(wanted)
-    if found < 0:
+    spans = _spans("".join(joined), wanted, quote)
+    if not spans:
         return _locate_scanned(document, wanted, [(number, textpage) for number, textpage, _ in texts])
-    chars = owner[found : found + len(wanted)]
+    chars = [place for start, end in spans for place in owner[start:end]]
     marks: list[Marked] = []
     for k, (number, textpage, _) in enumerate(texts):
         mine = sorted({i for page, i in chars if page == k})
@@ -83,6 +96,32 @@ def locate(document: Any, quote: str, first_page: int, last_page: int) -> list[M
             if boxes:
                 marks.append(Marked(number, tuple(boxes)))
     return marks
+
+
+def _spans(text: str, wanted: str, quote: str) -> list[tuple[int, int]]:
+    """Where `wanted` (the folded `quote`) is in `text` (folded pages): one span, or, for a quote
+    that a page break splits (its "\n\n") or that runs over a table's cells (" | ", which the page
+    may draw in another order), one span per piece, in order, each at most MAX_GAP characters after
+    the last; [] where it is not."""
+    found = text.find(wanted)
+    if found >= 0:
+        return [(found, found + len(wanted))]
+    pieces = [folded for folded, _ in map(_folded, _PIECES.split(quote)) if folded]
+    if len(pieces) < 2:
+        return []
+    start = text.find(pieces[0])
+    while start >= 0:
+        spans = [(start, start + len(pieces[0]))]
+        for piece in pieces[1:]:
+            at = spans[-1][1]
+            found = text.find(piece, at, at + MAX_GAP + len(piece))
+            if found < 0:
+                break
+            spans.append((found, found + len(piece)))
+        else:
+            return spans
+        start = text.find(pieces[0], start + 1)
+    return []
 
 
 def _locate_scanned(document: Any, wanted: str, pages: Sequence[tuple[int, Any]]) -> list[Marked]:
