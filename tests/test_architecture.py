@@ -1,6 +1,6 @@
 """The package's layers, checked: imports point one way, and only the CLI knows typer and rich.
 
-    cli → mcp → evals, traces → core → install → model, ingest → paths, errors, display
+    cli → mcp → runs → evals, traces → core → install → model, ingest → paths, errors, display
 
 Every import is seen, those inside functions too (an import deferred for speed must still point
 down the layers; it may never hide a circle).
@@ -16,9 +16,10 @@ from helpers import REPO
 PACKAGE = REPO / "memagent_cli"
 # Higher imports lower; equal ranks are siblings and may not import each other.
 RANKS = {
-    "__main__": 7,
-    "cli": 6,
-    "mcp": 5,
+    "__main__": 8,
+    "cli": 7,
+    "mcp": 6,
+    "runs": 5,
     "evals": 4,
     "traces": 4,
     "core": 3,
