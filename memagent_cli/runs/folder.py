@@ -81,11 +81,6 @@ class Doc:
     chunk_bytes: float | None = None
     grew: bool = False  # seen longer than when last seen, since its last reading to the end
 
-    @property
-    def settled_version(self) -> bool:
-        """Whether its final rows are for the version there now."""
-        return self.done == self.stat
-
 
 @dataclass
 class Folder:
@@ -99,6 +94,7 @@ class Folder:
     _order: list[Doc] | None = None  # the documents by place, until one comes or goes
     _files: dict[str, set[str]] = field(default_factory=dict)  # titles by file (absolute path): an archive's are several
     _folders: set[str] = field(default_factory=set)  # the folders above the files (absolute), some maybe gone
+    _pending: set[str] = field(default_factory=set)  # the documents whose final rows are not for the version there
 
     def found(self, source: Source, stat: Stat, mtime: float, place: Place, at: str) -> str | None:
         """A document as found now (its modification time `mtime` in clock seconds; `at`: its file,
@@ -109,6 +105,7 @@ class Folder:
         if doc is None:
             # first seen: settled already if it has not changed for `settle` (a file being copied has)
             self.docs[source.title] = Doc(source, stat, min(now, mtime), place, at)
+            self._pending.add(source.title)
             self._order = None
             self._files.setdefault(at, set()).add(source.title)
             self._folders.update(_above(at))
@@ -124,6 +121,7 @@ class Folder:
             return None
         doc.grew = doc.grew or stat.size > doc.stat.size
         doc.stat, doc.since = stat, now
+        self._pending.add(source.title)
         return "growing" if doc.grew and self._grows(doc) else "settling"
 
     def gone(self, title: str) -> Doc | None:
@@ -131,6 +129,7 @@ class Folder:
         doc = self.docs.pop(title, None)
         if doc is not None:
             self._order = None
+            self._pending.discard(title)
             self._unfile(doc)
         return doc
 
@@ -162,9 +161,7 @@ class Folder:
         and those still growing by about a chunk since their last reading (their complete chunks)."""
         final: list[Doc] = []
         growing: list[Doc] = []
-        for doc in self.ordered():
-            if doc.settled_version:
-                continue
+        for doc in sorted((self.docs[t] for t in self._pending), key=lambda d: d.place):
             if self.settled(doc):
                 final.append(doc)
             elif self._grown(doc):
@@ -187,6 +184,7 @@ class Folder:
         doc.read_size = doc.stat.size
         if not growing:
             doc.done, doc.grew = doc.stat, False
+            self._pending.discard(doc.source.title)
 
     def stopped(self, title: str) -> None:
         """Its reading was stopped (it changed meanwhile): read again once it settles."""
@@ -194,6 +192,7 @@ class Folder:
         if doc is not None:
             doc.done = None
             doc.since = self.clock()
+            self._pending.add(title)
 
     def counted(self, title: str, size: int | None, tokens: int) -> None:
         """A reading of the document when it had `size` bytes found `tokens` tokens: how many bytes
@@ -205,7 +204,7 @@ class Folder:
     def wait(self) -> float | None:
         """Seconds until the first document not yet settled will have, else None (nothing pending)."""
         now = self.clock()
-        waits = [d.since + self.settle - now for d in self.docs.values() if not d.settled_version]
+        waits = [self.docs[t].since + self.settle - now for t in self._pending]
         return max(0.05, min(waits)) if waits else None
 
     def ordered(self) -> list[Doc]:
