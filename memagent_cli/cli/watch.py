@@ -303,7 +303,7 @@ class Keeper:
         except (KeyboardInterrupt, Interrupted) as stop:
             self._flush()
             stopped = stop.stopped.traces if isinstance(stop, Interrupted) else []
-            done = len(self.outputs.rows)
+            done = self.outputs.answers
             hint = f"; {len(stopped)} run(s) stopped, each resumable" if stopped else ""
             self.err.print(
                 Text.assemble(("interrupted", "yellow"), f": {done} answer(s) kept in the outputs{hint}."), soft_wrap=True

@@ -40,6 +40,7 @@ class Outputs:
     fields: tuple[str, ...]
     store: TraceStore | None
     rows: dict[str, _Row] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)  # the rows that hold an error
     dirty: bool = False
 
     def put(self, key: str, record: dict[str, Any]) -> None:
@@ -58,14 +59,24 @@ class Outputs:
 
             html = html_rows([record])[0]
         self.rows[key] = _Row(text, line, html)
+        if record.get("error"):
+            self.failed.add(key)
+        else:
+            self.failed.discard(key)
         self.dirty = True
 
     def drop(self, key: str) -> bool:
         """A row leaves; whether there was one."""
         if self.rows.pop(key, None) is None:
             return False
+        self.failed.discard(key)
         self.dirty = True
         return True
+
+    @property
+    def answers(self) -> int:
+        """The rows that hold an answer (not an error)."""
+        return len(self.rows) - len(self.failed)
 
     def write(self, keys: Iterable[str]) -> None:
         """The rows of `keys`, in that order (those without a row left out), to every file."""
