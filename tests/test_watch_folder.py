@@ -108,6 +108,15 @@ def test_a_document_seen_growing_is_read_by_its_complete_chunks():
     assert not doc.grew and doc.done == doc.stat
 
 
+def test_a_file_made_empty_then_written_at_once_is_not_growing():
+    clock = Clock()
+    folder = Folder(settle=2.0, chunk_tokens=64, clock=clock)
+    copy = text("copy.txt")
+    see(folder, copy, 0, clock.now)  # seen between its making and its one write
+    clock.now += 0.5
+    assert see(folder, copy, 5000, clock.now) == "settling" and folder.due() == ([], [])
+
+
 def test_only_plain_text_is_read_as_it_grows():
     assert growable(text("a.log"))
     assert not growable(text("a.pdf", kind="pdf"))  # a PDF half written has no readable start

@@ -5,10 +5,11 @@ again. Pure logic: it is told what was found and what time it is (`clock`), and 
 
 A document is read once it has *settled*: neither its size nor its modification time has changed
 for `settle` seconds, so a file still being copied is not read half-written. A plain-text file
-seen growing (longer at one look than at the one before: a log) is read as it *grows*: once it has
-grown by about a chunk since its last reading, its complete chunks are read (continued from that
-reading) and its last, partial chunk waits; the answer so far stands until it settles and is read
-to its end. A file copied in at once is seen once, and waits to settle.
+seen growing (longer at one look than at the one before, and not empty then: a log) is read as it
+*grows*: once it has grown by about a chunk since its last reading, its complete chunks are read
+(continued from that reading) and its last, partial chunk waits; the answer so far stands until it
+settles and is read to its end. A file copied in at once, or made empty and then written at once,
+waits to settle.
 
 Looking: the file system names what changed, and only those paths are looked at. The whole folder
 is looked at again when a batch of changes is so large that some may have been lost (watchfiles
@@ -119,7 +120,7 @@ class Folder:
         doc.source = source
         if doc.stat == stat:
             return None
-        doc.grew = doc.grew or stat.size > doc.stat.size
+        doc.grew = doc.grew or 0 < doc.stat.size < stat.size  # from empty: a file made, then written at once
         doc.stat, doc.since = stat, now
         self._pending.add(source.title)
         return "growing" if doc.grew and self._grows(doc) else "settling"
