@@ -446,7 +446,7 @@ def section(m: dict[str, Any], results: object) -> str:
   whose steps cost milliseconds, so this is watch's own work (noticing the change, waiting for the
   file to settle, hashing it, looking it up, reading it, rewriting the CSV whole): from a file
   having settled to its row in the CSV, {w["one_file_seconds"]} s (median of 5, the model loaded); {w["files"]} files copied in
-  at once, {w["burst_seconds_to_last_row"]} s from their settling to the last row ({w["burst_seconds_per_file"]} s a file).{_scale_section(m.get("scale"))}"""
+  at once, {w["burst_seconds_to_last_row"]} s from their settling to the last row ({w["burst_seconds_per_file"]} s a file{f"; {w['note']}" if w.get("note") else ""}).{_scale_section(m.get("scale"))}"""
 
 
 def _scale_section(scaled: dict[str, Any] | None) -> str:
@@ -466,6 +466,7 @@ def _scale_section(scaled: dict[str, Any] | None) -> str:
             f"| {s['first_peak_rss_mb']:.0f} / {s['restart_peak_rss_mb']:.0f} |"
         )
     table = "\n".join(lines)
+    busy = f" Measured {scaled['note']}." if scaled.get("note") else ""
     return f"""
 - **`watch` over a folder of 100, 1,000 and 10,000 documents** (`--only scale`): code-word documents of
   3 chunks of 64 tokens, each its own text, with the code-word model (`--threads 1`, `--quiet`). The
@@ -478,6 +479,6 @@ def _scale_section(scaled: dict[str, Any] | None) -> str:
   the runs' share is the seconds its runs recorded (wall time: an upper bound where the machine is
   busy), watch's own the rest (the goal: under 2% of a core at 10,000 documents). Before (issue 53,
   5,000 documents): a restart took 220 s, an append a second 33% of a core, since every change walked
-  the folder and every row rewrote the whole CSV.
+  the folder and every row rewrote the whole CSV.{busy}
 
 {table}"""
