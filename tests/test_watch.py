@@ -1,14 +1,16 @@
 """`memagent watch` as a user runs it: a real process over a real folder, watched by the file system's
 events (inotify here) or by polling, with the trained code-word model (tests/data/codeword.gguf). A
-file written in two parts is read once, after it settled; an edit changes its row, a deletion takes
-it away; a reader polling the CSV all along never sees part of a file; SIGINT exits 130 with whole
-outputs; a restart reads nothing already answered. Waits are for what the process says, with
-deadlines wide enough for a machine busy with other work."""
+file written in two parts has the answer to its whole text once it settled; an edit changes its row,
+a deletion takes it away; a reader polling the CSV all along never sees part of a file; SIGINT exits
+130 with whole outputs; a restart reads nothing already answered; a log being written has its
+answer so far while it is written. Waits are for what the process says, with deadlines wide enough
+for a machine busy with other work; pollers sleep between looks."""
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import signal
 import sqlite3
@@ -79,14 +81,14 @@ def test_watch_keeps_the_table_current(folder, spawned, memagent_home):
     seen_partial: list[str] = []
     reading = threading.Event()
 
-    def poll_the_table() -> None:  # a spreadsheet's view of the file, all along
-        while not reading.is_set():
+    def poll_the_table() -> None:  # a spreadsheet's view of the file, all along (reading it often, not spinning)
+        while not reading.wait(0.005):
             try:
                 text = out.read_text(encoding="utf-8-sig")
             except FileNotFoundError:
                 continue
             rows = list(csv.reader(io.StringIO(text)))
-            if not text.endswith("\n") or not rows or rows[0][:2] != ["document", "question"] or any(len(r) != 8 for r in rows):
+            if not text.endswith("\n") or not rows or rows[0][:2] != ["document", "question"] or any(len(r) != 9 for r in rows):
                 seen_partial.append(text)
 
     poller = threading.Thread(target=poll_the_table, daemon=True)
@@ -95,7 +97,8 @@ def test_watch_keeps_the_table_current(folder, spawned, memagent_home):
     watching.wait_for("docs/a.txt: answered in")
     assert table(out)["docs/a.txt"]["answer"] == a.value
 
-    # written in two parts a second apart: read once, when it has settled (2 s after the second)
+    # written in two parts a second apart: its row, once it has settled, answers its whole text (seen
+    # growing, its complete chunks may have been read meanwhile; its last reading goes on from those)
     b = whole_fact(300, 40)
     half = len(b.text) // 2
     (cwd / "docs" / "b.txt").write_text(b.text[:half], encoding="utf-8")
@@ -103,7 +106,8 @@ def test_watch_keeps_the_table_current(folder, spawned, memagent_home):
     with open(cwd / "docs" / "b.txt", "a", encoding="utf-8") as f:
         f.write(b.text[half:])
     watching.wait_for("docs/b.txt: answered in")
-    assert table(out)["docs/b.txt"]["answer"] == b.value and runs_of(memagent_home, "docs/b.txt") == 1
+    row = table(out)["docs/b.txt"]
+    assert row["answer"] == b.value and row["growing"] == "" and runs_of(memagent_home, "docs/b.txt") in (1, 2)
 
     # an edit: another code word; its row follows
     edited = whole_fact(300, 80)
@@ -123,7 +127,7 @@ def test_watch_keeps_the_table_current(folder, spawned, memagent_home):
     assert not seen_partial, seen_partial[:1]
     assert list(table(out)) == ["docs/b.txt"]  # the outputs whole after Ctrl-C
     printed = [json.loads(line) for line in stdout.splitlines()]  # --json: a line per answer, as it came
-    assert [(r["document"], r["answer"]) for r in printed] == [
+    assert [(r["document"], r["answer"]) for r in printed if not r["growing"]] == [
         ("docs/a.txt", a.value),
         ("docs/b.txt", b.value),
         ("docs/b.txt", edited.value),
@@ -191,3 +195,50 @@ def test_a_file_changed_while_it_is_read_is_read_again_once_settled(tmp_path, sp
     with sqlite3.connect(memagent_home / "traces.db") as db:
         statuses = [row[0] for row in db.execute("SELECT status FROM runs ORDER BY started_at")]
     assert statuses == ["interrupted", "complete"]
+
+
+def test_a_log_being_written_is_answered_as_it_grows(tmp_path, spawned, memagent_home):
+    """A log appended every 0.5 s for 20 s (and on, until its row comes, on a machine slower than
+    that) has a row with the code word while it is still written, marked growing: its complete
+    chunks were read, its last one waiting. Once it settles, its row is the answer to its whole text,
+    read on from the chunks read before."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    fact = whole_fact(900, 11, where=0.1)  # the fact in its first chunks
+    pieces = [fact.text[k * len(fact.text) // 40 : (k + 1) * len(fact.text) // 40] for k in range(40)]
+    seen_growing = threading.Event()
+    writing_stopped = threading.Event()
+    watching = Watching(spawned, tmp_path, "docs", "-q", QUESTION, "--csv", "out.csv")
+
+    def write() -> None:
+        deadline = time.monotonic() + DEADLINE
+        for k in itertools.count():
+            with open(docs / "build.log", "a", encoding="utf-8") as f:
+                f.write(pieces[k] if k < len(pieces) else "\nThe night guard waits near the old well.")
+            if (k >= len(pieces) and seen_growing.is_set()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        writing_stopped.set()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    deadline = time.monotonic() + DEADLINE
+    while True:  # until a row has the code word (the first may be written before its chunk is read)
+        watching.wait_for("docs/build.log: so far, from")
+        row = table(tmp_path / "out.csv").get("docs/build.log", {})
+        if row.get("answer") == fact.value or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    still_writing = not writing_stopped.is_set()
+    seen_growing.set()
+    assert row.get("answer") == fact.value and row["growing"] == "yes", "\n".join(watching.lines)
+    assert still_writing, "the writes stopped before the log had a row"
+    writer.join(timeout=DEADLINE)
+    watching.wait_for("docs/build.log: answered in")
+    code, _ = watching.stop()
+    row = table(tmp_path / "out.csv")["docs/build.log"]
+    assert code == 130 and row["answer"] == fact.value and row["growing"] == ""
+    with sqlite3.connect(memagent_home / "traces.db") as db:
+        query = "SELECT continued_from FROM runs WHERE status = 'complete' ORDER BY ended_at DESC LIMIT 1"
+        (continued,) = db.execute(query).fetchone()
+    assert continued is not None  # the last reading went on from the ones before

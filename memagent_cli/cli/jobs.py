@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
@@ -160,6 +158,33 @@ def cell(value: Any) -> str:
     return json_text(value, indent=None)
 
 
+def csv_header(name_field: str, fields: Sequence[str] = ()) -> list[str]:
+    """The CSV's first row: `name_field` and the question, a column per field of a --schema, then the rest of CSV_FIELDS."""
+    header = [name_field if f == "document" else f for f in CSV_FIELDS]
+    return header[:2] + list(fields) + header[2:]
+
+
+def csv_rows(record: dict[str, Any], name_field: str, fields: Sequence[str] = ()) -> list[list[str]]:
+    """A record's rows in the CSV: one, or with --schema-multi (`fields` given, its data a list) one per item."""
+    first_quote = (record.get("quotes") or [{}])[0]
+    data = record.get("data")
+    items = (data or [{}]) if isinstance(data, list) else [data if isinstance(data, dict) else {}]
+    return [
+        [
+            record.get(name_field, ""),
+            record.get("question", ""),
+            *(cell(item.get(f)) for f in fields),
+            record.get("answer", ""),
+            evidence_text(record),
+            first_quote.get("text", ""),
+            first_quote.get("location", ""),
+            record.get("trace") or "",
+            record.get("error", ""),
+        ]
+        for item in (items if fields else [{}])
+    ]
+
+
 class Sinks:
     """The files records go to as runs finish: JSON lines (appended where `append`, else written
     anew), CSV (one row per run, with a header; what a spreadsheet opens). Each is flushed per
@@ -182,8 +207,7 @@ class Sinks:
             if csv_path is not None:
                 self._csv_file = self._open(csv_path, "w", newline="")
                 self._csv = csv.writer(self._csv_file)
-                header = [self._name if f == "document" else f for f in CSV_FIELDS]
-                self._csv.writerow(header[:2] + self._fields + header[2:])
+                self._csv.writerow(csv_header(self._name, self._fields))
                 self._csv_file.flush()
         except BaseException:
             self.close()
@@ -207,23 +231,7 @@ class Sinks:
                 self._jsonl.write(json_text(record, indent=None) + "\n")
                 self._jsonl.flush()
             if self._csv is not None and self._csv_file is not None:
-                first_quote = (record.get("quotes") or [{}])[0]
-                data = record.get("data")
-                items = (data or [{}]) if isinstance(data, list) else [data if isinstance(data, dict) else {}]
-                for item in items if self._fields else [{}]:
-                    self._csv.writerow(
-                        [
-                            record.get(self._name, ""),
-                            record.get("question", ""),
-                            *(cell(item.get(f)) for f in self._fields),
-                            record.get("answer", ""),
-                            evidence_text(record),
-                            first_quote.get("text", ""),
-                            first_quote.get("location", ""),
-                            record.get("trace") or "",
-                            record.get("error", ""),
-                        ]
-                    )
+                self._csv.writerows(csv_rows(record, self._name, self._fields))
                 self._csv_file.flush()
         except OSError as exc:
             raise MemagentError(f"Cannot write the results: {exc.strerror}.", "Free some disk space and run it again.") from None
@@ -233,40 +241,6 @@ class Sinks:
             with contextlib.suppress(OSError):
                 handle.close()
         self._files = []
-
-
-def write_records(
-    records: Iterable[dict[str, Any]], *, jsonl: Path | None, csv_path: Path | None, name_field: str, fields: Sequence[str]
-) -> None:
-    """`records` as the files of Sinks, each written whole and put in place at once (a file beside
-    it, renamed over it): a reader never sees part of a table (`watch` rewrites them at every change)."""
-    temps = {path: _beside(path) for path in (jsonl, csv_path) if path is not None}
-    sinks = Sinks(
-        temps[jsonl] if jsonl is not None else None,
-        temps[csv_path] if csv_path is not None else None,
-        name_field,
-        fields,
-        append=False,
-    )
-    try:
-        for record in records:
-            sinks.add(record)
-        sinks.close()
-        for path, tmp in temps.items():
-            os.replace(tmp, path)
-    except OSError as exc:
-        raise MemagentError(f"Cannot write the results: {exc.strerror}.", "Free some disk space and run it again.") from None
-    finally:
-        sinks.close()
-        for tmp in temps.values():
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-
-
-def _beside(path: Path) -> Path:
-    """A hidden file of its own beside `path`, with its suffix (Sinks writes a .csv with a byte-order
-    mark), made by Sinks as any new file is."""
-    return path.with_name(f".{path.stem}.{secrets.token_hex(6)}.tmp{path.suffix}")
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -2,41 +2,52 @@
 folder, kept current while the folder changes.
 
 First a pass like `ask --each` (what the trace store answers is given at once), then it waits for
-changes: watchfiles (the Rust `notify` crate: inotify, FSEvents, ReadDirectoryChangesW) tells of them,
-or it looks every --poll seconds where a file system sends no events (network shares, some
-containers). A change only wakes it: the sources are then found again, as `ask --each` finds them,
-and compared by size and modification time. A new or changed document is read once it has settled
-(neither has changed for --settle seconds), so a file still being copied is not read half-written;
-one that changes while it is read has that run stopped (resumable, in the trace store) and waits to
-settle again. Reading goes through the run layer (runs/planning.py) like every run: a document whose text is known
-(renamed, or changed back) is answered from the store, one that grew is continued from its last
-reading, so a watched log costs only its new chunks. A document gone takes its rows with it.
+changes: watchfiles (the Rust `notify` crate: inotify, FSEvents, ReadDirectoryChangesW) names the
+paths that changed, or, where a file system sends no events (network shares, some containers), it
+looks every --poll seconds. Only the paths named are looked at, as `ask --each` would find them
+(runs/finding.py); the whole folder again only when so many changes come at once that some may have
+been lost, and at a slow interval (runs/folder.py's `Looks`). A new or changed document is read once
+it has settled (neither its size nor its modification time has changed for --settle seconds), so a
+file still being copied is not read half-written; one that changes while it is read has that run
+stopped (resumable, in the trace store) and waits to settle again. A plain-text file seen growing (a
+log being written) is read as it grows: its complete chunks, continued from its last reading, the
+last chunk held back; its row is the answer so far, marked growing, until it settles. Reading goes
+through the run layer (runs/planning.py) like every run: a document whose text is known (renamed, or changed back) is
+answered from the store, one that grew is continued from its last reading, so a watched log costs
+only its new chunks. A document gone takes its rows with it.
 
-The outputs (--csv, --jsonl, --html) are written whole after every change, each put in place at once
-(a file beside it, renamed over it): a spreadsheet, `watch -n1 cat signed.csv` or a script never sees
-half a table. A document that fails has its row with the error, and is read again only when it
+What the folder holds and when each document is due is runs/folder.py's (pure, on a clock it is
+given); this module runs the readings and keeps the outputs and the view. The outputs (--csv,
+--jsonl, --html, cli/watchout.py) are written whole, each put in place at once (a file beside it,
+renamed over it): a spreadsheet, `watch -n1 cat signed.csv` or a script never sees half a table.
+They are written once a look's answers are in, and while runs go on at most so often that writing
+takes a tenth of the time (runs/folder.py's `Pacer`); a line that says a row changed comes once the
+outputs hold it. A document that fails has its row with the error, and is read again only when it
 changes. Ctrl-C stops the run in flight (resumable) and leaves the outputs complete for what was
 answered; exit 130.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
+from ..runs.folder import SETTLE_SECONDS, Folder, Looks, Pacer, Stat
 from ..runs.planning import Runs
 from ..runs.setup import RunSetup
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console, warner
-from .jobs import Finished, Interrupted, atomic_write, drive, write_records
+from .jobs import Finished, Interrupted, drive
 from .options import (
     FreshOpt,
     JsonLinesOpt,
@@ -50,19 +61,17 @@ from .options import (
 )
 from .setup import RunFlags, setup
 from .textout import json_text, visible
+from .watchout import Outputs, TableLog
 
 if TYPE_CHECKING:
     from ..core.events import Event
     from ..core.jobs import Job, JobRunner
-    from ..core.pipeline import SourceOptions
-    from ..ingest.sources import Source
+    from ..runs.finding import Found
     from ..runs.planning import Plan
     from ..traces.recorder import Recorder
-    from ..traces.store import TraceStore
     from .views.watchview import WatchView
 
-SETTLE_SECONDS = 2.0
-NO_EVENT_WAIT = 60.0  # the longest a quiet folder is left unlooked at, events or not
+NO_EVENT_WAIT = 60.0  # the longest the loop sleeps with nothing due (it looks again only where something is)
 
 SourcesArg = Annotated[
     list[str],
@@ -85,7 +94,8 @@ SettleOpt = Annotated[
     float,
     option(
         "A new or changed file is read once its size and modification time have not changed for this long:"
-        " a file still being copied is not read half-written.",
+        " a file still being copied is not read half-written. A text file seen growing (a log) has its"
+        " complete chunks read meanwhile, its row the answer so far.",
         metavar="SECONDS",
         min=0.0,
     ),
@@ -110,9 +120,10 @@ def watch(
 
     Every document is asked each question, as [b]ask --each[/] asks it; then each new or changed
     document is read once it has settled, a document that grew is read from where it changed, and a
-    deleted one leaves the outputs. Answers known to the trace store are never read twice, so a
-    restart reads nothing it has answered. Ctrl-C stops it; the outputs are complete for what was
-    answered.
+    deleted one leaves the outputs. A log still being written is read as it grows (its complete
+    chunks; the row says growing) and read to its end once it settles. Answers known to the trace
+    store are never read twice, so a restart reads nothing it has answered. Ctrl-C stops it; the
+    outputs are complete for what was answered.
 
     [dim]Examples:[/]
       memagent watch contracts/ -q "Who signed it?" --schema 'signer, date' --csv signed.csv
@@ -138,9 +149,9 @@ def watch(
     except MemagentError as exc:
         fail(err, exc)
     schema = run.config.schema()
-    files = _Outputs(outputs, tuple(schema.fields) if schema is not None else (), store)
+    files = Outputs(outputs, tuple(schema.fields) if schema is not None else (), store)
     runs = Runs(store, run, sources, fresh, warn)
-    keeper = Keeper(args, questions, run, sources, runs, parallel, settle, files, err, json_out=json_out, quiet=quiet)
+    keeper = Keeper(args, questions, runs, files, err, parallel=parallel, settle=settle, json_out=json_out, quiet=quiet)
     try:
         keeper.keep(poll)
     except MemagentError as exc:
@@ -164,39 +175,6 @@ def _check_watched(paths: Iterable[str]) -> None:
             raise MemagentError(f"{path}: this {what} cannot be read (permission denied).", exit_code=EXIT_USAGE)
         if not folder and not os.path.isfile(path):
             raise MemagentError(f"{path} is not a file or a folder.", "Name a folder (or a file) to watch.", exit_code=EXIT_USAGE)
-
-
-@dataclass
-class _Doc:
-    """A document as last seen: its source, size and modification time, since when they have not
-    changed (a wall-clock time), and the size and time its rows were made for."""
-
-    source: Source
-    stat: tuple[int, int]
-    since: float
-    done: tuple[int, int] | None = None
-
-    def ready(self, now: float, settle: float) -> bool:
-        return self.done != self.stat and now - self.since >= settle
-
-
-@dataclass
-class _Outputs:
-    """Where the rows go: the files, rewritten whole at each change."""
-
-    given: OutputFlags
-    fields: tuple[str, ...]
-    store: TraceStore | None
-
-    def write(self, records: list[dict[str, Any]]) -> None:
-        given = self.given
-        if given.jsonl is not None or given.csv_file is not None:
-            write_records(records, jsonl=given.jsonl, csv_path=given.csv_file, name_field="document", fields=self.fields)
-        if given.html is not None:
-            from ..traces.report import each_report_html
-            from .each import html_rows, stored_runs
-
-            atomic_write(given.html, each_report_html(html_rows(records), stored_runs(records, self.store)))
 
 
 class _Changes:
@@ -274,47 +252,67 @@ class _Forward:
         return None
 
 
-@dataclass
 class Keeper:
-    """One watch: the documents as last seen, their rows, the model (loaded when a run first needs it)."""
+    """One watch: what runs the documents' readings and writes their rows. What the folder holds and
+    when each document is due is `folder`'s (runs/folder.py), finding it `finder`'s (runs/finding.py);
+    this reads (the model loaded when a reading first needs it), stops a reading whose document
+    changes under it, and keeps the outputs and the view."""
 
-    paths: list[str]
-    questions: list[str]
-    run: RunSetup
-    sources: SourceOptions
-    runs: Runs
-    parallel: int
-    settle: float
-    outputs: _Outputs
-    err: Console
-    json_out: bool = False
-    quiet: bool = False
-    docs: dict[str, _Doc] = field(default_factory=dict)  # by title
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # by job key (Job.each: title and question)
-    order: list[str] = field(default_factory=list)  # the titles, in the order the sources were found
-    said: set[str] = field(default_factory=set)
-    runner: JobRunner | None = None
-    view: WatchView | None = None
-    stirred: bool = False  # changes arrived while runs went on: look again before waiting
+    def __init__(self, paths: list[str], questions: list[str], runs: Runs, outputs: Outputs, err: Console, **how: Any):
+        from ..core.protocols import get as get_protocol
+
+        self.questions = questions
+        self.runs = runs
+        self.run: RunSetup = runs.setup
+        self.outputs = outputs
+        self.err = err
+        self.parallel: int = how.get("parallel", 4)
+        self.json_out: bool = how.get("json_out", False)
+        self.quiet: bool = how.get("quiet", False)
+        config = self.run.config
+        growing = None if get_protocol(config.protocol).planner else config.chunk_tokens  # InfMem reads anew
+        self.folder = Folder(how.get("settle", SETTLE_SECONDS), growing)
+        from ..runs.finding import Finder
+
+        self.finder = Finder(paths, runs.sources, lambda note: self._tell(f"note: {visible(note)}"))
+        self.looks = Looks()
+        self.pacer = Pacer()
+        self.paths = paths
+        self.changed: set[str] = set()  # paths the file system named, not looked at yet
+        self.whole = True  # look at everything next (the first pass)
+        self.told: list[Callable[[], None]] = []  # what the view says once the outputs hold it
+        self.runner: JobRunner | None = None
+        self.view: WatchView | None = None
+        self.changes: _Changes | None = None
+        self.poll: float | None = None  # --poll: every known file's version is checked this often
+        self.polled = 0.0  # when they last were (time.monotonic)
+        self.log = TableLog(runs.store, paths, questions, self._warn)  # the table, for the page (memagent serve)
 
     def keep(self, poll: float | None) -> None:
-        """The first pass, then a look at every change, until Ctrl-C (exit 130)."""
+        """The first pass, then a look at every change, until Ctrl-C (exit 130); the log of the table
+        ends with it."""
+        try:
+            self._keep(poll)
+        finally:
+            self.log.end()
+
+    def _keep(self, poll: float | None) -> None:
         from .views.watchview import WatchView
 
         self.view = None if self.quiet else WatchView(self.err, live=self.err.is_terminal, several=len(self.questions) > 1)
-        changes = _Changes(self.paths, poll)
-        self.changes = changes
+        changes = self.changes = _Changes(self.paths, poll)
+        self.poll, self.polled = poll, time.monotonic()
         try:
             with sigterm_as_interrupt(), self.view if self.view is not None else _Forward(None):
                 self.cycle()
                 self.runs.fresh = False  # --fresh is the first pass's: a change later reads what changed
                 while True:
-                    changes.wait(0 if self.stirred else self._wait())
-                    self.stirred = False
+                    self.changed |= changes.wait(0 if self.changed else self._wait())
                     self.cycle()
         except (KeyboardInterrupt, Interrupted) as stop:
+            self._flush()
             stopped = stop.stopped.traces if isinstance(stop, Interrupted) else []
-            done = sum(1 for row in self.rows.values() if not row.get("error"))
+            done = self.outputs.answers
             hint = f"; {len(stopped)} run(s) stopped, each resumable" if stopped else ""
             self.err.print(
                 Text.assemble(("interrupted", "yellow"), f": {done} answer(s) kept in the outputs{hint}."), soft_wrap=True
@@ -326,106 +324,102 @@ class Keeper:
                 self.runner.close()
 
     def _wait(self) -> float:
-        """Seconds until the first document not yet settled would be, else a minute."""
-        now = time.time()
-        waits = [d.since + self.settle - now for d in self.docs.values() if d.done != d.stat]
-        return max(0.05, min(waits)) if waits else NO_EVENT_WAIT
+        """Seconds until a document settles, or the whole folder is to be looked at again."""
+        waits = [self.looks.wait(), NO_EVENT_WAIT]
+        settles = self.folder.wait()
+        if settles is not None:
+            waits.append(settles)
+        if self.poll is not None:
+            waits.append(self.polled + self.poll - time.monotonic())
+        return max(0.05, min(waits))
 
     # What is there now ----------------------------------------------------------------------
 
-    def scan(self) -> list[Source]:
-        """The documents the paths name now, each one's size and time noted; those gone leave."""
-        from ..core.pipeline import find_sources
+    def look(self) -> None:
+        """The documents at the paths named since the last look (or all of them, where it is time
+        to look at everything, or some changes may have been lost): each new, changed or gone."""
+        if self.poll is not None and time.monotonic() >= self.polled + self.poll:
+            self.changed |= self.finder.stale((d.at, d.stat) for d in self.folder.docs.values())
+            self.polled = time.monotonic()
+        changed, self.changed = self.changed, set()
+        if self.whole or self.looks.due() or Looks.lost(len(changed)):
+            started = time.monotonic()
+            found = self.finder.everything()
+            for each in found:
+                self._found(each)
+            for title in self.folder.others(f.source.title for f in found):
+                self._gone(title)
+            self.whole = False
+            self.looks.looked(time.monotonic() - started)
+        elif changed:
+            found = self.finder.at(changed)
+            for each in found:
+                self._found(each)
+            there = {f.source.title for f in found}
+            for path in changed:
+                for title in self.folder.at(path):
+                    if title not in there:
+                        self._gone(title)
 
-        notes: list[str] = []
-        there = [p for p in self.paths if os.path.exists(p)]
-        found = find_sources(there, self.sources, notes.append) if there else []
-        for note in notes:
-            if note not in self.said:  # a skipped file is said once, not at every look
-                self.said.add(note)
-                self._tell(f"note: {visible(note)}")
-        now = time.time()
-        current: list[Source] = []
-        for source in found:
-            try:
-                info = os.stat(source.path)
-            except OSError:  # gone since it was found: the next look says so
-                continue
-            stat = (info.st_size, info.st_mtime_ns)
-            doc = self.docs.get(source.title)
-            if doc is None:
-                # first seen: settled already if it has not changed for `settle` (a file being copied has)
-                self.docs[source.title] = _Doc(source, stat, min(now, info.st_mtime))
-                self._state(source, "settling" if now - info.st_mtime < self.settle else "queued")
-            elif doc.stat != stat:
-                doc.source, doc.stat, doc.since = source, stat, now
-                self._state(source, "settling")
-            else:
-                doc.source = source
-            current.append(source)
-        titles = {s.title for s in current}
-        for title in [t for t in self.docs if t not in titles]:
-            self._gone(self.docs.pop(title).source)
-        self.order = [s.title for s in current]
-        return current
-
-    def _state(self, source: Source, state: str) -> None:
+    def _found(self, found: Found) -> None:
         from ..core.jobs import Job
 
-        if self.view is not None:
+        state = self.folder.found(found.source, found.stat, found.mtime, found.place, found.at)
+        if state is not None and self.view is not None:
             for question in self.questions:
-                self.view.state(Job.each(source, question), state)
+                self.view.state(Job.each(found.source, question), state)
 
-    def _gone(self, source: Source) -> None:
+    def _gone(self, title: str) -> None:
         from ..core.jobs import Job
 
-        jobs = [Job.each(source, question) for question in self.questions]
+        doc = self.folder.gone(title)
+        if doc is None:
+            return
+        jobs = [Job.each(doc.source, question) for question in self.questions]
         for job in jobs:
-            if self.rows.pop(job.key, None) is not None:
-                self.stirred = True
-        self._write()  # the outputs lose its rows before the line says it is gone
-        if self.view is not None:
-            for job in jobs:
-                self.view.gone(job)
+            self.outputs.drop(job.key)
+            self.log.gone(job.key)
+        if self.view is not None:  # said once the outputs have lost its rows
+            view = self.view
+            self.told += [functools.partial(view.gone, job) for job in jobs]
 
     # One look -------------------------------------------------------------------------------
 
     def cycle(self) -> None:
-        """Finds the documents again; answers what has settled and changed (from the store, or by reading)."""
+        """Looks at what changed; answers what is due (from the store, or by reading)."""
         from ..core.jobs import Job
 
-        now = time.time()
+        self.look()
+        final, growing = self.folder.due()
         to_read: list[Job] = []
         plans: dict[int, Plan] = {}
-        for source in self.scan():
-            doc = self.docs[source.title]
-            if not doc.ready(now, self.settle):
-                continue
-            doc.done = doc.stat
+        for doc, grows in [*((d, False) for d in final), *((d, True) for d in growing)]:
+            self.folder.began(doc, grows)
             for question in self.questions:
-                job = Job.each(source, question)
+                job = Job.each(doc.source, question)
                 plan = self.runs.plan_job(job)
                 found = plan.reused
                 if found is not None:
-                    self._row(job, {"document": job.title, **found.record})  # in the outputs before it is said
-                    if self.view is not None:
-                        self.view.state(job, "answered before", found.answer, found.note())
+                    self._row(job, {"document": job.title, **found.record}, grows, "answered before", found.answer, found.note())
                     continue
-                job = plan.job(job)
-                plans[id(job)] = plan
+                job = dataclasses.replace(plan.job(job), growing=grows)
+                plans[id(job)] = plan.so_far() if grows else plan  # an answer so far is no answer to the text there
                 to_read.append(job)
-                if self.view is not None:
+                if self.view is not None and not grows:
                     self.view.state(job, "queued")
+                self.log.row(job, "growing" if grows else "queued", None)
+        self._flush()
         if to_read:
             self.read(to_read, plans)
+            self._flush()
 
     def read(self, jobs: list[Job], plans: dict[int, Plan]) -> None:
         """The runs, `parallel` at a time where the engine takes several; one whose document changes
-        while it is read is stopped."""
+        while it is read is stopped (a growing one only where it did more than grow)."""
         from ..core.jobs import run_on
 
         runner = self._runner()
-        started = {id(job): self.docs[job.title].stat for job in jobs}
+        started = {id(job): self.folder.docs[job.title].stat for job in jobs}
         cancels = {id(job): threading.Event() for job in jobs}
         live = self.view is not None and self.view.live is not None
         events = run_on(runner, jobs, stream_text=live, cancels=cancels)
@@ -444,69 +438,84 @@ class Keeper:
         self,
         events: Iterator[tuple[Job, Event]],
         jobs: list[Job],
-        started: dict[int, tuple[int, int]],
+        started: dict[int, Stat],
         cancels: dict[int, threading.Event],
     ) -> Iterator[tuple[Job, Event]]:
-        """The runs' events; where the file system told of a change, each run whose document is no
-        longer as it was when the batch began is stopped."""
+        """The runs' events; where the file system names a document being read, its run is stopped
+        if the document is no longer as it was when the batch began (or, growing, is not longer).
+        Rows that came meanwhile are written when the pacer allows."""
+        at: dict[str, list[Job]] = {}
+        for job in jobs:
+            at.setdefault(os.path.abspath(job.sources[0].path), []).append(job)
+        assert self.changes is not None
         for job, event in events:
             yield job, event
-            if not self.changes.pending():
+            if self.told and self.pacer.due():
+                self._flush()
+            named = self.changes.pending()
+            if not named:
                 continue
-            self.stirred = True
-            for other in jobs:
-                if cancels[id(other)].is_set():
-                    continue
-                try:
-                    info = os.stat(other.sources[0].path)
-                    now = (info.st_size, info.st_mtime_ns)
-                except OSError:
-                    now = (-1, -1)
-                if now != started[id(other)]:
-                    cancels[id(other)].set()
+            self.changed |= named
+            for path in named:
+                for other in at.get(path, ()):
+                    if not cancels[id(other)].is_set() and _changed(path, started[id(other)], other.growing):
+                        cancels[id(other)].set()
 
     def _finished(self, done: Finished) -> None:
-        from ..core.jobs import Cancelled
+        from ..core.jobs import Cancelled, NothingNew
 
         job = done.job
-        doc = self.docs.get(job.title)
+        if isinstance(done.error, NothingNew):  # no complete chunk since its last reading: nothing to say
+            self.folder.counted(job.title, done.error.size, done.error.tokens)
+            return
         if isinstance(done.error, Cancelled):
-            if doc is not None:
-                doc.done = None  # read again once it has settled
-                doc.since = time.time()
+            self.folder.stopped(job.title)
             if self.view is not None:
                 self.view.state(job, "settling", "", "changed while it was read: read again once it settles")
             return
-        record = done.record(document=job.title)
-        if doc is not None:  # not gone meanwhile; in the outputs before the line says it is answered
-            self._row(job, record)
-        if done.result is None:
+        if job.growing and done.result is None:  # read again once it settles; the error is that reading's
             if self.view is not None:
-                self.view.state(job, "failed", record.get("error"), f"failed: {record.get('error')}")
-        elif self.view is not None:
+                self.view.state(job, "settling", None, f"not read as it grows ({done.error}): read once it settles")
+            return
+        if done.result is not None and done.result.sources:
+            self.folder.counted(job.title, done.result.sources[0].get("size"), done.result.document_tokens)
+        if job.title not in self.folder.docs:  # gone meanwhile
+            return
+        record = done.record(document=job.title)
+        if done.result is None:
+            self._row(job, record, False, "failed", record.get("error"), f"failed: {record.get('error')}")
+        else:
             steps = len(done.result.steps)
-            self.view.state(job, "answered", done.result.answer, f"answered in {steps} step{'s' if steps != 1 else ''}")
+            counted = f"{steps} step{'s' if steps != 1 else ''}"
+            if job.growing:
+                self._row(job, record, True, "growing", done.result.answer, f"so far, from {counted}: still being written")
+            else:
+                self._row(job, record, False, "answered", done.result.answer, f"answered in {counted}")
+        if self.pacer.due():
+            self._flush()
 
-    def _row(self, job: Job, record: dict[str, Any]) -> None:
-        self.rows[job.key] = record
+    def _row(self, job: Job, record: dict[str, Any], growing: bool, state: str, said: Any, line: str) -> None:
+        """A row's record to the outputs, its line said once they hold it."""
+        record = {**record, "growing": growing}
+        self.outputs.put(job.key, record)
         if self.json_out and not record.get("error"):
             print(json_text(record, indent=None), flush=True)
-        self._write()
+        if self.view is not None:
+            self.told.append(functools.partial(self.view.state, job, state, said, line))
+        self.log.row(job, state, record)
 
-    def _write(self) -> None:
-        """Every row, in the order documents are found, each document's questions together."""
+    def _flush(self) -> None:
+        """The outputs written where a row came or went, then what the view waited to say."""
         from ..core.jobs import Job
 
-        ordered = []
-        for title in self.order:
-            doc = self.docs.get(title)
-            if doc is None:
-                continue
-            for question in self.questions:
-                row = self.rows.get(Job.each(doc.source, question).key)
-                if row is not None:
-                    ordered.append(row)
-        self.outputs.write(ordered)
+        if self.outputs.dirty:
+            started = time.monotonic()
+            self.outputs.write(Job.each(doc.source, q).key for doc in self.folder.ordered() for q in self.questions)
+            self.pacer.wrote(time.monotonic() - started)
+        self.log.flush()
+        told, self.told = self.told, []
+        for tell in told:
+            tell()
 
     def _runner(self) -> JobRunner:
         from ..core.jobs import JobRunner
@@ -514,7 +523,7 @@ class Keeper:
         if self.runner is None:
             self._tell("loading the model")
             self.runner = JobRunner(
-                **self.run.args(), sources=self.sources, parallel=self.parallel, questions=self.questions, count=None
+                **self.run.args(), sources=self.runs.sources, parallel=self.parallel, questions=self.questions, count=None
             )
         return self.runner
 
@@ -524,3 +533,15 @@ class Keeper:
     def _tell(self, line: str) -> None:
         if self.view is not None:  # none with --quiet
             self.view.tell(line)
+
+
+def _changed(path: str, before: Stat, growing: bool) -> bool:
+    """Whether the file at `path` is no longer the version `before` (for a growing reading: is not
+    that version grown longer, which leaves its complete chunks as they were)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return True
+    if growing and info.st_size > before.size:
+        return False
+    return (info.st_size, info.st_mtime_ns) != before

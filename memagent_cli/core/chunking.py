@@ -156,6 +156,7 @@ class IngestStats:
     # per source: the offset (as spans count) of its first character that is read, the white space
     # before it being stripped; offsets less this are offsets into what `inspect --text` prints of it
     source_starts: list[int | None] = field(default_factory=list)
+    held_tokens: int = 0  # the end of a document still being written, left unread (iter_chunks' hold_last)
     done: bool = False
 
     def source_records(self, sources: Sequence[Source]) -> list[dict[str, Any]]:
@@ -404,8 +405,13 @@ def iter_chunks(
     sources: Sequence[Source],
     stats: IngestStats | None = None,
     warn: Callable[[str], None] | None = None,
+    hold_last: bool = False,
 ) -> Iterator[Chunk]:
-    """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded."""
+    """Consecutive slices of `chunk_tokens` ids of the whole laid-out document, decoded.
+
+    `hold_last`: the document is still being written (`watch`), so its last chunk, whole or not,
+    is left out (a chunk is given once a token after it is read, so text appended later cannot
+    change it), and `stats` count the tokens of the chunks given."""
     stats = stats if stats is not None else IngestStats()
     stats.source_tokens = [0] * len(sources)
     stats.source_pages = [0] * len(sources)
@@ -467,12 +473,24 @@ def iter_chunks(
         _count_source_tokens(stats, block, block_start, ids, tokenizer)
         stats.document_tokens += len(ids)
         pending += ids
-        while len(pending) >= chunk_tokens:
+        while len(pending) >= chunk_tokens + (1 if hold_last else 0):
             head, pending = pending[:chunk_tokens], pending[chunk_tokens:]
             yield emit(head)
-    if pending:
+    if hold_last:
+        _hold(stats, len(pending))
+    elif pending:
         yield emit(pending)
     stats.done = True
+
+
+def _hold(stats: IngestStats, held: int) -> None:
+    """The last `held` tokens, left unread, taken off the counts (from the last sources: they end the document)."""
+    stats.held_tokens = held
+    stats.document_tokens -= held
+    for i in reversed(range(len(stats.source_tokens))):
+        taken = min(held, stats.source_tokens[i])
+        stats.source_tokens[i] -= taken
+        held -= taken
 
 
 def _count_source_tokens(stats: IngestStats, block: list[Piece], block_start: int, ids: list[int], tokenizer: Tokenizer) -> None:

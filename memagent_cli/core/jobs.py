@@ -64,7 +64,10 @@ class Job:
     `done_steps` are an interrupted run's stored steps: it goes on from there; `continued`, an
     earlier run over an earlier version of its documents, whose steps it takes where their chunks
     are the same (reuse.Continued). `instructions` and `schema`, when given, say how this job's
-    answer is written, over the config's (see AgentConfig.instructions and .answer_schema)."""
+    answer is written, over the config's (see AgentConfig.instructions and .answer_schema).
+    `growing`: its one document is still being written (`watch`): its complete chunks are read, the
+    last held back, and the answer is the answer so far; where none is new since `continued`, it
+    ends in NothingNew before it starts."""
 
     key: str
     question: str
@@ -77,6 +80,7 @@ class Job:
     schema: AnswerSchema | None = None
     continued: Continued | None = None
     history: tuple[tuple[str, str], ...] = ()  # the earlier turns of the conversation it follows (question, answer)
+    growing: bool = False
 
     @classmethod
     def each(cls, document: Source, question: str) -> Job:
@@ -188,6 +192,17 @@ def run_jobs(jobs: Iterable[Job], *, stream_text: bool = True, **opening: Unpack
             runner.close()
 
 
+class NothingNew(Exception):
+    """A growing job (Job.growing) with no complete chunk that its continued run did not read: no
+    run is started or recorded. `tokens`: the tokens of the text read, the held-back end included;
+    `size`: the file's bytes when it was found (their ratio says how much more makes a chunk)."""
+
+    def __init__(self, tokens: int, size: int | None):
+        super().__init__("no complete chunk is new yet")
+        self.tokens = tokens
+        self.size = size
+
+
 class Cancelled(Exception):
     """A run stopped from outside before its end, for a reason of the caller's (`watch`: its
     document changed while it was read): its RunFailed carries this, and its trace is resumable."""
@@ -277,12 +292,19 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
     else:
         found = [job.stand_in]
     job_prep = dataclasses.replace(prep, sources=found, notices=[])
+    if job.growing:  # read first: a run starts only where there is a new complete chunk
+        stream, stats = _job_chunks(job, job_prep, config, options, notes)
+        complete = list(stream)
+        if not _new_chunk(complete, job.continued):
+            raise NothingNew(stats.document_tokens + stats.held_tokens, found[0].size if found else None)
+        stream = iter(complete)
     asked = job.question.strip() if job.history else ""
     yield RunStarted(
         question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers, asked
     )
     yield shared.loaded()
-    stream, stats = _job_chunks(job, job_prep, config, options, notes)
+    if not job.growing:
+        stream, stats = _job_chunks(job, job_prep, config, options, notes)
     # Read ahead in a thread, as `ask` does: reading overlaps the model's work, and the run's
     # total steps are known early (progress says "step k of N" and an ETA from the start).
     chunks = ReadAhead(stream)
@@ -322,7 +344,7 @@ def _job_chunks(
             notes.append(OcrProgressed(progress.title, progress.done, progress.total, progress.seconds))
 
         told = dataclasses.replace(options, on_ocr=on_ocr)
-        return chunk_stream(prep, config.chunk_tokens, told, lambda message: notes.append(Notice(message)))
+        return chunk_stream(prep, config.chunk_tokens, told, lambda message: notes.append(Notice(message)), job.growing)
     context = job.context
     stats = IngestStats()
 
@@ -331,6 +353,16 @@ def _job_chunks(
 
     chunks = iter_chunks(layout(prep.sources, read), prep.tokenizer, config.chunk_tokens, prep.sources, stats)
     return chunks, stats
+
+
+def _new_chunk(chunks: Sequence[Chunk], continued: Continued | None) -> bool:
+    """Whether a growing job's complete chunks hold one that its continued run did not read."""
+    if not chunks:
+        return False
+    if continued is None:
+        return True
+    steps = continued.steps
+    return len(chunks) > len(steps) or any(chunk.digest != step.get("digest") for chunk, step in zip(chunks, steps))
 
 
 def _drain(notes: list[Event]) -> Iterator[Event]:

@@ -129,8 +129,11 @@ def _nothing_read(sources: Sequence[Source]) -> MemagentError:
     )
 
 
-def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None]) -> list[Source]:
-    """The documents the paths name (folders and archives expanded), as `ask` reads them."""
+def find_sources(
+    paths: Sequence[str], sources: SourceOptions, warn: Callable[[str], None], empty_ok: bool = False
+) -> list[Source]:
+    """The documents the paths name (folders and archives expanded), as `ask` reads them; a folder
+    with none is an error unless `empty_ok`."""
     found = collect_sources(
         paths,
         include=sources.include,
@@ -139,6 +142,7 @@ def find_sources(paths: Sequence[str], sources: SourceOptions, warn: Callable[[s
         ocr=sources.ocr,
         found=sources.found,
         warn=warn,
+        empty_ok=empty_ok,
     )
     return without_written(found, sources.written, warn)
 
@@ -186,11 +190,12 @@ def _laid_out(found: Sequence[Source], sources: SourceOptions, warn: Callable[[s
     return pieces
 
 
-def _reader(sources: SourceOptions, warn: Callable[[str], None]) -> Callable[[Source], Iterator[Segment]]:
-    """How `layout` reads each source: its segments, and a note if the file changed meanwhile."""
+def _reader(sources: SourceOptions, warn: Callable[[str], None], growing: bool = False) -> Callable[[Source], Iterator[Segment]]:
+    """How `layout` reads each source: its segments, and a note if the file changed meanwhile
+    (none where it is `growing`: written as it is read, its end held back)."""
 
     def read(source: Source) -> Iterator[Segment]:
-        before = _stamp(source)
+        before = None if growing else _stamp(source)
         yield from read_source(
             source, password=sources.password, warn=warn, stdin=sources.stdin, ocr=sources.ocr, on_ocr=sources.on_ocr
         )
@@ -201,12 +206,13 @@ def _reader(sources: SourceOptions, warn: Callable[[str], None]) -> Callable[[So
 
 
 def chunk_stream(
-    prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn: Callable[[str], None]
+    prep: Prepared, chunk_tokens: int, sources: SourceOptions, warn: Callable[[str], None], growing: bool = False
 ) -> tuple[Iterator[Chunk], IngestStats]:
-    """The document's chunks, lazily, and the counts that fill in as they are read."""
+    """The document's chunks, lazily, and the counts that fill in as they are read. `growing`: it
+    is still being written, and its last chunk is held back (chunking.iter_chunks' `hold_last`)."""
     stats = IngestStats()
-    pieces = layout(prep.sources, _reader(sources, warn))
-    return iter_chunks(pieces, prep.tokenizer, chunk_tokens, prep.sources, stats, warn), stats
+    pieces = layout(prep.sources, _reader(sources, warn, growing))
+    return iter_chunks(pieces, prep.tokenizer, chunk_tokens, prep.sources, stats, warn, hold_last=growing), stats
 
 
 def _stamp(source: Source) -> tuple[int, int] | None:

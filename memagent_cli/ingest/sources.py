@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import hashlib
 import os
 import posixpath
 import stat
-import threading
 import zipfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +33,23 @@ from typing import IO, NamedTuple
 from ..errors import EXIT_USAGE, MemagentError
 from . import archive, compressed, formats
 from .base import STDIN_PATH, OcrMode, Segment, Source, Warn, open_error, os_reason, printable, short_reason, title_of
+from .digests import file_id, file_sha256
 from .reading import read_source
 from .text import SNIFF_SIZE, ByteStream
 
-__all__ = ["ByteStream", "Segment", "Source", "Warn", "collect_sources", "file_sha256", "read_source", "STDIN_PATH", "SNIFF_SIZE"]
+__all__ = [
+    "ByteStream",
+    "Segment",
+    "Source",
+    "Warn",
+    "collect_at",
+    "collect_sources",
+    "file_id",
+    "file_sha256",
+    "read_source",
+    "STDIN_PATH",
+    "SNIFF_SIZE",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -54,6 +65,7 @@ def collect_sources(
     ocr: OcrMode = "auto",
     found: Collection[str] = (),
     warn: Warn,
+    empty_ok: bool = False,
 ) -> list[Source]:
     """Expand the user's paths into the ordered list of sources to read.
 
@@ -69,7 +81,8 @@ def collect_sources(
     `ocr` "never", or without the ocr extra, they are refused when named and skipped in folders.
     Sources found in folders and archives are marked `found`: one that then cannot be read is
     skipped with a note (see read_source), while a file named directly is an error. `found` names
-    files to be marked so though named: a resumed run's, which it first found in a folder.
+    files to be marked so though named: a resumed run's, which it first found in a folder. A folder
+    with no readable file is an error, unless `empty_ok` (`watch`: documents may come).
 
     `include`/`exclude` are fnmatch-style patterns matched against a file's path relative to
     the named folder (with "/" separators) and against its bare name; with no include
@@ -93,9 +106,76 @@ def collect_sources(
             exit_code=EXIT_USAGE,
         )
     collector = _Collector(_Filters.make(include, exclude), warn, ocr, frozenset(found))
+    collector.empty_ok = empty_ok
     for path in paths:
         collector.add(path)
     return collector.sources
+
+
+def collect_at(
+    folder: str,
+    paths: Sequence[str],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    ocr: OcrMode = "auto",
+    warn: Warn,
+) -> list[Source]:
+    """What `collect_sources([folder])` finds at `paths`, each a file or folder somewhere under the
+    named `folder`, found without walking the rest (`watch`: the paths the file system said changed).
+    Each is judged as the walk judges it: a hidden name or an excluded folder on its way leaves it
+    out, a binary or special file is skipped with the walk's note, a folder is walked whole and an
+    archive opened. Titles and paths are the walk's (the folder as named, joined with the path
+    under it). A path outside the folder, or no longer there, finds nothing."""
+    collector = _Collector(_Filters.make(include, exclude), warn, ocr)
+    root = os.path.abspath(folder)
+    for path in paths:
+        rel = os.path.relpath(os.path.abspath(path), root)
+        if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            continue
+        parts = rel.split(os.sep)
+        if any(part.startswith(".") for part in parts[:-1]):
+            continue  # the walk never enters a hidden folder
+        above = [posixpath.join(*parts[: k + 1]) for k in range(len(parts) - 1)]
+        if any(collector._filters.excludes(a, posixpath.basename(a)) for a in above):
+            continue  # an excluded folder is pruned whole
+        directory = os.path.join(folder, *parts[:-1])
+        if not all(os.path.isdir(os.path.join(folder, *parts[: k + 1])) for k in range(len(parts) - 1)):
+            continue  # a folder on its way is gone (or is a file now)
+        visited: set[tuple[int, int]] = set()
+        skipped = _Skipped(title_of(directory))
+        step = collector._classify(_PathEntry(directory, parts[-1]), posixpath.dirname("/".join(parts)), visited, skipped)
+        skipped.report(warn)
+        entry = os.path.join(directory, parts[-1])
+        if isinstance(step, Source):
+            collector.sources.append(step)
+        elif isinstance(step, _Subfolder):
+            for k in range(len(parts)):  # the folders above it, as the walk would have visited them
+                key = file_id(os.path.join(folder, *parts[:k]))
+                if key is not None:
+                    visited.add(key)
+            collector._walk(entry, "/".join(parts), visited)
+        elif isinstance(step, _Archive):
+            collector._add_archive(entry, title_of(entry), "/".join(parts), named=False)
+    return collector.sources
+
+
+class _PathEntry:
+    """A folder's entry named by its path, as os.scandir's DirEntry gives one (what _classify asks
+    of it): for a path found without listing its folder."""
+
+    def __init__(self, directory: str, name: str):
+        self.name = name
+        self.path = os.path.join(directory, name)
+
+    def stat(self) -> os.stat_result:
+        return os.stat(self.path)
+
+    def is_dir(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def is_symlink(self) -> bool:
+        return os.path.islink(self.path)
 
 
 def without_written(sources: list[Source], written: Collection[str], warn: Warn) -> list[Source]:
@@ -112,41 +192,6 @@ def without_written(sources: list[Source], written: Collection[str], warn: Warn)
         else:
             kept.append(source)
     return kept
-
-
-def file_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """One file however it is named (links, relative paths): its device and inode; None where no
-    file is there (not made yet, or a member of an archive)."""
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return (info.st_dev, info.st_ino)
-
-
-# A file's digest by its stat identity: a command that asks about a file several times (an answer
-# looked up, then the run's trace, then its quotes read again; `watch`, for hours) reads its bytes
-# once until it changes. ctime too: a write restoring the size and mtime still moves it.
-_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
-_DIGESTS_LOCK = threading.Lock()
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file's bytes (hex), read once per version of the file in this process."""
-    info = os.stat(path)
-    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    with _DIGESTS_LOCK:
-        known = _DIGESTS.get(key)
-    if known is not None:
-        return known
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            sha.update(block)
-    digest = sha.hexdigest()
-    with _DIGESTS_LOCK:
-        _DIGESTS[key] = digest
-    return digest
 
 
 def _stdin_source() -> Source:
@@ -209,6 +254,7 @@ class _Collector:
         self._warn = warn
         self._seen_files: set[tuple[int, int]] = set()
         self._stdin_taken = False
+        self.empty_ok = False  # a folder with nothing readable is no error
 
     def add(self, path: str) -> None:
         if path == STDIN_PATH:
@@ -319,7 +365,7 @@ class _Collector:
 
     def _add_directory(self, root: str, info: os.stat_result) -> None:
         visited = {(info.st_dev, info.st_ino)}
-        if self._walk(root, "", visited) == 0:
+        if self._walk(root, "", visited) == 0 and not self.empty_ok:
             raise MemagentError(
                 f"No readable files in {printable(root)}",
                 hint="It has no documents memagent reads, or --include/--exclude left none out; "
@@ -361,7 +407,7 @@ class _Collector:
         return found
 
     def _classify(
-        self, entry: os.DirEntry[str], rel_dir: str, visited: set[tuple[int, int]], skipped: _Skipped
+        self, entry: os.DirEntry[str] | _PathEntry, rel_dir: str, visited: set[tuple[int, int]], skipped: _Skipped
     ) -> Source | _Subfolder | _Archive | _AlreadyTaken | None:
         """Decide what to do with one folder entry.
 

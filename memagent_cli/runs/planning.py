@@ -191,3 +191,12 @@ class Plan:
     def recorder(self, **given: Any) -> Recorder | None:
         """`Runs.recorder` for this run, with its keys."""
         return self.runs.recorder(key=self.key, **given)
+
+    def so_far(self) -> Plan:
+        """This plan for a reading of a document still growing: its run is recorded with its lineage
+        alone (an answer so far is no answer to the text there, so never given again; it is gone on
+        from once the document has grown)."""
+        from ..core.reuse import AnswerKey
+
+        key = AnswerKey(None, self.key.lineage) if self.key is not None else None
+        return dataclasses.replace(self, key=key)

@@ -2,9 +2,9 @@
 (and question), and what happened last.
 
 On a terminal, a table redrawn at most `FPS` times a second: each document's state (settling while
-it is still being written, queued, reading step k/N, answered, answered before, failed) and its
-answer or error, with the last few events under it. Elsewhere (a pipe, a log, a service), one line
-per event on stderr, and nothing else.
+it is still being written, growing while a log is (its answer so far), queued, reading step k/N,
+answered, answered before, failed) and its answer or error, with the last few events under it.
+Elsewhere (a pipe, a log, a service), one line per event on stderr, and nothing else.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from .live import FPS
 from .rows import Row, RowsView, rows_table
 
 EVENTS_SHOWN = 5  # the last events under the table
-STYLES = {"answered": "bold green", "answered before": "green", "failed": "red", "settling": "dim", "queued": "dim"}
+STYLES = {
+    "answered": "bold green",
+    "answered before": "green",
+    "growing": "yellow",
+    "failed": "red",
+    "settling": "dim",
+    "queued": "dim",
+}
 
 
 class WatchView(RowsView):
