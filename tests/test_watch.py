@@ -242,3 +242,33 @@ def test_a_log_being_written_is_answered_as_it_grows(tmp_path, spawned, memagent
         query = "SELECT continued_from FROM runs WHERE status = 'complete' ORDER BY ended_at DESC LIMIT 1"
         (continued,) = db.execute(query).fetchone()
     assert continued is not None  # the last reading went on from the ones before
+
+
+def test_a_running_watch_shows_on_the_page(folder, spawned, memagent_home):
+    """`memagent serve` on the watch's store shows the watch and its table as it changes, then ended."""
+    import re
+
+    import httpx2
+
+    from testkit.pages import serving
+
+    cwd, a = folder
+    watching = Watching(spawned, cwd, "docs", "-q", QUESTION)
+    watching.wait_for("docs/a.txt: answered in")
+    with serving(memagent_home, cwd / "docs") as url:
+        listed = httpx2.get(url + "/watches", timeout=60).text
+        (watch,) = set(re.findall(r"/watches/([0-9a-f]{12})", listed))
+        assert "watching" in listed and "docs" in listed
+        page = httpx2.get(f"{url}/watches/{watch}", timeout=60).text
+        assert "docs/a.txt" in page and a.value in page and f'data-live="/watches/{watch}/live"' in page
+        b = whole_fact(300, 40)
+        (cwd / "docs" / "b.txt").write_text(b.text, encoding="utf-8")
+        watching.wait_for("docs/b.txt: answered in")
+        deadline = time.monotonic() + DEADLINE
+        while b.value not in httpx2.get(f"{url}/watches/{watch}?fragment=1", timeout=60).text:
+            assert time.monotonic() < deadline, "the page never showed b.txt's answer"
+            time.sleep(0.2)
+        code, _ = watching.stop()
+        assert code == 130
+        ended = httpx2.get(f"{url}/watches/{watch}", timeout=60).text
+        assert ">ended<" in ended and "data-live" not in ended and b.value in ended
