@@ -75,3 +75,56 @@ def test_the_live_view_picture_is_made_by_its_script(tmp_path):
     word = re.search(r"found '([a-z]+ [a-z]+)'", done.stdout).group(1)
     svg = out.read_text(encoding="utf-8").replace("&#160;", " ")
     assert f"The code word is {word}." in svg and f"boxed{{{word}}}" in svg
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_and_anchor_of_the_docs_resolves():
+    broken = []
+    for page in DOCS:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # code is not links
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL: not this repository's
+            path, _, anchor = target.partition("#")
+            found = (page.parent / path) if path else page
+            if not found.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and found.suffix == ".md":
+                headings = {_slug(h) for h in re.findall(r"(?m)^#+ (.+)$", found.read_text(encoding="utf-8"))}
+                if anchor not in headings:
+                    broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_the_readme_is_read_in_two_minutes():
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
+
+
+def test_every_command_the_docs_show_exists():
+    """Each `memagent COMMAND [SUBCOMMAND]` a shell block of the README or docs shows answers --help."""
+    import typer
+    from typer.testing import CliRunner
+
+    from memagent_cli.cli.app import app
+
+    root = typer.main.get_command(app)
+    shown = set()
+    for page in DOCS:
+        for block in re.findall(r"```sh\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S):
+            for words in re.findall(r"(?:^|[|;&(]\s*|\$\s*)memagent ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)", block, flags=re.M):
+                name, _, sub = words.partition(" ")
+                command = root.commands.get(name)  # type: ignore[attr-defined]
+                assert command is not None, f"{page.name}: memagent {name} is no command"
+                group = getattr(command, "commands", None)
+                shown.add((name, sub) if group and sub in group else (name,))
+    assert len(shown) >= 15
+    for command in sorted(shown):
+        done = CliRunner().invoke(app, [*command, "--help"], env={"NO_COLOR": "1", "COLUMNS": "100"})
+        assert done.exit_code == 0, (command, done.output[-500:])

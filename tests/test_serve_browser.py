@@ -86,6 +86,12 @@ def found(chrome, css: str):
     return chrome.find_elements(By.CSS_SELECTOR, css)
 
 
+def status(chrome) -> str:
+    """The run page's status, "" while the page is between loads."""
+    shown = found(chrome, "#status")
+    return shown[0].text if shown else ""
+
+
 def glyph_boxes(pdf: Path, page: int, text: str) -> tuple[list[tuple[float, float, float, float]], tuple[float, float]]:
     """Each glyph box of `text` on `page` of `pdf` as fractions of the drawn page (left, top, right,
     bottom), found by PDFium's own search (not memagent's locating), and the page's size."""
@@ -212,12 +218,12 @@ def test_a_reading_stopped_on_the_page_resumes_from_where_it_stopped(browser, st
         assert browser.execute_script("return window.stillHere === true")
         browser.find_element(By.ID, "stop").click()
         until(browser, lambda: found(browser, "#resume"), "the resume button of the stopped run")
-        assert until(browser, lambda: found(browser, "#status")[0].text, "the run's status") == "interrupted"
+        assert until(browser, lambda: status(browser), "the run's status") == "interrupted"
         stopped = len(found(browser, "li.step"))
         assert stopped >= 2
         run = browser.current_url.rsplit("/", 1)[-1]
         browser.find_element(By.ID, "resume").click()
-        until(browser, lambda: found(browser, "#status") and found(browser, "#status")[0].text == "complete", "the run completed")
+        until(browser, lambda: status(browser) == "complete", "the run completed")
         assert browser.current_url.endswith("/runs/" + run)  # the same run, gone on with
     steps = json.loads(memagent("traces", "show", run, "--json", home=home, cwd=docs).stdout)["steps"]
     assert [s["index"] for s in steps] == list(range(1, len(steps) + 1)) and len(steps) > stopped

@@ -256,7 +256,9 @@ def _sources_and_question(
         return given, questions[0]
     if following:  # its sources are the conversation's: any named is refused (_Reading.following)
         return given[:-1], (given[-1] if given else None)
-    if given and given[-1] != "-" and not os.path.lexists(given[-1]):
+    # sources, then the question: a lone argument is a source (inspect's own use: `inspect doc.pdf`),
+    # so that a mistyped file name is said as one
+    if len(given) > 1 and given[-1] != "-" and not os.path.lexists(given[-1]):
         return given[:-1], given[-1]
     return given, None
 

@@ -6,7 +6,6 @@ by any unique prefix of its id, or `last`.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -54,7 +53,7 @@ def _store() -> TraceStore:
 def _out(width: int | None = None) -> Console:
     """stdout: `width` columns where given; a terminal's own; piped, as wide as the lines are (a
     table is not squeezed into 80 columns, its questions wrapped a word a line)."""
-    if width is None and not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+    if width is None and not sys.stdout.isatty():
         width = 100_000
     return SafeConsole(highlight=False, soft_wrap=False, width=width)
 
