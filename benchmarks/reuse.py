@@ -1,4 +1,4 @@
-"""B18: answers found again (core/reuse.py, traces/reuse.py): the store's look-up among 10,000 runs
+"""B18: answers found again (core/keys.py, traces/found.py): the store's look-up among 10,000 runs
 (lookup; target 50 ms), `ask --each` rerun over 100 unchanged documents with SmolLM2-135M (each), a
 log grown by 5% continued against read from the start (grown), `watch` from a file settling to its
 row (watch), and `watch` over folders of 100, 1,000 and 10,000 documents (scale): its first pass,
@@ -106,8 +106,8 @@ def _prose_documents(folder: Path, count: int, tokens: int, tok: Any) -> None:
 
 def each(work: Path, documents: int = 100, tokens: int = 600) -> dict[str, Any]:
     """A rerun of `ask --each` over unchanged documents against the first run."""
+    from memagent_cli.core.keys import answer_key
     from memagent_cli.core.pipeline import SourceOptions, find_sources
-    from memagent_cli.core.reuse import answer_key
     from memagent_cli.model.llama import EmbeddedOptions
     from memagent_cli.traces.store import TraceStore
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers
     from .errors import MemagentError
     from .model.backends import EngineOptions
     from .model.llama import EmbeddedOptions
-    from .model.served.options import ServedOptions
+    from .model.served.backend import ServedOptions
 
 __version__ = "0.1.0"
 
@@ -36,7 +36,7 @@ __all__ = [
 _ENGINES = {
     "EngineOptions": "memagent_cli.model.backends",
     "EmbeddedOptions": "memagent_cli.model.llama",
-    "ServedOptions": "memagent_cli.model.served.options",
+    "ServedOptions": "memagent_cli.model.served.backend",
 }
 
 

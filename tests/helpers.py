@@ -186,7 +186,7 @@ def write_clean_model(path: Path) -> Path:
 
 def codeword_engine(sequences: int = 1, **options):
     """memagent's embedded engine on the trained code-word model (tests/data), one thread."""
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer

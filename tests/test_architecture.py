@@ -30,7 +30,7 @@ RANKS = {
     "paths": 0,
     "errors": 0,
     "display": 0,
-    "models": 0,
+    "model_catalog": 0,
 }
 UI_LIBRARIES = ("typer", "rich", "click")
 

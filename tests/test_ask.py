@@ -17,7 +17,7 @@ from memagent_cli.core.events import (
     TokenText,
 )
 from memagent_cli.core.memagent import INITIAL_MEMORY, final_prompt, memory_prompt
-from memagent_cli.model.chat import ChatFormat
+from memagent_cli.model.chat_template import ChatFormat
 from memagent_cli.model.engine import Sampling
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import LlamaEngine

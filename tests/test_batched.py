@@ -217,7 +217,7 @@ def test_inspect_sizes_the_context_llama_cpp_makes_for_n_sequences(tmp_path):
     cells per sequence and in all, and the KV buffer size it logs, are the oracle."""
     import re
 
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.runtime import llama_log_listener

@@ -8,7 +8,7 @@ import pytest
 from helpers import run_memagent, shared_path, words
 
 from memagent_cli.errors import EXIT_USAGE, MemagentError
-from memagent_cli.model.chat import read_template
+from memagent_cli.model.chat_template import read_template
 from testkit.tinymodel import QWEN25_CHAT_TEMPLATE, write_tiny_qwen2
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
@@ -145,7 +145,7 @@ def test_a_reply_of_markers_alone_is_an_error_not_an_answer():
 
 
 def test_only_the_fallback_template_brings_markers(llama_bare, tmp_path):
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
 
     info = read_gguf(llama_bare)
@@ -156,7 +156,7 @@ def test_only_the_fallback_template_brings_markers(llama_bare, tmp_path):
 def test_the_embedded_engine_ends_a_reply_at_a_marker(llama_bare, monkeypatch):
     """The real engine on a model without a template: its greedy reply, then the same reply ended
     where a marker (a piece of that reply, standing in for one) begins."""
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.engine import CompletionDone, Sampling
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine

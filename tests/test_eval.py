@@ -205,7 +205,7 @@ def test_an_items_instructions_reach_its_final_prompt_only_and_mrcr_grades_the_a
     from memagent_cli.core.events import AnswerFinished, RunFinished, RunStarted
     from memagent_cli.core.protocols import get
     from memagent_cli.evals.evaluation import ItemScored, evaluate_events, summary
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 

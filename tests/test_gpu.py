@@ -328,7 +328,7 @@ def test_flash_attention_reaches_llama_cpp_and_is_off_on_a_cpu_by_default(tiny, 
     follows the device, the option overrides it, and llama.cpp's context gets the choice."""
     import llama_cpp
 
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer
 

@@ -316,7 +316,7 @@ def test_the_embedded_engine_continues_a_raw_prompt_from_its_cache(models):
     a chat request; a second stage reads only the first stage's text, its prompt from the cache."""
     from helpers import reply
 
-    from memagent_cli.model.chat import DEFAULT_TEMPLATE, ChatFormat
+    from memagent_cli.model.chat_template import DEFAULT_TEMPLATE, ChatFormat
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import encode_template
 
@@ -348,7 +348,7 @@ def test_a_served_run_sends_the_references_prompts_to_raw_completions(reference,
     from fakeserver import FakeServer
 
     from memagent_cli.model.served.body import NEUTRAL_SAMPLING
-    from memagent_cli.model.served.engine import OpenAIEngine
+    from memagent_cli.model.served.http_engine import OpenAIEngine
     from memagent_cli.model.served.pool import ServedPool
     from memagent_cli.model.served.transport import Connection
 
@@ -383,7 +383,7 @@ def test_a_server_without_raw_completions_is_one_line(tok, pool):
     from fakeserver import FakeServer
 
     from memagent_cli.errors import MemagentError
-    from memagent_cli.model.served.engine import OpenAIEngine
+    from memagent_cli.model.served.http_engine import OpenAIEngine
     from memagent_cli.model.served.pool import ServedPool
     from memagent_cli.model.served.transport import Connection
 

@@ -8,7 +8,8 @@ import pytest
 from helpers import REPO, run_memagent, words
 
 from memagent_cli.errors import MemagentError
-from memagent_cli.install import catalog, registry, settings
+from memagent_cli.install import catalog, registry
+from memagent_cli.install import config_file as settings
 
 
 def memagent(*args, **kwargs):
@@ -42,7 +43,9 @@ def test_catalog_is_in_an_installed_wheel(tmp_path):
 
     (wheel,) = tmp_path.glob("memagent_cli-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "memagent_cli/models/catalog.toml" in names and "memagent_cli/models/README.md" in names
+    assert "memagent_cli/model_catalog/catalog.toml" in names and "memagent_cli/model_catalog/README.md" in names
+    # the page's templates, script and style ship too (memagent serve)
+    assert {"memagent_cli/webapp/templates/run.html", "memagent_cli/webapp/static/page.js"} <= set(names)
     # Every module of every subpackage ships (pyproject lists the packages one by one).
     modules = {str(p.relative_to(REPO)) for p in (REPO / "memagent_cli").rglob("*.py")}
     assert modules - set(names) == set()

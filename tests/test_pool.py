@@ -16,7 +16,7 @@ from memagent_cli.core.memagent import final_prompt, memory_prompt
 from memagent_cli.errors import MemagentError
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.served.body import NEUTRAL_SAMPLING
-from memagent_cli.model.served.engine import CHAIN_KEY_HEADERS, OpenAIEngine, wire_key
+from memagent_cli.model.served.http_engine import CHAIN_KEY_HEADERS, OpenAIEngine, wire_key
 from memagent_cli.model.served.pool import ServedPool
 from memagent_cli.model.served.transport import Connection
 

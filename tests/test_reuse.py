@@ -1,4 +1,4 @@
-"""Answers that stay current (core/reuse.py, traces/reuse.py, runs/planning.py), with the trained code-word
+"""Answers that stay current (core/keys.py, traces/found.py, runs/planning.py), with the trained code-word
 model (tests/data/codeword.gguf) through the real CLI and a real trace store: an answer is given again
 when nothing that decides it changed (the question, the text by content, the model, the settings),
 and read again when anything did; `ask --each` reruns read only new and changed documents; a
@@ -20,10 +20,10 @@ import anyio
 from helpers import CODEWORD_ASK, CODEWORD_MODEL, codeword_tokenizer, mcp_stdio, run_memagent, whole_fact
 
 from memagent_cli.core.config import AgentConfig
-from memagent_cli.core.reuse import answer_key, deciding, differences
+from memagent_cli.core.keys import answer_key, deciding, differences
 from memagent_cli.ingest.sources import Source, collect_sources
 from memagent_cli.model.llama import EmbeddedOptions
-from memagent_cli.model.served.options import ServedOptions
+from memagent_cli.model.served.backend import ServedOptions
 from testkit.codeword import QUESTION, Document, cut_by_boundary, fact_sentence, make_document
 
 RUN = [*CODEWORD_ASK, "--temperature", "0", "--threads", "1"]

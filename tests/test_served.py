@@ -1,4 +1,4 @@
-"""The served engine (memagent_cli/model/served/engine.py), against real sockets on 127.0.0.1.
+"""The served engine (memagent_cli/model/served/http_engine.py), against real sockets on 127.0.0.1.
 
 Two kinds of peer: llama-cpp-python's real OpenAI-compatible server running a tiny model (the
 replies, the sampling body, the tokenizer endpoints), and small stdlib HTTP peers that misbehave on
@@ -20,13 +20,13 @@ from helpers import free_port, llama_server, words, write_clean_model
 from memagent_cli.core.chunking import IngestStats, Piece, blocks, iter_chunks
 from memagent_cli.errors import MemagentError
 from memagent_cli.ingest.base import Source
-from memagent_cli.model.chat import ChatFormat
+from memagent_cli.model.chat_template import ChatFormat
 from memagent_cli.model.engine import CompletionDone, Retrying, Sampling, TextDelta
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
 from memagent_cli.model.served.body import NEUTRAL_SAMPLING
-from memagent_cli.model.served.engine import OpenAIEngine, count_margin, normalize_base_url
-from memagent_cli.model.served.tokenizer import DIALECTS, remote_tokenizer
+from memagent_cli.model.served.http_engine import OpenAIEngine, count_margin, normalize_base_url
+from memagent_cli.model.served.server_tokenizer import DIALECTS, remote_tokenizer
 from memagent_cli.model.served.transport import DEFAULT_TIMEOUT, Connection, longest_wait
 from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -952,9 +952,9 @@ def test_the_timeout_reaches_the_model_lookup_and_the_tokenizer():
 def test_one_rule_says_which_hosts_are_this_machine(host, loopback, here):
     """The served engine's URLs (is_local), the MCP server's address and a browser's Origin are
     judged by model/served/hosts.py alone."""
-    from memagent_cli.mcp.settings import HttpAddress
+    from memagent_cli.mcp.server_settings import HttpAddress
+    from memagent_cli.model.served.backend import is_local
     from memagent_cli.model.served.hosts import is_loopback, is_this_host
-    from memagent_cli.model.served.options import is_local
 
     assert is_loopback(host) is loopback and is_this_host(host) is here
     named = f"[{host.strip('[]')}]" if ":" in host else host

@@ -206,7 +206,7 @@ def test_a_remote_server_that_tokenizes_gets_one_hint(files, tokenizing_server):
     ],
 )
 def test_which_servers_are_local(url, local):
-    from memagent_cli.model.served.options import ServedOptions, is_local
+    from memagent_cli.model.served.backend import ServedOptions, is_local
 
     assert is_local(url) is local
     assert (ServedOptions(servers=(url,)).tokenizer_note() is None) is local

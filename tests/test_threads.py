@@ -101,7 +101,7 @@ def test_a_runs_threads_follow_the_cores_its_neighbours_leave_free(monkeypatch):
     from helpers import CODEWORD_MODEL, codeword_prompts, reply
 
     from memagent_cli.model import llama
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 

@@ -28,7 +28,7 @@ if variant.endswith("_llama"):
 
     llama_cpp.Llama(model_path=model, n_gpu_layers=-1, n_ctx=8192, verbose=False)
 else:
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
 
     LlamaEngine(info, tok, ChatFormat.from_gguf(info), n_ctx=8192, options=EmbeddedOptions(gpu_layers=-1))

@@ -23,7 +23,7 @@ def tokenizer(model: Path):
 
 def tokenizer_and_chat(model: Path):
     """`model`'s tokenizer and chat format, as memagent loads them."""
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.tokenizer import load_tokenizer
 
@@ -34,7 +34,7 @@ def tokenizer_and_chat(model: Path):
 def memagent_engine(model: Path, n_ctx: int, sequences: int = 1, **options):
     """memagent's LlamaEngine over `model` as `ask` builds it; `options` are EmbeddedOptions' (threads,
     speculate, batch, flash_attn, gpu_layers: 0, this CPU, unless given)."""
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
     from memagent_cli.model.gguf import read_gguf
     from memagent_cli.model.llama import EmbeddedOptions, LlamaEngine
     from memagent_cli.model.tokenizer import load_tokenizer

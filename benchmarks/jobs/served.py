@@ -222,7 +222,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 def chain_keys(ids: list[str]) -> dict[str, str]:
     """Each custom_id's key as the servers see it (X-Session-ID), as memagent derives it."""
     from memagent_cli.core.jobs import Job
-    from memagent_cli.model.served.engine import wire_key
+    from memagent_cli.model.served.http_engine import wire_key
 
     return {wire_key(Job(key=custom_id, question=SERVED_QUESTION).chain_key): custom_id for custom_id in ids}
 

@@ -16,8 +16,9 @@ from rich.text import Text
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..runs.conversations import Conversation, changed_since, find_conversation
 from ..runs.setup import RunSetup
+from .answers import show_reused
 from .common import check_outputs, check_paths, fail, noter, open_store, stderr_console
-from .conversation import FollowFlags, turn_setup
+from .follow import FollowFlags, turn_setup
 from .many import resume_hint, run_many
 from .options import (
     EachOpt,
@@ -34,9 +35,8 @@ from .options import (
     SvgOpt,
     flag_groups,
 )
-from .reuse import show_reused
 from .setup import RunFlags, setup
-from .single import Output, Traced, given_flags, show_one
+from .single import Output, TracedStdin, given_flags, show_one
 
 if TYPE_CHECKING:
     from ..core.pipeline import SourceOptions
@@ -85,7 +85,7 @@ def ask(
         _check_together(each=each, resume=resume, svg=svg, outputs=outputs)
         _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=asked.given)
         store = None if no_trace else open_store(err, required=bool(resume) or follow.following)
-        traced = Traced(err, store)
+        traced = TracedStdin(err, store)
         request = _Request(store, traced)
         if follow.following:
             request.follow(find_conversation(request.given_store(), follow.ref), _follow_question(args), follow.standalone)
@@ -146,7 +146,7 @@ class _Request:
     to follow up), then the run setup, how the sources are read, and the run layer that plans each run."""
 
     store: TraceStore | None
-    traced: Traced
+    traced: TracedStdin
     paths: list[str] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     stored: dict[str, Any] = field(default_factory=dict)  # a run to resume
@@ -367,7 +367,7 @@ def _refuse_changed_options(ctx: typer.Context, run: dict[str, Any], flags: RunF
             "Drop them, or start a new run.",
             exit_code=EXIT_USAGE,
         )
-    from ..core.reuse import differences
+    from ..core.keys import differences
 
     settings = run["settings"]
     wanted = {**settings, **flags.given_settings(given)}

@@ -48,10 +48,10 @@ if TYPE_CHECKING:
     from ..core.schema import AnswerSchema
     from ..ingest.sources import Source
     from ..runs.planning import Plan, Runs
+    from ..traces.found import Reused
     from ..traces.recorder import Recorder
-    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
-    from .jobs import Finished
+    from .job_runs import Finished
     from .views.jobview import JobView
 
 
@@ -258,7 +258,7 @@ def batch(
 def write_csv(out: Path, path: Path, fields: Sequence[str]) -> None:
     """The results file as a spreadsheet: a row per run (a line of several questions, a row each)."""
     from ..core.records import written_records
-    from .jobs import Sinks
+    from .job_runs import Sinks
 
     sinks = Sinks(None, path, "custom_id", fields)
     try:
@@ -283,7 +283,7 @@ def _run_lines(
     json_out: bool,
 ) -> None:
     from ..core.jobs import run_jobs
-    from .jobs import Interrupted, drive
+    from .job_runs import Interrupted, drive
     from .views.jobview import JobView
 
     if progress.runs == 0:
@@ -355,9 +355,9 @@ def _progress(job_file: Path, out: Path, schema_flag: bool = False) -> Progress:
             progress.lines += 1
             progress.runs += len(line.questions)
     if dropped:  # a reader then finds one line per id
-        from .jobs import atomic_write
+        from .job_runs import write_whole
 
-        atomic_write(out, "".join(keep))
+        write_whole(out, "".join(keep))
     return progress
 
 
@@ -370,7 +370,7 @@ class _Lines:
         self.run, self.store = runs.setup, runs.store
         self.results = os.path.abspath(out)
         self.tally = _Tally()
-        from .jobs import Sinks
+        from .job_runs import Sinks
 
         self.sinks = Sinks(out, None, "custom_id")
         self.counts: dict[str, int] = {}  # lines with several questions that are in flight
@@ -524,7 +524,7 @@ class _Tally:
 
 def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -> dict[str, dict[str, Any]]:
     """This job's interrupted runs that can go on: same settings, sources unchanged."""
-    from ..core.reuse import differences
+    from ..core.keys import differences
     from ..traces.recorder import resume_plan
     from .setup import LINE_OWN
 

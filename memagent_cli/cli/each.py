@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
 import typer
 from rich.console import Console
@@ -19,10 +18,10 @@ from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..ingest.base import STDIN_PATH, printable
-from .common import fail, noter, warner
-from .jobs import Finished, Interrupted, Sinks, atomic_write, drive, error_text
+from .answers import record_text
+from .common import fail, warner
+from .job_runs import Finished, Interrupted, Sinks, drive, error_text, write_html
 from .options import OutputFlags, ShowFlags
-from .reuse import record_text
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
     from ..runs.planning import Plan, Runs
     from ..runs.setup import RunSetup
     from ..traces.recorder import Recorder
-    from ..traces.store import TraceStore
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ def run_each(
     from .views.jobview import JobView
 
     store = runs.store
-    jobs, plans = _planned(_jobs(paths, questions, sources, err), runs)
+    jobs, plans = _with_plans(_jobs(paths, questions, sources, err), runs)
     reused = {id(job): plan.reused for job, plan in zip(jobs, plans) if plan.reused is not None}
     plan_of = {id(job): plan for job, plan in zip(jobs, plans)}
     number = {id(job): questions.index(job.question) + 1 for job in jobs}
@@ -139,7 +137,7 @@ def run_each(
         raise typer.Exit(1)
 
 
-def _planned(jobs: list[Job], runs: Runs) -> tuple[list[Job], list[Plan]]:
+def _with_plans(jobs: list[Job], runs: Runs) -> tuple[list[Job], list[Plan]]:
     """The jobs, each going on from its earlier run where there is one, and their plans (the answers
     the store has for them among them)."""
     plans = [runs.plan_job(job) for job in jobs]
@@ -175,41 +173,3 @@ def _interrupted(ids: list[str], err: Console) -> NoReturn:
         soft_wrap=True,
     )
     raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
-def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | None, err: Console) -> None:
-    """The job's page: the table, each answer's evidence, each run's memory timeline."""
-    from ..traces.report import each_report_html
-
-    atomic_write(path, each_report_html(html_rows(records), stored_runs(records, store)))
-    noter(err)(f"wrote {path}")
-
-
-def stored_runs(records: list[dict[str, Any]], store: TraceStore | None) -> dict[str, Mapping[str, Any]]:
-    """The stored run of each record that has one (the page draws its memory timeline)."""
-    runs: dict[str, Mapping[str, Any]] = {}
-    for record in records:
-        trace = record.get("trace")
-        if store is not None and trace:
-            try:
-                runs[trace] = store.get_run(trace)
-            except MemagentError:  # removed meanwhile: the row stays, without its timeline
-                continue
-    return runs
-
-
-def html_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The page's rows (traces/report.py) of the job's records."""
-    return [
-        {
-            "document": r.get("document") or r.get("custom_id") or "",
-            "question": r.get("question", ""),
-            "answer": r.get("answer"),
-            "evidence": r.get("evidence") or [],
-            "quotes": r.get("quotes") or [],
-            "error": r.get("error"),
-            "trace": r.get("trace"),
-            "steps": len(r.get("steps") or []),
-        }
-        for r in records
-    ]

@@ -12,10 +12,10 @@ import typer
 from rich.console import Console
 
 from ..errors import EXIT_USAGE, MemagentError
-from ..install.settings import whole_number
+from ..install.config_file import whole_number
 from ..model.runtime import MAX_SEQUENCES
 from .common import check_paths, fail, noter, stderr_console, warner
-from .conversation import FollowFlags
+from .follow import FollowFlags
 from .options import (
     EachOpt,
     FreshOpt,
@@ -110,7 +110,7 @@ def inspect(
     """
     from ..core.inspection import final_prompt, inspect_sources, step_prompt
     from ..traces.calibration import recorded_runs
-    from .models import installed_model
+    from .model_choice import installed_model
     from .views.reports import render_inspection
 
     err = stderr_console()

@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, MemagentError
+from .answers import record_text, say_reused
 from .common import fail, sigterm_as_interrupt
-from .reuse import record_text, say_reused
 from .textout import print_json
 
 if TYPE_CHECKING:
     from ..core.events import Event
+    from ..traces.found import Reused
     from ..traces.recorder import Recorder
-    from ..traces.reuse import Reused
 
 
 def run_many(

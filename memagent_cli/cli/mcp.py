@@ -16,7 +16,7 @@ from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
 from .setup import RunFlags, setup
 
 if TYPE_CHECKING:
-    from ..mcp.settings import ServerSettings
+    from ..mcp.server_settings import ServerSettings
 
 
 HttpOpt = Annotated[
@@ -105,7 +105,7 @@ def _settings(
     verbose: bool,
 ) -> ServerSettings:
     """The server's settings, checked before it starts: the folders exist, the trace store opens."""
-    from ..mcp.settings import ServerSettings, parse_http
+    from ..mcp.server_settings import ServerSettings, parse_http
     from ..traces.store import TraceStore
 
     folders = []

@@ -4,7 +4,6 @@ checking the machine. Thin: the work is in registry, hub, settings, gpu and doct
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -13,34 +12,21 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from ..install import catalog, registry, settings
+from ..errors import EXIT_USAGE, MemagentError
+from ..install import catalog, config_file, registry
 from ..model.convert.quantize import DEFAULT_QUANT, QUANTS
 from .common import command_group, run_guard
+from .model_choice import offline_requested, run_plan, size_text
 from .options import JsonOpt, OfflineOpt
 from .textout import SafeConsole, print_json, visible
 
 if TYPE_CHECKING:
-    from rich.progress import Task, TaskID
-
     from ..install.pulling import Plan
 
 models_app = command_group("Install and inspect models: the catalog, pull, add, rm, path, info.")
 config_app = command_group("Read and change settings (config.toml).")
 
 NameArg = Annotated[str, typer.Argument(help="An installed model's name (see memagent models list).")]
-
-
-def _gb(n: int | None) -> str:
-    from ..model.memory import format_bytes
-
-    return format_bytes(n) if n else "?"
-
-
-def offline_requested(flag: bool) -> bool:
-    from ..install.hub import offline_env
-
-    return flag or offline_env()
 
 
 QuantOpt = Annotated[
@@ -61,68 +47,6 @@ NameOpt = Annotated[
 ]
 
 
-def run_plan(plan: Plan, *, offline: bool, err: Console) -> tuple[str, registry.Record]:
-    """Carries out a pull or conversion plan with a progress bar per stage (speed, ETA) on stderr;
-    piped, a line per stage and every tenth of it."""
-    from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
-
-    from ..install import pulling
-    from ..model.memory import format_bytes
-
-    class Amount(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            if task.fields.get("unit") == "tensors":  # llama.cpp's quantizer reports tensors, not bytes
-                speed = f"  {task.speed:.1f} tensors/s" if task.speed else ""
-                return Text(f"{int(task.completed)}/{int(task.total or 0)} tensors{speed}")
-            speed = f"  {format_bytes(task.speed)}/s" if task.speed else ""
-            return Text(f"{format_bytes(task.completed)}/{format_bytes(task.total)}{speed}")
-
-    tasks: dict[str, TaskID] = {}
-    tenths: dict[str, int] = {}
-    with Progress(
-        TextColumn("[bold]{task.description:<9}"),
-        BarColumn(),
-        Amount(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-
-        def progress(stage: str, done: int, total: int | None) -> None:
-            if stage not in tasks:
-                unit = "tensors" if stage == "quantize" else "bytes"
-                tasks[stage] = bar.add_task(stage, total=total, unit=unit)
-                if not err.is_terminal:
-                    err.print(f"{stage}…", markup=False, highlight=False)
-            bar.update(tasks[stage], completed=done, total=total)
-            if not err.is_terminal and total:
-                tenth = done * 10 // total
-                if tenth > tenths.get(stage, 0):
-                    tenths[stage] = tenth
-                    err.print(f"{stage} {tenth * 10}%", markup=False, highlight=False)
-
-        try:
-            name, record = pulling.execute(plan, progress=progress, offline=offline)
-        except KeyboardInterrupt:
-            bar.stop()
-            stage = next(reversed(tasks), "start")
-            err.print(
-                f"interrupted during {stage}: nothing is installed yet. Run the same command again: it resumes where it stopped.",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-    err.print(
-        f"installed {visible(name)} ({_gb(record['size'])}) at {visible(record['path'])}",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
-    return name, record
-
-
 def install(plan: Plan, *, offline: bool, err: Console, json_out: bool = False) -> tuple[str, registry.Record]:
     """Says what a pull or conversion plan costs, carries it out, and prints the record with --json."""
     err.print(f"{visible(plan.name)}: {plan.describe()}", markup=False, highlight=False, soft_wrap=True)
@@ -137,7 +61,7 @@ def install(plan: Plan, *, offline: bool, err: Console, json_out: bool = False) 
 def list_models(json_out: JsonOpt = False) -> None:
     """Installed models and the catalog; the default is marked."""
     installed = registry.load()
-    default = settings.get_setting("default_model") or catalog.default_alias()
+    default = config_file.get_setting("default_model") or catalog.default_alias()
     cat = catalog.entries()
     if json_out:
         print_json(
@@ -165,7 +89,7 @@ def list_models(json_out: JsonOpt = False) -> None:
         table.add_column(col, overflow="fold")
     for name, r in sorted(installed.items()):
         mark = " (default)" if name in (default, catalog.canonical(default)) else ""
-        table.add_row(name + mark, _gb(r.get("size")), r.get("quantization") or "", r["path"])
+        table.add_row(name + mark, size_text(r.get("size")), r.get("quantization") or "", r["path"])
     out.print(table if installed else Text("No models installed yet.", style="dim"))
     table = Table(title="catalog", title_justify="left", box=None, header_style="bold", pad_edge=False)
     for col in ("alias", "size", "base", "installed"):
@@ -174,7 +98,7 @@ def list_models(json_out: JsonOpt = False) -> None:
         for q in e.quantizations:
             name = f"{alias}:{q}"
             mark = " (default)" if name == catalog.canonical(default) else ""
-            table.add_row(name + mark, _gb(e.size(q)), e.base_model, "yes" if name in installed else "")
+            table.add_row(name + mark, size_text(e.size(q)), e.base_model, "yes" if name in installed else "")
     out.print(table)
 
 
@@ -255,7 +179,7 @@ def add(
         return
     SafeConsole(stderr=True, highlight=False).print(
         f"added {name}: {record['architecture']}, {record['layers']} layers, {record['quantization'] or '?'}, "
-        f"{_gb(record['size'])}, context {record['context_length']}, "
+        f"{size_text(record['size'])}, context {record['context_length']}, "
         f"{'with' if record['chat_template'] else 'without'} a chat template",
         markup=False,
     )
@@ -292,10 +216,10 @@ def info(name: NameArg, json_out: JsonOpt = False) -> None:
 
 @config_app.command("get")
 @run_guard
-def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")]) -> None:
+def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(config_file.KEYS)}.")]) -> None:
     """Print one setting (nothing if unset)."""
-    settings._check_key(key)
-    value = settings.get_setting(key)
+    config_file.check_key(key)
+    value = config_file.get_setting(key)
     if value is not None:
         print(value)
 
@@ -304,27 +228,27 @@ def config_get(key: Annotated[str, typer.Argument(help=f"One of: {', '.join(sett
 @config_app.command("set", context_settings={"ignore_unknown_options": True})
 @run_guard
 def config_set(
-    key: Annotated[str, typer.Argument(help=f"One of: {', '.join(settings.KEYS)}.")],
+    key: Annotated[str, typer.Argument(help=f"One of: {', '.join(config_file.KEYS)}.")],
     value: Annotated[Optional[str], typer.Argument(help="The value; leave out with --unset.", show_default=False)] = None,
     unset: Annotated[bool, typer.Option("--unset", help="Remove the setting.")] = False,
 ) -> None:
     """Change a setting, e.g. memagent config set default_model memagent-14b."""
     if (value is None) != unset:
         raise MemagentError("Give a value, or --unset (one of the two).", exit_code=EXIT_USAGE)
-    settings.set_setting(key, None if unset else value)
+    config_file.set_setting(key, None if unset else value)
 
 
 @config_app.command("list")
 @run_guard
 def config_list(json_out: JsonOpt = False) -> None:
     """Every setting with its value and meaning, and where the file is."""
-    data = settings.load()
+    data = config_file.load()
     if json_out:
-        print_json({"file": str(settings.config_file()), "settings": data})
+        print_json({"file": str(config_file.config_file()), "settings": data})
         return
     out = SafeConsole(highlight=False)
-    out.print(Text(f"# {settings.config_file()}", style="dim"))
-    for key, (_, meaning) in settings.KEYS.items():
+    out.print(Text(f"# {config_file.config_file()}", style="dim"))
+    for key, (_, meaning) in config_file.KEYS.items():
         value = data.get(key)
         shown = repr(value) if value is not None else "(unset)"
         out.print(Text.assemble((f"{key} = ", "bold"), shown, (f"  # {meaning}", "dim")))
@@ -368,61 +292,10 @@ def doctor(
         "data": str(default_home()),
         "models": str(registry.models_dir()),
         "traces": str(traces_db()),
-        "config": str(settings.config_file()),
+        "config": str(config_file.config_file()),
         "cache": platformdirs.user_cache_dir("memagent"),
     }
     if json_out:
         print_json(report)
         return
     SafeConsole(highlight=False).print(render_doctor(report))
-
-
-def model_for_run(model: str | None, err: Console, offline: bool) -> str:
-    """The model file; a catalog model not yet installed is offered for download on a terminal
-    (online), and otherwise refused with `missing_model`'s one message."""
-    from ..install.registry import NotInstalled, resolve_model
-
-    try:
-        return str(resolve_model(model))
-    except NotInstalled as missing:
-        from ..install import pulling
-
-        interactive = sys.stdin.isatty() and err.is_terminal
-        if offline_requested(offline) or not interactive:
-            raise missing_model(missing.name) from None
-        # The same plan `models pull` makes: the user sees what it costs before anything is downloaded.
-        try:
-            plan = pulling.plan_pull(missing.name)
-        except MemagentError:  # the Hub cannot be reached (or refuses): the same message as offline
-            raise missing_model(missing.name) from None
-        answer = err.input(f"{missing.name} is not installed. Getting it {plan.describe()}. Start now? [Y/n] ")
-        if answer.strip().lower() not in ("", "y", "yes"):
-            raise missing_model(missing.name) from None
-        name, record = run_plan(plan, offline=False, err=err)
-        return record["path"]
-
-
-def installed_model(model: str | None) -> str:
-    """The model file for a command that only reads its vocabulary (`inspect`): --model,
-    MEMAGENT_MODEL, the configured default, else the catalog's; nothing is offered for download (a
-    15 GB checkpoint to count tokens), and a catalog model not yet pulled gets `missing_model`'s message."""
-    from ..install.registry import NotInstalled, resolve_model
-
-    try:
-        return str(resolve_model(model))
-    except NotInstalled as missing:
-        raise missing_model(missing.name) from None
-
-
-def missing_model(name: str) -> MemagentError:
-    """The one message for a catalog model that is not installed, wherever it is met (piped, on a
-    terminal, offline, over MCP): what getting it costs, the command, and --model for a GGUF at hand."""
-    from ..install.pulling import catalog_plan
-
-    plan = catalog_plan(name)
-    cost = f" ({plan.describe()}, at most)" if plan is not None else ""
-    return MemagentError(
-        f"The model {name} is not installed",
-        f"Get it with: memagent models pull {name}{cost}. Or use a GGUF file you have: --model FILE.gguf",
-        exit_code=EXIT_USAGE,
-    )

@@ -69,7 +69,7 @@ def serve(
       memagent serve ~/docs -m memagent-7b --port 8800
       memagent serve /srv/docs --host 0.0.0.0 --token "$SECRET"
     """
-    from ..webapp.settings import PageSettings, check_address
+    from ..webapp.page_settings import PageSettings, check_address
 
     err = stderr_console()
     try:

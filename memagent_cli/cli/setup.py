@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.schema import AnswerSchema
     from ..model.backends import EngineOptions
-    from ..model.served.options import ServedOptions
+    from ..model.served.backend import ServedOptions
 
 
 # The flags that are agent settings (core.config.AgentConfig) by the same name, as they are given.
@@ -134,7 +134,7 @@ class RunFlags(PromptFlags):
 
     def given_settings(self, given: Collection[str]) -> dict[str, Any]:
         """The agent's settings, the protocol among them, whose flags were `given` (by parameter name)."""
-        from ..core.reuse import flag_of
+        from ..core.keys import flag_of
 
         values = {**self.budgets(), "protocol": self.protocol.value if self.protocol else None}
         return {name: value for name, value in values.items() if flag_of(name) in given}
@@ -149,7 +149,7 @@ def chat_template(path: Path | None, engine: str, *, expect_sha256: str | None =
     import hashlib
 
     from ..model.backends import backend
-    from ..model.chat import read_template
+    from ..model.chat_template import read_template
 
     if path is None:
         return None
@@ -216,7 +216,7 @@ def agent_config(
 
 def gpu_layers_setting(flag: str | None) -> int | None:
     """--gpu-layers, else the configured value, else auto (None: planned from free GPU memory)."""
-    from ..install.settings import KEYS, get_setting
+    from ..install.config_file import KEYS, get_setting
 
     value = flag if flag is not None else get_setting("gpu_layers")
     if value is None or value == "auto":
@@ -236,7 +236,7 @@ def setup(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None = None
     decides its result (the model, the settings, the template, which engine) and the flags the rest
     (threads, GPU layers; a server's URL, since servers may move). Usage errors are MemagentErrors."""
     from ..traces.recorder import resumed_config
-    from .models import model_for_run
+    from .model_choice import model_for_run
 
     quiet_library_logs(flags.verbose)
     settings: Mapping[str, Any] = stored["settings"] if stored is not None else {}
@@ -284,7 +284,7 @@ def engine_options(
 
 def _embedded(flags: RunFlags, template: ChatTemplate | None) -> EngineOptions:
     """The embedded engine: a flag given wins, else the configured setting (`memagent config`), else auto."""
-    from ..install.settings import get_setting
+    from ..install.config_file import get_setting
     from ..model.llama import EmbeddedOptions
 
     if flags.base_url or flags.served_model:
@@ -310,7 +310,7 @@ def _embedded(flags: RunFlags, template: ChatTemplate | None) -> EngineOptions:
 
 
 def _served_options(flags: RunFlags, err: Console, stored: Mapping[str, Any] | None) -> EngineOptions:
-    from ..model.served.options import ServedOptions, normal_servers
+    from ..model.served.backend import ServedOptions, normal_servers
 
     if stored is not None:  # the servers may have moved (--base-url); the model they serve may not
         urls = base_urls(flags.base_url) or list(stored.get("servers") or stored.get("base_urls") or [stored["base_url"]])
@@ -347,8 +347,8 @@ def check_same_setup(out: Path | None, run: RunSetup) -> None:
     same way: lines finished with another model or other protocol settings are not this job's, and
     keeping them as done would mix two setups in one file without a word. Lines that keep no
     settings (an older file) are taken as they are."""
+    from ..core.keys import differences
     from ..core.records import written_records
-    from ..core.reuse import differences
 
     if out is None:
         return

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Mapping, Protocol
 import typer
 from rich.console import Console
 
+from .answers import record_text
 from .common import noter, sigterm_as_interrupt, warner
 from .options import ShowFlags
-from .reuse import record_text
 from .textout import SCHEMA, SafeConsole, json_text, print_json
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class Output(ShowFlags):
     lines: bool = False  # the JSON record on one line (a chat's answers, one a line)
 
 
-class Traced:
+class TracedStdin:
     """Standard input, hashed as it passes where runs are traced, and the run layer's planner over it."""
 
     def __init__(self, err: Console, store: TraceStore | None):

@@ -47,7 +47,7 @@ from ..runs.folder import SETTLE_SECONDS, Folder, Looks, Pacer, Stat
 from ..runs.planning import Runs
 from ..runs.setup import RunSetup
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console, warner
-from .jobs import Finished, Interrupted, drive
+from .job_runs import Finished, Interrupted, drive
 from .options import (
     FreshOpt,
     JsonLinesOpt,
@@ -236,7 +236,7 @@ class _Changes:
 
 
 @dataclass
-class _Forward:
+class _KeptView:
     """The view as `drive` is given it: the watch keeps it up between runs, so drive neither starts nor stops it."""
 
     view: WatchView | None
@@ -245,7 +245,7 @@ class _Forward:
         if self.view is not None:
             self.view.handle(job, event)
 
-    def __enter__(self) -> _Forward:
+    def __enter__(self) -> _KeptView:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -303,7 +303,7 @@ class Keeper:
         changes = self.changes = _Changes(self.paths, poll)
         self.poll, self.polled = poll, time.monotonic()
         try:
-            with sigterm_as_interrupt(), self.view if self.view is not None else _Forward(None):
+            with sigterm_as_interrupt(), self.view if self.view is not None else _KeptView(None):
                 self.cycle()
                 self.runs.fresh = False  # --fresh is the first pass's: a change later reads what changed
                 while True:
@@ -429,7 +429,7 @@ class Keeper:
 
         drive(
             self._watched(events, jobs, started, cancels),
-            view=_Forward(self.view),
+            view=_KeptView(self.view),
             recorder_for=recorder_for,
             finished=self._finished,
         )

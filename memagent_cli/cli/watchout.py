@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..errors import MemagentError
-from .jobs import csv_header, csv_rows
+from .job_runs import csv_header, csv_rows
 from .options import OutputFlags
 from .textout import json_text
 
@@ -59,7 +59,7 @@ class Outputs:
         line = json_text(record, indent=None) + "\n" if given.jsonl is not None else ""
         html = None
         if given.html is not None:
-            from .each import html_rows
+            from .job_runs import html_rows
 
             html = html_rows([record])[0]
         self.rows[key] = _Row(text, line, html)
@@ -95,7 +95,7 @@ class Outputs:
             _put(given.jsonl, (r.jsonl for r in rows), encoding="utf-8")
         if given.html is not None:
             from ..traces.report import each_report_html
-            from .each import stored_runs
+            from .job_runs import stored_runs
 
             pages = [r.html for r in rows if r.html is not None]
             _put(given.html, [each_report_html(pages, stored_runs(pages, self.store))], encoding="utf-8")

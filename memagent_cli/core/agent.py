@@ -12,7 +12,7 @@ import time
 from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import EXIT_USAGE, MemagentError
-from ..model.chat import ChatFormat
+from ..model.chat_template import ChatFormat
 from ..model.engine import Completion, CompletionDone, Engine, PromptRead, RawPrompt, Retrying, Sampling, TextDelta
 from ..model.tokenizer import Tokenizer, normalizer
 from .chunking import Chunk, IngestStats
@@ -30,9 +30,9 @@ from .events import (
     StepStarted,
     TokenText,
 )
+from .keys import Continued
 from .protocols import follow_up
 from .protocols import get as get_protocol
-from .reuse import Continued
 from .schema import AnswerSchema
 
 # Room for the few tokens by which re-tokenizing a chunk inside the prompt can differ from

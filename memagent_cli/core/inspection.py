@@ -24,7 +24,7 @@ from .protocols import PROTOCOLS, of_model
 from .protocols import get as get_protocol
 
 if TYPE_CHECKING:
-    from ..model.chat import ChatFormat
+    from ..model.chat_template import ChatFormat
     from ..model.gguf import GGUFInfo
 
 

@@ -33,6 +33,7 @@ from .agent import check_question, plan_context
 from .chunking import Chunk, IngestStats, iter_chunks, layout
 from .config import AgentConfig
 from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
+from .keys import Continued
 from .pipeline import (
     Prepared,
     SharedEngine,
@@ -45,7 +46,6 @@ from .pipeline import (
 )
 from .protocols import of_model
 from .readahead import ReadAhead
-from .reuse import Continued
 from .scheduler import RunError, run_all
 from .schema import AnswerSchema
 

@@ -25,7 +25,7 @@ from ..ingest.base import OcrMode, OcrProgress
 from ..ingest.sources import ByteStream, Segment, Source, collect_sources, read_source, without_written
 from ..install.registry import resolve_model
 from ..model.backends import EngineOptions
-from ..model.chat import ChatFormat
+from ..model.chat_template import ChatFormat
 from ..model.engine import Engine
 from ..model.gguf import GGUFInfo, read_gguf
 from ..model.llama import EmbeddedOptions, LlamaEngine
@@ -47,11 +47,11 @@ from .events import (
     StepRecord,
 )
 from .infmem_loop import run_infmem, units_read
+from .keys import Continued
 from .memdiff import evidence_steps
 from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
 from .readahead import ReadAhead
-from .reuse import Continued
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
 
 

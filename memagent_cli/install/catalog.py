@@ -1,4 +1,4 @@
-"""The catalog of known MemAgent builds (models/catalog.toml, shipped as memagent_cli.models).
+"""The catalog of known MemAgent builds (models/catalog.toml, shipped as memagent_cli.model_catalog).
 
 An alias names a model and a quantization: `memagent-7b` (the default quantization) or
 `memagent-14b:q8_0`. The catalog knows where to look on the Hub and roughly how big the
@@ -51,7 +51,7 @@ class Entry:
 
 @lru_cache(maxsize=1)
 def _load() -> dict[str, Any]:
-    text = (importlib.resources.files("memagent_cli.models") / "catalog.toml").read_text(encoding="utf-8")
+    text = (importlib.resources.files("memagent_cli.model_catalog") / "catalog.toml").read_text(encoding="utf-8")
     catalog: dict[str, Any] = tomllib.loads(text)
     return catalog
 

@@ -165,7 +165,7 @@ def catalog_entry(path: str | os.PathLike[str]) -> catalog.Entry | None:
 
 def resolve_model(model: str | os.PathLike[str] | None) -> Path:
     """The GGUF file a run uses. Raises NotInstalled for a catalog model not yet pulled."""
-    from .settings import get_setting
+    from .config_file import get_setting
 
     chosen = str(model) if model else os.environ.get(ENV_MODEL) or get_setting("default_model") or catalog.default_alias()
     path = Path(chosen).expanduser()

@@ -24,7 +24,7 @@ import anyio.to_thread
 
 from ..errors import MemagentError
 from ..model.memory import format_duration
-from ..runs.shared import Planned, SharedModel, Told
+from ..runs.shared import RunRequest, SharedModel, Told
 from .results import outcome_record
 
 TELL_POLL_SECONDS = 0.02  # how often a run's news is looked for: its worker thread only queues it
@@ -54,7 +54,7 @@ class Queue:
         if self._slots is None:
             self._slots = anyio.Semaphore(self.engine.slots)
 
-    async def run(self, planned: Sequence[Planned], host: Host, *, several: bool) -> list[dict[str, Any]]:
+    async def run(self, planned: Sequence[RunRequest], host: Host, *, several: bool) -> list[dict[str, Any]]:
         """Every planned run's record, in order. With `several`, a run that fails gives a record
         with its "error" and the others go on; else its MemagentError is raised."""
         await self.load()
@@ -68,7 +68,7 @@ class Queue:
                 group.start_soon(self._one, index, plan, progress, records, several)
         return records
 
-    async def _one(self, index: int, plan: Planned, progress: _Progress, records: list[dict[str, Any]], several: bool) -> None:
+    async def _one(self, index: int, plan: RunRequest, progress: _Progress, records: list[dict[str, Any]], several: bool) -> None:
         assert self._slots is not None
         ahead = self._running + self._waiting
         self._waiting += 1
@@ -91,7 +91,7 @@ class Queue:
         await progress.finished(index)
         records[index] = found or {}
 
-    async def _drive(self, index: int, plan: Planned, progress: _Progress) -> dict[str, Any] | None:
+    async def _drive(self, index: int, plan: RunRequest, progress: _Progress) -> dict[str, Any] | None:
         """One run in a worker thread; what it tells is passed to the host as it comes."""
         cancel, ended = threading.Event(), threading.Event()
         told: queue.SimpleQueue[Told] = queue.SimpleQueue()  # the worker never waits for the host

@@ -13,7 +13,7 @@ from .excerpt import cite
 if TYPE_CHECKING:
     from ..core.jobs import JobRunner
     from ..runs.shared import Outcome
-    from ..traces.reuse import Reused
+    from ..traces.found import Reused
 
 
 def outcome_record(outcome: Outcome, job: Job, runner: JobRunner) -> dict[str, Any]:

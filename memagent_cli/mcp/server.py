@@ -28,7 +28,7 @@ from ..errors import MemagentError
 from ..runs.guard import MAX_FILES, Roots, client_roots
 from ..runs.shared import SharedModel
 from .calls import Host, Queue
-from .settings import MAX_QUESTIONS, HttpAddress, ServerSettings
+from .server_settings import MAX_QUESTIONS, HttpAddress, ServerSettings
 from .texts import (
     ASK,
     INSPECT,

@@ -5,7 +5,7 @@ what to call: what the tool does, what it costs, when to use it, what it refuses
 from __future__ import annotations
 
 from ..runs.guard import MAX_FILES, MAX_TOTAL_BYTES
-from .settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
+from .server_settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
 
 INSTRUCTIONS = """\
 memagent answers questions about local documents of any length (PDF, Word, PowerPoint, Excel, \

@@ -22,9 +22,9 @@ from ..ingest.sources import Source
 from ..model.llama import EmbeddedOptions
 from ..runs.guard import Refused, Roots, run_visible
 from ..runs.requests import answer_settings, conversation_turn, find_documents, resumption, within_budgets
-from ..runs.shared import Planned
+from ..runs.shared import RunRequest
 from .calls import Host, Queue
-from .settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
+from .server_settings import MAX_QUESTIONS, MAX_RUNS, ServerSettings
 
 TRACE_URI = "memagent://traces/{id}"
 
@@ -83,7 +83,7 @@ class Tools:
                 )
             cid, documents, history = await anyio.to_thread.run_sync(lambda: conversation_turn(conversation, roots))
             job = Job(key=questions[0], question=questions[0], sources=tuple(documents), title=questions[0], history=history)
-            planned = [Planned(job, config, "Q1", fresh=fresh, turn=True, conversation=cid)]
+            planned = [RunRequest(job, config, "Q1", fresh=fresh, turn=True, conversation=cid)]
         else:
             if not sources:
                 raise MemagentError(
@@ -127,7 +127,7 @@ class Tools:
         """The server's settings with a call's budgets and temperature (runs/requests.within_budgets)."""
         return within_budgets(self.settings.config, budgets)
 
-    def _plan(self, documents: list[Source], questions: list[str], config: AgentConfig, each: bool) -> list[Planned]:
+    def _plan(self, documents: list[Source], questions: list[str], config: AgentConfig, each: bool) -> list[RunRequest]:
         if each:
             pairs = [(d, q) for d in documents for q in questions]
             if len(pairs) > MAX_RUNS:
@@ -139,7 +139,7 @@ class Tools:
                 )
             several = len(questions) > 1
             return [
-                Planned(
+                RunRequest(
                     Job.each(d, q),
                     config,
                     f"{d.title} · Q{questions.index(q) + 1}" if several else d.title,
@@ -147,7 +147,7 @@ class Tools:
                 for d, q in pairs
             ]
         return [
-            Planned(Job(key=q, question=q, sources=tuple(documents), title=q), config, f"Q{k + 1}")
+            RunRequest(Job(key=q, question=q, sources=tuple(documents), title=q), config, f"Q{k + 1}")
             for k, q in enumerate(questions)
         ]
 
@@ -157,7 +157,7 @@ class Tools:
         """Continues an interrupted (or failed) run from its last step; see server.RESUME."""
         await self.queue.load()
 
-        def plan() -> Planned:
+        def plan() -> RunRequest:
             return resumption(run_ref, roots, self.queue.engine)
 
         planned = await anyio.to_thread.run_sync(plan)

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ..errors import EXIT_USAGE, MemagentError
 
 if TYPE_CHECKING:
-    from .chat import ChatFormat
+    from .chat_template import ChatFormat
     from .engine import Engine
     from .gguf import GGUFInfo
     from .tokenizer import Tokenizer
 
 # The module that defines each backend, imported when it is looked up by name (`backend`): a run on
 # the embedded engine never imports the served one (http.client, ssl, email: 35 ms of a start-up).
-BACKEND_MODULES = {"llama": "memagent_cli.model.llama", "openai": "memagent_cli.model.served.options"}
+BACKEND_MODULES = {"llama": "memagent_cli.model.llama", "openai": "memagent_cli.model.served.backend"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class EngineOptions:
 
     def decides(self) -> dict[str, Any]:
         """What of this engine decides an answer, beside the model file and the agent's settings
-        (core/reuse.py): the backend, and what it sends the model that the settings do not say.
+        (core/keys.py): the backend, and what it sends the model that the settings do not say.
         How it runs (threads, GPU layers, batching, a server's address where the model is named)
         is left out: it changes the time an answer takes, not the answer."""
         return {"kind": self.kind}

@@ -111,7 +111,7 @@ class Engine(Protocol):
 
 @runtime_checkable
 class Chained(Protocol):
-    """An engine that can tag a run's requests with a key (a served one: served/engine.py says
+    """An engine that can tag a run's requests with a key (a served one: served/http_engine.py says
     which header carries it and why), so a router keeps a run's calls on one replica."""
 
     def for_chain(self, key: str) -> Engine:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..errors import MemagentError
 from .backends import EngineOptions, register
 from .batched import Reply, SequenceBatcher, common_prefix, context_cells, decode
-from .chat import ChatFormat
+from .chat_template import ChatFormat
 from .engine import Completion, CompletionDone, PromptRead, RawPrompt, Sampling, TextDelta, stopped_at
 from .gguf import GGUFInfo
 from .memory import available_memory, check_context_fits, model_memory

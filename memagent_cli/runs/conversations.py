@@ -73,7 +73,7 @@ def turn_settings(
     over them; and what the turn changed, {option: value}, `--model` where `model` is not the first run's."""
     import dataclasses
 
-    from ..core.reuse import differences
+    from ..core.keys import differences
     from ..traces.recorder import resumed_config
 
     try:

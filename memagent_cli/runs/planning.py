@@ -1,5 +1,5 @@
 """Planning a run against the trace store, for every front end: the one place an answer key is made
-(core/reuse.py), the one place a Recorder is built, and the question each front end asks once per
+(core/keys.py), the one place a Recorder is built, and the question each front end asks once per
 run (`Runs.plan`): is the answer stored (reused), is there an earlier run over an earlier version of
 the same documents to go on from (continued), or is it read?
 
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
     from ..core.jobs import Job
+    from ..core.keys import AnswerKey, Continued
     from ..core.pipeline import SourceOptions
-    from ..core.reuse import AnswerKey, Continued
     from ..ingest.sources import Source
+    from ..traces.found import Reused
     from ..traces.recorder import HashingReader, Recorder
-    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
     from .setup import RunSetup
 
@@ -58,7 +58,7 @@ class Runs:
         key = self._key(question, documents, config, text, history)
         reused = None
         if not fresh and key is not None and self.store is not None:
-            from ..traces.reuse import reused_answer
+            from ..traces.found import reused_answer
 
             reused = reused_answer(self.store, key, documents, self.warn, text)
         return Plan(self, key, reused, config, fresh)
@@ -85,7 +85,7 @@ class Runs:
     ) -> AnswerKey | None:
         """The run's keys; None without a store, or when a document cannot be read to hash it (the
         run then says why, as it would have)."""
-        from ..core.reuse import answer_key
+        from ..core.keys import answer_key
 
         if self.store is None:
             return None
@@ -174,7 +174,7 @@ class Plan:
         without one, and for InfMem, whose search covers the whole text: each of its steps may have
         read any part of it, so a step of an earlier run is not one of this run's."""
         from ..core.protocols import get as get_protocol
-        from ..traces.reuse import continuation
+        from ..traces.found import continuation
         from ..traces.store import TraceStore
 
         store = self.runs.store
@@ -196,7 +196,7 @@ class Plan:
         """This plan for a reading of a document still growing: its run is recorded with its lineage
         alone (an answer so far is no answer to the text there, so never given again; it is gone on
         from once the document has grown)."""
-        from ..core.reuse import AnswerKey
+        from ..core.keys import AnswerKey
 
         key = AnswerKey(None, self.key.lineage) if self.key is not None else None
         return dataclasses.replace(self, key=key)

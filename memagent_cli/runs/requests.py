@@ -1,4 +1,4 @@
-"""What a server's front end (the MCP server's tools, the page) is asked to run, as `Planned` runs on
+"""What a server's front end (the MCP server's tools, the page) is asked to run, as `RunRequest` runs on
 its `SharedModel`, every path checked against its roots (guard.py) before anything is read: the
 documents a request names, a conversation's next turn, and the resumption of a stored run.
 """
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ..core.jobs import Job
 from ..errors import EXIT_USAGE, MemagentError
 from .guard import Roots, check_named, check_sources, stored_sources
-from .shared import Planned
+from .shared import RunRequest
 
 if TYPE_CHECKING:
     from ..core.config import AgentConfig
@@ -90,7 +90,7 @@ def answer_settings(single: Mapping[str, Any] | str | None, multi: Mapping[str, 
     return {"answer_schema": parsed.to_config(), "answer_schema_multi": parsed.multi} if parsed else {}
 
 
-def resumption(run_ref: str, roots: Roots, shared: SharedModel) -> Planned:
+def resumption(run_ref: str, roots: Roots, shared: SharedModel) -> RunRequest:
     """The run that continues the stored run `run_ref` from its last step, on `shared`'s model (loaded
     now, so blocking: call from a thread), its documents checked and unchanged; refused where this
     server's model, engine or budgets could not continue it."""
@@ -117,7 +117,7 @@ def resumption(run_ref: str, roots: Roots, shared: SharedModel) -> Planned:
             f"Continue it with: memagent ask --resume {run['id'][:8]}",
             exit_code=EXIT_USAGE,
         )
-    return Planned(stored_job(run, sources), config, resume=run)
+    return RunRequest(stored_job(run, sources), config, resume=run)
 
 
 def stored_job(run: Mapping[str, Any], sources: list[Source]) -> Job:

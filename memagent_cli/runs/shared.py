@@ -1,6 +1,6 @@
 """One loaded model serving runs in worker threads, for the front ends that stay up (the MCP server,
 the page): `SharedModel` loads the model on first use (core.jobs.JobRunner: the model and its engine,
-opened once) and shares it with every call. `SharedModel.run_one` takes one `Planned` run to its
+opened once) and shares it with every call. `SharedModel.run_one` takes one `RunRequest` run to its
 `Outcome`: planned by the run layer (Runs.plan: the stored answer given again, reading nothing,
 unless `fresh`; an earlier run over an earlier version of the documents gone on from), its events
 fed to its Recorder (traced step by step, resumable) and turned into what the caller is told as it
@@ -32,8 +32,8 @@ from ..errors import MemagentError
 if TYPE_CHECKING:
     from ..core.jobs import JobRunner
     from ..ingest.base import OcrMode
+    from ..traces.found import Reused
     from ..traces.recorder import Recorder
-    from ..traces.reuse import Reused
     from ..traces.store import TraceStore
     from .setup import RunSetup
 
@@ -61,7 +61,7 @@ class Told:
 
 
 @dataclass(frozen=True)
-class Planned:
+class RunRequest:
     """One run a call asks for: its job and settings, what names it to the host (`label`, for a
     call of several runs), the stored run it continues (`resume`), if any, and whether it reads
     again whatever the traces hold (`fresh`)."""
@@ -122,7 +122,7 @@ class SharedModel:
                 self._runner.close()
                 self._runner = None
 
-    def run_one(self, plan: Planned, *, index: int, cancel: threading.Event, tell: Callable[[Told], None]) -> Outcome | None:
+    def run_one(self, plan: RunRequest, *, index: int, cancel: threading.Event, tell: Callable[[Told], None]) -> Outcome | None:
         """The planned run to its outcome; None when `cancel` stopped it (recorded as interrupted).
         Raises MemagentError when it fails (recorded as failed). With `plan.turn`, the run is a turn of
         `plan.conversation` (its next one; a new conversation where None), answered from the store or not."""
@@ -205,7 +205,7 @@ class SharedModel:
     def same_setup(self, run: Mapping[str, Any], config: AgentConfig | None, runner: JobRunner) -> bool:
         """Whether a stored run was made with this server's model and engine (and, given
         `config`, these settings), so this server can continue it."""
-        from ..core.reuse import differences
+        from ..core.keys import differences
 
         settings = run.get("settings") or {}
         s = self.setup

@@ -130,7 +130,7 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE steps ADD COLUMN decision TEXT;         -- JSON {action, searches, stop_streak, reply}
     """,
-    # 7: answers found again (core/reuse.py). A run's keys: `answer_key` finds a finished answer to
+    # 7: answers found again (core/keys.py). A run's keys: `answer_key` finds a finished answer to
     # the same question over the same text, `lineage_key` an earlier run over an earlier version of
     # the same files, to continue where their chunks' token ids (a step's `digest`) are the same.
     # `result` is the rest of the run's `ask --json` record (data, device, timings, quotes'

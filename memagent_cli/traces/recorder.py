@@ -27,7 +27,7 @@ from ..core.events import (
     StepFinished,
     model_record,
 )
-from ..core.reuse import AnswerKey
+from ..core.keys import AnswerKey
 from ..errors import EXIT_USAGE, MemagentError
 from ..ingest.base import printable
 from ..ingest.sources import STDIN_PATH, Source, file_sha256
@@ -116,7 +116,7 @@ class Recorder:
         self.engine = engine  # a served engine's settings (never its key), so --resume finds the server again
         self.chat_template = chat_template  # a --chat-template's path and sha256, so --resume uses it again
         self.job = job  # a run of a job (`batch`): its results file and key, so a rerun finds the run again
-        self.key = key  # what finds the run's answer again, and the run to continue (core/reuse.py)
+        self.key = key  # what finds the run's answer again, and the run to continue (core/keys.py)
         # a turn (a question a person asks) begins a conversation, or is the next turn of `conversation`
         # (a follow-up), asked as `asked` (the run reads it after the earlier turns), with the settings
         # it gave over the conversation's first run's; a run of a job (--each, batch, watch) is none

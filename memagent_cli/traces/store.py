@@ -407,7 +407,7 @@ class TraceStore:
         )
         return {str(key): str(run_id) for run_id, key in rows if key is not None}
 
-    # Answers found again (core/reuse.py) ------------------------------------------------
+    # Answers found again (core/keys.py) ------------------------------------------------
 
     def answered(self, answer_key: str) -> dict[str, Any] | None:
         """The newest complete run with this answer key, with its steps and `result`; None if none."""

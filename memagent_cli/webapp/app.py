@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import MemagentError
 from .gate import Gate
-from .settings import PageSettings
+from .page_settings import PageSettings
 
 if TYPE_CHECKING:
     from jinja2 import Environment

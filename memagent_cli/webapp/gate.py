@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlparse
 
 from ..model.served.hosts import is_loopback, is_this_host
-from .settings import PageSettings
+from .page_settings import PageSettings
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData

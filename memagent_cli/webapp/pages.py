@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from jinja2 import Environment
     from starlette.requests import Request
 
-    from ..runs.shared import Planned
+    from ..runs.shared import RunRequest
+    from .page_settings import PageSettings
     from .readings import Readings
-    from .settings import PageSettings
 
 T = TypeVar("T")
 LIST_PAGE = 50  # runs or conversations a list shows at once
@@ -275,7 +275,7 @@ class Pages:
         from ..core.jobs import Job
         from ..core.pipeline import SourceOptions
         from ..runs.requests import answer_settings, find_documents, within_budgets
-        from ..runs.shared import Planned
+        from ..runs.shared import RunRequest
 
         form = await checked_form(request, self.settings)
         paths = [p for p in form.getlist("path") if isinstance(p, str) and p]
@@ -291,18 +291,18 @@ class Pages:
             raise HTTPException(400, "Type a question (or fields to fill).")
         fresh = form.get("fresh") == "1"
 
-        def plan() -> Planned:
+        def plan() -> RunRequest:
             notes: list[str] = []
             documents = find_documents(paths, self.roots, self.settings.cwd, SourceOptions(ocr=self.settings.ocr), notes)
             job = Job(key=question, question=question, sources=tuple(documents), title=question)
-            return Planned(job, config, fresh=fresh, turn=True)
+            return RunRequest(job, config, fresh=fresh, turn=True)
 
         return self.started(plan)
 
     async def follow_up(self, request: Request) -> Response:
         from ..core.jobs import Job
         from ..runs.requests import conversation_turn
-        from ..runs.shared import Planned
+        from ..runs.shared import RunRequest
 
         form = await checked_form(request, self.settings)
         question = str(form.get("question") or "").strip()
@@ -311,10 +311,10 @@ class Pages:
         ref, fresh = request.path_params["cid"], form.get("fresh") == "1"
         config = self.settings.run.config
 
-        def plan() -> Planned:
+        def plan() -> RunRequest:
             cid, documents, history = conversation_turn(ref, self.roots)
             job = Job(key=question, question=question, sources=tuple(documents), title=question, history=history)
-            return Planned(job, config, fresh=fresh, turn=True, conversation=cid)
+            return RunRequest(job, config, fresh=fresh, turn=True, conversation=cid)
 
         return self.started(plan)
 
@@ -334,7 +334,7 @@ class Pages:
             )
         return RedirectResponse(f"/runs/{run['id']}", status_code=303)
 
-    def started(self, plan: Callable[[], Planned]) -> Response:
+    def started(self, plan: Callable[[], RunRequest]) -> Response:
         reading = self.readings.start(plan)
         return RedirectResponse(f"/readings/{reading.number}", status_code=303)
 

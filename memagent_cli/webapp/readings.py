@@ -18,8 +18,8 @@ from ..errors import MemagentError
 from ..runs.shared import SharedModel
 
 if TYPE_CHECKING:
-    from ..runs.shared import Planned, Told
-    from .settings import PageSettings
+    from ..runs.shared import RunRequest, Told
+    from .page_settings import PageSettings
 
 KEPT = 200  # readings remembered once ended (what /readings/N says of them)
 
@@ -50,7 +50,7 @@ class Readings:
         self._turns = threading.Condition(self._lock)
         self._running = 0
 
-    def start(self, plan: Callable[[], Planned]) -> Reading:
+    def start(self, plan: Callable[[], RunRequest]) -> Reading:
         """Starts a reading: `plan` (run in the worker: it may read the store and load the model) gives
         the run, which then waits for a free slot of the engine. Returns at once."""
         with self._lock:
@@ -82,7 +82,7 @@ class Readings:
                 reading.cancel.set()
         self.model.close()
 
-    def _work(self, reading: Reading, plan: Callable[[], Planned]) -> None:
+    def _work(self, reading: Reading, plan: Callable[[], RunRequest]) -> None:
         try:
             planned = plan()
             reading.waiting = "loading the model"

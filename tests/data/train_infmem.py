@@ -298,7 +298,7 @@ def check_against_memagent(vocab=None) -> list[str]:
     from memagent_cli.core import infmem
     from memagent_cli.core.infmem_loop import raw_chat
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
 
     question, fact = codeword.QUESTION, codeword.fact_sentence("amber falcon")
     history = [(QUERY, TOP_K), ("it's", 8)]

@@ -165,7 +165,7 @@ def check_against_reference() -> list[str]:
 def check_against_memagent() -> list[str]:
     """What differs between the prompts built here and memagent's protocol's (empty when nothing does)."""
     from memagent_cli.core.protocols import get
-    from memagent_cli.model.chat import ChatFormat
+    from memagent_cli.model.chat_template import ChatFormat
 
     theirs = get("qwenlong")
     block = memory_block(codeword.fact_sentence("amber falcon"), KEEP)

@@ -54,7 +54,7 @@ from typing import Callable, Iterator, Sequence
 from ...errors import EngineGone, MemagentError
 from ..engine import Completion, Retrying
 from .body import Request, log_request
-from .engine import Chain, ChainEngine, OpenAIEngine, Sender, normalize_base_url
+from .http_engine import Chain, ChainEngine, OpenAIEngine, Sender, normalize_base_url
 from .transport import Connection, Fault, retry_delay
 
 POLL = 0.25  # seconds: the longest sleep while every server rests (a probe may bring one back sooner)

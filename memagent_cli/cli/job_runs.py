@@ -1,6 +1,6 @@
-"""What `ask --each` and `batch` share: feeding many runs' events to their traces and the view,
-turning each finished run into its record, and the files records go to as they land (`--jsonl`,
-`--csv`, `--html`).
+"""The CLI's front end of core/jobs.py, what `ask --each`, `batch` and `watch` share: feeding many
+runs' events to their traces and the view, turning each finished run into its record, the files
+records go to as they land (`--jsonl`, `--csv`, `--html`), and a job's page.
 
 A record is `ask --json`'s, with "trace" (the run's id) and what names the run within the job
 ("document" for `--each`, "custom_id" for `batch`); a run that failed has "question", "error" and
@@ -13,18 +13,21 @@ import contextlib
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..core.events import RunFailed, RunFinished, RunStarted
 from ..core.provenance import describe_spans
 from ..errors import EXIT_USAGE, MemagentError
-from .common import interrupts_held, sigterm_as_interrupt
+from .common import interrupts_held, noter, sigterm_as_interrupt
 from .textout import json_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..core.events import Event, RunResult
     from ..core.jobs import Job
     from ..traces.recorder import Recorder
+    from ..traces.store import TraceStore
 
 
 @dataclass
@@ -243,13 +246,51 @@ class Sinks:
         self._files = []
 
 
-def atomic_write(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     """`text` to `path` whole or not at all (paths.atomic_write): a reader (a spreadsheet, a script
     polling the file) sees the old file or the new one, never part of it."""
-    from ..paths import atomic_write as written_whole
+    from ..paths import atomic_write
 
     try:
-        with written_whole(path, encoding="utf-8", errors="backslashreplace") as f:
+        with atomic_write(path, encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
     except OSError as exc:
         raise MemagentError(f"Cannot write {path}: {exc.strerror}.", "Name a file in a folder you can write to.") from None
+
+
+def write_html(path: Path, records: list[dict[str, Any]], store: TraceStore | None, err: Console) -> None:
+    """The job's page: the table, each answer's evidence, each run's memory timeline."""
+    from ..traces.report import each_report_html
+
+    write_whole(path, each_report_html(html_rows(records), stored_runs(records, store)))
+    noter(err)(f"wrote {path}")
+
+
+def stored_runs(records: list[dict[str, Any]], store: TraceStore | None) -> dict[str, Mapping[str, Any]]:
+    """The stored run of each record that has one (the page draws its memory timeline)."""
+    runs: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        trace = record.get("trace")
+        if store is not None and trace:
+            try:
+                runs[trace] = store.get_run(trace)
+            except MemagentError:  # removed meanwhile: the row stays, without its timeline
+                continue
+    return runs
+
+
+def html_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's rows (traces/report.py) of the job's records."""
+    return [
+        {
+            "document": r.get("document") or r.get("custom_id") or "",
+            "question": r.get("question", ""),
+            "answer": r.get("answer"),
+            "evidence": r.get("evidence") or [],
+            "quotes": r.get("quotes") or [],
+            "error": r.get("error"),
+            "trace": r.get("trace"),
+            "steps": len(r.get("steps") or []),
+        }
+        for r in records
+    ]

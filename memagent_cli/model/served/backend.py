@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from ..backends import EngineOptions, register
-from .engine import normalize_base_url
 from .hosts import is_this_host
+from .http_engine import normalize_base_url
 from .transport import DEFAULT_TIMEOUT, Connection
 
 if TYPE_CHECKING:
-    from ..chat import ChatFormat
+    from ..chat_template import ChatFormat
     from ..engine import Engine
     from ..gguf import GGUFInfo
     from ..tokenizer import Tokenizer
@@ -85,7 +85,7 @@ class ServedOptions(EngineOptions):
             from .pool import ServedPool
 
             return ServedPool(self.servers, self.connection(), count_tokens=count)
-        from .engine import OpenAIEngine
+        from .http_engine import OpenAIEngine
 
         return OpenAIEngine(self.servers[0], self.connection(), count_tokens=count)
 
@@ -101,7 +101,7 @@ class ServedOptions(EngineOptions):
         )
 
     def own_tokenizer(self) -> Tokenizer:
-        from .tokenizer import remote_tokenizer
+        from .server_tokenizer import remote_tokenizer
 
         return remote_tokenizer(self.servers[0], self.connection())
 

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from ...display import clip
 from ...errors import MemagentError
 from ..tokenizer import byte_decoder
-from .engine import normalize_base_url, server_root
+from .http_engine import normalize_base_url, server_root
 from .transport import Connection, Fault, post_json, with_retries
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Answers found again in the trace store, and earlier runs to continue.
 
-core/reuse.py says what decides an answer and makes the keys; this module looks them up. A reused
+core/keys.py says what decides an answer and makes the keys; this module looks them up. A reused
 answer is the stored run's `ask --json` record, whole: the rest of the record the run kept when it
 finished (the store's `result`), its steps as stored, its quotes' text read again from the
 documents found now (whose content is the run's: the key says so), and `reused_from`. Nothing is
@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.events import StepDict
-from ..core.reuse import AnswerKey, Continued
+from ..core.keys import AnswerKey, Continued
 from ..errors import MemagentError
 from ..ingest.sources import Source
 from .quoting import reused_quotes

@@ -76,7 +76,7 @@ def get_setting(key: str) -> Any:
     return load().get(key)
 
 
-def _check_key(key: str) -> None:
+def check_key(key: str) -> None:
     if key not in KEYS:
         raise MemagentError(f"Unknown setting {key!r}.", f"Known: {', '.join(KEYS)}.", exit_code=EXIT_USAGE)
 
@@ -85,7 +85,7 @@ def set_setting(key: str, value: str | None) -> None:
     """Sets key to the parsed value; None removes it."""
     import tomli_w
 
-    _check_key(key)
+    check_key(key)
     data = load()
     if value is None:
         data.pop(key, None)

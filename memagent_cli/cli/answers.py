@@ -11,7 +11,7 @@ from rich.console import Console
 from .textout import cited, print_json, visible
 
 if TYPE_CHECKING:
-    from ..traces.reuse import Reused
+    from ..traces.found import Reused
 
 
 def record_text(record: Mapping[str, Any], *, raw: bool, cite: bool, tty: bool) -> str:
