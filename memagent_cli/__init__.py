@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers
     from .model.llama import EmbeddedOptions
     from .model.served.backend import ServedOptions
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ask",

@@ -30,6 +30,7 @@ RANKS = {
     "paths": 0,
     "errors": 0,
     "display": 0,
+    "version": 0,
     "model_catalog": 0,
 }
 UI_LIBRARIES = ("typer", "rich", "click")

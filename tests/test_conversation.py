@@ -292,7 +292,9 @@ def test_upgrade_from_migration_7_makes_each_run_its_own_conversation(tmp_path):
     )
     conn.close()
     with TraceStore(path) as store:
-        assert [r[0] for r in store._conn.execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
+        assert [r[0] for r in sqlite3.connect(path).execute("SELECT version FROM schema_migrations")] == list(
+            range(1, len(MIGRATIONS) + 1)
+        )
         runs = {r["id"]: r for r in store.list_runs()}
         assert {(r["conversation"], r["turn"]) for r in runs.values()} == {("0123456789ab", 1), ("ba9876543210", 1)}
         assert store.conversation("0123")["turns"][0]["answer"] == "Downstream"
@@ -300,7 +302,7 @@ def test_upgrade_from_migration_7_makes_each_run_its_own_conversation(tmp_path):
         new = store.create_run(question="q", sources=[], model={}, settings={}, conversation="0123456789ab", asked="And then?")
         assert store.own_turn(new) == ("0123456789ab", 2)
         store.delete("0123456789ab")  # its first run gone, the conversation goes with it
-        assert [r["id"] for r in store._conn.execute("SELECT id FROM conversations")] == ["ba9876543210"]
+        assert [r[0] for r in sqlite3.connect(path).execute("SELECT id FROM conversations")] == ["ba9876543210"]
 
 
 def test_an_infmem_follow_up_stops_as_early(tmp_path):

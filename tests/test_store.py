@@ -117,7 +117,7 @@ def test_upgrade_from_migration_1_keeps_and_indexes_old_rows(tmp_path):
     conn.close()
 
     with TraceStore(path) as s:
-        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        versions = [r[0] for r in raw(path).execute("SELECT version FROM schema_migrations ORDER BY version")]
         assert versions == list(range(1, len(MIGRATIONS) + 1))
         hits = {(h["field"], h["step"]) for h in s.search("otter")}
         assert hits == {("question", None), ("memory", 1), ("memory", 2)}
@@ -175,9 +175,9 @@ def test_upgrade_from_migration_2_adds_run_owners(tmp_path):
     conn.close()
 
     with TraceStore(path) as s:
-        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        versions = [r[0] for r in raw(path).execute("SELECT version FROM schema_migrations ORDER BY version")]
         assert versions == list(range(1, len(MIGRATIONS) + 1))
-        assert {"pid", "host", "pid_started"} <= {r[1] for r in s._conn.execute("PRAGMA table_info(runs)")}
+        assert {"pid", "host", "pid_started"} <= {r[1] for r in raw(path).execute("PRAGMA table_info(runs)")}
         # A run an older memagent left running has no process to check: it is taken as ended.
         runs = {r["id"]: r for r in s.list_runs()}
         assert runs["0123456789ab"]["status"] == "complete" and runs["0123456789ab"]["error"] is None
@@ -204,7 +204,7 @@ def test_upgrade_from_migration_6_keeps_every_run_readable_and_finds_none_again(
     conn.close()
 
     with TraceStore(path) as s:
-        versions = [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        versions = [r[0] for r in raw(path).execute("SELECT version FROM schema_migrations ORDER BY version")]
         assert versions == list(range(1, len(MIGRATIONS) + 1))
         old = s.get_run("0123456789ab")
         assert (old["continued_from"], old["reuses"], old["reused_at"], old["answer"]) == (
@@ -229,16 +229,24 @@ def test_upgrade_from_migration_6_keeps_every_run_readable_and_finds_none_again(
 
 def test_answer_lookup_uses_its_index(store):
     """The key look-up reads one row of an index, whatever the number of runs (B18, benchmarks/reuse.py, times it)."""
-    plan = store._conn.execute(
-        "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE answer_key = ? AND status = 'complete' AND result IS NOT NULL"
-        " ORDER BY ended_at DESC LIMIT 1",
-        ("a" * 64,),
-    ).fetchall()
+    plan = (
+        raw(store.path)
+        .execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE answer_key = ? AND status = 'complete' AND result IS NOT NULL"
+            " ORDER BY ended_at DESC LIMIT 1",
+            ("a" * 64,),
+        )
+        .fetchall()
+    )
     assert any("runs_answer_key" in row[-1] for row in plan), plan
-    plan = store._conn.execute(
-        "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE lineage_key = ? AND status = 'complete' ORDER BY ended_at DESC LIMIT 1",
-        ("a" * 64,),
-    ).fetchall()
+    plan = (
+        raw(store.path)
+        .execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE lineage_key = ? AND status = 'complete' ORDER BY ended_at DESC LIMIT 1",
+            ("a" * 64,),
+        )
+        .fetchall()
+    )
     assert any("runs_lineage_key" in row[-1] for row in plan), plan
 
 
@@ -514,7 +522,7 @@ def test_empty_search_is_a_usage_error(store):
 
 def fts_consistent(store: TraceStore) -> bool:
     try:
-        store._conn.execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
+        raw(store.path).execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
         return True
     except sqlite3.DatabaseError:
         return False
@@ -906,12 +914,12 @@ def test_two_processes_writing_at_once(tmp_path, spawned):
             run = s.get_run(r["id"])
             assert run["status"] == "complete" and run["step_count"] == STEPS
             assert [st["memory"] for st in run["steps"]] == [f"{r['question']} memory {i}" for i in range(1, STEPS + 1)]
-        assert [r[0] for r in s._conn.execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
+        assert [r[0] for r in raw(s.path).execute("SELECT version FROM schema_migrations")] == list(range(1, len(MIGRATIONS) + 1))
         assert len(s.search("memory")) == 20 and fts_consistent(s)
         # Each step landed in the turn the test gave it: the holder's first, the waiter's after.
         landed = [
             r[0]
-            for r in s._conn.execute(
+            for r in raw(s.path).execute(
                 "SELECT r.question FROM search_docs AS d JOIN runs AS r ON r.id = d.run_id WHERE d.field = 'memory' ORDER BY d.id"
             )
         ]

@@ -14,8 +14,8 @@ from typing import Annotated, NoReturn
 import typer
 from rich.text import Text
 
-from .. import __version__
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED
+from ..version import __version__
 from .common import command_group
 from .metavars import name_values
 

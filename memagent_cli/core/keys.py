@@ -136,7 +136,7 @@ def answer_key(
     given inline (a `batch` line's context), and `sources` its one stand-in, named by its title.
     `history`: the earlier turns of the conversation a follow-up is asked in (question, answer),
     which its problem holds."""
-    from .. import __version__
+    from ..version import __version__
 
     if ocr == "never":
         reading: dict[str, Any] = {"ocr": ocr}

@@ -23,10 +23,10 @@ from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
 from mcp_types import CallToolResult, ListRootsResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from .. import __version__
 from ..errors import MemagentError
 from ..runs.guard import MAX_FILES, Roots, client_roots
 from ..runs.shared import SharedModel
+from ..version import __version__
 from .calls import Host, Queue
 from .server_settings import MAX_QUESTIONS, HttpAddress, ServerSettings
 from .texts import (
