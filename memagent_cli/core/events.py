@@ -338,6 +338,7 @@ class RunResult:
     evidence_by_field: dict[str, list[Quote]] = field(default_factory=dict)  # under --schema: each field's quotes
     continued_from: dict[str, Any] | None = None  # {"run", "step"}: the first steps were taken from that run
     answer_cut: bool = False  # the answer ran out of its budget (--answer-tokens): it may end mid-sentence
+    notes: list[str] = field(default_factory=list)  # what the run told on the way (a running head left out, a page skipped)
 
     def to_dict(self) -> dict[str, Any]:
         """What `ask --json` prints, less the "schema" and "trace" keys the CLI adds (docs/JSON.md)."""
@@ -350,6 +351,7 @@ class RunResult:
             **({"data_truncated": True} if self.data_truncated else {}),
             "raw_answer": self.raw_answer,
             "answer_cut": self.answer_cut,
+            "notes": list(self.notes),
             "memory": self.memory,
             "model": model_record(self.model, self.model_path, self.servers),
             "device": self.device,

@@ -40,6 +40,7 @@ from .pipeline import (
     SourceOptions,
     chunk_stream,
     find_sources,
+    noted,
     open_shared_engine,
     prepare_model,
     run_question,
@@ -167,7 +168,7 @@ class JobRunner:
         if config is not self.config and self.prep.chat is not None and not self.served:
             question = check_question(job.question, self.prep.tokenizer, config, job.history)
             plan_context(self.prep.chat, self.prep.tokenizer, question, config, self.n_ctx)  # raises when it does not fit
-        return _run_job(job, self.prep, self.shared, config, self.sources)
+        return noted(_run_job(job, self.prep, self.shared, config, self.sources))
 
     def close(self) -> None:
         self.stop.set()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import threading
 import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, ParamSpec, Sequence, cast
 
 from ..errors import MemagentError
 from ..ingest.base import OcrMode, OcrProgress
@@ -53,6 +54,8 @@ from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
 from .readahead import ReadAhead
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
+
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -394,6 +397,36 @@ def ask_events(
         yield event
 
 
+def _kept_notes(run: Callable[P, Iterator[tuple[int | None, Event]]]) -> Callable[P, Iterator[tuple[int | None, Event]]]:
+    """`run`'s events, each run's notes (the Notices it and the shared reading told) kept in its
+    RunResult, so that its record names what was left out or skipped (docs/JSON.md, "notes")."""
+
+    @functools.wraps(run)
+    def kept(*args: P.args, **kwargs: P.kwargs) -> Iterator[tuple[int | None, Event]]:
+        shared: list[str] = []
+        own: dict[int, list[str]] = {}
+        for index, event in run(*args, **kwargs):
+            if isinstance(event, Notice):
+                (shared if index is None else own.setdefault(index, [])).append(event.message)
+            elif isinstance(event, RunFinished) and index is not None:
+                event.result.notes = [*shared, *own.get(index, [])]
+            yield index, event
+
+    return kept
+
+
+def noted(events: Iterator[Event]) -> Iterator[Event]:
+    """One run's events, its notes kept in its RunResult (see ask_many_events)."""
+    told: list[str] = []
+    for event in events:
+        if isinstance(event, Notice):
+            told.append(event.message)
+        elif isinstance(event, RunFinished):
+            event.result.notes = told
+        yield event
+
+
+@_kept_notes
 def ask_many_events(
     questions: Sequence[str],
     paths: Sequence[str],
