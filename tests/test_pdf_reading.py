@@ -227,23 +227,8 @@ def test_which_hyphens_at_line_ends_are_kept(lines, whole):
 
 def test_the_running_heads_left_out_are_named_once_in_the_record(pages, models):
     """`ask --json`'s record keeps the note (its `notes`), as stderr said it, once."""
-    done = run_memagent(
-        "ask",
-        pages.name,
-        "What is this about?",
-        "-m",
-        models["random"],
-        "--json",
-        "--chunk-tokens",
-        "400",
-        "--memory-tokens",
-        "8",
-        "--answer-tokens",
-        "4",
-        "--temperature",
-        "0",
-        cwd=pages.parent,
-    )
+    budgets = ["--chunk-tokens", "400", "--memory-tokens", "8", "--answer-tokens", "4", "--temperature", "0"]
+    done = run_memagent("ask", pages.name, "What is this about?", "-m", models["random"], "--json", *budgets, cwd=pages.parent)
     assert done.returncode == 0, done.stderr
     notes = json.loads(done.stdout)["notes"]
     heads = [n for n in notes if "left out the running heads and feet of 3 of 3 pages" in n]

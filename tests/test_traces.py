@@ -316,22 +316,7 @@ def test_traces_list_piped_keeps_a_run_on_one_line(tmp_path, models):
     doc = tmp_path / "doc.txt"
     doc.write_text(words(200), encoding="utf-8")
     question = "Which of the river banks flooded first in the spring and why did it happen?"
-    done = run_memagent(
-        "ask",
-        doc,
-        question,
-        "-m",
-        models["random"],
-        "--chunk-tokens",
-        "200",
-        "--memory-tokens",
-        "8",
-        "--answer-tokens",
-        "4",
-        "--temperature",
-        "0",
-        "--quiet",
-    )
+    done = run_memagent("ask", doc, question, "-m", models["random"], *SMALL, "--quiet")
     assert done.returncode == 0, done.stderr
     listed = run_memagent("traces", "list")
     rows = [line for line in listed.stdout.splitlines() if "complete" in line]
