@@ -35,7 +35,7 @@ def test_live_view_renders_steps_memory_and_answer(tmp_path, models):
                 steps = len(event.result.steps)
     text = console.export_text()
     assert steps >= 2
-    assert "tiny-qwen2-test" in text and "Q: Where?" in text and ("CPU (" in text or "GPU (" in text)
+    assert "memagent long.gguf" in text and "Q: Where?" in text  # the model by its file and ("CPU (" in text or "GPU (" in text)
     assert f"✓ step 1/{steps}" in text and f"✓ step {steps}/{steps}" in text
     assert f"Step {steps}/{steps}" in text and "tokens" in text and "ETA" in text
     # step 1 replaced "No previous memory" (3 words) with one run of long tokens (1 word)

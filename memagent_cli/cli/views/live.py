@@ -8,6 +8,7 @@ costs far less on a small model).
 
 from __future__ import annotations
 
+import os
 import time
 
 from rich.console import Console, Group, RenderableType
@@ -164,9 +165,12 @@ class LiveView:
         sources = ", ".join(visible(s.title) for s in e.sources[:3])
         if len(e.sources) > 3:
             sources += f" and {len(e.sources) - 3} more"
+        # the model by its file, as the user names it (a GGUF's own name can be a converter's title-casing
+        # of a folder: "Smollm2 135M 8k Lc100K Mix1 Ep2"); a served model by the name it is served under
+        shown = os.path.basename(e.model_path) or e.model
         self.header = Text.assemble(
             ("memagent ", "bold"),
-            (e.model, "cyan"),
+            (visible(shown), "cyan"),
             "  ",
             (sources, "green"),
             "\n",

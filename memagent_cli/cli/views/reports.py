@@ -13,6 +13,7 @@ from ...core.inspection import Report
 from ...core.protocols import get as get_protocol
 from ...core.provenance import describe_extent
 from ...model.memory import format_duration
+from ..textout import visible
 
 
 def render_inspection(report: Report) -> Group:
@@ -33,7 +34,7 @@ def render_inspection(report: Report) -> Group:
     lines: list[RenderableType] = [
         Text.assemble(
             ("model     ", "bold"),
-            info.name,
+            visible(info.path.name),  # by its file, as the live view names it
             ("" if info.has_weights else " (vocabulary only)", "dim"),
             (f"  tokenizer {report.prep.tokenizer.name}", "dim"),
         ),
