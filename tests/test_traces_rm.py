@@ -61,7 +61,8 @@ def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned)
     assert run["status"] == "interrupted" and run["step_count"] >= 2
     assert run["error"] == f"Its process (pid {proc.pid}) ended without finishing the run."
     listed = run_memagent("traces", "list")
-    assert "interrupted" in listed.stdout and "running" not in listed.stdout
+    (row,) = [line.split() for line in listed.stdout.splitlines() if line.startswith(short)]
+    assert row[3] == "interrupted"  # id, the day, the time, then the status
     removed = run_memagent("traces", "rm", short)
     assert removed.returncode == 0 and removed.stderr == f"removed {short}\n"
     assert runs() == []

@@ -34,13 +34,13 @@ from .chunking import Chunk, IngestStats, iter_chunks, layout
 from .config import AgentConfig
 from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
 from .keys import Continued
+from .notes import noted
 from .pipeline import (
     Prepared,
     SharedEngine,
     SourceOptions,
     chunk_stream,
     find_sources,
-    noted,
     open_shared_engine,
     prepare_model,
     run_question,

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import os
 import threading
 import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, ParamSpec, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 from ..errors import MemagentError
 from ..ingest.base import OcrMode, OcrProgress
@@ -50,12 +49,11 @@ from .events import (
 from .infmem_loop import run_infmem, units_read
 from .keys import Continued
 from .memdiff import evidence_steps
+from .notes import kept_notes
 from .protocols import get as get_protocol
 from .quotes import Quote, find_quotes
 from .readahead import ReadAhead
 from .scheduler import ChunkTee, FairGate, GatedEngine, RunError, run_all
-
-P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -397,36 +395,7 @@ def ask_events(
         yield event
 
 
-def _kept_notes(run: Callable[P, Iterator[tuple[int | None, Event]]]) -> Callable[P, Iterator[tuple[int | None, Event]]]:
-    """`run`'s events, each run's notes (the Notices it and the shared reading told) kept in its
-    RunResult, so that its record names what was left out or skipped (docs/JSON.md, "notes")."""
-
-    @functools.wraps(run)
-    def kept(*args: P.args, **kwargs: P.kwargs) -> Iterator[tuple[int | None, Event]]:
-        shared: list[str] = []
-        own: dict[int, list[str]] = {}
-        for index, event in run(*args, **kwargs):
-            if isinstance(event, Notice):
-                (shared if index is None else own.setdefault(index, [])).append(event.message)
-            elif isinstance(event, RunFinished) and index is not None:
-                event.result.notes = [*shared, *own.get(index, [])]
-            yield index, event
-
-    return kept
-
-
-def noted(events: Iterator[Event]) -> Iterator[Event]:
-    """One run's events, its notes kept in its RunResult (see ask_many_events)."""
-    told: list[str] = []
-    for event in events:
-        if isinstance(event, Notice):
-            told.append(event.message)
-        elif isinstance(event, RunFinished):
-            event.result.notes = told
-        yield event
-
-
-@_kept_notes
+@kept_notes
 def ask_many_events(
     questions: Sequence[str],
     paths: Sequence[str],
@@ -449,10 +418,9 @@ def ask_many_events(
     step in turn). `done_steps`, `continued` and `histories` are per question, as ask_events takes them."""
     t0 = time.perf_counter()
     prep = prepare(model, paths, sources, engine, found)
-    asked = [q.strip() if i < len(histories) and histories[i] else "" for i, q in enumerate(questions)]
-    questions = [
-        check_question(q, prep.tokenizer, config, histories[i] if i < len(histories) else ()) for i, q in enumerate(questions)
-    ]
+    turns = [histories[i] if i < len(histories) else () for i in range(len(questions))]
+    asked = [q.strip() if turns[i] else "" for i, q in enumerate(questions)]  # a follow-up's question, as asked
+    questions = [check_question(q, prep.tokenizer, config, turns[i]) for i, q in enumerate(questions)]
     served = engine.served
     # A server sizes its own context; with the model's vocabulary at hand we still know what a step needs.
     n_ctx = (
