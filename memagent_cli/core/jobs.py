@@ -32,7 +32,7 @@ from ..model.backends import EngineOptions
 from .agent import check_question, plan_context
 from .chunking import Chunk, IngestStats, iter_chunks, layout
 from .config import AgentConfig
-from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, RunStarted, TokenText
+from .events import Event, Notice, OcrProgressed, RunFailed, RunFinished, TokenText
 from .keys import Continued
 from .notes import noted
 from .pipeline import (
@@ -299,10 +299,7 @@ def _run_job(job: Job, prep: Prepared, shared: SharedEngine, config: AgentConfig
         if not _new_chunk(complete, job.continued):
             raise NothingNew(stats.document_tokens + stats.held_tokens, found[0].size if found else None)
         stream = iter(complete)
-    asked = job.question.strip() if job.history else ""
-    yield RunStarted(
-        question, prep.model_name, prep.model_path, tuple(found), config, prep.tokenizer.name, options.ocr, prep.servers, asked
-    )
+    yield job_prep.started(question, config, options.ocr, job.question.strip() if job.history else "")
     yield shared.loaded()
     if not job.growing:
         stream, stats = _job_chunks(job, job_prep, config, options, notes)

@@ -82,6 +82,12 @@ class Prepared:
     model_path: str = ""  # the GGUF; "" for a served model (whose vocabulary may still come from one)
     servers: tuple[str, ...] = ()  # a served model's servers
 
+    def started(self, question: str, config: AgentConfig, ocr: OcrMode, asked: str = "") -> RunStarted:
+        """The event that begins a run of `question` over these sources (`asked`: a follow-up's
+        question as asked, where `question` is its problem)."""
+        model = (self.model_name, self.model_path)
+        return RunStarted(question, *model, tuple(self.sources), config, self.tokenizer.name, ocr, self.servers, asked)
+
 
 @dataclass(frozen=True)
 class Found:
@@ -429,20 +435,7 @@ def ask_many_events(
         else max(plan_context(prep.chat, prep.tokenizer, q, config, None if served else engine.n_ctx) for q in questions)
     )
     for i, q in enumerate(questions):
-        yield (
-            i,
-            RunStarted(
-                q,
-                prep.model_name,
-                prep.model_path,
-                tuple(prep.sources),
-                config,
-                prep.tokenizer.name,
-                sources.ocr,
-                prep.servers,
-                asked[i],
-            ),
-        )
+        yield i, prep.started(q, config, sources.ocr, asked[i])
     for note in prep.notices:
         yield None, Notice(note)
     default = prep.chat.default_note(prep.info) if prep.chat is not None and prep.info is not None and not served else None

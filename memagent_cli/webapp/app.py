@@ -42,7 +42,11 @@ log = logging.getLogger("memagent.serve")
 def templates() -> Environment:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    return Environment(loader=PackageLoader("memagent_cli.webapp", "templates"), autoescape=select_autoescape(default=True))
+    from ..traces.sharing import shared_time
+
+    env = Environment(loader=PackageLoader("memagent_cli.webapp", "templates"), autoescape=select_autoescape(default=True))
+    env.filters["when"] = shared_time  # a stored time as every view shows it: "2026-12-07 18:09:38 UTC"
+    return env
 
 
 def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASGIApp, Readings]:

@@ -8,8 +8,10 @@ only from a source under the page's roots.
 
 from __future__ import annotations
 
+import collections
 import io
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -39,7 +41,38 @@ class Page:
     boxes: tuple[Box, ...]
 
 
-def quotes_of(run: Mapping[str, Any], roots: Roots, only: int | None = None) -> tuple[list[dict[str, Any] | None], list[str]]:
+Quoted = tuple[list[dict[str, Any] | None], list[str]]
+_QUOTED: collections.OrderedDict[tuple[Any, ...], Quoted] = collections.OrderedDict()
+QUOTED_KEPT = 64  # runs' quotes kept read: a run's page is opened again (and once more when it ends)
+_QUOTED_LOCK = threading.Lock()
+
+
+def quotes_of(run: Mapping[str, Any], roots: Roots, only: int | None = None) -> Quoted:
+    """`read_quotes`, kept for the sources as they are now (by size and modification time): reading a
+    long PDF's text again takes seconds, and each opening of a run's page would."""
+    key = (run["id"], len(run.get("quotes") or []), only, *map(_version, run.get("sources") or []))
+    with _QUOTED_LOCK:
+        kept = _QUOTED.get(key)
+        if kept is not None:
+            _QUOTED.move_to_end(key)
+    if kept is None:
+        kept = read_quotes(run, roots, only)
+        with _QUOTED_LOCK:
+            _QUOTED[key] = kept
+            while len(_QUOTED) > QUOTED_KEPT:
+                _QUOTED.popitem(last=False)
+    return list(kept[0]), list(kept[1])  # the caller's own lists: a page adds its notes to them
+
+
+def _version(source: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    try:
+        info = os.stat(str(source.get("abspath") or source.get("path")))
+    except (OSError, ValueError):
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def read_quotes(run: Mapping[str, Any], roots: Roots, only: int | None = None) -> Quoted:
     """The run's quotes (or quote number `only`, 1-based, alone) in order, each with its text read again
     and its paragraph (traces/quoting.stored_quotes), or None where it cannot be shown; and the notes
     that say why. A source outside `roots` is never read."""

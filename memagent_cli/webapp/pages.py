@@ -15,12 +15,14 @@ import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from ..display import clip
 from ..errors import MemagentError
 from ..runs.guard import Roots
+from ..traces.sharing import shared_time
 from ..traces.store import STATUSES, TraceStore
 from . import evidence
 from .gate import checked_form
-from .views import LEGEND, STEPS_PAGE, clip, evidence_of, memory_before, run_row, run_view, step_views
+from .views import CLIP, LEGEND, STEPS_PAGE, evidence_of, memory_before, run_row, run_view, step_views
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -94,8 +96,8 @@ class Pages:
         rows = [
             {
                 "id": c["id"],
-                "last": str(c["last_at"] or c["started_at"])[:19].replace("T", " "),
-                "question": clip(c["question"]),
+                "last": shared_time(c["last_at"] or c["started_at"]),
+                "question": clip(c["question"], CLIP),
                 "turns": c["turns"],
             }
             for c in found[:LIST_PAGE]
@@ -157,20 +159,21 @@ class Pages:
         if run["id"] != request.path_params["run"]:  # a prefix: the page's own address is the whole id
             return RedirectResponse(f"/runs/{run['id']}", status_code=307)
         lazy = (run.get("step_count") or 0) > LAZY_EVIDENCE
+        view = run_view(run)
 
-        def load(store: TraceStore) -> tuple[list[dict[str, Any]], set[int]]:
+        def load(store: TraceStore) -> list[dict[str, Any]]:
             marked = set() if lazy else evidence_of(store, run)
             steps = store.steps(run["id"], limit=STEPS_PAGE)
-            return step_views(steps, memory_before(store, run, 1), marked, run_view(run)), marked
+            return step_views(steps, memory_before(store, run, 1), marked, view)
 
-        steps, _ = await self.read(load)
+        steps = await self.read(load)
         quotes, notes = await anyio.to_thread.run_sync(lambda: evidence.quotes_of(run, self.roots))
         last = steps[-1]["index"] if steps else 0
         count = run.get("step_count") or 0
         return self.render(
             "run.html",
             nav="runs",
-            run=run_view(run),
+            run=view,
             steps=steps,
             last_index=last if count <= STEPS_PAGE else count,
             next_from=last + 1 if count > len(steps) else None,
@@ -185,10 +188,11 @@ class Pages:
         run = await self.run_of(request.path_params["run"])
         start = max(1, _int(request.query_params.get("start"), 1))
         count = min(max(1, _int(request.query_params.get("count"), STEPS_PAGE)), 500)
+        view = run_view(run)
 
         def load(store: TraceStore) -> list[dict[str, Any]]:
             found = store.steps(run["id"], start=start, limit=count)
-            return step_views(found, memory_before(store, run, start), set(), run_view(run))
+            return step_views(found, memory_before(store, run, start), set(), view)
 
         steps = await self.read(load)
         last = steps[-1]["index"] if steps else start - 1
@@ -200,7 +204,7 @@ class Pages:
         return self.render(
             "run.html",
             nav="runs",
-            run=run_view(run),
+            run=view,
             steps=steps,
             last_index=last,
             next_from=last + 1 if more else None,

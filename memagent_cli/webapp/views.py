@@ -4,23 +4,18 @@ step has one shape wherever it is shown."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Sequence
 
 from ..core.config import shown_settings
 from ..core.memagent import INITIAL_MEMORY
 from ..core.memdiff import evidence_steps
 from ..core.protocols import get as get_protocol
+from ..display import clip
 from ..traces.export import CUT_NOTE, EVIDENCE_MARK, EVIDENCE_MEANING, status_note, step_view
-from ..traces.sharing import model_name
+from ..traces.sharing import model_name, shared_time
 
 STEPS_PAGE = 50  # steps drawn at once: the first page with the run, the rest as they are scrolled to
 CLIP = 240  # characters of a question or answer in a list
-
-
-def clip(value: Any, limit: int = CLIP) -> str:
-    text = " ".join(str(value or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_row(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -29,10 +24,10 @@ def run_row(run: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": run["id"],
         "short": str(run["id"])[:8],
-        "started": str(run.get("started_at") or "")[:19].replace("T", " "),
+        "started": shared_time(run.get("started_at")),
         "status": run.get("status") or "?",
-        "question": clip(run.get("asked") or run.get("question") or "(no question)"),
-        "answer": clip(run.get("answer")) if run.get("answer") is not None else "",
+        "question": clip(run.get("asked") or run.get("question") or "(no question)", CLIP),
+        "answer": clip(run.get("answer"), CLIP) if run.get("answer") is not None else "",
         "sources": clip(", ".join(sources), 120),
         "model": model_name(run.get("model") or {}),
         "steps": progress(run),
@@ -101,8 +96,3 @@ def evidence_of(store: Any, run: Mapping[str, Any]) -> set[int]:
 
 
 LEGEND = {"mark": EVIDENCE_MARK, "meaning": EVIDENCE_MEANING, "cut": CUT_NOTE}
-
-
-def where(source: Mapping[str, Any]) -> str:
-    """A recorded source's path, for a note: relative to the run's own directory where under it."""
-    return os.path.basename(str(source.get("path") or "?"))
