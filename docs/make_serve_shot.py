@@ -48,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs")
     out = parser.parse_args().out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         home, docs = Path(tmp) / "home", Path(tmp) / "docs"
         home.mkdir()
