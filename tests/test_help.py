@@ -129,7 +129,7 @@ def test_inspect_takes_the_prompt_flags_as_ask_takes_them():
     the model is sent: both take setup.PromptFlags, with one help text each (test above)."""
     from dataclasses import fields
 
-    from memagent_cli.cli.setup import PromptFlags
+    from memagent_cli.cli.run_flags import PromptFlags
 
     root = typer.main.get_command(app)
     wanted = {"--model", "-m", "--protocol", "--chat-template", "--instructions", "--schema", "--schema-multi"}

@@ -219,7 +219,7 @@ def test_a_trace_from_before_servers_resumes_on_its_servers(server):
     """A trace written before `servers` keeps `base_url` (and `base_urls` for a pool)."""
     from rich.console import Console
 
-    from memagent_cli.cli.setup import RunFlags, engine_options
+    from memagent_cli.cli.run_flags import RunFlags, engine_options
 
     root = server.url.removesuffix("/v1")
     for stored in ({"kind": "openai", "base_url": root}, {"kind": "openai", "base_url": root, "base_urls": [root, server.url]}):

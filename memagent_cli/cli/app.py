@@ -143,13 +143,11 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:] or os.environ.get("MEMAGENT_DEBUG", "") not in ("", "0")
     sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]
     if any("\udc80" <= c <= "\udcff" for a in sys.argv[1:] for c in a):  # an argument that is not UTF-8
-        from .common import stderr_console
+        from .common import hinter, stderr_console
         from .textargs import decode_arguments
 
         err = stderr_console()
-        sys.argv[1:] = decode_arguments(
-            sys.argv[1:], lambda note: err.print(f"note: {note}", style="yellow", markup=False, soft_wrap=True)
-        )
+        sys.argv[1:] = decode_arguments(sys.argv[1:], hinter(err))
     from typer.exceptions import TyperException
 
     try:

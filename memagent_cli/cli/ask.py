@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from ..runs.conversations import Conversation, changed_since, find_conversation
+from ..runs.follow_ups import Conversation, changed_since, find_conversation
 from ..runs.setup import RunSetup
 from .answers import show_reused
 from .common import check_outputs, check_paths, fail, noter, open_store, stderr_console
@@ -35,7 +35,7 @@ from .options import (
     SvgOpt,
     flag_groups,
 )
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 from .single import Output, TracedStdin, given_flags, show_one
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from .options import (
     flag_groups,
     option,
 )
-from .setup import RunFlags, check_same_setup, setup
+from .run_flags import RunFlags, check_same_setup, setup
 from .textout import print_json, visible
 
 if TYPE_CHECKING:
@@ -526,7 +526,7 @@ def _resumable(store: TraceStore, results: str, config: AgentConfig, err: Any) -
     """This job's interrupted runs that can go on: same settings, sources unchanged."""
     from ..core.keys import differences
     from ..traces.recorder import resume_plan
-    from .setup import LINE_OWN
+    from .run_flags import LINE_OWN
 
     found: dict[str, dict[str, Any]] = {}
     for key, run_id in store.unfinished_job_runs(results).items():

@@ -20,12 +20,12 @@ from rich.text import Text
 
 from ..errors import EXIT_USAGE, MemagentError
 from ..paths import default_home
-from ..runs.conversations import Conversation, changed_since, find_conversation
+from ..runs.follow_ups import Conversation, changed_since, find_conversation
 from .answers import record_text, say_reused
 from .common import check_paths, fail, noter, open_store, stderr_console, warner
 from .follow import CidOpt, turn_setup
 from .options import FreshOpt, LineShowFlags, SourceFlags, flag_groups
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 from .single import Output, given_flags, show_one
 from .textout import SCHEMA, json_text, visible
 

@@ -60,6 +60,15 @@ def warner(err: Console) -> Callable[[str], None]:
     return warn
 
 
+def hinter(err: Console) -> Callable[[str], None]:
+    """What gives a hint the user may act on, on `err`: a yellow `note: ...` line, printed as it is."""
+
+    def hint(message: str) -> None:
+        err.print(f"note: {message}", style="yellow", markup=False, soft_wrap=True)
+
+    return hint
+
+
 def noter(err: Console) -> Callable[[str], None]:
     """What says a side note on `err`: a dim line, printed as it is (no markup, no highlighting)."""
 

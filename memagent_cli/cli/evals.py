@@ -19,7 +19,7 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..runs.setup import RunSetup
 from .common import check_outputs, command_group, fail, open_store, stderr_console, warner
 from .options import RESULTS_HELP, JsonOpt, ParallelOpt, flag_groups
-from .setup import RunFlags, check_same_setup, setup
+from .run_flags import RunFlags, check_same_setup, setup
 from .textout import SafeConsole
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The flags of a follow-up (`ask -c`, `ask --cid ID`, `chat --cid`, `inspect -c`) and the run setup
 of a conversation's next turn from them: the conversation's first run's model and settings
-(runs/conversations.py), a flag given for the turn over each; --standalone asks without the
+(runs/follow_ups.py), a flag given for the turn over each; --standalone asks without the
 earlier turns.
 """
 
@@ -15,7 +15,7 @@ from rich.console import Console
 from ..errors import EXIT_USAGE, MemagentError
 from ..runs.setup import RunSetup
 from .options import option
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 
 ContinueOpt = Annotated[
     bool,
@@ -77,7 +77,7 @@ def turn_setup(
 ) -> tuple[RunSetup, dict[str, Any]]:
     """The run setup of a conversation's next turn: its first run's model, engine and settings, each
     flag `given` (by parameter name) over them for this turn; and what the turn changed, {option: value}."""
-    from ..runs.conversations import turn_settings
+    from ..runs.follow_ups import turn_settings
 
     if set(given) & MODEL_FLAGS:
         run = setup(flags, err)  # the model this turn names, its engine from the flags

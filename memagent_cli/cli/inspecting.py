@@ -31,7 +31,7 @@ from .options import (
     SvgOpt,
     flag_groups,
 )
-from .setup import PromptFlags, RunFlags, chat_template, quiet_library_logs
+from .run_flags import PromptFlags, RunFlags, chat_template, quiet_library_logs
 from .single import given_flags
 from .textout import SafeConsole, print_json
 
@@ -174,7 +174,7 @@ class _Reading:
 
     def following(self, follow: FollowFlags, question: str | None, err: Console) -> _Reading:
         """This reading, or a follow-up's: it reads its conversation's own sources, from where it began."""
-        from ..runs.conversations import find_conversation
+        from ..runs.follow_ups import find_conversation
         from ..traces.store import TraceStore
 
         follow.check()

@@ -13,7 +13,7 @@ from ..model.runtime import MAX_SEQUENCES
 from ..runs.setup import RunSetup
 from .common import fail, noter, stderr_console
 from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 
 if TYPE_CHECKING:
     from ..mcp.server_settings import ServerSettings

@@ -1,9 +1,9 @@
 """Command-line options that several commands share (the model's, the budgets, sampling, the served
-engine's, the sources'), each declared once as a typer `Annotated` alias made by `option`; the
-sources' flags as one group (SourceFlags), and `flag_groups`, which lets a command take such a group
-as one parameter; and the small parsers behind them (--base-url's URLs and files, --questions,
---chat-template, --gpu-layers). setup.py gathers the options of every command that runs a model
-into RunFlags, another group, and turns them into a run."""
+engine's, the sources', the outputs'), each declared once as a typer `Annotated` alias made by
+`option`; the groups of them a command takes as one parameter (QuestionFlags, ShowFlags,
+OutputFlags, SourceFlags) and `flag_groups`, which makes that work; and --questions' reader.
+run_flags.py gathers the options of every command that runs a model into RunFlags, another group,
+and turns them into a run."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from ..errors import EXIT_USAGE, MemagentError
 from ..model.runtime import MAX_SEQUENCES
 from .common import fail, noter, stderr_console
 from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 
 RootsArg = Annotated[
     Optional[list[Path]],
@@ -96,7 +96,7 @@ def serve(
             ocr="always" if ocr is OcrChoice.always else "never" if ocr is OcrChoice.never else "auto",
             parallel=parallel if run.engine.served else min(parallel, MAX_SEQUENCES),
         )
-        from ..webapp.app import serve as run_page
+        from ..webapp.asgi import serve as run_page
 
         run_page(settings, noter(err), open_browser=open_browser, log_level="info" if flags.verbose else "warning")
     except MemagentError as exc:

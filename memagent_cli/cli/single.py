@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from .answers import record_text
-from .common import noter, sigterm_as_interrupt, warner
+from .common import hinter, noter, sigterm_as_interrupt, warner
 from .options import ShowFlags
 from .textout import SCHEMA, SafeConsole, json_text, print_json
 
@@ -104,7 +104,7 @@ def consume(
         [LiveView(err, gpu_hint=gpu_hint, answer_below=sys.stdout.isatty())] if live else ([] if quiet else [PlainProgress(err)])
     )
     if gpu_hint and not live and not quiet:
-        err.print(f"note: {gpu_hint}", style="yellow", markup=False, soft_wrap=True)
+        hinter(err)(gpu_hint)
     if svg is not None and not live:  # draw off screen, for the picture alone
         views.append(LiveView(SafeConsole(file=io.StringIO(), width=110, force_terminal=True), fps=1))
     consumers: list[_Consumer] = [*([recorder] if recorder is not None else []), *views]
@@ -131,7 +131,7 @@ def _save_svg(view: LiveView, path: Path, err: Console) -> None:
     try:
         recorder.save_svg(str(path), title="memagent ask")
     except OSError as exc:  # the answer is worth more than the picture: warn, go on
-        err.print(f"warning: could not save {path}: {exc.strerror}", style="yellow", markup=False, soft_wrap=True)
+        warner(err)(f"could not save {path}: {exc.strerror}")
 
 
 def given_flags(ctx: typer.Context) -> set[str]:

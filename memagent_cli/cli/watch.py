@@ -1,30 +1,13 @@
-"""`memagent watch SOURCES -q QUESTION`: the answers to fixed questions about every document of a
-folder, kept current while the folder changes.
+"""`memagent watch`: the command, and `Keeper`, which runs a watched folder's readings and keeps its
+outputs and view. What the user sees is the command's help; what the folder holds and when each
+document is due is runs/folder.py's (pure, on a clock it is given), and runs/finding.py finds the
+documents at the paths the file system names (watchfiles) or a --poll look finds changed.
 
-First a pass like `ask --each` (what the trace store answers is given at once), then it waits for
-changes: watchfiles (the Rust `notify` crate: inotify, FSEvents, ReadDirectoryChangesW) names the
-paths that changed, or, where a file system sends no events (network shares, some containers), it
-looks every --poll seconds. Only the paths named are looked at, as `ask --each` would find them
-(runs/finding.py); the whole folder again only when so many changes come at once that some may have
-been lost, and at a slow interval (runs/folder.py's `Looks`). A new or changed document is read once
-it has settled (neither its size nor its modification time has changed for --settle seconds), so a
-file still being copied is not read half-written; one that changes while it is read has that run
-stopped (resumable, in the trace store) and waits to settle again. A plain-text file seen growing (a
-log being written) is read as it grows: its complete chunks, continued from its last reading, the
-last chunk held back; its row is the answer so far, marked growing, until it settles. Reading goes
-through the run layer (runs/planning.py) like every run: a document whose text is known (renamed, or changed back) is
-answered from the store, one that grew is continued from its last reading, so a watched log costs
-only its new chunks. A document gone takes its rows with it.
-
-What the folder holds and when each document is due is runs/folder.py's (pure, on a clock it is
-given); this module runs the readings and keeps the outputs and the view. The outputs (--csv,
---jsonl, --html, cli/watchout.py) are written whole, each put in place at once (a file beside it,
-renamed over it): a spreadsheet, `watch -n1 cat signed.csv` or a script never sees half a table.
-They are written once a look's answers are in, and while runs go on at most so often that writing
-takes a tenth of the time (runs/folder.py's `Pacer`); a line that says a row changed comes once the
-outputs hold it. A document that fails has its row with the error, and is read again only when it
-changes. Ctrl-C stops the run in flight (resumable) and leaves the outputs complete for what was
-answered; exit 130.
+Readings go through the run layer (runs/planning.py) like every run, so a document whose text is
+known is answered from the store and one that grew is continued from its last reading. A reading
+whose document changes under it is stopped (resumable) and waits to settle again. The outputs
+(cli/watchout.py) are written whole, each renamed over the last, so that a reader never sees half a
+table, and while runs go on at most as often as runs/folder.py's `Pacer` allows.
 """
 
 from __future__ import annotations
@@ -59,7 +42,7 @@ from .options import (
     flag_groups,
     option,
 )
-from .setup import RunFlags, setup
+from .run_flags import RunFlags, setup
 from .textout import json_text, visible
 from .watchout import Outputs, TableLog
 

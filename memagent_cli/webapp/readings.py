@@ -3,7 +3,7 @@
 the others in order; each known by a number until its trace exists, then by its run id, and stopped
 by setting its cancel event (the run is recorded as interrupted, and resumable).
 
-What a reading shows while it goes comes from the trace store (live.py), as for a run any other
+What a reading shows while it goes comes from the trace store (updates.py), as for a run any other
 process records: the page does not need this process to have started it.
 """
 

@@ -1,10 +1,11 @@
-"""One run setup for every command that runs a model (`ask`, `batch`, `eval`, `mcp`, and `ask
---resume`): the flags they share, declared once (`RunFlags`, which a command takes as one parameter
-through options.flag_groups), and the one function that turns them, or a stored run, into a
-`RunSetup`: the model file, the agent's settings, the engine, the chat template. Every rule lives
-here once: `-m` as a served run's vocabulary, --offline, how a missing model is reported, server
-URLs in their normal form; and the conversions from what the flags say to what a run takes
-(--base-url's URLs and files, --chat-template, the protocol's budgets, --gpu-layers)."""
+"""One run setup for every command that runs a model (`ask` and its `--resume`, `batch`, `watch`,
+`chat`, `inspect`, `eval`, `mcp`, `serve`): the flags they share, declared once (`RunFlags`, which a
+command takes as one parameter through options.flag_groups), and the one function that turns them,
+or a stored run, into a `RunSetup`: the model file, the agent's settings, the engine, the chat
+template. Every rule lives here once: `-m` as a served run's vocabulary, --offline, how a missing
+model is reported, server URLs in their normal form; and the conversions from what the flags say to
+what a run takes (--base-url's URLs and files, --chat-template, the protocol's budgets,
+--gpu-layers)."""
 
 from __future__ import annotations
 

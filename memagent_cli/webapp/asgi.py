@@ -57,9 +57,9 @@ def build(settings: PageSettings, readings: Readings | None = None) -> tuple[ASG
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from .live import list_events, run_events, watch_events
     from .pages import Pages
     from .readings import Readings
+    from .updates import list_events, run_events, watch_events
 
     readings = readings or Readings(settings)
     env = templates()
