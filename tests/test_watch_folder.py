@@ -15,7 +15,7 @@ from memagent_cli.ingest.sources import Segment, Source
 from memagent_cli.model.gguf import read_gguf
 from memagent_cli.model.tokenizer import load_tokenizer
 from memagent_cli.runs.finding import Finder
-from memagent_cli.runs.folder import BYTES_PER_TOKEN, LOST_BATCH, Folder, Looks, Pacer, Stat, growable
+from memagent_cli.runs.folder import BYTES_PER_TOKEN, LOST_BATCH, Folder, Spacer, Stat, growable, lost_some
 
 
 class Clock:
@@ -145,22 +145,22 @@ def test_documents_at_a_path_leave_with_it_and_come_in_their_order():
 
 def test_the_whole_folder_is_looked_at_rarely_and_after_a_flood():
     clock = Clock(0.0)
-    looks = Looks(every=60.0, share=0.005, clock=clock)
+    looks = Spacer(share=0.005, least=60.0, clock=clock)
     assert looks.due()  # the first pass
-    looks.looked(0.01)
+    looks.done(0.01)
     assert not looks.due() and looks.wait() == pytest.approx(60.0)  # a quick look: every minute
     clock.now = 60.0
     assert looks.due()
-    looks.looked(2.0)  # a slow one (a big folder): 200 × its time apart, half a percent of the time
-    assert looks.wait() == pytest.approx(400.0)
-    assert not Looks.lost(LOST_BATCH - 1) and Looks.lost(LOST_BATCH)
+    looks.done(2.0)  # a slow one (a big folder): 199 × its time after it, half a percent of the time
+    assert looks.wait() == pytest.approx(398.0)
+    assert not lost_some(LOST_BATCH - 1) and lost_some(LOST_BATCH)
 
 
 def test_the_outputs_are_written_at_most_a_share_of_the_time():
     clock = Clock(0.0)
-    pacer = Pacer(share=0.1, clock=clock)
+    pacer = Spacer(share=0.1, clock=clock)
     assert pacer.due()
-    pacer.wrote(0.05)  # a write of 50 ms: the next one at least 450 ms later
+    pacer.done(0.05)  # a write of 50 ms: the next one at least 450 ms later
     assert not pacer.due() and pacer.wait() == pytest.approx(0.45)
     clock.now = 0.45
     assert pacer.due()

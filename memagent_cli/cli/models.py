@@ -1,5 +1,6 @@
 """`memagent models ...`, `memagent config ...` and `memagent doctor`: getting a model and
-checking the machine. Thin: the work is in registry, hub, settings, gpu and doctor."""
+checking the machine. Thin: the work is in install/ (registry.py, hub.py, pulling.py, config_file.py,
+doctor.py) and model/gpu.py."""
 
 from __future__ import annotations
 

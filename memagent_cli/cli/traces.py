@@ -1,4 +1,5 @@
-"""`memagent traces ...`: list, show, diff, export, search and remove recorded runs.
+"""`memagent traces ...`: list, show, diff, export, search and remove recorded runs; the command
+line's front end to the traces package (memagent_cli/traces), which keeps them.
 
 Each command reads the TraceStore and prints for people, or JSON with --json. A run is named
 by any unique prefix of its id, or `last`.

@@ -7,7 +7,7 @@ Readings go through the run layer (runs/planning.py) like every run, so a docume
 known is answered from the store and one that grew is continued from its last reading. A reading
 whose document changes under it is stopped (resumable) and waits to settle again. The outputs
 (cli/watchout.py) are written whole, each renamed over the last, so that a reader never sees half a
-table, and while runs go on at most as often as runs/folder.py's `Pacer` allows.
+table, and while runs go on at most as often as runs/folder.py's `writes` allows.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
-from ..runs.folder import SETTLE_SECONDS, Folder, Looks, Pacer, Stat
+from ..runs.folder import SETTLE_SECONDS, Folder, Stat, looks, lost_some, writes
 from ..runs.planning import Runs
 from ..runs.setup import RunSetup
 from .common import check_outputs, fail, open_store, sigterm_as_interrupt, stderr_console, warner
@@ -258,8 +258,8 @@ class Keeper:
         from ..runs.finding import Finder
 
         self.finder = Finder(paths, runs.sources, lambda note: self._tell(f"note: {visible(note)}"))
-        self.looks = Looks()
-        self.pacer = Pacer()
+        self.looks = looks()
+        self.writes = writes()
         self.paths = paths
         self.changed: set[str] = set()  # paths the file system named, not looked at yet
         self.whole = True  # look at everything next (the first pass)
@@ -325,7 +325,7 @@ class Keeper:
             self.changed |= self.finder.stale((d.at, d.stat) for d in self.folder.docs.values())
             self.polled = time.monotonic()
         changed, self.changed = self.changed, set()
-        if self.whole or self.looks.due() or Looks.lost(len(changed)):
+        if self.whole or self.looks.due() or lost_some(len(changed)):
             started = time.monotonic()
             found = self.finder.everything()
             for each in found:
@@ -333,7 +333,7 @@ class Keeper:
             for title in self.folder.others(f.source.title for f in found):
                 self._gone(title)
             self.whole = False
-            self.looks.looked(time.monotonic() - started)
+            self.looks.done(time.monotonic() - started)
         elif changed:
             found = self.finder.at(changed)
             for each in found:
@@ -433,7 +433,7 @@ class Keeper:
         assert self.changes is not None
         for job, event in events:
             yield job, event
-            if self.told and self.pacer.due():
+            if self.told and self.writes.due():
                 self._flush()
             named = self.changes.pending()
             if not named:
@@ -474,7 +474,7 @@ class Keeper:
                 self._row(job, record, True, "growing", done.result.answer, f"so far, from {counted}: still being written")
             else:
                 self._row(job, record, False, "answered", done.result.answer, f"answered in {counted}")
-        if self.pacer.due():
+        if self.writes.due():
             self._flush()
 
     def _row(self, job: Job, record: dict[str, Any], growing: bool, state: str, said: Any, line: str) -> None:
@@ -494,7 +494,7 @@ class Keeper:
         if self.outputs.dirty:
             started = time.monotonic()
             self.outputs.write(Job.each(doc.source, q).key for doc in self.folder.ordered() for q in self.questions)
-            self.pacer.wrote(time.monotonic() - started)
+            self.writes.done(time.monotonic() - started)
         self.log.flush()
         told, self.told = self.told, []
         for tell in told:

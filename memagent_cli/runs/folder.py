@@ -16,7 +16,7 @@ is looked at again when a batch of changes is so large that some may have been l
 drops the event by which notify says the kernel's queue overflowed, so its size is the sign), and
 at a slow interval that keeps such looks to a small share of the time however large the folder.
 The outputs are written at most so often that writing them takes a small share of the time
-(`Pacer`): a burst of answers is one write, a lone answer is written at once.
+(`Spacer`): a burst of answers is one write, a lone answer is written at once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..ingest.sources import Source
 SETTLE_SECONDS = 2.0
 BYTES_PER_TOKEN = 3.0  # a first guess for text never read (English prose runs about 4): a chunk's bytes
 LOOK_EVERY = 60.0  # the least interval between looks at the whole folder
-LOOK_SHARE = 0.005  # ... and at most this share of the time spent on them (200 × a look's seconds apart)
+LOOK_SHARE = 0.005  # ... and at most this share of the time spent on them (199 × a look's seconds apart)
 LOST_BATCH = 4096  # changes named at once from which some may have been lost: the whole folder is looked at
 WRITE_SHARE = 0.1  # the most of the time writing the outputs may take
 
@@ -216,46 +216,38 @@ class Folder:
 
 
 @dataclass
-class Looks:
-    """When to look at the whole folder again: at least `every` seconds apart, and at most `share`
-    of the time (a look that took s seconds waits s / share)."""
+class Spacer:
+    """When a costly thing (a look at the whole folder, a write of the outputs) may be done again:
+    one that took s seconds, ending now, is followed by at least `least` seconds and at least
+    s × (1 / share − 1) seconds without another, so it takes at most `share` of the time."""
 
-    every: float = LOOK_EVERY
-    share: float = LOOK_SHARE
+    share: float
+    least: float = 0.0
     clock: Callable[[], float] = time.monotonic
     next: float = 0.0
 
     def due(self) -> bool:
         return self.clock() >= self.next
 
-    def looked(self, seconds: float) -> None:
-        """A look at everything took `seconds`, ending now."""
-        self.next = self.clock() + max(self.every, seconds / self.share)
+    def done(self, seconds: float) -> None:
+        """It was done, ending now, in `seconds`."""
+        self.next = self.clock() + max(self.least, seconds * (1 / self.share - 1))
 
     def wait(self) -> float:
         return max(0.0, self.next - self.clock())
 
-    @staticmethod
-    def lost(changes: int) -> bool:
-        """Whether a batch of this many changed paths may have lost some."""
-        return changes >= LOST_BATCH
+
+def looks() -> Spacer:
+    """When to look at the whole folder again: at most every LOOK_EVERY seconds, LOOK_SHARE of the time."""
+    return Spacer(LOOK_SHARE, LOOK_EVERY)
 
 
-@dataclass
-class Pacer:
-    """When the outputs may be written again: a write that took w seconds is followed by at least
-    w × (1 / share − 1) seconds without one, so writing takes at most `share` of the time."""
+def writes() -> Spacer:
+    """When the outputs may be written again: WRITE_SHARE of the time at the most (a burst of answers
+    is one write, a lone answer is written at once)."""
+    return Spacer(WRITE_SHARE)
 
-    share: float = WRITE_SHARE
-    clock: Callable[[], float] = time.monotonic
-    next: float = 0.0
 
-    def due(self) -> bool:
-        return self.clock() >= self.next
-
-    def wrote(self, seconds: float) -> None:
-        """A write took `seconds`, ending now."""
-        self.next = self.clock() + seconds * (1 / self.share - 1)
-
-    def wait(self) -> float:
-        return max(0.0, self.next - self.clock())
+def lost_some(changes: int) -> bool:
+    """Whether a batch of this many changed paths may have lost some."""
+    return changes >= LOST_BATCH
