@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 from ..errors import EXIT_USAGE, MemagentError
-from ..model.runtime import MAX_SEQUENCES
 from ..runs.setup import RunSetup
 from .common import fail, noter, stderr_console
-from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
+from .options import flag_groups, option
 from .run_flags import RunFlags, setup
+from .serving import ServingFlags, real_folders
 
 if TYPE_CHECKING:
     from ..mcp.server_settings import ServerSettings
@@ -57,8 +57,7 @@ def mcp(
     http: HttpOpt = None,
     token: TokenOpt = None,
     allow: AllowOpt = None,
-    parallel: ParallelOpt = 4,
-    ocr: OcrOpt = OcrChoice.auto,
+    serving: ServingFlags = ServingFlags(),
     flags: RunFlags = RunFlags(),
 ) -> None:
     """Serve memagent to MCP hosts: tools to ask, inspect and resume runs, and read traces.
@@ -80,8 +79,7 @@ def mcp(
             http=http,
             token=token,
             allow=allow,
-            parallel=parallel if run.engine.served else min(parallel, MAX_SEQUENCES),
-            ocr=ocr,
+            serving=serving,
             verbose=flags.verbose,
         )
     except MemagentError as exc:
@@ -100,29 +98,23 @@ def _settings(
     http: str | None,
     token: str | None,
     allow: list[Path] | None,
-    parallel: int,
-    ocr: OcrChoice,
+    serving: ServingFlags,
     verbose: bool,
 ) -> ServerSettings:
     """The server's settings, checked before it starts: the folders exist, the trace store opens."""
     from ..mcp.server_settings import ServerSettings, parse_http
     from ..traces.store import TraceStore
 
-    folders = []
-    for folder in allow or [Path.cwd()]:
-        real = os.path.realpath(folder.expanduser())
-        if not os.path.isdir(real):
-            raise MemagentError(f"--allow {folder}: no such folder.", exit_code=EXIT_USAGE)
-        folders.append(real)
+    folders = real_folders(allow, "--allow ")
     address = parse_http(http) if http else None
     if token and address is None:
         raise MemagentError("--token goes with --http: stdio has no requests to check.", exit_code=EXIT_USAGE)
     TraceStore().close()  # runs are recorded (resume needs them): a store that cannot open stops here
     return ServerSettings(
         run,
-        allow=tuple(dict.fromkeys(folders)),
-        ocr="always" if ocr is OcrChoice.always else "never" if ocr is OcrChoice.never else "auto",
-        parallel=parallel,
+        allow=folders,
+        ocr=serving.ocr_mode(),
+        parallel=serving.slots(run),
         http=address,
         token=token,
         cwd=os.getcwd(),

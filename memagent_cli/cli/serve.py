@@ -11,11 +11,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import EXIT_USAGE, MemagentError
-from ..model.runtime import MAX_SEQUENCES
+from ..errors import MemagentError
 from .common import fail, noter, stderr_console
-from .options import OcrChoice, OcrOpt, ParallelOpt, flag_groups, option
+from .options import flag_groups, option
 from .run_flags import RunFlags, setup
+from .serving import ServingFlags, real_folders
 
 RootsArg = Annotated[
     Optional[list[Path]],
@@ -52,8 +52,7 @@ def serve(
     port: PortOpt = 8765,
     open_browser: OpenOpt = False,
     token: TokenOpt = None,
-    parallel: ParallelOpt = 4,
-    ocr: OcrOpt = OcrChoice.auto,
+    serving: ServingFlags = ServingFlags(),
     flags: RunFlags = RunFlags(),
 ) -> None:
     """Serve the page: runs and conversations, each reading as a memory timeline, quotes on their pages, asking.
@@ -74,27 +73,20 @@ def serve(
     err = stderr_console()
     try:
         check_address(host, token)  # said before anything about the model
-        folders = []
-        for folder in roots or [Path.cwd()]:
-            real = os.path.realpath(folder.expanduser())
-            if not os.path.isdir(real):
-                raise MemagentError(
-                    f"{folder}: no such folder.", "Name the folders whose documents the page may read.", exit_code=EXIT_USAGE
-                )
-            folders.append(real)
+        folders = real_folders(roots, hint="Name the folders whose documents the page may read.")
         run = setup(flags, err)  # the model is found now, loaded on the first question
         from ..traces.store import TraceStore
 
         TraceStore().close()  # the page reads the store: one that cannot open stops here
         settings = PageSettings(
             run,
-            tuple(dict.fromkeys(folders)),
+            folders,
             os.getcwd(),
             host=host,
             port=port,
             token=token,
-            ocr="always" if ocr is OcrChoice.always else "never" if ocr is OcrChoice.never else "auto",
-            parallel=parallel if run.engine.served else min(parallel, MAX_SEQUENCES),
+            ocr=serving.ocr_mode(),
+            parallel=serving.slots(run),
         )
         from ..webapp.asgi import serve as run_page
 
