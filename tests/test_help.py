@@ -5,12 +5,15 @@ never shown with a value's type (`--json <bool>`), and a value is named by what 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Annotated, Optional
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
+from memagent_cli.cli.options import option
 
 
 def command_paths() -> list[list[str]]:
@@ -126,7 +129,7 @@ def test_every_help_keeps_its_example_lines_and_prints_no_markup(columns):
 
 def test_inspect_takes_the_prompt_flags_as_ask_takes_them():
     """`ask` with its flags becomes `inspect` by its name alone, for everything that decides what
-    the model is sent: both take setup.PromptFlags, with one help text each (test above)."""
+    the model is sent: both take run_flags.PromptFlags, with one help text each (test above)."""
     from dataclasses import fields
 
     from memagent_cli.cli.run_flags import PromptFlags
@@ -138,3 +141,50 @@ def test_inspect_takes_the_prompt_flags_as_ask_takes_them():
         params = root.commands[name].params
         assert {f.name for f in fields(PromptFlags)} <= {p.name for p in params}, name
         assert wanted <= {opt for p in params for opt in p.opts}, name
+
+
+def test_ask_and_inspect_take_the_same_ask_flags():
+    """Both take ask_flags.AskFlags, a group holding groups: every flag of it, at any depth, is an
+    option of each command."""
+    from memagent_cli.cli.ask_flags import AskFlags
+    from memagent_cli.cli.options import SourceFlags
+
+    root = typer.main.get_command(app)
+    ask, inspect = ({p.name for p in root.commands[name].params} for name in ("ask", "inspect"))
+    nested = {"include", "exclude", "password", "ocr", "question", "questions_file", "jsonl", "csv_file", "html"}
+    nested |= {"json_out", "raw", "cite", "quiet", "resume", "no_trace", "fresh", "each", "parallel", "svg"}
+    assert nested <= ask and nested <= inspect
+    assert "source_flags" not in ask | inspect  # a group is never an option itself
+    assert AskFlags().source_flags == SourceFlags()
+
+
+@dataclass(frozen=True)
+class Inner:
+    depth: Annotated[int, option("How deep.", "--depth")] = 1
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: Annotated[Optional[str], option("A name.", "--name")] = None
+    inner: Inner = Inner()
+
+
+def test_a_group_of_groups_is_made_from_the_flags_given():
+    """options.flag_groups builds each group, nested ones too, from the options given on the line."""
+    from memagent_cli.cli.options import flag_groups
+
+    got: list[Outer] = []
+    tool = typer.Typer()
+
+    @tool.command()
+    @flag_groups
+    def run(outer: Outer = Outer(inner=Inner(depth=5))) -> None:
+        got.append(outer)
+
+    @tool.command()
+    def other() -> None:  # two commands, so that `run` is named on the line
+        pass
+
+    assert CliRunner().invoke(tool, ["run"]).exit_code == 0
+    assert CliRunner().invoke(tool, ["run", "--name", "x", "--depth", "3"]).exit_code == 0
+    assert got == [Outer(None, Inner(5)), Outer("x", Inner(3))]  # the default the parameter gave, then the flags

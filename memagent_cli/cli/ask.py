@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import typer
@@ -17,24 +16,11 @@ from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, MemagentError
 from ..runs.follow_ups import Conversation, changed_since, find_conversation
 from ..runs.setup import RunSetup
 from .answers import show_reused
+from .ask_flags import AskFlags, QuestionArgs
 from .common import check_outputs, check_paths, fail, noter, open_store, stderr_console
-from .follow import FollowFlags, turn_setup
+from .follow import turn_setup
 from .many import resume_hint, run_many
-from .options import (
-    EachOpt,
-    FreshOpt,
-    NoTraceOpt,
-    OcrChoice,
-    OutputFlags,
-    ParallelOpt,
-    QuestionArgs,
-    QuestionFlags,
-    ResumeOpt,
-    ShowFlags,
-    SourceFlags,
-    SvgOpt,
-    flag_groups,
-)
+from .options import OcrChoice, QuestionFlags, flag_groups
 from .run_flags import RunFlags, setup
 from .single import Output, TracedStdin, given_flags, show_one
 
@@ -49,17 +35,7 @@ if TYPE_CHECKING:
 def ask(
     ctx: typer.Context,
     args: QuestionArgs = None,
-    source_flags: SourceFlags = SourceFlags(),
-    resume: ResumeOpt = None,
-    no_trace: NoTraceOpt = False,
-    fresh: FreshOpt = False,
-    follow: FollowFlags = FollowFlags(),
-    asked: QuestionFlags = QuestionFlags(),
-    each: EachOpt = False,
-    outputs: OutputFlags = OutputFlags(),
-    parallel: ParallelOpt = 4,
-    shown: ShowFlags = ShowFlags(),
-    svg: SvgOpt = None,
+    given: AskFlags = AskFlags(),
     flags: RunFlags = RunFlags(),
 ) -> None:
     """Answer a question about documents.
@@ -79,43 +55,48 @@ def ask(
       memagent ask --resume last
     """
     err = stderr_console()
-    out = Output(**asdict(shown), svg=svg.resolve() if svg else None)  # resumed runs move
+    source_flags = given.source_flags  # a follow-up's or resumed run's reads scans as it did
+    out = Output(**asdict(given.shown), svg=given.svg.resolve() if given.svg else None)  # resumed runs move
     recording = _Recording()
     try:
-        _check_together(each=each, resume=resume, svg=svg, outputs=outputs)
-        _check_follow(follow, each=each, resume=resume, no_trace=no_trace, several=asked.given)
-        store = None if no_trace else open_store(err, required=bool(resume) or follow.following)
+        _check_together(given)
+        _check_follow(given)
+        store = None if given.no_trace else open_store(err, required=bool(given.resume) or given.follow.following)
         traced = TracedStdin(err, store)
         request = _Request(store, traced)
-        if follow.following:
-            request.follow(find_conversation(request.given_store(), follow.ref), _follow_question(args), follow.standalone)
-            source_flags = replace(source_flags, ocr=OcrChoice(request.ocr))
-        elif resume:
-            request.resume(resume)
+        if given.follow.following:
+            request.follow(
+                find_conversation(request.given_store(), given.follow.ref), _follow_question(args), given.follow.standalone
+            )
+            source_flags = replace(given.source_flags, ocr=OcrChoice(request.ocr))
+        elif given.resume:
+            request.resume(given.resume)
             _refuse_changed_options(ctx, request.stored, flags)
-            source_flags = replace(source_flags, ocr=OcrChoice(request.ocr))
+            source_flags = replace(given.source_flags, ocr=OcrChoice(request.ocr))
         else:
-            request.paths, request.questions = _questions(args, asked, each, traced.warn, schema=flags.schema is not None)
+            request.paths, request.questions = _questions(
+                args, given.asked, given.each, traced.warn, schema=flags.schema is not None
+            )
             check_paths(request.paths)  # a missing file is said before a missing model: nothing is fetched for it
-        written = {**outputs.written(), "--svg": svg}
-        check_outputs(written, inputs=[*request.paths, *asked.files()])
-        request.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), fresh)
-        if each:
+        written = {**given.outputs.written(), "--svg": given.svg}
+        check_outputs(written, inputs=[*request.paths, *given.asked.files()])
+        request.prepare(ctx, flags, err, source_flags.settings(traced.stdin, written=written.values()), given.fresh)
+        if given.each:
             from .each import EachOutput, run_each
 
-            output = EachOutput(**asdict(shown), files=outputs)
+            output = EachOutput(**asdict(given.shown), files=given.outputs)
             run_each(
                 request.paths,
                 request.questions,
                 request.run,
                 request.sources,
-                parallel,
+                given.parallel,
                 request.runs,
                 err,
                 output,
             )
         elif len(request.questions) > 1:
-            _ask_several(request, err, parallel, out)
+            _ask_several(request, err, given.parallel, out)
         else:
             _ask_one(request, err, out, recording)
     except MemagentError as exc:
@@ -270,13 +251,18 @@ def _ask_one(request: _Request, err: Console, out: Output, recording: _Recording
     show_one(events, err, recording.recorder, out, served=request.run.engine.served)
 
 
-def _check_follow(follow: FollowFlags, *, each: bool, resume: str | None, no_trace: bool, several: bool) -> None:
+def _check_follow(given: AskFlags) -> None:
     """-c and --cid go alone: a follow-up is one question in a conversation kept in the trace store."""
-    follow.check()
-    if not follow.following:
+    given.follow.check()
+    if not given.follow.following:
         return
-    for given, flag in ((each, "--each"), (resume, "--resume"), (no_trace, "--no-trace"), (several, "-q or --questions")):
-        if given:
+    for flagged, flag in (
+        (given.each, "--each"),
+        (given.resume, "--resume"),
+        (given.no_trace, "--no-trace"),
+        (given.asked.given, "-q or --questions"),
+    ):
+        if flagged:
             raise MemagentError(
                 f"-c and --cid do not take {flag}.",
                 'A follow-up is one question in a conversation the trace store keeps: memagent ask -c "QUESTION"',
@@ -301,12 +287,12 @@ def _follow_question(args: list[str] | None) -> str:
     return args[0]
 
 
-def _check_together(*, each: bool, resume: str | None, svg: Path | None, outputs: OutputFlags) -> None:
-    if not each and any(outputs.written().values()):
+def _check_together(given: AskFlags) -> None:
+    if not given.each and any(given.outputs.written().values()):
         raise MemagentError("--jsonl, --csv and --html go with --each.", "Add --each, or use --json.", exit_code=EXIT_USAGE)
-    if each and (resume or svg):
+    if given.each and (given.resume or given.svg):
         raise MemagentError(
-            f"--each does not take {'--resume' if resume else '--svg'}.",
+            f"--each does not take {'--resume' if given.resume else '--svg'}.",
             "Resume one of its runs with memagent ask --resume ID; a picture is of one run.",
             exit_code=EXIT_USAGE,
         )

@@ -14,23 +14,10 @@ from rich.console import Console
 from ..errors import EXIT_USAGE, MemagentError
 from ..install.config_file import whole_number
 from ..model.runtime import MAX_SEQUENCES
+from .ask_flags import AskFlags, QuestionArgs
 from .common import check_paths, fail, noter, stderr_console, warner
 from .follow import FollowFlags
-from .options import (
-    EachOpt,
-    FreshOpt,
-    NoTraceOpt,
-    OutputFlags,
-    ParallelOpt,
-    ProtocolChoice,
-    QuestionArgs,
-    QuestionFlags,
-    ResumeOpt,
-    ShowFlags,
-    SourceFlags,
-    SvgOpt,
-    flag_groups,
-)
+from .options import ProtocolChoice, QuestionFlags, SourceFlags, flag_groups
 from .run_flags import PromptFlags, RunFlags, chat_template, quiet_library_logs
 from .single import given_flags
 from .textout import SafeConsole, print_json
@@ -77,17 +64,7 @@ def inspect(
     show_text: TextOpt = False,
     show_prompt: ShowPromptOpt = None,
     sequences: SequencesOpt = 1,
-    source_flags: SourceFlags = SourceFlags(),
-    resume: ResumeOpt = None,
-    no_trace: NoTraceOpt = False,
-    fresh: FreshOpt = False,
-    follow: FollowFlags = FollowFlags(),
-    asked: QuestionFlags = QuestionFlags(),
-    each: EachOpt = False,
-    outputs: OutputFlags = OutputFlags(),
-    parallel: ParallelOpt = 4,
-    shown: ShowFlags = ShowFlags(),
-    svg: SvgOpt = None,
+    given: AskFlags = AskFlags(),
     flags: RunFlags = RunFlags(),
 ) -> None:
     """Count what a question would cost, without loading any weights; or show what memagent reads.
@@ -117,24 +94,24 @@ def inspect(
     quiet_library_logs(False)
     warn = warner(err)
     if show_text:
-        _print_document_text(args or [], source_flags, warn, err, flags.model)
+        _print_document_text(args or [], given.source_flags, warn, err, flags.model)
         return
     try:
         _ignored(given_flags(ctx), err)
-        sources, question = _sources_and_question(args, asked, follow.following, warn)
-        json_out = shown.json_out
+        sources, question = _sources_and_question(args, given.asked, given.follow.following, warn)
+        json_out = given.shown.json_out
         answer = _answer_config(flags)
         question, step = _prompt_plan(show_prompt, question, answer)
         template = chat_template(flags.template_file, "llama")
         read = _Reading(sources, flags.model, flags.chunk_tokens, flags.memory_tokens, flags.protocol)
-        read = read.following(follow, question, err)
+        read = read.following(given.follow, question, err)
         check_paths(read.paths)  # a missing file is said before a missing model
         report = inspect_sources(
             read.paths,
             model=installed_model(read.model),
             question=question,
             **read.budgets(),
-            sources=source_flags.settings(_stdin()),
+            sources=given.source_flags.settings(_stdin()),
             keep_chunk=step or None,
             chat_template=template.text if template is not None else None,
             sequences=sequences,

@@ -469,35 +469,62 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 def flag_groups(command: _Command) -> _Command:
     """Lets a command take a group of flags as one parameter typed as its dataclass (SourceFlags,
-    setup.RunFlags): the group's options stand in the command's signature where that parameter
+    run_flags.RunFlags): the group's options stand in the command's signature where that parameter
     stands, their defaults the parameter's default's (else the group's own), and the command is
-    handed the group made from them."""
-    hints = typing.get_type_hints(command, include_extras=True)
+    handed the group made from them. A group's field may be a group itself (ask_flags.AskFlags)."""
     params: list[inspect.Parameter] = []
-    groups: dict[str, tuple[type, list[str]]] = {}
+    groups: dict[str, _Group] = {}
     for param in inspect.signature(command).parameters.values():
-        group = hints.get(param.name, param.annotation)
-        if not (isinstance(group, type) and dataclasses.is_dataclass(group)):
-            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=group))
-            continue
-        given = param.default if isinstance(param.default, group) else group()
-        fields = typing.get_type_hints(group, include_extras=True)
-        groups[param.name] = (group, [f.name for f in dataclasses.fields(group)])
-        params += [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(given, name), annotation=fields[name])
-            for name in groups[param.name][1]
-        ]
+        kind = typing.get_type_hints(command, include_extras=True).get(param.name, param.annotation)
+        if _is_group(kind):
+            groups[param.name] = _Group.of(kind, param.default, params)
+        else:
+            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=kind))
 
     @functools.wraps(command)
     def run(**kwargs: Any) -> Any:
-        for name, (group, fields) in groups.items():
-            kwargs[name] = group(**{field: kwargs.pop(field) for field in fields if field in kwargs})
+        for name, group in groups.items():
+            kwargs[name] = group.made(kwargs)
         return command(**kwargs)
 
     # typer reads a command's options from its signature and its type hints
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params}
     return typing.cast(_Command, run)
+
+
+def _is_group(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A group of flags: its dataclass, its own fields' names and its groups by field."""
+
+    kind: type
+    fields: tuple[str, ...]
+    groups: tuple[tuple[str, _Group], ...]
+
+    @classmethod
+    def of(cls, kind: type, default: Any, params: list[inspect.Parameter]) -> _Group:
+        """The group, its options appended to `params` with their defaults (`default`'s, where it is one)."""
+        given = default if isinstance(default, kind) else kind()
+        hints = typing.get_type_hints(kind, include_extras=True)
+        fields, groups = [], []
+        for name in (f.name for f in dataclasses.fields(kind)):
+            if _is_group(hints[name]):
+                groups.append((name, cls.of(hints[name], getattr(given, name), params)))
+            else:
+                fields.append(name)
+                params.append(
+                    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(given, name), annotation=hints[name])
+                )
+        return cls(kind, tuple(fields), tuple(groups))
+
+    def made(self, kwargs: dict[str, Any]) -> Any:
+        """The group, from the command's keyword arguments (its options taken out of them)."""
+        own = {name: kwargs.pop(name) for name in self.fields if name in kwargs}
+        return self.kind(**own, **{name: group.made(kwargs) for name, group in self.groups})
 
 
 def read_questions(path: Path, note: Callable[[str], None] | None = None) -> list[str]:
@@ -532,35 +559,3 @@ def read_questions(path: Path, note: Callable[[str], None] | None = None) -> lis
     if not out:
         raise MemagentError(f"{path} holds no questions.", "Write one question per line.", exit_code=EXIT_USAGE)
     return out
-
-
-# The arguments and flags of `ask` that `inspect` takes too, so that an ask line becomes an inspect line
-# by its verb alone.
-QuestionArgs = Annotated[
-    Optional[list[str]],
-    typer.Argument(
-        metavar="[SOURCE]... QUESTION",
-        show_default=False,
-        help="PDFs, text files, folders or - for stdin, then the question. With no source, piped stdin is read.",
-    ),
-]
-ResumeOpt = Annotated[
-    Optional[str],
-    option(
-        "Continue an interrupted run from its last completed step, with its sources, question and settings.",
-        metavar="ID|last",
-        panel="Traces",
-    ),
-]
-EachOpt = Annotated[
-    bool,
-    option(
-        "Ask every document on its own: each file (in folders and archives too) x each question is its "
-        "own run, with its own memory and trace, on one loaded model.",
-        "--each",
-        panel="Questions",
-    ),
-]
-
-
-SvgOpt = Annotated[Optional[Path], option("Save a picture of the live view (SVG) when the run ends.")]
