@@ -205,3 +205,19 @@ def test_a_steps_planner_decision_plan_and_earlier_run_are_shown_in_line(served)
     page = get(served, f"/runs/{qwenlong}").text
     assert "plan: Look for the dog next." in page
     assert f'from run <a href="/runs/{infmem}#step-1">{infmem[:8]}</a>' in page
+
+
+def test_a_long_list_links_its_newer_and_older_pages():
+    """The runs list a page at a time: the links keep the list's filter and step by the page's size."""
+    from memagent_cli.webapp.asgi import templates
+
+    row = {"id": "abc", "started": "today", "status": "complete", "question": "q", "turn": 1}
+    row |= {"answer": "a", "sources": "s", "model": "m", "steps": 2}
+    page = templates().get_template("_runs.html")
+    middle = page.render(rows=[row], offset=50, limit=50, more=True, query="q=x%26y", filtered=True)
+    assert re.findall(r'href="([^"]+)" rel="(prev|next)"', middle) == [
+        ("/?q=x%26y&amp;offset=0", "prev"),
+        ("/?q=x%26y&amp;offset=100", "next"),
+    ]
+    first = page.render(rows=[row], offset=0, limit=50, more=False, query="", filtered=False)
+    assert 'rel="prev"' not in first and 'rel="next"' not in first
