@@ -91,7 +91,7 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Found:
-    """The documents the paths name, found before a run (to look its answer up first, reuse.py):
+    """The documents the paths name, found before a run (to look its answer up first, runs/planning.py):
     the run reads these, and says the notes finding them gave."""
 
     sources: tuple[Source, ...]

@@ -185,7 +185,7 @@ class TraceStore:
         asked: str | None = None,
         changed: Mapping[str, Any] | None = None,
     ) -> str:
-        """A new running run; `keys` ({"answer", "lineage"}: reuse.AnswerKey) find it again once
+        """A new running run; `keys` ({"answer", "lineage"}: core/keys.AnswerKey) find it again once
         complete. A `turn` is a turn of `conversation` (its next one), else the first of its own;
         `asked` is the question as asked, where the run reads it in a longer problem (a follow-up's),
         and `changed` the settings the turn gave over the conversation's first run's. A run that is
