@@ -330,17 +330,11 @@ def _piped() -> Iterator[str]:
 
 def refuse_pipes(paths: list[str]) -> None:
     """chat reads its sources again for every question: a pipe or FIFO gives its text only once."""
-    import os
-    import stat
-
     from ..ingest.base import printable
+    from ..ingest.sources import is_pipe
 
     for path in paths:
-        try:
-            piped = stat.S_ISFIFO(os.stat(path).st_mode)
-        except (OSError, ValueError):  # check_paths has said what is wrong with it
-            continue
-        if piped:
+        if is_pipe(path):
             raise MemagentError(
                 f"{printable(path)} is a pipe: chat reads its sources again for every question, and a pipe gives its text once.",
                 "Save the text to a file and name the file: memagent chat FILE",

@@ -580,6 +580,14 @@ _SPECIAL_KINDS = (
 )
 
 
+def is_pipe(path: str) -> bool:
+    """Whether `path` names a pipe or FIFO, read once as a stream (False where it cannot be looked at)."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def _special_kind(mode: int) -> str | None:
     """What a path that is neither a regular file nor a folder is, in words; None for those two."""
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
