@@ -126,7 +126,7 @@ def test_resume_refuses_changed_sources_and_finished_runs(doc, models, tmp_path)
     again = memagent("ask", "--resume", done["trace"], check=False)
     assert again.returncode == 2 and "already complete" in again.stderr
     unknown = memagent("ask", "--resume", "zzzz", check=False)
-    assert unknown.returncode != 0 and "zzzz" in unknown.stderr
+    assert unknown.returncode == 1 and "zzzz" in unknown.stderr
 
 
 def test_resume_works_from_another_directory(doc, models, tmp_path):
