@@ -66,10 +66,13 @@ def spawn_memagent(*args, env=None, cwd=None, preexec_fn=sigint_default, **popen
 WAIT = 300  # seconds a test waits for a line or a state it expects, on a machine busy with other work
 
 
-def read_line(proc: subprocess.Popen, deadline: float) -> str:
+def read_line(proc: subprocess.Popen, deadline: float | None = None) -> str:
     """The next line of a spawned process's stderr ("" at its end), or the test fails (and the
-    process is killed) at `deadline` (time.monotonic()). The read blocks in a thread of its own, so
-    that a process that hangs without a word fails the test instead of hanging the suite."""
+    process is killed) at `deadline` (time.monotonic(); WAIT seconds from now if not given). The
+    read blocks in a thread of its own, so that a process that hangs without a word fails the test
+    instead of hanging the suite."""
+    if deadline is None:
+        deadline = time.monotonic() + WAIT
     got: list[str] = []
     reader = threading.Thread(target=lambda: got.append(proc.stderr.readline()), daemon=True)
     reader.start()

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from helpers import REPO, run_memagent, sigint_default, spawn_memagent, words
+from helpers import REPO, read_line, run_memagent, sigint_default, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -167,7 +167,7 @@ def test_sigint_during_the_final_answer_then_resume(tmp_path, models, spawned):
         "ask", doc, "q", "-m", models["random"], "--memory-tokens", "4", "--answer-tokens", "20000", "--temperature", "0"
     )
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("step 1/1")  # the only step is done: now the answer
+    assert read_line(proc).startswith("step 1/1")  # the only step is done: now the answer
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, wait_for_steps, words
+from helpers import REPO, read_line, run_memagent, spawn_memagent, wait_for_steps, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -37,7 +37,7 @@ def start_and_stop(args, sig, after_steps=2, cwd=None):
     proc = spawn_memagent("ask", *args, cwd=cwd)
     try:
         for _ in range(after_steps):
-            assert proc.stderr.readline().startswith("step ")
+            assert read_line(proc).startswith("step ")
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:  # a failed assertion must not leave the run going
@@ -144,7 +144,7 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
         proc = spawn_memagent("ask", "q", "-m", models["random"], *SMALL, stdin=stdin)
         spawned.append(proc)
         for _ in range(2):
-            assert proc.stderr.readline().startswith("step ")
+            assert read_line(proc).startswith("step ")
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
     other = memagent("ask", "--resume", "last", "--json", input=words(4000, seed=9), check=False)
@@ -327,9 +327,9 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_resum
     whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
     proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL, preexec_fn=_sigint_ignored)
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("step 1/")
+    assert read_line(proc).startswith("step 1/")
     proc.send_signal(signal.SIGINT)
-    assert proc.stderr.readline().startswith("step 2/")  # it went on
+    assert read_line(proc).startswith("step 2/")  # it went on
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and out == "" and "Traceback" not in err and "Resume with:" in err
