@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -60,29 +63,81 @@ def spawn_memagent(*args, env=None, cwd=None, preexec_fn=sigint_default, **popen
     )
 
 
-def wait_for_steps(proc: subprocess.Popen, steps: int) -> None:
+WAIT = 300  # seconds a test waits for a line or a state it expects, on a machine busy with other work
+
+
+def read_line(proc: subprocess.Popen, deadline: float | None = None) -> str:
+    """The next line of a spawned process's stderr ("" at its end), or the test fails (and the
+    process is killed) at `deadline` (time.monotonic(); WAIT seconds from now if not given). The
+    read blocks in a thread of its own, so that a process that hangs without a word fails the test
+    instead of hanging the suite."""
+    if deadline is None:
+        deadline = time.monotonic() + WAIT
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stderr.readline()), daemon=True)
+    reader.start()
+    reader.join(max(0.0, deadline - time.monotonic()))
+    if not got:
+        proc.kill()
+        reader.join(10)
+        pytest.fail(f"no line from pid {proc.pid} by the deadline")
+    return got[0]
+
+
+def wait_for_steps(proc: subprocess.Popen, steps: int, timeout: float = WAIT) -> None:
     """Reads a spawned `memagent ask`'s stderr (its plain progress) until `steps` step lines have
-    come, whatever other lines come between (notes, an InfMem planner's decisions)."""
+    come, whatever other lines come between (notes, an InfMem planner's decisions); fails after `timeout`."""
+    deadline = time.monotonic() + timeout
     seen = 0
     while seen < steps:
-        line = proc.stderr.readline()
+        line = read_line(proc, deadline)
         assert line, proc.stderr.read()
         seen += line.startswith("step ")
 
 
-def drain_terminal(leader: int) -> bytes:
+def wait_until(done: Callable[[], object], proc: subprocess.Popen | None = None, timeout: float = WAIT, what: str = "") -> None:
+    """Looks whether `done()` holds every 0.05 s until it does; fails once `proc` (if given) has
+    exited, or after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc is None or proc.poll() is None, f"the process exited ({proc.returncode}) before {what or 'that'}"
+        assert time.monotonic() < deadline, f"waited {timeout} s for {what or 'that'}"
+        time.sleep(0.05)
+
+
+def read_terminal_until(leader: int, marker: bytes, timeout: float = WAIT) -> bytes:
+    """What a program writes to a pseudo-terminal, read until `marker` is in it; fails after
+    `timeout`, or if the program closes the terminal first."""
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} on the terminal after {timeout} s:\n{seen[-3000:].decode(errors='replace')}"
+        if select.select([leader], [], [], min(left, 1.0))[0]:  # blocks until it writes, or a second passes
+            seen += os.read(leader, 4096)  # OSError once it has closed the terminal
+    return seen
+
+
+def drain_terminal(leader: int, timeout: float = WAIT) -> bytes:
     """All a program writes to a pseudo-terminal until it closes it. Read while it draws, or it
-    blocks on a full buffer; closes `leader`."""
+    blocks on a full buffer; closes `leader`. Fails if it has not closed it after `timeout`."""
+    deadline = time.monotonic() + timeout
     shown = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the program closed the terminal: it has exited
-            break
-        if not data:
-            break
-        shown += data
-    os.close(leader)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"the terminal was still open after {timeout} s:\n{shown[-3000:].decode(errors='replace')}"
+            if not select.select([leader], [], [], min(left, 1.0))[0]:  # blocks until it writes, or a second passes
+                continue
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the program closed the terminal: it has exited
+                break
+            if not data:
+                break
+            shown += data
+    finally:
+        os.close(leader)
     return shown
 
 

@@ -11,7 +11,7 @@ import random
 import sqlite3
 
 import pytest
-from helpers import CODEWORD_ASK, run_memagent, spawn_memagent, whole_fact
+from helpers import CODEWORD_ASK, read_line, run_memagent, spawn_memagent, wait_until, whole_fact
 
 from testkit.codeword import QUESTION, make_document
 
@@ -128,15 +128,10 @@ def test_batch_interrupted_then_resumed_repeats_nothing(tmp_path, memagent_home,
     )
     proc = spawn_memagent("batch", job, "-o", "out.jsonl", *RUN, cwd=tmp_path)
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("[1/2] big0: answered")  # the first is done; the second has begun
+    assert read_line(proc).startswith("[1/2] big0: answered")  # the first is done; the second has begun
     db = sqlite3.connect(memagent_home / "traces.db")
-    while (
-        db.execute(
-            "SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE question = ? AND runs.status = 'running'", (QUESTION,)
-        ).fetchone()[0]
-        < 5
-    ):
-        assert proc.poll() is None
+    steps = "SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE question = ? AND runs.status = 'running'"
+    wait_until(lambda: db.execute(steps, (QUESTION,)).fetchone()[0] >= 5, proc, what="5 steps of the second run")
     proc.send_signal(2)  # SIGINT, Ctrl-C
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Run the same command again to go on" in err and "Traceback" not in err

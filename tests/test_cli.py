@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, read_line, run_memagent, spawn_memagent, words
 from typer.testing import CliRunner
 
 from memagent_cli.cli.app import app
@@ -287,7 +287,7 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path, models, spawned)
     doc.write_text(words(60000), encoding="utf-8")
     proc = spawn_memagent("ask", doc, "q", "-m", models["random"], "--chunk-tokens", "200", "--memory-tokens", "64")
     spawned.append(proc)
-    first = proc.stderr.readline()  # the first step is done: we are mid-run
+    first = read_line(proc)  # the first step is done: we are mid-run
     assert first.startswith("step 1/")
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)

@@ -12,6 +12,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import time
 
 import anyio
+import pytest
 from helpers import CODEWORD_ASK, mcp_stdio, run_memagent, whole_fact
 
 from memagent_cli.core.protocols import FOLLOW_UP, FOLLOW_UP_TURN, follow_up
@@ -48,55 +50,108 @@ def test_the_follow_up_problem_is_the_documented_form():
     assert follow_up("And where?", turns, lambda problem: False) == "And where?"
 
 
-def test_ask_c_goes_on_in_the_latest_conversation(tmp_path):
+# One conversation asked once per module, as a person would, then checked a behaviour a test: a
+# question (turn 1), a follow-up with -c (turn 2), inspect of the next follow-up, one asked
+# --standalone (turn 3), one with flags given again (turn 4), another conversation begun, and the
+# first gone on with by --cid (turn 5). The tests that run memagent over it read a copy of its store.
+
+
+@pytest.fixture(scope="module")
+def conversation(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("conversation")
+    home = cwd / "home"
+    env = {"MEMAGENT_HOME": str(home)}
     doc = whole_fact(300, 5)
-    (tmp_path / "doc.txt").write_text(doc.text, encoding="utf-8")
-    first, _ = ask("doc.txt", QUESTION, cwd=tmp_path)
-    cid = first["conversation"]["id"]
+    (cwd / "doc.txt").write_text(doc.text, encoding="utf-8")
+
+    def asked(*args):
+        done = run_memagent("ask", *RUN, *args, "--json", cwd=cwd, env=env)  # RUN first: a flag given again wins
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), done.stderr
+
+    got = {"cwd": cwd, "home": home, "doc": doc}
+    got["first"], _ = asked("doc.txt", QUESTION)
+    cid = got["first"]["conversation"]["id"]
+    got["second"], got["second said"] = asked("-c", AGAIN)
+    # what inspect shows is what was sent: the earlier turns in the problem, the rest the protocol's own
+    show_prompt = ["--question", AGAIN, "--show-prompt", "1"]
+    got["inspect -c"] = run_memagent("inspect", "-c", *show_prompt, cwd=cwd, env=env)
+    plain = ["doc.txt", "-m", CODEWORD_ASK[1], "--chunk-tokens", "64"]
+    got["inspect"] = run_memagent("inspect", *plain, *show_prompt, cwd=cwd, env=env)
+    got["standalone"], _ = asked("-c", AGAIN, "--standalone")
+    got["warmer"], _ = asked("-c", AGAIN, "--temperature", "0.5", "--seed", "3")  # a flag given again is this turn's
+    got["other"], _ = asked("doc.txt", "Name the code word.")  # a new conversation
+    got["older"], _ = asked("--cid", cid[:6], AGAIN)
+    return got
+
+
+@pytest.fixture
+def in_conversation(conversation, memagent_home):
+    """The module's conversation, its store copied to this test's MEMAGENT_HOME."""
+    shutil.copytree(conversation["home"], memagent_home)
+    return conversation
+
+
+def test_a_question_begins_a_conversation_of_its_own(conversation):
+    first = conversation["first"]
     assert first["conversation"] == {"id": first["trace"], "turn": 1}
-    second, said = ask("-c", AGAIN, cwd=tmp_path)
-    assert second["conversation"] == {"id": cid, "turn": 2} and "turn 2 of conversation" in said
+
+
+def test_ask_c_goes_on_in_the_latest_conversation(conversation):
+    first, second, said = conversation["first"], conversation["second"], conversation["second said"]
+    assert second["conversation"] == {"id": first["conversation"]["id"], "turn": 2} and "turn 2 of conversation" in said
     assert "reads the sources again for this question" in said
     assert [s["path"] for s in second["sources"]] == ["doc.txt"] and second["settings"]["chunk_tokens"] == 64
+
+
+def test_a_follow_up_reads_the_earlier_turns_in_its_problem(conversation):
+    second, doc = conversation["second"], conversation["doc"]
     assert second["question"] == follow_up(AGAIN, [(QUESTION, doc.value)])  # the problem the model read
 
-    # what inspect shows is what was sent: the earlier turn in the problem, the rest the protocol's own
-    shown = run_memagent("inspect", "-c", "--question", AGAIN, "--show-prompt", "1", cwd=tmp_path)
-    plain = run_memagent(
-        "inspect",
-        "doc.txt",
-        "-m",
-        CODEWORD_ASK[1],
-        "--chunk-tokens",
-        "64",
-        "--question",
-        AGAIN,
-        "--show-prompt",
-        "1",
-        cwd=tmp_path,
-    )
+
+def test_inspect_c_shows_the_prompt_a_follow_up_sends(conversation):
+    shown, plain = conversation["inspect -c"], conversation["inspect"]
     assert shown.returncode == 0 and plain.returncode == 0, shown.stderr + plain.stderr
-    problem = follow_up(AGAIN, [(QUESTION, doc.value), (AGAIN, second["answer"])])
+    problem = follow_up(AGAIN, [(QUESTION, conversation["doc"].value), (AGAIN, conversation["second"]["answer"])])
     assert shown.stdout == plain.stdout.replace(f"<problem> \n{AGAIN}\n", f"<problem> \n{problem}\n")
     assert "turn 3 of conversation" in shown.stderr
 
-    alone, _ = ask("-c", AGAIN, "--standalone", cwd=tmp_path)
+
+def test_a_standalone_follow_up_reads_the_question_alone(conversation):
+    alone, cid = conversation["standalone"], conversation["first"]["conversation"]["id"]
     assert alone["question"] == AGAIN and alone["conversation"] == {"id": cid, "turn": 3}
-    warmer, _ = ask("-c", AGAIN, "--temperature", "0.5", "--seed", "3", cwd=tmp_path)  # a flag given again is this turn's
+
+
+def test_flags_given_again_are_the_turns_own(conversation):
+    warmer = conversation["warmer"]
     assert warmer["conversation"]["changed"] == {"--temperature": 0.5, "--seed": 3} and warmer["settings"]["temperature"] == 0.5
 
-    other, _ = ask("doc.txt", "Name the code word.", cwd=tmp_path)  # a new conversation
-    assert other["conversation"]["id"] not in (cid,)
-    older, _ = ask("--cid", cid[:6], AGAIN, cwd=tmp_path)
-    assert older["conversation"] == {"id": cid, "turn": 5}
 
-    refused = run_memagent("ask", "-c", "doc.txt", AGAIN, *RUN, cwd=tmp_path)
-    assert refused.returncode == 2 and "A follow-up takes no sources" in refused.stderr
-    for flags, said in ((["--each", "-q", AGAIN], "do not take --each"), (["--standalone", "doc.txt", AGAIN], "goes with -c")):
-        done = run_memagent("ask", *(["-c"] if "--each" in flags else []), *flags, *RUN, cwd=tmp_path)
-        assert done.returncode == 2 and said in done.stderr, done.stderr
+def test_a_question_with_sources_begins_another_conversation(conversation):
+    assert conversation["other"]["conversation"]["id"] != conversation["first"]["conversation"]["id"]
 
-    listed = json.loads(run_memagent("traces", "list", "--conversation", cid[:8], "--json", cwd=tmp_path).stdout)
+
+def test_cid_goes_on_in_the_conversation_it_names(conversation):
+    cid = conversation["first"]["conversation"]["id"]
+    assert conversation["older"]["conversation"] == {"id": cid, "turn": 5}
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["-c", "doc.txt", AGAIN], "A follow-up takes no sources"),
+        (["-c", "--each", "-q", AGAIN], "do not take --each"),
+        (["--standalone", "doc.txt", AGAIN], "goes with -c"),
+    ],
+)
+def test_a_follow_up_refuses_what_does_not_go_with_it(in_conversation, flags, said):
+    done = run_memagent("ask", *flags, *RUN, cwd=in_conversation["cwd"])
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def test_traces_list_shows_a_conversations_turns(in_conversation):
+    cid = in_conversation["first"]["conversation"]["id"]
+    listed = json.loads(run_memagent("traces", "list", "--conversation", cid[:8], "--json", cwd=in_conversation["cwd"]).stdout)
     assert listed["conversation"] == cid
     assert [(r["turn"], r["asked"], r["reused"]) for r in listed["runs"]] == [
         (1, QUESTION, False),
@@ -105,11 +160,23 @@ def test_ask_c_goes_on_in_the_latest_conversation(tmp_path):
         (4, AGAIN, False),
         (5, AGAIN, False),
     ]
-    show = run_memagent("traces", "show", second["trace"], cwd=tmp_path)
+
+
+def test_traces_show_names_a_runs_conversation_and_turn(in_conversation):
+    cid = in_conversation["first"]["conversation"]["id"]
+    show = run_memagent("traces", "show", in_conversation["second"]["trace"], cwd=in_conversation["cwd"])
     assert f"\nconversation {cid[:8]}, turn 2\n" in show.stdout
-    page = run_memagent("traces", "export", "--conversation", cid, "--format", "html", cwd=tmp_path).stdout
+
+
+def test_a_conversation_exported_as_html(in_conversation):
+    cid = in_conversation["first"]["conversation"]["id"]
+    page = run_memagent("traces", "export", "--conversation", cid, "--format", "html", cwd=in_conversation["cwd"]).stdout
     assert page.count('<section class="turn"') == 5 and f"Turn 2: {AGAIN}" in page and "<script" not in page
-    markdown = run_memagent("traces", "export", "--conversation", cid, "--format", "md", cwd=tmp_path).stdout
+
+
+def test_a_conversation_exported_as_markdown(in_conversation):
+    cid = in_conversation["first"]["conversation"]["id"]
+    markdown = run_memagent("traces", "export", "--conversation", cid, "--format", "md", cwd=in_conversation["cwd"]).stdout
     assert markdown.startswith(f"# Conversation {cid}") and f"## Turn 1: {QUESTION}" in markdown
     assert "\n### Answer\n" in markdown and "\n## Answer\n" not in markdown  # each run's headings a level down
 
@@ -168,7 +235,7 @@ def test_chat_fresh_reads_the_next_question_again(tmp_path):
     again = run_memagent("chat", "doc.txt", *RUN, "--json", input=f"{QUESTION}\n", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     (reused,) = [json.loads(line) for line in again.stdout.splitlines()]
-    assert reused["reused_from"]["run"] in (first["trace"], fresh["trace"])
+    assert reused["reused_from"]["run"] == fresh["trace"]  # recorded with its keys, /fresh's run is the newest found
 
 
 def test_chat_at_a_terminal(tmp_path):

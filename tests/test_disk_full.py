@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, words
+from helpers import REPO, read_line, run_memagent, spawn_memagent, words
 from test_pull_cli import env_for, memagent
 from test_pull_convert import REPO_ID, _installed, _staging, checkpoint_files, hub  # noqa: F401 - fixtures
 
@@ -118,7 +118,7 @@ def test_the_disk_filling_while_a_trace_is_written_keeps_the_answer_and_the_step
     proc = spawn_memagent("ask", doc, "q", "-m", models["random"], "--json", *SMALL, env={"MEMAGENT_HOME": str(home)})
     spawned.append(proc)
     for _ in range(3):
-        assert proc.stderr.readline().startswith("step ")
+        assert read_line(proc).startswith("step ")
     filler = fill(small_disk)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]

@@ -173,7 +173,7 @@ def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_p
     comes as the short one is said "answered": its answer and JSONL line must land all the same."""
     import sqlite3
 
-    from helpers import spawn_memagent
+    from helpers import read_line, spawn_memagent, wait_until
 
     # the first ends in about 50 steps, the second would take hundreds
     docs = [make_document(random.Random(k + 20), n, where=0.9) for k, n in enumerate((3000, 30000))]
@@ -182,10 +182,10 @@ def test_each_interrupted_keeps_what_finished_and_each_stopped_run_resumes(tmp_p
     batch = ["--batch", "--parallel", "2"] if batched else ["--no-batch"]
     proc = spawn_memagent("ask", "big0.txt", "big1.txt", "--each", QUESTION, *RUN, *batch, "--jsonl", "out.jsonl", cwd=tmp_path)
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("[1/2] big0.txt: answered")
+    assert read_line(proc).startswith("[1/2] big0.txt: answered")
     db = sqlite3.connect(memagent_home / "traces.db")
-    while db.execute("SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE runs.status = 'running'").fetchone()[0] < 5:
-        assert proc.poll() is None
+    steps = "SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE runs.status = 'running'"
+    wait_until(lambda: db.execute(steps).fetchone()[0] >= 5, proc, what="5 steps of the second run")
     proc.send_signal(2)  # SIGINT
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "1 run(s) stopped, each resumable:" in err and "Traceback" not in err

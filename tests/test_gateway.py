@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CODEWORD_MODEL, free_port, llama_server, run_memagent, spawn_memagent, whole_fact
+from helpers import CODEWORD_MODEL, WAIT, free_port, llama_server, read_line, run_memagent, spawn_memagent, whole_fact
 
 from testkit.codeword import QUESTION
 
@@ -199,7 +199,8 @@ def test_the_answering_server_killed_mid_job_leaves_the_other_to_finish(tmp_path
             with sglang_gateway([first, second], dirs[2]) as url:
                 proc = spawn_memagent("batch", job, "-o", "out.jsonl", *served(url), *BUDGETS, "--parallel", "2", cwd=tmp_path)
                 spawned.append(proc)
-                while not (line := proc.stderr.readline()).startswith("[1/12]"):  # a document done: under way
+                deadline = time.monotonic() + WAIT
+                while not (line := read_line(proc, deadline)).startswith("[1/12]"):  # a document done: under way
                     assert line, proc.stderr.read()
                 answered = [requests_served(folder) for folder in dirs[:2]]
                 victim = 0 if answered[0] else 1  # the server answering the job (the gateway uses one at a time)

@@ -150,16 +150,7 @@ def test_answer_is_made_visible_on_a_terminal_and_kept_as_data_in_a_pipe(tmp_pat
     leader, follower = pty.openpty()
     proc = subprocess.Popen(args, stdout=follower, stderr=subprocess.DEVNULL, cwd=REPO)
     os.close(follower)
-    shown = b""
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        shown += data
-    os.close(leader)
+    shown = drain_terminal(leader)
     assert proc.wait(timeout=120) == 0
     assert shown.decode().strip() == "␛␛␛" and b"\x1b" not in shown
 

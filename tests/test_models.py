@@ -54,7 +54,7 @@ def test_catalog_is_in_an_installed_wheel(tmp_path):
 def test_add_info_path_rm_of_a_local_model(models, tmp_path):
     name, record = registry.add(models["random"], "tiny")
     assert name == "tiny" and record["architecture"] == "qwen2" and record["layers"] == 2
-    assert record["quantization"] in ("f32", None) or record["quantization"].startswith("type")
+    assert record["quantization"] == "f32"  # testkit's tiny models are written in F32
     assert record["chat_template"] is True and record["size"] == models["random"].stat().st_size
     assert registry.get("tiny")["path"] == str(models["random"].resolve())
     assert registry.resolve_model("tiny") == models["random"].resolve()
@@ -188,5 +188,5 @@ def test_doctor_on_this_cpu_only_build(models):
     assert out["paths"]["models"].endswith("models") and out["paths"]["traces"].endswith("traces.db")
     (model,) = out["models"]
     assert model["name"] == "tiny" and model["architecture"] == "qwen2"
-    text = memagent("doctor").stdout
-    assert "GGML_CUDA" in text or "reinstall" in text.lower()
+    text = " ".join(memagent("doctor").stdout.split())  # the terminal's width wraps the command
+    assert "reinstall llama-cpp-python with a GPU backend:" in text and out["gpu"]["reinstall"] in text

@@ -176,6 +176,7 @@ def test_a_server_killed_mid_run_loses_no_reply(servers, pools):
     victim.start()
     deadline = time.monotonic() + 30  # a guard: it rests 1.6 s at most
     while victim.stats.requests == served and time.monotonic() < deadline:
+        time.sleep(0.05)  # a request every 0.05 s while it rests, not as many as the pool can send
         ask(pool)
     assert victim.stats.requests == served + 1
 
@@ -191,6 +192,7 @@ def test_a_server_back_after_its_rest_takes_requests_again(servers, pools):
     back.start()
     deadline = time.monotonic() + 30  # a guard: the server rests 0.2 s
     while back.stats.requests == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # a request every 0.05 s while it rests, not as many as the pool can send
         assert isinstance(ask(pool)[-1], CompletionDone)
     assert back.stats.requests == 1
 

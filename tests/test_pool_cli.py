@@ -8,7 +8,7 @@ import json
 import signal
 
 import pytest
-from helpers import CODEWORD_MODEL, free_port, llama_server, run_memagent, spawn_memagent, whole_fact
+from helpers import CODEWORD_MODEL, free_port, llama_server, read_line, run_memagent, spawn_memagent, whole_fact
 
 from testkit.codeword import QUESTION
 
@@ -72,7 +72,7 @@ def test_a_server_killed_mid_job_leaves_the_other_to_finish(docs, tmp_path, spaw
             (cwd / "urls.txt").write_text(f"# the pool\n{one}\n\n{two}  # the second\n")  # --base-url FILE
             proc = spawn_memagent("batch", job, "-o", "out.jsonl", *served("urls.txt"), *BUDGETS, "--parallel", "2", cwd=cwd)
             spawned.append(proc)
-            assert proc.stderr.readline().startswith("[1/6]")  # a line done: the job is under way on both
+            assert read_line(proc).startswith("[1/6]")  # a line done: the job is under way on both
             doomed.send_signal(signal.SIGKILL)
             out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
@@ -107,7 +107,7 @@ def test_every_server_lost_mid_job_stops_it_in_one_line_and_a_rerun_goes_on(docs
             second = llama_server.proc
             proc = spawn_memagent("batch", job, "-o", "out.jsonl", *served(one, two), *BUDGETS, "--parallel", "2", cwd=cwd)
             spawned.append(proc)
-            assert proc.stderr.readline().startswith("[1/6]")
+            assert read_line(proc).startswith("[1/6]")
             first.send_signal(signal.SIGKILL)
             second.send_signal(signal.SIGKILL)
             out, err = proc.communicate(timeout=240)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from fakehub import FakeHub
-from helpers import REPO, words
+from helpers import REPO, drain_terminal, read_terminal_until, words
 
 SEVEN_B = "mradermacher/RL-MemoryAgent-7B-GGUF"  # the catalog's first candidate for memagent-7b
 FAST = ["--chunk-tokens", "300", "--memory-tokens", "6", "--answer-tokens", "4", "--temperature", "0"]
@@ -86,21 +86,14 @@ def test_first_run_offers_the_download_on_a_terminal(hub, tmp_path, doc, spawned
     )
     spawned.append(proc)
     os.close(follower)
-    seen = b""
-    while b"[Y/n]" not in seen:
-        seen += os.read(leader, 4096)
+    seen = read_terminal_until(leader, b"[Y/n]")
     # The numbers `models pull` would say, before anything is downloaded.
     offer = b" ".join(seen.split())  # the terminal may wrap the line
     assert b"memagent-7b:q4_k_m is not installed. Getting it downloads " in offer
     assert b"free disk at its peak; takes about" in offer and b"Start now? [Y/n]" in offer
     assert [r for r in hub.requests if "/resolve/" in r[1] or "/cdn/" in r[1]] == []
     os.write(leader, b"y\n")
-    try:
-        while os.read(leader, 65536):
-            pass
-    except OSError:
-        pass
-    os.close(leader)
+    drain_terminal(leader)
     answer = proc.stdout.read()
     assert proc.wait(timeout=120) == 0 and answer.strip()
     listed = json.loads(memagent(hub, tmp_path, "models", "list", "--json").stdout)

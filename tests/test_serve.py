@@ -77,12 +77,22 @@ def test_an_unknown_id_is_a_404_page(served, path):
     assert response.status_code == 404 and "Not found" in said(response)
 
 
-def test_a_quote_or_page_that_is_not_there_is_a_404(served):
+def test_a_quote_that_is_not_there_is_a_404(served):
     run = served["record"]["trace"]
     assert get(served, f"/runs/{run}/quotes/9").status_code == 404
-    for path in (f"/runs/{run}/sources/5/pages/1.png", f"/runs/{run}/sources/0/pages/99.png"):
-        response = get(served, path)
-        assert response.status_code == 404 and ("no source" in said(response) or "has no page 99" in said(response))
+
+
+@pytest.mark.parametrize(
+    "page, says",
+    [
+        ("sources/5/pages/1.png", "Run {run8} has no source 6."),  # the run has one source
+        ("sources/0/pages/99.png", "report.pdf has no page 99."),
+    ],
+)
+def test_a_source_or_page_that_is_not_there_is_a_404_that_says_which(served, page, says):
+    run = served["record"]["trace"]
+    response = get(served, f"/runs/{run}/{page}")
+    assert response.status_code == 404 and says.format(run8=run[:8]) in said(response), said(response)
 
 
 @pytest.mark.parametrize("folder", ["..", "../outside", "link-out"])

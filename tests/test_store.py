@@ -20,7 +20,9 @@ import pytest
 from memagent_cli.cli.traces import parse_age
 from memagent_cli.errors import EXIT_USAGE, MemagentError
 from memagent_cli.paths import default_home
+from memagent_cli.traces import store as store_module
 from memagent_cli.traces.migrations import MIGRATIONS
+from memagent_cli.traces.ownership import liveness, this_process
 from memagent_cli.traces.store import Removed, TraceStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,9 +86,23 @@ def test_default_location_without_memagent_home(monkeypatch):
     assert default_home() == Path(platformdirs.user_data_dir("memagent"))
 
 
-def test_wal_mode_and_foreign_keys(store):
+def test_wal_mode_is_kept_in_the_file(store):
     assert raw(store.path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent in the file
-    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_the_store_enforces_foreign_keys(store):
+    """SQLite enforces foreign keys only on a connection that turns them on (a plain one, as here,
+    does not): a run's steps go with it only by the schema's ON DELETE CASCADE, so the store's own
+    connection must have them on."""
+    run_id = new_run(store)
+    store.add_step(run_id, step(1))
+    store.add_step(run_id, step(2))
+    store.finish_run(run_id, "complete")
+    other = raw(store.path)
+    assert other.execute("PRAGMA foreign_keys").fetchone() == (0,)  # the cascade below is not this one's
+    assert other.execute("SELECT count(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone() == (2,)
+    assert store.delete(run_id) == 1
+    assert other.execute("SELECT count(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone() == (0,)
 
 
 def test_empty_database_gets_every_migration_once(tmp_path):
@@ -685,15 +701,30 @@ def test_delete_older_than_keeps_running_runs(store):
     assert store.search("ended") == [] and fts_consistent(store)
 
 
-def test_a_run_resumed_meanwhile_is_not_marked_ended(store):
+def test_a_run_resumed_meanwhile_is_not_marked_ended(store, monkeypatch):
+    """A read marks interrupted a running run whose process is gone: it judges the run's owner
+    from what it reads, then takes the write lock to mark it. Another process may resume the run
+    in between; it runs the run now, so the mark must leave it running. The test resumes the run
+    at that moment, from a second store, as the read's check of the ended process comes back
+    (the moment lies inside one call: `liveness`, which the store calls for that check, tells it)."""
     run_id = new_run(store)
-    set_owner(store, run_id, pid=ended_pid())
-    judged = store._running(store._conn)  # judged ended...
-    assert [o.state for o in judged] == ["dead"]
-    store.update_run(run_id, status="running")  # ...then resumed by a live process, before the mark
-    with store._write() as conn:
-        store._mark_ended(conn, judged)
-    assert store.get_run(run_id)["status"] == "running"
+    dead_pid = ended_pid()
+    set_owner(store, run_id, pid=dead_pid)
+    judged = []
+
+    def resumed_once_judged(pid, host, started):
+        state = liveness(pid, host, started)
+        if pid == dead_pid and not judged:
+            judged.append(state)
+            with TraceStore(store.path) as resumer:  # judged ended... then resumed by a live process
+                resumer.update_run(run_id, status="running")
+        return state
+
+    monkeypatch.setattr(store_module, "liveness", resumed_once_judged)
+    run = store.get_run(run_id)  # ...before the mark
+    assert judged == ["dead"]
+    assert (run["status"], run["error"]) == ("running", None)
+    assert owner(store, run_id) == this_process()
 
 
 def test_started_at_is_normalised_to_utc(store):
@@ -779,13 +810,24 @@ def test_locked_database_names_the_other_process(tmp_path):
 # stops inside its write transaction (the write lock held) until told "release"; "step N wait"
 # says "begun" as its write transaction starts (SQLite calls the trace callback as the statement
 # starts running, before it asks for the lock). The 60 s busy timeout is a guard against a hang:
-# no write waits for longer than the test takes to answer a line.
+# no write waits for longer than the test takes to answer a line. Both moments lie inside one
+# call of the store (add_step), which has no hook for them: the writer sets SQLite's trace
+# callback on the connection the store opens, caught as sqlite3.connect returns it.
 WRITER = """
-import os, sys
+import os, sqlite3, sys
 from pathlib import Path
 from memagent_cli.traces.store import TraceStore
 
 path, name = Path(sys.argv[1]), sys.argv[2]
+opened = []  # the connections sqlite3.connect made, the store's among them
+connect = sqlite3.connect
+
+def connect_and_keep(*args, **kwargs):
+    conn = connect(*args, **kwargs)
+    opened.append(conn)
+    return conn
+
+sqlite3.connect = connect_and_keep
 
 def say(line):
     print(line, flush=True)
@@ -815,16 +857,17 @@ while True:
     words = told()
     if words[0] == "open":
         store = TraceStore(path, timeout=60)
+        [conn] = opened  # the store's: it opens one, and keeps it open
         run_id = store.create_run(question=name, sources=[], model={}, settings={})
         say("opened")
     elif words[0] == "step":
         stop = words[2] == "hold"
-        store._conn.set_trace_callback(held if stop else begun)
+        conn.set_trace_callback(held if stop else begun)
         i = int(words[1])
         store.add_step(run_id, {"index": i, "spans": [], "tokens": i, "memory": f"{name} memory {i}",
                                 "memory_tokens": 3, "prompt_tokens": 9, "generated_tokens": 3, "seconds": 0.01,
                                 "finish_reason": "stop"})
-        store._conn.set_trace_callback(None)
+        conn.set_trace_callback(None)
         say(f"stepped {i}")
     elif words[0] == "finish":
         store.finish_run(run_id, "complete", answer=name)

@@ -51,7 +51,7 @@ def test_ask_and_inspect_show_hostile_names_harmlessly(hostile_folder, models):
     _clean(shown, "inspect --show-prompt")
     _clean(run_memagent("ask", hostile_folder, HOSTILE, "-m", models["random"], *FAST), "ask, piped")
     missing = run_memagent("ask", hostile_folder / f"gone{HOSTILE}.txt", "q", "-m", models["random"], *FAST)
-    assert missing.returncode != 0
+    assert missing.returncode == 1
     _clean(missing, "ask, a missing file")
 
 

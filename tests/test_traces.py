@@ -2,12 +2,13 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
-from helpers import REPO, run_memagent, spawn_memagent, wait_for_steps, words
+from helpers import REPO, read_line, run_memagent, spawn_memagent, wait_for_steps, words
 
 GREEDY = ["--temperature", "0"]
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "24", "--answer-tokens", "8", *GREEDY]
@@ -36,7 +37,7 @@ def start_and_stop(args, sig, after_steps=2, cwd=None):
     proc = spawn_memagent("ask", *args, cwd=cwd)
     try:
         for _ in range(after_steps):
-            assert proc.stderr.readline().startswith("step ")
+            assert read_line(proc).startswith("step ")
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:  # a failed assertion must not leave the run going
@@ -125,7 +126,7 @@ def test_resume_refuses_changed_sources_and_finished_runs(doc, models, tmp_path)
     again = memagent("ask", "--resume", done["trace"], check=False)
     assert again.returncode == 2 and "already complete" in again.stderr
     unknown = memagent("ask", "--resume", "zzzz", check=False)
-    assert unknown.returncode != 0 and "zzzz" in unknown.stderr
+    assert unknown.returncode == 1 and "zzzz" in unknown.stderr
 
 
 def test_resume_works_from_another_directory(doc, models, tmp_path):
@@ -143,7 +144,7 @@ def test_stdin_runs_resume_with_the_same_text_piped_again(models, tmp_path, spaw
         proc = spawn_memagent("ask", "q", "-m", models["random"], *SMALL, stdin=stdin)
         spawned.append(proc)
         for _ in range(2):
-            assert proc.stderr.readline().startswith("step ")
+            assert read_line(proc).startswith("step ")
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
     other = memagent("ask", "--resume", "last", "--json", input=words(4000, seed=9), check=False)
@@ -170,55 +171,140 @@ def test_two_runs_at_once_are_both_recorded(doc, models):
         assert [s["memory"] for s in shown["steps"]] == [s["memory"] for s in out["steps"]]
 
 
-def test_traces_commands(doc, models, tmp_path):
-    first = as_json("ask", doc, "Where did the fox run?", "-m", models["long"], *SMALL)
-    second = as_json("ask", doc, "<script>alert(1)</script>", "-m", models["random"], *SMALL)
-    listed = memagent("traces", "list").stdout
-    assert first["trace"][:8] in listed and second["trace"][:8] in listed and "complete" in listed
-    assert [r["id"] for r in as_json("traces", "list", "--limit", "1")["runs"]] == [second["trace"]]
-    assert as_json("traces", "list", "--status", "interrupted")["runs"] == []
-    assert len(as_json("traces", "list", "--source", "doc.txt")["runs"]) == 2
+# The traces commands, each on its own test, over two runs recorded once per module (each test
+# reads a copy of that store, so that rm in one is not seen by another): `first` asked of the model
+# whose memory is one token repeated (each step's change is plain), `second` a question that is markup.
 
-    one = as_json("traces", "show", first["trace"], "--step", "2")
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, models):
+    base = tmp_path_factory.mktemp("traces")
+    doc = base / "doc.txt"
+    doc.write_text(words(4000), encoding="utf-8")
+    home = base / "home"
+    runs = {}
+    for name, question, model in (("first", "Where did the fox run?", "long"), ("second", "<script>alert(1)</script>", "random")):
+        done = run_memagent("ask", doc, question, "-m", models[model], *SMALL, "--json", env={"MEMAGENT_HOME": str(home)})
+        assert done.returncode == 0, done.stderr
+        runs[name] = json.loads(done.stdout)
+    return home, runs
+
+
+@pytest.fixture
+def two_runs(recorded, memagent_home):
+    """This test's store: a copy of the two runs'. The runs' records, by name."""
+    home, runs = recorded
+    shutil.copytree(home, memagent_home)
+    return runs
+
+
+def test_traces_list_names_each_run_and_its_status(two_runs):
+    listed = memagent("traces", "list").stdout
+    assert two_runs["first"]["trace"][:8] in listed and two_runs["second"]["trace"][:8] in listed and "complete" in listed
+
+
+@pytest.mark.parametrize(
+    "flags, names",
+    [
+        (["--limit", "1"], ["second"]),
+        (["--status", "interrupted"], []),
+        (["--source", "doc.txt"], ["second", "first"]),  # newest first
+    ],
+)
+def test_traces_list_filters(two_runs, flags, names):
+    assert [r["id"] for r in as_json("traces", "list", *flags)["runs"]] == [two_runs[name]["trace"] for name in names]
+
+
+def test_traces_show_one_step(two_runs):
+    one = as_json("traces", "show", two_runs["first"]["trace"], "--step", "2")
     assert [s["index"] for s in one["steps"]] == [2]
-    text = memagent("traces", "show", first["trace"]).stdout
+
+
+def test_traces_show_marks_what_each_step_added_and_dropped(two_runs):
+    text = memagent("traces", "show", two_runs["first"]["trace"]).stdout
     assert "step 1" in text and "Where did the fox run?" in text and "=" * 40 in text
     # piped, so no color: what each step added and dropped is marked in the text itself
     assert "[-No previous" in text and "memory-]{+===" in text and "protocol" not in text  # memagent's: not named
-    diff = memagent("traces", "diff", first["trace"], "0", "1").stdout
+
+
+def test_traces_diff_as_text(two_runs):
+    diff = memagent("traces", "diff", two_runs["first"]["trace"], "0", "1").stdout
     assert diff.startswith("step 0 → step 1\n[-No previous") and "memory-]{+===" in diff and diff.rstrip().endswith("+}")
 
-    diff = as_json("traces", "diff", first["trace"], "0", "1")
+
+def test_traces_diff_as_json(two_runs):
+    diff = as_json("traces", "diff", two_runs["first"]["trace"], "0", "1")
     assert {"op": "delete", "text": "No previous memory"} in diff["ops"]
     assert any(o["op"] == "insert" and "=" * 40 in o["text"] for o in diff["ops"])
-    assert memagent("traces", "diff", first["trace"], "1", "999", check=False).returncode == 2
 
+
+def test_traces_diff_of_a_step_the_run_lacks_is_a_usage_error(two_runs):
+    assert memagent("traces", "diff", two_runs["first"]["trace"], "1", "999", check=False).returncode == 2
+
+
+def test_traces_search_finds_the_question(two_runs):
     hits = as_json("traces", "search", "fox")["hits"]
-    assert [h["run_id"] for h in hits] == [first["trace"]] and hits[0]["field"] == "question"
+    assert [h["run_id"] for h in hits] == [two_runs["first"]["trace"]] and hits[0]["field"] == "question"
+
+
+def test_traces_search_takes_quotes_and_operators_as_text(two_runs):
     assert memagent("traces", "search", 'fox" OR *', check=False).returncode == 0
 
+
+def test_traces_export_html_escapes_the_question(two_runs, tmp_path):
     page = tmp_path / "trace.html"
-    memagent("traces", "export", second["trace"], "--format", "html", "-o", page)
+    memagent("traces", "export", two_runs["second"]["trace"], "--format", "html", "-o", page)
     html = page.read_text(encoding="utf-8")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
+
+
+def test_traces_export_jsonl_is_the_run_then_a_line_per_step(two_runs):
+    first = two_runs["first"]
     lines = memagent("traces", "export", first["trace"], "--format", "jsonl").stdout.splitlines()
     assert json.loads(lines[0])["type"] == "run" and len(lines) == 1 + len(first["steps"])
-    assert "## Step 1" in memagent("traces", "export", first["trace"], "--format", "markdown").stdout
-    # the short names, and - as standard output (where a text export goes anyway); never a file called -
-    short = memagent("traces", "export", first["trace"], "-f", "md", "-o", "-", cwd=tmp_path)
-    assert short.stdout == memagent("traces", "export", first["trace"], "--format", "markdown").stdout
-    dash = memagent("traces", "export", first["trace"], "-f", "pdf", "-o", "-", cwd=tmp_path, check=False)
+
+
+def test_traces_export_markdown(two_runs):
+    assert "## Step 1" in memagent("traces", "export", two_runs["first"]["trace"], "--format", "markdown").stdout
+
+
+def test_traces_export_short_names_and_dash_for_standard_output(two_runs, tmp_path):
+    """-f md and -o -: where a text export goes anyway, never a file called -."""
+    trace = two_runs["first"]["trace"]
+    short = memagent("traces", "export", trace, "-f", "md", "-o", "-", cwd=tmp_path)
+    assert short.stdout == memagent("traces", "export", trace, "--format", "markdown").stdout
+    assert not (tmp_path / "-").exists()
+
+
+def test_traces_export_of_a_pdf_to_dash_is_refused(two_runs, tmp_path):
+    dash = memagent("traces", "export", two_runs["first"]["trace"], "-f", "pdf", "-o", "-", cwd=tmp_path, check=False)
     assert dash.returncode == 2 and "--output takes a file name" in dash.stderr and not (tmp_path / "-").exists()
-    assert memagent("traces", "export", first["trace"], "--format", "docx", check=False).returncode == 2
-    # a text source: no PDF to highlight, said in one line
-    pdf = memagent("traces", "export", first["trace"], "--format", "pdf", check=False)
+
+
+def test_traces_export_refuses_an_unknown_format(two_runs):
+    assert memagent("traces", "export", two_runs["first"]["trace"], "--format", "docx", check=False).returncode == 2
+
+
+def test_traces_export_pdf_of_a_text_source_says_why_not(two_runs):
+    """A text source: no PDF to highlight, said in one line."""
+    pdf = memagent("traces", "export", two_runs["first"]["trace"], "--format", "pdf", check=False)
     assert pdf.returncode == 1 and "has no quote in a PDF source to highlight" in pdf.stderr
 
-    memagent("traces", "rm", first["trace"][:6])
-    assert [r["id"] for r in as_json("traces", "list")["runs"]] == [second["trace"]]
+
+def test_traces_rm_removes_the_run_a_prefix_names(two_runs):
+    first, second = two_runs["first"]["trace"], two_runs["second"]["trace"]
+    memagent("traces", "rm", first[:6])
+    assert [r["id"] for r in as_json("traces", "list")["runs"]] == [second]
+    assert memagent("traces", "show", first, check=False).returncode == 1
+
+
+def test_traces_rm_older_than_keeps_the_recent_runs(two_runs):
     assert "removed 0 runs" in memagent("traces", "rm", "--older-than", "30d").stderr
+    assert len(as_json("traces", "list")["runs"]) == 2
+
+
+def test_traces_rm_of_nothing_named_is_a_usage_error(two_runs):
     assert memagent("traces", "rm", check=False).returncode == 2
-    assert memagent("traces", "show", first["trace"], check=False).returncode != 0
 
 
 def test_a_failed_run_is_recorded_with_its_error(doc, models, tmp_path):
@@ -241,9 +327,9 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_resum
     whole = as_json("ask", doc, "Where?", "-m", models["random"], "--no-trace", *SMALL)
     proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL, preexec_fn=_sigint_ignored)
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("step 1/")
+    assert read_line(proc).startswith("step 1/")
     proc.send_signal(signal.SIGINT)
-    assert proc.stderr.readline().startswith("step 2/")  # it went on
+    assert read_line(proc).startswith("step 2/")  # it went on
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and out == "" and "Traceback" not in err and "Resume with:" in err

@@ -4,7 +4,7 @@ SQLite store in MEMAGENT_HOME. A run whose process died is marked interrupted, t
 import json
 import sqlite3
 
-from helpers import run_memagent, spawn_memagent, words
+from helpers import read_line, run_memagent, spawn_memagent, words
 
 from memagent_cli.traces.store import TraceStore
 
@@ -32,7 +32,7 @@ def test_a_running_run_is_kept_until_its_process_dies(models, tmp_path, spawned)
     proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL)
     spawned.append(proc)
     for _ in range(2):
-        assert proc.stderr.readline().startswith("step ")
+        assert read_line(proc).startswith("step ")
     (run,) = [r for r in runs() if r["id"] != old]
     run_id, short = run["id"], run["id"][:8]
     assert run["status"] == "running"
@@ -73,7 +73,7 @@ def test_a_run_killed_before_anyone_looked_is_removed_by_older_than(models, tmp_
     doc.write_text(words(30000), encoding="utf-8")
     proc = spawn_memagent("ask", doc, "Where?", "-m", models["random"], *SMALL)
     spawned.append(proc)
-    assert proc.stderr.readline().startswith("step ")
+    assert read_line(proc).startswith("step ")
     proc.kill()
     proc.wait(timeout=30)
     swept = run_memagent("traces", "rm", "--older-than", "0s")
