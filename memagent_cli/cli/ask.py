@@ -55,7 +55,7 @@ def ask(
       memagent ask --resume last
     """
     err = stderr_console()
-    source_flags = given.source_flags  # a follow-up's or resumed run's reads scans as it did
+    source_flags = given.source_flags  # a follow-up or a resumed run reads scans as its first run did
     out = Output(**asdict(given.shown), svg=given.svg.resolve() if given.svg else None)  # resumed runs move
     recording = _Recording()
     try:

@@ -472,10 +472,11 @@ def flag_groups(command: _Command) -> _Command:
     run_flags.RunFlags): the group's options stand in the command's signature where that parameter
     stands, their defaults the parameter's default's (else the group's own), and the command is
     handed the group made from them. A group's field may be a group itself (ask_flags.AskFlags)."""
+    hints = typing.get_type_hints(command, include_extras=True)
     params: list[inspect.Parameter] = []
     groups: dict[str, _Group] = {}
     for param in inspect.signature(command).parameters.values():
-        kind = typing.get_type_hints(command, include_extras=True).get(param.name, param.annotation)
+        kind = hints.get(param.name, param.annotation)
         if _is_group(kind):
             groups[param.name] = _Group.of(kind, param.default, params)
         else:
