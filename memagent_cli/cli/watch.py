@@ -5,7 +5,8 @@ documents at the paths the file system names (watchfiles) or a --poll look finds
 
 Readings go through the run layer (runs/planning.py) like every run, so a document whose text is
 known is answered from the store and one that grew is continued from its last reading. A reading
-whose document changes under it is stopped (resumable) and waits to settle again. The outputs
+whose document changes under it is stopped (resumable) and waits to settle again; one that fails
+keeps a row with its error and is read again only when it changes. The outputs
 (cli/watchout.py) are written whole, each renamed over the last, so that a reader never sees half a
 table, and while runs go on at most as often as runs/folder.py's `writes` allows.
 """
