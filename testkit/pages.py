@@ -9,16 +9,15 @@ import contextlib
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 from testkit.codeword import QUESTION, make_document
+from testkit.processes import free_port, until_ready
 from testkit.texts import CODEWORD_ASK, REPO
 
 PAGES = 3
@@ -69,12 +68,6 @@ def answered_pdf(folder: Path, home: Path, name: str = "report.pdf") -> dict:
     raise AssertionError("no seed of 40 gave a right answer with a quote")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serving(
     home: Path, *roots: Path, extra: tuple[str, ...] = (), port: int | None = None, procs: list | None = None
@@ -91,23 +84,13 @@ def serving(
     if procs is not None:
         procs.append(proc)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/static/page.css", timeout=5).close()
-                break
-            except urllib.error.HTTPError:  # it answers (a token is wanted)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"memagent serve did not start: {(home / 'serve.log').read_text()}") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
+
+    def answers() -> bool:
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            urllib.request.urlopen(url + "/static/page.css", timeout=5).close()
+        except urllib.error.HTTPError:  # it answers (a token is wanted)
+            pass
+        return True
+
+    with until_ready(proc, home / "serve.log", "memagent serve", answers, within=120):
+        yield url

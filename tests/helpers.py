@@ -8,7 +8,6 @@ import contextlib
 import os
 import select
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Callable
 
 import pytest
 
+from testkit.processes import free_port, until_ready
 from testkit.texts import CODEWORD_ASK, CODEWORD_FACT, CODEWORD_MODEL, REPO, SHARED, codeword_tokenizer, whole_fact, words
 
 __all__ = ["CODEWORD_ASK", "CODEWORD_FACT", "CODEWORD_MODEL", "REPO", "SHARED", "codeword_tokenizer", "whole_fact", "words"]
@@ -149,12 +149,6 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def llama_server(model: Path, workdir: Path, *extra: str, port: int | None = None):
     """llama-cpp-python's own OpenAI-compatible server (`python -m llama_cpp.server`, from the
@@ -192,27 +186,12 @@ def llama_server(model: Path, workdir: Path, *extra: str, port: int | None = Non
         )
     llama_server.proc = proc
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx2.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer in 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+
+    def answers() -> bool:
+        return httpx2.get(f"{base}/models", timeout=2).status_code == 200
+
+    with until_ready(proc, log, "llama_cpp.server", answers, not_yet=(httpx2.TransportError,), stop_within=10):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def write_clean_model(path: Path) -> Path:

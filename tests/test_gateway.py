@@ -34,6 +34,7 @@ import pytest
 from helpers import CODEWORD_MODEL, WAIT, free_port, llama_server, read_line, run_memagent, spawn_memagent, whole_fact
 
 from testkit.codeword import QUESTION
+from testkit.processes import until_ready
 
 BUDGETS = ["--chunk-tokens", "64", "--memory-tokens", "32", "--answer-tokens", "24", "--temperature", "0"]
 INSTALL = "pip install sglang-router (in the test extra: pip install -e '.[test]')"
@@ -87,28 +88,13 @@ def sglang_gateway(workers: list[str], workdir: Path):
     with open(log, "wb") as out:
         proc = subprocess.Popen(gateway_command(port, free_port(), roots), stdout=out, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the gateway exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-            try:
-                listed = httpx2.get(f"{root}/workers", timeout=2).json().get("workers", [])
-                if sorted(w["url"] for w in listed if w.get("is_healthy")) == sorted(roots):
-                    break
-            except (httpx2.TransportError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the gateway did not list its workers healthy in 120 s:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
+
+    def healthy() -> bool:
+        listed = httpx2.get(f"{root}/workers", timeout=2).json().get("workers", [])
+        return sorted(w["url"] for w in listed if w.get("is_healthy")) == sorted(roots)
+
+    with until_ready(proc, log, "the gateway", healthy, not_yet=(httpx2.TransportError, ValueError), within=120, every=0.2):
         yield f"{root}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def served(url: str) -> list[str]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 from helpers import CODEWORD_ASK, free_port, run_memagent, spawn_memagent, whole_fact
 
 from testkit.codeword import QUESTION, fact_sentence
+from testkit.processes import until_ready
 
 pytest.importorskip("mcp")
 
@@ -100,18 +99,6 @@ class Server:
         return Client(self.url, **{"mode": "legacy", **kwargs})
 
 
-def wait_for_port(proc: subprocess.Popen, port: int, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text(errors="replace")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "the server did not listen in 60 s"
-            time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def http_server(cwd: Path, home: Path, spawned, *extra: str, host: str = "127.0.0.1:"):
     """`memagent mcp --http HOST:PORT` on a free port (`host` "" gives the port alone)."""
@@ -122,10 +109,13 @@ def http_server(cwd: Path, home: Path, spawned, *extra: str, host: str = "127.0.
             *SERVER, "--http", f"{host}{port}", *extra, cwd=cwd, env={"MEMAGENT_HOME": str(home)}, stdout=err, stderr=err
         )
     spawned.append(proc)
-    wait_for_port(proc, port, log)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=30)
+
+    def listens() -> bool:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+
+    with until_ready(proc, log, "memagent mcp", listens):
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(params=TRANSPORTS)
