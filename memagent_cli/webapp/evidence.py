@@ -9,11 +9,12 @@ only from a source under the page's roots.
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import MemagentError
 from ..runs.guard import Roots
@@ -111,15 +112,9 @@ def source_index(run: Mapping[str, Any], quote: Mapping[str, Any]) -> int | None
 def pdf_pages(path: str, text: str, pages: Sequence[int] | None) -> list[Page]:
     """Where `text` is on the PDF at `path`, as marked lines on each page it spans; [] where PDFium's
     text does not hold it (the passage is shown instead)."""
-    import pypdfium2 as pdfium  # type: ignore[import-untyped]
-
     from ..traces.pdfmarks import locate
 
-    try:
-        document = pdfium.PdfDocument(path)
-    except pdfium.PdfiumError as exc:
-        raise MemagentError(f"Cannot open {os.path.basename(path)} to draw it: {exc}.") from None
-    try:
+    with _opened(path) as document:
         first, last = (int(pages[0]), int(pages[-1])) if pages else (1, len(document))
         found = []
         for mark in locate(document, text, first, last):
@@ -137,25 +132,30 @@ def pdf_pages(path: str, text: str, pages: Sequence[int] | None) -> list[Page]:
             )
             found.append(Page(mark.page, round(width * PAGE_SCALE), round(height * PAGE_SCALE), boxes))
         return found
-    finally:
-        document.close()
 
 
 def page_png(path: str, number: int) -> bytes:
     """Page `number` (1-based) of the PDF at `path`, drawn as a PNG."""
-    import pypdfium2 as pdfium
-
-    try:
-        document = pdfium.PdfDocument(path)
-    except pdfium.PdfiumError as exc:
-        raise MemagentError(f"Cannot open {os.path.basename(path)} to draw it: {exc}.") from None
-    try:
+    with _opened(path) as document:
         if not 1 <= number <= len(document):
             raise MemagentError(f"{os.path.basename(path)} has no page {number}.")
         image = document[number - 1].render(scale=PAGE_SCALE).to_pil()
         out = io.BytesIO()
         image.save(out, format="PNG", optimize=False)
         return out.getvalue()
+
+
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[Any]:
+    """The PDF at `path` opened with PDFium, closed after; one that cannot be opened is said in a line."""
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+
+    try:
+        document = pdfium.PdfDocument(path)
+    except pdfium.PdfiumError as exc:
+        raise MemagentError(f"Cannot open {os.path.basename(path)} to draw it: {exc}.") from None
+    try:
+        yield document
     finally:
         document.close()
 
