@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from helpers import REPO, run_memagent, sigint_default, wait_for_steps, words
+from helpers import REPO, run_memagent, spawn_memagent, wait_for_steps, words
 
 SMALL = ["--chunk-tokens", "200", "--memory-tokens", "16", "--answer-tokens", "8", "--temperature", "0"]
 
@@ -118,16 +118,7 @@ def test_an_interrupted_run_over_a_pipe_cannot_be_resumed(doc, models, tmp_path)
     model = models["random"]
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    env = {k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(fifo), "q", "-m", str(model), *SMALL],
-        cwd=REPO,
-        env={**env, "NO_COLOR": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=sigint_default,
-    )
+    proc = spawn_memagent("ask", fifo, "q", "-m", model, *SMALL, env={"NO_COLOR": "1"})
     try:
         with open(fifo, "wb") as pipe:
             # Enough for steps to be taken before the writer is done (the chunker holds back the

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import httpx2
 import pytest
-from helpers import REPO
+from helpers import run_memagent
 
 from testkit.pages import answered_pdf, free_port, serving
 
@@ -166,29 +164,13 @@ def test_a_token_guards_every_request(tmp_path):
 
 
 def test_another_address_without_a_token_is_refused_in_one_line(tmp_path):
-    env = {**os.environ, "MEMAGENT_HOME": str(tmp_path), "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "memagent_cli", "serve", str(tmp_path), "--host", "0.0.0.0", "--port", str(free_port())],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_memagent("serve", tmp_path, "--host", "0.0.0.0", "--port", free_port(), env={"MEMAGENT_HOME": str(tmp_path)})
     assert done.returncode == 2 and "--host 0.0.0.0 is reachable from other machines, so it needs --token" in done.stderr
     assert done.stderr.count("\n") == 1
 
 
 def test_a_root_that_is_not_a_folder_is_refused(tmp_path):
-    env = {**os.environ, "MEMAGENT_HOME": str(tmp_path), "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "memagent_cli", "serve", str(tmp_path / "nope")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_memagent("serve", tmp_path / "nope", env={"MEMAGENT_HOME": str(tmp_path)})
     assert done.returncode == 2 and "nope: no such folder" in done.stderr and "Traceback" not in done.stderr
 
 

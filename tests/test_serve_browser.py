@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, png_pixels, sigint_default, words
+from helpers import png_pixels, spawn_memagent, words
 
 from testkit.codeword import QUESTION
 from testkit.pages import FACT_PAGE, answered_pdf, memagent, serving
@@ -233,16 +231,8 @@ def test_a_step_recorded_by_another_process_appears_on_an_open_page(browser, sto
     home, docs = store
     fifo = docs.parent / "pipe"
     os.mkfifo(fifo)
-    env = {**{k: v for k, v in os.environ.items() if k != "MEMAGENT_MODEL"}, "MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
-    reader = subprocess.Popen(
-        [sys.executable, "-m", "memagent_cli", "ask", str(fifo), QUESTION, *map(str, CODEWORD_ASK), "--temperature", "0"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=sigint_default,
-    )
+    env = {"MEMAGENT_HOME": str(home), "NO_COLOR": "1"}
+    reader = spawn_memagent("ask", fifo, QUESTION, *CODEWORD_ASK, "--temperature", "0", env=env)
     text = words(8000).encode()
     try:
         with serving(home, docs) as url, open(fifo, "wb") as pipe:
