@@ -105,17 +105,20 @@ def wait_until(done: Callable[[], object], proc: subprocess.Popen | None = None,
         time.sleep(0.05)
 
 
-def read_terminal_until(leader: int, marker: bytes, timeout: float = WAIT) -> bytes:
-    """What a program writes to a pseudo-terminal, read until `marker` is in it; fails after
-    `timeout`, or if the program closes the terminal first."""
+def read_terminal_until(
+    leader: int, marker: bytes, timeout: float = WAIT, count: int = 1, seen: bytearray | None = None
+) -> bytes:
+    """What a program writes to a pseudo-terminal, read until `marker` is in it `count` times; fails
+    after `timeout`, or if the program closes the terminal first. `seen`: what was read before, which
+    the reading goes on (and counts) from."""
     deadline = time.monotonic() + timeout
-    seen = b""
-    while marker not in seen:
+    seen = bytearray() if seen is None else seen
+    while seen.count(marker) < count:
         left = deadline - time.monotonic()
         assert left > 0, f"no {marker!r} on the terminal after {timeout} s:\n{seen[-3000:].decode(errors='replace')}"
         if select.select([leader], [], [], min(left, 1.0))[0]:  # blocks until it writes, or a second passes
-            seen += os.read(leader, 4096)  # OSError once it has closed the terminal
-    return seen
+            seen += os.read(leader, 65536)  # OSError once it has closed the terminal
+    return bytes(seen)
 
 
 def drain_terminal(leader: int, timeout: float = WAIT) -> bytes:

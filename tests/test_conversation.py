@@ -11,17 +11,15 @@ import json
 import os
 import pty
 import re
-import select
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import anyio
 import pytest
-from helpers import CODEWORD_ASK, mcp_stdio, run_memagent, whole_fact
+from helpers import CODEWORD_ASK, mcp_stdio, read_terminal_until, run_memagent, whole_fact
 
 from memagent_cli.core.protocols import FOLLOW_UP, FOLLOW_UP_TURN, follow_up
 from testkit.codeword import QUESTION
@@ -266,16 +264,8 @@ def test_chat_at_a_terminal(tmp_path):
     os.close(follower)
     shown = bytearray()
 
-    def until(text: bytes, count: int = 1, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while shown.count(text) < count:
-            assert proc.poll() is None and time.monotonic() < deadline, shown.decode(errors="replace")[-3000:]
-            if not select.select([leader], [], [], 0.5)[0]:  # never blocked for good on a quiet terminal
-                continue
-            try:
-                shown.extend(os.read(leader, 65536))
-            except OSError:
-                time.sleep(0.05)
+    def until(text: bytes, count: int = 1) -> None:
+        read_terminal_until(leader, text, 120, count=count, seen=shown)
 
     prompt = b"\x1b[?2004h"  # prompt_toolkit turns bracketed paste on for each prompt it shows
     try:
